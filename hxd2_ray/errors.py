@@ -1,0 +1,25 @@
+"""Exception types that cross module boundaries."""
+
+
+class HxdError(Exception):
+    """Base class for errors hxd2_ray raises on purpose, with a message meant for the user."""
+
+
+class ConfigError(HxdError):
+    """A configuration file or override is invalid; the message lists the valid values."""
+
+
+class EmptyCorpusError(HxdError):
+    """The input held no valid document, so no index was written."""
+
+
+class IndexNotFoundError(HxdError):
+    """The index path does not exist or holds no manifest (a half-written index has none)."""
+
+
+class IndexMismatchError(HxdError):
+    """The index was built with a model or setting the query configuration does not match."""
+
+
+class BackendError(HxdError):
+    """An external service (LLM, embedder, store) failed after its bounded retries."""
