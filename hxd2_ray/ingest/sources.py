@@ -1,0 +1,398 @@
+"""Input discovery (local or S3) and turning one file's bytes into documents, quarantining what cannot be read.
+
+``read_documents`` is a pure function of ``(path, bytes, config)`` so Ray workers can run it on the rows of
+``ray.data.read_binary_files``; it never raises for bad input, it returns :class:`QuarantinedFile` rows instead.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import posixpath
+import re
+from typing import Any, Iterable
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from hxd2_ray.config import IngestConfig, S3Config
+from hxd2_ray.types import Document, QuarantinedFile, content_hash
+
+S3_SCHEME = "s3://"
+TEXT_SUFFIXES = (".txt", ".md", ".markdown")
+RECORD_SUFFIXES = (".json", ".jsonl", ".parquet")
+
+# Share of control bytes (other than tab, newlines, form feed, backspace, escape) above which a NUL-free file is
+# still treated as binary; real text has next to none.
+_CONTROL_RATIO = 0.10
+_SNIFF_BYTES = 8192
+_CONTROL_BYTES = frozenset(range(0x20)) - {0x08, 0x09, 0x0A, 0x0C, 0x0D, 0x1B} | {0x7F}
+_GLOB_CHARS = re.compile(r"[*?\[]")
+_ATX_H1 = re.compile(r"^ {0,3}#[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+
+
+# --------------------------------------------------------------------------------------------- file systems
+
+
+def resolve_filesystem(uri: str, s3: S3Config) -> tuple[pafs.FileSystem, str]:
+    """Filesystem and in-filesystem path for a local path (or ``file://``) or an ``s3://bucket/key`` URI.
+
+    S3 credentials come from the usual AWS chain (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
+    ``AWS_SESSION_TOKEN``, profile, instance role). Glob characters are kept in the returned path.
+    """
+    if uri.startswith(S3_SCHEME):
+        return _s3_filesystem(s3), uri[len(S3_SCHEME):].rstrip("/")
+    if uri.startswith("file://"):
+        uri = uri[len("file://"):]
+    return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(uri))
+
+
+def open_output_filesystem(uri: str, s3: S3Config) -> tuple[pafs.FileSystem, str]:
+    """Like :func:`resolve_filesystem`, for an output folder: a local folder is created; an S3 bucket must exist."""
+    fs, path = resolve_filesystem(uri, s3)
+    if isinstance(fs, pafs.LocalFileSystem):
+        fs.create_dir(path, recursive=True)
+    return fs, path
+
+
+def _s3_filesystem(s3: S3Config) -> pafs.S3FileSystem:
+    kwargs: dict[str, Any] = {"region": s3.region}
+    endpoint = s3.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        # pyarrow wants host:port and the scheme apart; an http:// URL passed whole is not understood.
+        parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
+        kwargs["endpoint_override"] = parsed.netloc + parsed.path.rstrip("/")
+        kwargs["scheme"] = parsed.scheme or "https"
+    return pafs.S3FileSystem(**kwargs)
+
+
+def _to_uri(fs: pafs.FileSystem, path: str) -> str:
+    return S3_SCHEME + path if isinstance(fs, pafs.S3FileSystem) else path
+
+
+# --------------------------------------------------------------------------------------------- listing
+
+
+def list_input_files(uri: str, cfg: IngestConfig, s3: S3Config) -> list[str]:
+    """Files under ``uri`` (a file, a folder searched recursively, or a glob with ``*``/``**``/``?``), sorted.
+
+    Names come back in the input's form (``s3://bucket/key`` or an absolute local path); pass each one to
+    :func:`resolve_filesystem` to read it. Hidden files and folders (dot-names) below the root are skipped, and
+    every other file is listed whatever its suffix so that :func:`read_documents` can quarantine it visibly.
+    A missing file or folder raises ``FileNotFoundError``; a glob matching nothing gives an empty list.
+    """
+    del cfg  # suffix filtering is read_documents' job: unsupported files are quarantined, not silently dropped
+    fs, path = resolve_filesystem(uri, s3)
+    if _GLOB_CHARS.search(path):
+        return [_to_uri(fs, p) for p in _glob(fs, path)]
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.File:
+        return [_to_uri(fs, path)]
+    if info.type != pafs.FileType.Directory:
+        raise FileNotFoundError(f"input not found: {uri}")
+    return [_to_uri(fs, p) for p in _walk(fs, path)]
+
+
+def _walk(fs: pafs.FileSystem, root: str) -> list[str]:
+    selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
+    out = []
+    for info in fs.get_file_info(selector):
+        if info.type != pafs.FileType.File:
+            continue
+        rel = _relative(info.path, root)
+        if any(part.startswith(".") for part in rel.split("/")):
+            continue
+        out.append(info.path)
+    return sorted(out)
+
+
+def _relative(path: str, root: str) -> str:
+    return path[len(root):].lstrip("/") if root and path.startswith(root) else path
+
+
+def _glob(fs: pafs.FileSystem, pattern: str) -> list[str]:
+    parts = pattern.split("/")
+    first_glob = next(i for i, part in enumerate(parts) if _GLOB_CHARS.search(part))
+    base = "/".join(parts[:first_glob])
+    if pattern.startswith("/") and not base:
+        base = "/"
+    regex = _glob_regex(parts[first_glob:])
+    root_info = fs.get_file_info(base) if base else None
+    if root_info is not None and root_info.type != pafs.FileType.Directory:
+        return []
+    matches = []
+    for path in _walk(fs, base):
+        rel = _relative(path, base)
+        if regex.fullmatch(rel):
+            matches.append(path)
+    return matches
+
+
+def _glob_regex(parts: list[str]) -> re.Pattern[str]:
+    """``**`` spans any number of folders (zero included); ``*``, ``?`` and ``[..]`` stay inside one name."""
+    out = []
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part == "**":
+            out.append(".*" if last else "(?:[^/]+/)*")
+            continue
+        j, piece = 0, []
+        while j < len(part):
+            c = part[j]
+            if c == "*":
+                piece.append("[^/]*")
+            elif c == "?":
+                piece.append("[^/]")
+            elif c == "[":
+                k = part.find("]", j + 2)
+                if k < 0:
+                    piece.append(re.escape(c))
+                else:
+                    body = part[j + 1:k]
+                    if body.startswith("!"):
+                        body = "^" + body[1:]
+                    piece.append(f"[{body}]")
+                    j = k
+            else:
+                piece.append(re.escape(c))
+            j += 1
+        out.append("".join(piece) + ("" if last else "/"))
+    return re.compile("".join(out))
+
+
+def precheck(path: str, size: int | None, cfg: IngestConfig) -> QuarantinedFile | None:
+    """The quarantine row for a file that can be rejected from its name and size alone, without reading it.
+
+    Lets a job skip fetching large or unsupported files; :func:`read_documents` applies the same checks.
+    """
+    if size is not None and size > cfg.max_file_bytes:
+        return QuarantinedFile(path, "too_large", f"{size} bytes > ingest.max_file_bytes={cfg.max_file_bytes}")
+    suffix = _suffix(path)
+    if suffix not in cfg.extensions:
+        return QuarantinedFile(path, "unsupported_type", f"suffix {suffix or '(none)'!r} is not in ingest.extensions")
+    if suffix not in TEXT_SUFFIXES + RECORD_SUFFIXES:
+        return QuarantinedFile(path, "unsupported_type", f"suffix {suffix!r}: no reader for it")
+    return None
+
+
+def load_documents(uri: str, cfg: IngestConfig, s3: S3Config) -> tuple[list[Document], list[QuarantinedFile]]:
+    """List ``uri`` and read every file in this process (the serial path; Ray jobs call read_documents per file)."""
+    docs: list[Document] = []
+    quarantined: list[QuarantinedFile] = []
+    for file_uri in list_input_files(uri, cfg, s3):
+        fs, path = resolve_filesystem(file_uri, s3)
+        try:
+            rejected = precheck(file_uri, fs.get_file_info(path).size, cfg)
+            if rejected is not None:
+                quarantined.append(rejected)
+                continue
+            with fs.open_input_stream(path) as f:
+                data = f.read()
+        except OSError as exc:
+            quarantined.append(QuarantinedFile(file_uri, "unreadable", str(exc)[:500]))
+            continue
+        d, q = read_documents(file_uri, data, cfg)
+        docs.extend(d)
+        quarantined.extend(q)
+    return docs, quarantined
+
+
+# --------------------------------------------------------------------------------------------- reading
+
+
+def read_documents(path: str, data: bytes, cfg: IngestConfig) -> tuple[list[Document], list[QuarantinedFile]]:
+    """Documents in one file's bytes, and quarantine rows for what could not be used (never raises on bad input).
+
+    Text files give one document; .json (an object or a list of objects), .jsonl and .parquet give one per record.
+    ``source_id`` is the record's id field, else the path (``path#n`` for the n-th record, 1-based; the line
+    number for .jsonl). The title is the title field, else the first markdown H1, else the file's basename.
+    """
+    rejected = precheck(path, len(data), cfg)
+    if rejected is not None:
+        return [], [rejected]
+    suffix = _suffix(path)
+    if not data:
+        return [], [QuarantinedFile(path, "empty", "file has 0 bytes")]
+    if suffix == ".parquet":
+        return _read_parquet(path, data, cfg)
+
+    text, problem = _decode(data)
+    if problem is not None:
+        return [], [QuarantinedFile(path, *problem)]
+    assert text is not None
+    if not text:
+        return [], [QuarantinedFile(path, "empty", "no text after removing the byte order mark")]
+    if not text.strip():
+        return [], [QuarantinedFile(path, "whitespace_only", f"{len(text)} whitespace characters")]
+
+    if suffix in TEXT_SUFFIXES:
+        title = _markdown_h1(text) or posixpath.basename(path)
+        return [Document(content_hash(text), text, path, path, title)], []
+    if suffix == ".json":
+        return _read_json(path, text, cfg)
+    return _read_jsonl(path, text, cfg)
+
+
+def _suffix(path: str) -> str:
+    name = posixpath.basename(path.replace("\\", "/"))
+    dot = name.rfind(".")
+    return name[dot:].lower() if dot > 0 else ""
+
+
+def _decode(data: bytes) -> tuple[str | None, tuple[str, str] | None]:
+    """Text with BOM removed and CRLF folded, or a (reason, detail) pair."""
+    # UTF-32 first: its little-endian BOM starts with the UTF-16 one.
+    for bom, codec in (
+        (codecs.BOM_UTF32_LE, "utf-32"),
+        (codecs.BOM_UTF32_BE, "utf-32"),
+        (codecs.BOM_UTF8, "utf-8-sig"),
+        (codecs.BOM_UTF16_LE, "utf-16"),
+        (codecs.BOM_UTF16_BE, "utf-16"),
+    ):
+        if data.startswith(bom):
+            try:
+                text = data.decode(codec)
+            except UnicodeDecodeError as exc:
+                return None, ("undecodable", f"{codec} byte order mark, then {exc.reason} at byte {exc.start}")
+            if _control_ratio(text[:_SNIFF_BYTES]) > _CONTROL_RATIO or "\x00" in text:
+                return None, ("binary", f"control characters in {codec} text")
+            return _normalize(text.removeprefix("\ufeff")), None
+    head = data[:_SNIFF_BYTES]
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        return None, ("binary", f"NUL byte at offset {nul}")
+    if head and sum(b in _CONTROL_BYTES for b in head) / len(head) > _CONTROL_RATIO:
+        return None, ("binary", f"more than {_CONTROL_RATIO:.0%} control bytes in the first {len(head)} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, ("undecodable", f"not UTF-8: {exc.reason} at byte {exc.start}")
+    return _normalize(text), None
+
+
+def _control_ratio(text: str) -> float:
+    if not text:
+        return 0.0
+    return sum(ord(c) in _CONTROL_BYTES for c in text) / len(text)
+
+
+def _normalize(text: str) -> str:
+    return text.replace("\r\n", "\n")
+
+
+def _markdown_h1(text: str) -> str:
+    in_fence = False
+    for line in text.split("\n"):
+        if _FENCE.match(line):
+            in_fence = not in_fence
+            continue
+        if not in_fence:
+            m = _ATX_H1.match(line)
+            if m:
+                return m.group(1).strip()
+    return ""
+
+
+def _read_json(path: str, text: str, cfg: IngestConfig) -> tuple[list[Document], list[QuarantinedFile]]:
+    try:
+        value = json.loads(text)
+    except _JSON_ERRORS as exc:
+        return [], [QuarantinedFile(path, "malformed_json", _json_error(exc, getattr(exc, "lineno", None)))]
+    if isinstance(value, dict):
+        return _records(path, [(None, value)], cfg)
+    if isinstance(value, list):
+        if not value:
+            return [], [QuarantinedFile(path, "empty", "empty JSON list")]
+        return _records(path, [(f"record {i}", v) for i, v in enumerate(value, 1)], cfg)
+    kind = type(value).__name__
+    return [], [QuarantinedFile(path, "malformed_json", f"top level is a {kind}, not an object or a list")]
+
+
+# ValueError covers JSONDecodeError and over-long integer literals; RecursionError, absurdly deep nesting.
+_JSON_ERRORS = (ValueError, RecursionError)
+
+
+def _json_error(exc: BaseException, lineno: int | None) -> str:
+    where = f"line {lineno}" if lineno is not None else "document"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{where} column {exc.colno}: {exc.msg}"
+    return f"{where}: {type(exc).__name__}: {str(exc)[:200]}"
+
+
+def _read_jsonl(path: str, text: str, cfg: IngestConfig) -> tuple[list[Document], list[QuarantinedFile]]:
+    # split("\n"), not splitlines(): U+2028 and friends may sit raw inside a JSON string.
+    items: list[tuple[str | None, Any]] = []
+    bad: list[QuarantinedFile] = []
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            items.append((f"line {lineno}", json.loads(line)))
+        except _JSON_ERRORS as exc:
+            bad.append(QuarantinedFile(path, "malformed_json", _json_error(exc, lineno)))
+    docs, more_bad = _records(path, items, cfg)
+    return docs, bad + more_bad
+
+
+def _read_parquet(path: str, data: bytes, cfg: IngestConfig) -> tuple[list[Document], list[QuarantinedFile]]:
+    try:
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        names = set(pf.schema_arrow.names)
+        if cfg.text_field not in names:
+            detail = f"no column {cfg.text_field!r} (has {sorted(names)})"
+            return [], [QuarantinedFile(path, "missing_text_field", detail)]
+        columns = [c for c in (cfg.text_field, cfg.id_field, cfg.title_field) if c in names]
+        rows = pf.read(columns=list(dict.fromkeys(columns))).to_pylist()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        return [], [QuarantinedFile(path, "unreadable", f"parquet: {str(exc)[:300]}")]
+    if not rows:
+        return [], [QuarantinedFile(path, "empty", "parquet file has no rows")]
+    return _records(path, [(f"row {i}", r) for i, r in enumerate(rows, 1)], cfg)
+
+
+def _records(
+    path: str, items: Iterable[tuple[str | None, Any]], cfg: IngestConfig
+) -> tuple[list[Document], list[QuarantinedFile]]:
+    """Documents from (where, record) pairs; ``where`` is None for a file that holds a single object."""
+    docs: list[Document] = []
+    bad: list[QuarantinedFile] = []
+    for where, rec in items:
+        prefix = f"{where}: " if where else ""
+        if not isinstance(rec, dict):
+            bad.append(QuarantinedFile(path, "malformed_json", f"{prefix}a {type(rec).__name__}, not an object"))
+            continue
+        text = rec.get(cfg.text_field)
+        if not isinstance(text, str) or not text:
+            what = "missing" if text is None else ("empty" if text == "" else f"a {type(text).__name__}")
+            bad.append(QuarantinedFile(path, "missing_text_field", f"{prefix}field {cfg.text_field!r} is {what}"))
+            continue
+        text = _normalize(text)
+        if not text.strip():
+            bad.append(QuarantinedFile(path, "whitespace_only", f"{prefix}field {cfg.text_field!r} is blank"))
+            continue
+        own_id = rec.get(cfg.id_field)
+        if own_id is not None and own_id != "":
+            source_id = str(own_id)
+        elif where is None:
+            source_id = path
+        else:
+            source_id = f"{path}#{where.rsplit(' ', 1)[-1]}"
+        title = rec.get(cfg.title_field)
+        if not isinstance(title, str) or not title.strip():
+            title = _markdown_h1(text) or posixpath.basename(path)
+        docs.append(Document(content_hash(text), text, path, source_id, title.strip()))
+    return docs, bad
+
+
+__all__ = [
+    "list_input_files",
+    "load_documents",
+    "open_output_filesystem",
+    "precheck",
+    "read_documents",
+    "resolve_filesystem",
+]
