@@ -1,0 +1,283 @@
+"""ScriptedLLM: a deterministic fake :class:`LLMClient` shipped with the library.
+
+Used by unit tests (exact replies), integration tests that count entities exactly (the built-in extraction
+mode) and pipeline-overhead benchmarks (``record=False``). Script modes, picked by the ``script`` argument:
+
+* ``None`` (default, and what :meth:`ScriptedLLM.from_config` builds): built-in extraction mode, see
+  :meth:`ScriptedLLM._extraction_reply`;
+* a sequence of replies, consumed in order (running out raises :class:`ScriptExhausted` naming the prompt);
+* a mapping substring -> reply: the first key found in the last message wins, else the first key found
+  anywhere in the conversation (no match raises :class:`ScriptExhausted`);
+* a callable ``handler(request) -> str | LLMResponse``.
+
+Failure injection: the first ``fail_first_n`` requests, and every request whose conversation contains one of
+the ``fail_when`` substrings, get a response with ``error`` set (the batch still returns).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from typing import Callable, Iterable, Mapping, Sequence
+
+from hxd2_ray.config import DEFAULT_ENTITY_TYPES, ScriptedLLMConfig
+from hxd2_ray.extraction.prompts import TEXT_MARKER
+from hxd2_ray.llm.base import LLMRequest, LLMResponse, LLMUsage
+
+Handler = Callable[[LLMRequest], "str | LLMResponse"]
+Script = Sequence[str] | Mapping[str, str] | Handler | None
+
+MAX_FAKE_ENTITIES = 12
+_STOPWORDS = frozenset(
+    "a an and as at but by for from he her his i if in is it its of on or she that the their these they this "
+    "those to we when while with after before".split()
+)
+# Capitalised word runs ("Marie Curie") or CJK runs, in order of appearance.
+_NAME_RE = re.compile(r"(?P<latin>[A-Z][A-Za-z0-9'’-]*(?:[ \t]+[A-Z][A-Za-z0-9'’-]*)*)|(?P<cjk>[\u4e00-\u9fff]{2,})")
+_GLEAN_WORD_RE = re.compile(r"\b[a-z][a-z-]{5,}\b")
+_CONTINUE_HINTS = ("MANY entities were missed", "遗漏")
+_SUMMARY_HINTS = ("Description list", "描述列表")
+
+
+class ScriptExhausted(RuntimeError):
+    """The script has no reply for a request (list ran out, no mapping key matched)."""
+
+
+def _conversation(req: LLMRequest) -> str:
+    return "\n".join(m["content"] for m in req.messages)
+
+
+def _describe(req: LLMRequest) -> str:
+    last = req.messages[-1]["content"] if req.messages else ""
+    return f"tag={req.tag!r} last message={last[:300]!r}"
+
+
+class ScriptedLLM:
+    supports_json_schema = True
+
+    def __init__(
+        self,
+        script: Script = None,
+        *,
+        model_id: str = "scripted-echo",
+        tokens_per_word: float = 1.3,
+        record: bool = True,
+        fail_first_n: int = 0,
+        fail_when: Iterable[str] = (),
+        entity_types: Sequence[str] = DEFAULT_ENTITY_TYPES,
+    ) -> None:
+        self.model_id = model_id
+        self.tokens_per_word = tokens_per_word
+        self.record = record
+        self.fail_first_n = fail_first_n
+        self.fail_when = tuple(fail_when)
+        self.entity_types = tuple(entity_types)
+        self.requests: list[LLMRequest] = []  # every request received, when record=True
+        self.batch_sizes: list[int] = []  # one entry per complete() call, when record=True
+        self.complete_calls = 0
+        self.usage = LLMUsage()
+        self._seen = 0
+        self._replies: list[str] | None = None
+        self._by_substring: Mapping[str, str] | None = None
+        self._handler: Handler | None = None
+        if script is None:
+            self._handler = self._extraction_reply
+        elif callable(script):
+            self._handler = script
+        elif isinstance(script, Mapping):
+            self._by_substring = dict(script)
+        elif isinstance(script, (str, bytes)):
+            raise TypeError("script must be a sequence of replies, not one string")
+        else:
+            self._replies = list(script)
+        self._next_reply = 0
+
+    @classmethod
+    def from_config(cls, cfg: ScriptedLLMConfig, **kwargs) -> "ScriptedLLM":
+        return cls(model_id=cfg.model_id, tokens_per_word=cfg.tokens_per_word, fail_when=cfg.fail_when, **kwargs)
+
+    # ----------------------------------------------------------------- protocol
+
+    def count_tokens(self, text: str) -> int:
+        # Same estimate as hxd2_ray.llm.tokens for the scripted backend, so budgets agree across modules.
+        return int(len(text.split()) * self.tokens_per_word + 0.5)
+
+    def complete(self, requests: Sequence[LLMRequest]) -> list[LLMResponse]:
+        self.complete_calls += 1
+        if self.record:
+            self.batch_sizes.append(len(requests))
+        responses = []
+        for req in requests:
+            if self.record:
+                self.requests.append(req)
+            resp = self._respond(req)
+            self.usage.add(req, resp)
+            responses.append(resp)
+        return responses
+
+    def requests_by_tag(self, tag: str) -> list[LLMRequest]:
+        return [r for r in self.requests if r.tag == tag]
+
+    # ------------------------------------------------------------------ replies
+
+    def _respond(self, req: LLMRequest) -> LLMResponse:
+        self._seen += 1
+        prompt_tokens = self.count_tokens(_conversation(req))
+        if self._seen <= self.fail_first_n:
+            return LLMResponse("", prompt_tokens, 0, "error", error=f"scripted failure: request #{self._seen}")
+        if self.fail_when:
+            conv = _conversation(req)
+            hit = next((s for s in self.fail_when if s in conv), None)
+            if hit is not None:
+                return LLMResponse("", prompt_tokens, 0, "error", error=f"scripted failure: matched {hit[:60]!r}")
+        reply = self._scripted_reply(req)
+        if isinstance(reply, LLMResponse):
+            return reply
+        return LLMResponse(reply, prompt_tokens, self.count_tokens(reply))
+
+    def _scripted_reply(self, req: LLMRequest) -> str | LLMResponse:
+        if self._handler is not None:
+            return self._handler(req)
+        if self._replies is not None:
+            if self._next_reply >= len(self._replies):
+                raise ScriptExhausted(f"ScriptedLLM ran out of its {len(self._replies)} replies; {_describe(req)}")
+            reply = self._replies[self._next_reply]
+            self._next_reply += 1
+            return reply
+        assert self._by_substring is not None
+        last = req.messages[-1]["content"] if req.messages else ""
+        for key, reply in self._by_substring.items():
+            if key in last:
+                return reply
+        conv = _conversation(req)
+        for key, reply in self._by_substring.items():
+            if key in conv:
+                return reply
+        raise ScriptExhausted(f"ScriptedLLM has no reply matching the request; {_describe(req)}")
+
+    # ------------------------------------------------------ built-in extraction
+
+    def _extraction_reply(self, req: LLMRequest) -> str:
+        """Deterministic answers that follow the extraction protocol (same request -> same reply).
+
+        * extract: capitalised word runs / CJK runs (cut into 4-character pieces) of the chunk text become
+          entities (up to 12, first occurrence order), consecutive ones are related (strength 1.0);
+          the first three names are the content keywords;
+        * glean: at most one extra entity, the longest lower-case word of 6+ letters in the chunk that no
+          earlier reply mentions (nothing when there is none);
+        * judge: "no"; summarize: the first 48 words of the joined descriptions;
+        * anything else: the first choice when choices are given, else an echo of the last message.
+        """
+        kind = req.tag or _guess_kind(req)
+        if kind == "extract":
+            names = _find_names(_chunk_text(req))
+            return self._format_records(req, names, relations=True)
+        if kind == "glean":
+            extra = _glean_word(req)
+            return self._format_records(req, [extra] if extra else [], relations=False)
+        if kind == "judge":
+            if req.choices and "no" not in req.choices:
+                return req.choices[-1]
+            return "no"
+        if kind == "summarize":
+            last = req.messages[-1]["content"]
+            descriptions = [line[2:].strip() for line in last.splitlines() if line.startswith("- ")]
+            return " ".join(" ".join(descriptions).split()[:48])
+        if req.choices:
+            return req.choices[0]
+        last = req.messages[-1]["content"] if req.messages else ""
+        return "scripted echo: " + " ".join(last.split()[:32])
+
+    def _entity_type(self, req: LLMRequest, name: str) -> str:
+        types: Sequence[str] = self.entity_types
+        if req.json_schema is not None:
+            try:
+                types = req.json_schema["properties"]["entities"]["items"]["properties"]["type"]["enum"]
+            except (KeyError, TypeError):
+                pass
+        return types[zlib.crc32(name.encode("utf-8")) % len(types)] if types else "concept"
+
+    def _format_records(self, req: LLMRequest, names: list[str], relations: bool) -> str:
+        entities = [
+            {"name": n, "type": self._entity_type(req, n), "description": f"{n} is mentioned in the text."}
+            for n in names
+        ]
+        rels = []
+        if relations:
+            rels = [
+                {"source": a, "target": b, "description": f"{a} appears together with {b}.",
+                 "keywords": ["co-occurrence"], "strength": 1.0}
+                for a, b in zip(names, names[1:])
+            ]
+        keywords = names[:3] if relations else []
+        if _wants_json(req):
+            payload = {"entities": entities, "relations": rels, "content_keywords": keywords}
+            return json.dumps(payload, ensure_ascii=False)
+        records = [f'("entity"<|>{e["name"]}<|>{e["type"]}<|>{e["description"]})' for e in entities]
+        records += [
+            f'("relationship"<|>{r["source"]}<|>{r["target"]}<|>{r["description"]}<|>{", ".join(r["keywords"])}'
+            f'<|>{r["strength"]})'
+            for r in rels
+        ]
+        if keywords:
+            records.append(f'("content_keywords"<|>{", ".join(keywords)})')
+        return "##\n".join(records) + "<|COMPLETE|>"
+
+
+def _guess_kind(req: LLMRequest) -> str:
+    last = req.messages[-1]["content"] if req.messages else ""
+    if TEXT_MARKER in last:
+        return "extract"
+    if any(h in last for h in _CONTINUE_HINTS):
+        return "glean"
+    if req.choices and len(req.messages) > 2:
+        return "judge"
+    if any(h in last for h in _SUMMARY_HINTS):
+        return "summarize"
+    return ""
+
+
+def _wants_json(req: LLMRequest) -> bool:
+    if req.json_schema is not None:
+        return True
+    system = next((m["content"] for m in req.messages if m["role"] == "system"), "")
+    return "JSON" in system
+
+
+def _chunk_text(req: LLMRequest) -> str:
+    for m in reversed(req.messages):
+        content = m["content"]
+        if m["role"] == "user" and TEXT_MARKER in content:
+            return content.rsplit(TEXT_MARKER, 1)[1].lstrip("\n")
+    return req.messages[-1]["content"] if req.messages else ""
+
+
+def _find_names(text: str) -> list[str]:
+    names: dict[str, str] = {}
+    for match in _NAME_RE.finditer(text):
+        if match.group("cjk"):
+            run = match.group("cjk")
+            # Chinese has no spaces: cut a run into 4-character pieces (a trailing single character is dropped).
+            found = [run[i : i + 4] for i in range(0, len(run), 4) if len(run[i : i + 4]) >= 2]
+        else:
+            words = match.group("latin").split()
+            while words and words[0].casefold() in _STOPWORDS:
+                words = words[1:]
+            found = [" ".join(words)] if words else []
+        for name in found:
+            names.setdefault(name.casefold(), name)
+            if len(names) >= MAX_FAKE_ENTITIES:
+                return list(names.values())
+    return list(names.values())
+
+
+def _glean_word(req: LLMRequest) -> str | None:
+    earlier = " ".join(m["content"] for m in req.messages if m["role"] == "assistant").casefold()
+    best = None
+    for word in _GLEAN_WORD_RE.findall(_chunk_text(req)):
+        if word in earlier:
+            continue
+        if best is None or len(word) > len(best):
+            best = word
+    return best
