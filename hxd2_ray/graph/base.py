@@ -1,0 +1,106 @@
+"""Graph store protocol and the plain value types it returns (no engine objects cross this line).
+
+Rows are TypedDicts, i.e. ordinary dicts: they pickle cheaply across Ray and serialise to JSON as is.
+``kuzu_store`` is the only implementation today; keeping the protocol here lets the query engine and
+its tests depend on the shape, not on Kùzu.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Protocol, Sequence, TypedDict
+
+# Bump when the DDL in kuzu_store changes; recorded in the manifest so an old index is rebuilt, not misread.
+GRAPH_SCHEMA_VERSION = 1
+
+# Names of the counts() entries, in a fixed order (manifest and CLI print them this way).
+COUNT_NAMES = ("documents", "chunks", "entities", "relations", "mentions")
+
+
+class EntityRow(TypedDict):
+    key: str
+    name: str
+    type: str
+    description: str
+    source_chunk_ids: list[str]
+    mention_count: int
+    name_truncated: bool
+    degree: int
+
+
+class EdgeRow(TypedDict):
+    """One undirected RELATED edge; ``source_key < target_key`` always (the stored orientation)."""
+
+    source_key: str
+    target_key: str
+    description: str
+    keywords: list[str]
+    weight: float
+    source_chunk_ids: list[str]
+    mention_count: int
+    degree: int  # degree(source) + degree(target): LightRAG's edge rank
+
+
+class ChunkRow(TypedDict):
+    id: str
+    doc_id: str
+    order: int
+    start: int
+    text: str
+    header_path: str
+    language: str
+    doc_title: str  # "" when the document row is missing
+    doc_source_id: str
+    doc_source_path: str
+
+
+class GraphStore(Protocol):
+    """Read side of the knowledge graph. All batch methods accept any iterable and ignore unknown keys."""
+
+    def counts(self) -> dict[str, int]:
+        """Rows per table: documents, chunks, entities, relations, mentions."""
+        ...
+
+    def get_entities(self, keys: Iterable[str]) -> list[EntityRow]:
+        """Entities for the known keys, in the order asked (duplicates asked once)."""
+        ...
+
+    def find_entity_by_name(self, name: str, key_fn: Callable[[str], str] | None = None) -> EntityRow | None:
+        """Exact lookup: by ``key_fn(name)`` when given (the merge stage's normaliser), else by the name property."""
+        ...
+
+    def neighbors(self, keys: Iterable[str], limit_per_entity: int | None = None) -> list[EdgeRow]:
+        """1-hop undirected edges of the keys, best ``limit_per_entity`` per key by (degree, weight), deduplicated."""
+        ...
+
+    def get_relations(self, pairs: Iterable[tuple[str, str]]) -> list[EdgeRow]:
+        """Edges for the pairs, in either orientation; missing pairs are skipped."""
+        ...
+
+    def chunks_for_entities(self, keys: Iterable[str]) -> dict[str, list[str]]:
+        """Chunk ids that mention each key (every asked key present, [] when none), in document order."""
+        ...
+
+    def get_chunks(self, ids: Iterable[str]) -> list[ChunkRow]:
+        """Chunks for the known ids, in the order asked, with their document's title and source joined."""
+        ...
+
+    def entity_degree(self, keys: Iterable[str]) -> dict[str, int]:
+        """Degree of each known key (unknown keys are absent)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def unique_in_order(items: Iterable[str]) -> list[str]:
+    """Drop repeats but keep the caller's order (queries return rows in the order they were asked)."""
+    return list(dict.fromkeys(items))
+
+
+def canonical_pair(a: str, b: str) -> tuple[str, str]:
+    """Relations are stored once per unordered pair with the smaller key first."""
+    return (a, b) if a <= b else (b, a)
+
+
+def sort_edges(edges: Sequence[EdgeRow]) -> list[EdgeRow]:
+    """LightRAG ranks edges by degree sum, then weight; ties fall back to the keys so results are stable."""
+    return sorted(edges, key=lambda e: (-e["degree"], -e["weight"], e["source_key"], e["target_key"]))

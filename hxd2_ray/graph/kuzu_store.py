@@ -1,0 +1,552 @@
+"""Kùzu graph store: one bulk writer and a parameterised reader. The only module that imports kuzu.
+
+Kùzu 0.11.3 is frozen (archived upstream), so everything engine-specific stays here: a later switch to
+LadybugDB is this file plus a rebuild from the staging Parquet. Rules this module keeps:
+
+* Data never enters query text. Writes are ``COPY <table> FROM $t`` with pyarrow Tables (pandas-3
+  string columns crash 0.11.3's COPY); reads are fixed templates with every ``$param`` bound, because an
+  unbound parameter on 0.11.3 silently matches as if unfiltered (see :func:`check_params`).
+* COPY matches columns by position, so every table is rebuilt in DDL order before loading; rel tables
+  take the FROM/TO primary keys as their first two columns.
+* One read-write ``Database`` per file, or many read-only ones. The index job builds into a fresh path
+  with :class:`KuzuGraphWriter`, closes it, and renames; readers open ``read_only=True``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import kuzu
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from hxd2_ray.errors import IndexMismatchError, IndexNotFoundError
+from hxd2_ray.graph.base import (
+    COUNT_NAMES,
+    GRAPH_SCHEMA_VERSION,
+    ChunkRow,
+    EdgeRow,
+    EntityRow,
+    canonical_pair,
+    sort_edges,
+    unique_in_order,
+)
+from hxd2_ray.indexing import tables
+
+__all__ = [
+    "GRAPH_SCHEMA_VERSION",
+    "KuzuGraphStore",
+    "KuzuGraphWriter",
+    "check_params",
+    "load_graph",
+    "prepare_tables",
+]
+
+# ---------------------------------------------------------------------------------------------------
+# Schema. ``ord`` not ``order``: ORDER is a Cypher keyword. The Arrow schemas below mirror the DDL column
+# order exactly, since COPY is positional.
+
+DDL = (
+    "CREATE NODE TABLE Document(id STRING, source_id STRING, source_path STRING, title STRING, n_chars INT64,"
+    " PRIMARY KEY(id))",
+    "CREATE NODE TABLE Chunk(id STRING, doc_id STRING, ord INT64, start INT64, text STRING, header_path STRING,"
+    " language STRING, PRIMARY KEY(id))",
+    "CREATE NODE TABLE Entity(key STRING, name STRING, type STRING, description STRING,"
+    " source_chunk_ids STRING[], mention_count INT64, name_truncated BOOL, degree INT64, PRIMARY KEY(key))",
+    "CREATE REL TABLE RELATED(FROM Entity TO Entity, description STRING, keywords STRING[], weight DOUBLE,"
+    " source_chunk_ids STRING[], mention_count INT64)",
+    "CREATE REL TABLE MENTIONS(FROM Chunk TO Entity)",
+    "CREATE REL TABLE PART_OF(FROM Chunk TO Document)",
+)
+GRAPH_TABLES = ("Document", "Chunk", "Entity", "RELATED", "MENTIONS", "PART_OF")
+# Node tables before rel tables: a rel COPY looks its endpoints up by primary key.
+LOAD_ORDER = GRAPH_TABLES
+
+_STR_LIST = pa.list_(pa.string())
+DOCUMENT_COLUMNS = pa.schema(
+    [("id", pa.string()), ("source_id", pa.string()), ("source_path", pa.string()), ("title", pa.string()),
+     ("n_chars", pa.int64())]
+)
+CHUNK_COLUMNS = pa.schema(
+    [("id", pa.string()), ("doc_id", pa.string()), ("ord", pa.int64()), ("start", pa.int64()),
+     ("text", pa.string()), ("header_path", pa.string()), ("language", pa.string())]
+)
+ENTITY_COLUMNS = pa.schema(
+    [("key", pa.string()), ("name", pa.string()), ("type", pa.string()), ("description", pa.string()),
+     ("source_chunk_ids", _STR_LIST), ("mention_count", pa.int64()), ("name_truncated", pa.bool_()),
+     ("degree", pa.int64())]
+)
+RELATED_COLUMNS = pa.schema(
+    [("from", pa.string()), ("to", pa.string()), ("description", pa.string()), ("keywords", _STR_LIST),
+     ("weight", pa.float64()), ("source_chunk_ids", _STR_LIST), ("mention_count", pa.int64())]
+)
+MENTIONS_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string())])
+PART_OF_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string())])
+
+# ---------------------------------------------------------------------------------------------------
+# Query templates: constants, so no data can ever be spliced into Cypher text.
+
+Q_SHOW_TABLES = "CALL show_tables() RETURN name"
+Q_COPY = {name: f"COPY {name} FROM $t" for name in GRAPH_TABLES}
+Q_CHECKPOINT = "CHECKPOINT"
+Q_COUNTS = {
+    "documents": "MATCH (d:Document) RETURN count(d) AS n",
+    "chunks": "MATCH (c:Chunk) RETURN count(c) AS n",
+    "entities": "MATCH (e:Entity) RETURN count(e) AS n",
+    "relations": "MATCH ()-[r:RELATED]->() RETURN count(r) AS n",
+    "mentions": "MATCH ()-[m:MENTIONS]->() RETURN count(m) AS n",
+}
+_ENTITY_RETURN = (
+    "e.key AS key, e.name AS name, e.type AS type, e.description AS description,"
+    " e.source_chunk_ids AS source_chunk_ids, e.mention_count AS mention_count,"
+    " e.name_truncated AS name_truncated, e.degree AS degree"
+)
+_EDGE_RETURN = (
+    "a.key AS a_key, b.key AS b_key, r.description AS description, r.keywords AS keywords, r.weight AS weight,"
+    " r.source_chunk_ids AS source_chunk_ids, r.mention_count AS mention_count, a.degree + b.degree AS degree"
+)
+Q_GET_ENTITIES = f"UNWIND $keys AS k MATCH (e:Entity {{key: k}}) RETURN {_ENTITY_RETURN}"
+# Several entities can share a surface form only if the key function maps them apart; prefer the most
+# mentioned so the lookup is deterministic.
+Q_ENTITY_BY_NAME = (
+    f"MATCH (e:Entity) WHERE e.name = $name RETURN {_ENTITY_RETURN} ORDER BY e.mention_count DESC, e.key LIMIT 1"
+)
+Q_NEIGHBORS = f"UNWIND $keys AS k MATCH (a:Entity {{key: k}})-[r:RELATED]-(b:Entity) RETURN k AS seed, {_EDGE_RETURN}"
+Q_GET_RELATIONS = (
+    "UNWIND $pairs AS p MATCH (a:Entity {key: p.s})-[r:RELATED]->(b:Entity {key: p.t})"
+    f" RETURN {_EDGE_RETURN}"
+)
+Q_CHUNKS_FOR_ENTITIES = (
+    "UNWIND $keys AS k MATCH (c:Chunk)-[:MENTIONS]->(e:Entity {key: k})"
+    " RETURN e.key AS key, c.id AS id, c.doc_id AS doc_id, c.ord AS ord"
+)
+Q_GET_CHUNKS = (
+    "UNWIND $ids AS i MATCH (c:Chunk {id: i}) OPTIONAL MATCH (c)-[:PART_OF]->(d:Document)"
+    " RETURN c.id AS id, c.doc_id AS doc_id, c.ord AS ord, c.start AS start, c.text AS text,"
+    " c.header_path AS header_path, c.language AS language, d.title AS doc_title,"
+    " d.source_id AS doc_source_id, d.source_path AS doc_source_path"
+)
+Q_ENTITY_DEGREE = "UNWIND $keys AS k MATCH (e:Entity {key: k}) RETURN e.key AS key, e.degree AS degree"
+
+_PARAM_RE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def check_params(query: str, params: Mapping[str, Any]) -> None:
+    """Every ``$name`` in the template must be bound, and nothing else (Kùzu rejects extras anyway).
+
+    Kùzu 0.11.3 runs a query with an unbound parameter as if the filter were absent, returning wrong
+    rows instead of failing; this guard turns that into an error.
+    """
+    names = set(_PARAM_RE.findall(query))
+    missing = sorted(names - params.keys())
+    extra = sorted(params.keys() - names)
+    if missing or extra:
+        raise ValueError(f"query parameters do not match the template: unbound {missing}, unused {extra}: {query!r}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Arrow preparation (pure: no Kùzu), exposed so tests and the job can inspect what would be loaded.
+
+
+def _require_columns(table: pa.Table, schema: pa.Schema, what: str) -> None:
+    missing = [n for n in schema.names if n not in table.column_names]
+    if missing:
+        raise ValueError(f"{what} table lacks columns {missing}; expected {schema.names}")
+
+
+def _fill_nulls(col: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:
+    """Readers get "" / 0 / False / [] instead of None, so rows look the same however they were staged."""
+    col = col.cast(typ)
+    if col.null_count == 0:
+        return col
+    if pa.types.is_list(typ):
+        empty = pa.scalar([], type=typ)
+        return pc.if_else(pc.is_null(col), empty, col)
+    default = {pa.string(): "", pa.int64(): 0, pa.bool_(): False, pa.float64(): 0.0}[typ]
+    return pc.fill_null(col, pa.scalar(default, type=typ))
+
+
+def _select(table: pa.Table, source_names: list[str], schema: pa.Schema, what: str) -> pa.Table:
+    """Columns ``source_names`` renamed and cast to ``schema`` (the DDL order)."""
+    cols = []
+    for src, field in zip(source_names, schema):
+        if src not in table.column_names:
+            raise ValueError(f"{what} table lacks column {src!r}")
+        cols.append(_fill_nulls(table[src], field.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _check_no_null(table: pa.Table, column: str, what: str) -> None:
+    nulls = table[column].null_count
+    if nulls:
+        raise ValueError(f"{what}: {nulls} rows have a null {column!r} (a primary key)")
+
+
+def _dedup(table: pa.Table, keys: list[str]) -> pa.Table:
+    """First row per key (duplicate primary keys make COPY fail); input order is otherwise kept."""
+    if table.num_rows == 0:
+        return table
+    if len(keys) == 1 and pc.count_distinct(table[keys[0]]).as_py() == table.num_rows:
+        return table
+    idx = pa.array(np.arange(table.num_rows, dtype=np.int64))
+    firsts = table.select(keys).append_column("__row", idx).group_by(keys, use_threads=False).aggregate(
+        [("__row", "min")]
+    )
+    return table.take(np.sort(firsts["__row_min"].to_numpy()))
+
+
+def _positions(values: pa.ChunkedArray | pa.Array, universe: pa.Array) -> np.ndarray:
+    """Row of each value in ``universe`` (unique strings), -1 where absent: joins as integer arrays."""
+    return pc.fill_null(pc.index_in(values, value_set=universe), -1).to_numpy().astype(np.int64)
+
+
+def _canonical_relations(rel: pa.Table) -> pa.Table:
+    """Orient every relation smaller-key-first (Arrow compares UTF-8 bytes, the same order as Python str)."""
+    src, tgt = rel["from"], rel["to"]
+    swap = pc.greater(src, tgt)
+    if pc.any(swap).as_py():
+        rel = rel.set_column(0, "from", pc.if_else(swap, tgt, src))
+        rel = rel.set_column(1, "to", pc.if_else(swap, src, tgt))
+    return rel
+
+
+def prepare_tables(
+    documents: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table
+) -> dict[str, pa.Table]:
+    """Turn the staging tables (``indexing.tables`` schemas) into the six COPY inputs, keyed by graph table."""
+    _require_columns(documents, tables.DOCUMENTS, "documents")
+    _require_columns(chunks, tables.CHUNKS.remove(tables.CHUNKS.get_field_index("shard")), "chunks")
+    _require_columns(entities, tables.ENTITIES, "entities")
+    _require_columns(relations, tables.RELATIONS, "relations")
+
+    docs = _select(documents, DOCUMENT_COLUMNS.names, DOCUMENT_COLUMNS, "documents")
+    _check_no_null(documents, "id", "documents")
+    docs = _dedup(docs, ["id"])
+
+    chunk_src = ["id", "doc_id", "order", "start", "text", "header_path", "language"]
+    chk = _select(chunks, chunk_src, CHUNK_COLUMNS, "chunks")
+    _check_no_null(chunks, "id", "chunks")
+    chk = _dedup(chk, ["id"])
+
+    ent_src = [n for n in ENTITY_COLUMNS.names if n != "degree"]
+    ent = _select(entities, ent_src, ENTITY_COLUMNS.remove(ENTITY_COLUMNS.get_field_index("degree")), "entities")
+    _check_no_null(entities, "key", "entities")
+    ent = _dedup(ent, ["key"])
+
+    rel_src = ["source_key", "target_key", "description", "keywords", "weight", "source_chunk_ids", "mention_count"]
+    for col in ("source_key", "target_key"):
+        _check_no_null(relations, col, "relations")
+    rel = _canonical_relations(_select(relations, rel_src, RELATED_COLUMNS, "relations"))
+    # Pairs, degrees and mentions are joined on integer row positions (not string group-bys): the
+    # entity keys are hashed once per column and the rest is numpy.
+    keys = ent["key"].combine_chunks()
+    n_ent = max(len(keys), 1)  # the pair-code base; 1 keeps the arithmetic defined with no entities
+    src, tgt = _positions(rel["from"], keys), _positions(rel["to"], keys)
+    absent = (src < 0) | (tgt < 0)
+    if absent.any():
+        ends = pa.chunked_array(rel["from"].chunks + rel["to"].chunks, type=pa.string())
+        missing = pc.unique(pc.filter(ends, pa.array(np.concatenate([src < 0, tgt < 0]))))
+        shown = ", ".join(repr(k) for k in missing.slice(0, 5).to_pylist())
+        raise ValueError(
+            f"{len(missing)} relation endpoints are not entities (e.g. {shown}); "
+            "the merge stage must create an entity for every relation endpoint"
+        )
+    _, first = np.unique(src * n_ent + tgt, return_index=True)
+    if len(first) < rel.num_rows:  # duplicate pairs: keep the first, in input order
+        keep = np.sort(first)
+        rel, src, tgt = rel.take(keep), src[keep], tgt[keep]
+    # LightRAG node degree: edges touching the entity, a self-loop counted once.
+    degree = np.bincount(src, minlength=n_ent) + np.bincount(tgt[src != tgt], minlength=n_ent)
+    ent = ent.append_column(ENTITY_COLUMNS.field("degree"), pa.array(degree[: len(keys)].astype(np.int64)))
+
+    # MENTIONS: chunk -> entity for each distinct source chunk id that is a loaded chunk.
+    chunk_ids = chk["id"].combine_chunks()
+    id_lists = ent["source_chunk_ids"].combine_chunks()
+    owner = pc.list_parent_indices(id_lists).to_numpy().astype(np.int64)
+    chunk_pos = _positions(pc.list_flatten(id_lists), chunk_ids)
+    found = chunk_pos >= 0
+    pairs = np.unique(chunk_pos[found] * n_ent + owner[found])  # sorted by chunk: COPY-friendly
+    men = pa.Table.from_arrays(
+        [chunk_ids.take(pa.array(pairs // n_ent)), keys.take(pa.array(pairs % n_ent))], schema=MENTIONS_COLUMNS
+    )
+
+    # PART_OF: chunk -> its document, when the document was loaded.
+    part = pa.Table.from_arrays([chk["id"], chk["doc_id"]], schema=PART_OF_COLUMNS)
+    part = part.filter(pc.is_in(part["to"], value_set=docs["id"].combine_chunks()))
+
+    return {"Document": docs, "Chunk": chk, "Entity": ent, "RELATED": rel, "MENTIONS": men, "PART_OF": part}
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def _open_database(path: Path, read_only: bool, max_threads: int, buffer_pool_bytes: int) -> kuzu.Database:
+    return kuzu.Database(
+        str(path), read_only=read_only, max_num_threads=max_threads, buffer_pool_size=buffer_pool_bytes
+    )
+
+
+class KuzuGraphWriter:
+    """Single-use bulk loader: open read-write, :meth:`bulk_load` once (which closes the database).
+
+    A failed load leaves a partial database behind; the job builds into a fresh temporary path and only
+    renames it into place after ``close()``, so a half graph is never published.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, max_threads: int = 0, buffer_pool_bytes: int = 0):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db: kuzu.Database | None = _open_database(self.path, False, max_threads, buffer_pool_bytes)
+        self._conn: kuzu.Connection | None = kuzu.Connection(self._db)
+        existing = [row[0] for row in self._conn.execute(Q_SHOW_TABLES).get_all()]
+        if existing:
+            self.close()
+            raise ValueError(
+                f"graph database at {self.path} is not empty (tables {sorted(existing)}); "
+                "bulk loads go into a fresh path"
+            )
+
+    def bulk_load(
+        self, documents: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table
+    ) -> dict[str, int]:
+        """Create the schema, COPY everything, checkpoint and close (also on failure).
+
+        Returns rows loaded per :data:`COUNT_NAMES` entry. Closing here means the file is complete and
+        unlocked as soon as this returns, even when the caller never calls :meth:`close`.
+        """
+        if self._conn is None:
+            raise RuntimeError("KuzuGraphWriter is closed: a writer loads once (build into a fresh path)")
+        try:
+            prepared = prepare_tables(documents, chunks, entities, relations)
+            for stmt in DDL:
+                self._conn.execute(stmt)
+            for name in LOAD_ORDER:
+                table = prepared[name]
+                if table.num_rows:  # nothing to copy; skip the statement
+                    params = {"t": table}
+                    check_params(Q_COPY[name], params)
+                    self._conn.execute(Q_COPY[name], params)
+            # Fold the WAL into the single database file so it can be copied/uploaded as one file.
+            self._conn.execute(Q_CHECKPOINT)
+        finally:
+            self.close()
+        return {
+            "documents": prepared["Document"].num_rows,
+            "chunks": prepared["Chunk"].num_rows,
+            "entities": prepared["Entity"].num_rows,
+            "relations": prepared["RELATED"].num_rows,
+            "mentions": prepared["MENTIONS"].num_rows,
+        }
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __enter__(self) -> "KuzuGraphWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load_graph(
+    path: str | os.PathLike[str],
+    documents: pa.Table,
+    chunks: pa.Table,
+    entities: pa.Table,
+    relations: pa.Table,
+    *,
+    max_threads: int = 0,
+) -> dict[str, int]:
+    """Open a writer on a fresh ``path``, load, close. Returns the loaded counts."""
+    with KuzuGraphWriter(path, max_threads=max_threads) as writer:
+        return writer.bulk_load(documents, chunks, entities, relations)
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def _entity_row(r: dict[str, Any]) -> EntityRow:
+    return EntityRow(
+        key=r["key"],
+        name=r["name"],
+        type=r["type"],
+        description=r["description"],
+        source_chunk_ids=list(r["source_chunk_ids"] or []),
+        mention_count=int(r["mention_count"]),
+        name_truncated=bool(r["name_truncated"]),
+        degree=int(r["degree"]),
+    )
+
+
+def _edge_row(r: dict[str, Any]) -> EdgeRow:
+    src, tgt = canonical_pair(r["a_key"], r["b_key"])
+    return EdgeRow(
+        source_key=src,
+        target_key=tgt,
+        description=r["description"],
+        keywords=list(r["keywords"] or []),
+        weight=float(r["weight"]),
+        source_chunk_ids=list(r["source_chunk_ids"] or []),
+        mention_count=int(r["mention_count"]),
+        degree=int(r["degree"]),
+    )
+
+
+class KuzuGraphStore:
+    """Read side (:class:`hxd2_ray.graph.base.GraphStore`). Thread-safe: one Kùzu connection per thread."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        read_only: bool = True,
+        *,
+        max_threads: int = 0,
+        buffer_pool_bytes: int = 0,
+    ):
+        self.path = Path(path)
+        if not self.path.exists():
+            raise IndexNotFoundError(f"no graph database at {self.path}: the index is missing or was never completed")
+        self._db: kuzu.Database | None = _open_database(self.path, read_only, max_threads, buffer_pool_bytes)
+        self._local = threading.local()
+        self._conns: list[kuzu.Connection] = []
+        self._lock = threading.Lock()
+        tables_found = {row["name"] for row in self._rows(Q_SHOW_TABLES, {})}
+        missing = [t for t in GRAPH_TABLES if t not in tables_found]
+        if missing:
+            self.close()
+            raise IndexMismatchError(
+                f"graph database at {self.path} lacks tables {missing}: it was not written by this "
+                f"version (graph schema {GRAPH_SCHEMA_VERSION}); rebuild the index"
+            )
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def _conn(self) -> kuzu.Connection:
+        if self._db is None:
+            raise RuntimeError("KuzuGraphStore is closed")
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = kuzu.Connection(self._db)
+            self._local.conn = conn
+            with self._lock:
+                self._conns.append(conn)
+        return conn
+
+    def _rows(self, query: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        check_params(query, params)
+        res = self._conn().execute(query, dict(params))
+        try:
+            cols = res.get_column_names()
+            return [dict(zip(cols, row)) for row in res.get_all()]
+        finally:
+            res.close()
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        return {name: int(self._rows(Q_COUNTS[name], {})[0]["n"]) for name in COUNT_NAMES}
+
+    def get_entities(self, keys: Iterable[str]) -> list[EntityRow]:
+        wanted = unique_in_order(keys)
+        if not wanted:
+            return []
+        found = {r["key"]: _entity_row(r) for r in self._rows(Q_GET_ENTITIES, {"keys": wanted})}
+        return [found[k] for k in wanted if k in found]
+
+    def find_entity_by_name(self, name: str, key_fn: Callable[[str], str] | None = None) -> EntityRow | None:
+        if key_fn is not None:
+            hits = self.get_entities([key_fn(name)])
+            return hits[0] if hits else None
+        rows = self._rows(Q_ENTITY_BY_NAME, {"name": name})
+        return _entity_row(rows[0]) if rows else None
+
+    def neighbors(self, keys: Iterable[str], limit_per_entity: int | None = None) -> list[EdgeRow]:
+        seeds = unique_in_order(keys)
+        if not seeds:
+            return []
+        per_seed: dict[str, dict[tuple[str, str], EdgeRow]] = {s: {} for s in seeds}
+        for r in self._rows(Q_NEIGHBORS, {"keys": seeds}):
+            edge = _edge_row(r)
+            per_seed[r["seed"]][(edge["source_key"], edge["target_key"])] = edge
+        out: dict[tuple[str, str], EdgeRow] = {}
+        for seed in seeds:
+            ranked = sort_edges(list(per_seed[seed].values()))
+            if limit_per_entity is not None:
+                ranked = ranked[: max(0, limit_per_entity)]
+            for edge in ranked:
+                out.setdefault((edge["source_key"], edge["target_key"]), edge)
+        return sort_edges(list(out.values()))
+
+    def get_relations(self, pairs: Iterable[tuple[str, str]]) -> list[EdgeRow]:
+        wanted = unique_in_order(canonical_pair(a, b) for a, b in pairs)  # type: ignore[arg-type]
+        if not wanted:
+            return []
+        params = {"pairs": [{"s": s, "t": t} for s, t in wanted]}
+        found = {}
+        for r in self._rows(Q_GET_RELATIONS, params):
+            edge = _edge_row(r)
+            found[(edge["source_key"], edge["target_key"])] = edge
+        return [found[p] for p in wanted if p in found]
+
+    def chunks_for_entities(self, keys: Iterable[str]) -> dict[str, list[str]]:
+        wanted = unique_in_order(keys)
+        out: dict[str, list[str]] = {k: [] for k in wanted}
+        if not wanted:
+            return out
+        rows = self._rows(Q_CHUNKS_FOR_ENTITIES, {"keys": wanted})
+        rows.sort(key=lambda r: (r["doc_id"], r["ord"], r["id"]))
+        for r in rows:
+            out[r["key"]].append(r["id"])
+        return out
+
+    def get_chunks(self, ids: Iterable[str]) -> list[ChunkRow]:
+        wanted = unique_in_order(ids)
+        if not wanted:
+            return []
+        found: dict[str, ChunkRow] = {}
+        for r in self._rows(Q_GET_CHUNKS, {"ids": wanted}):
+            found[r["id"]] = ChunkRow(
+                id=r["id"],
+                doc_id=r["doc_id"],
+                order=int(r["ord"]),
+                start=int(r["start"]),
+                text=r["text"],
+                header_path=r["header_path"],
+                language=r["language"],
+                doc_title=r["doc_title"] or "",
+                doc_source_id=r["doc_source_id"] or "",
+                doc_source_path=r["doc_source_path"] or "",
+            )
+        return [found[i] for i in wanted if i in found]
+
+    def entity_degree(self, keys: Iterable[str]) -> dict[str, int]:
+        wanted = unique_in_order(keys)
+        if not wanted:
+            return {}
+        return {r["key"]: int(r["degree"]) for r in self._rows(Q_ENTITY_DEGREE, {"keys": wanted})}
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._conns:
+                conn.close()
+            self._conns.clear()
+        self._local = threading.local()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __enter__(self) -> "KuzuGraphStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

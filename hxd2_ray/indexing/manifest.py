@@ -1,0 +1,187 @@
+"""The index manifest: written last, so its presence is what marks an index as complete.
+
+Readers open ``<root>/manifest.json`` before anything else; a crash mid-build leaves no manifest and the
+index reads as missing rather than half-there. The manifest also records the models, dimension and
+schema versions the query side must match.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+import pyarrow.fs as pafs
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+import hxd2_ray
+from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id
+from hxd2_ray.errors import IndexMismatchError, IndexNotFoundError
+from hxd2_ray.graph.base import GRAPH_SCHEMA_VERSION
+
+MANIFEST_FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+
+
+class IndexManifest(BaseModel):
+    # extra="ignore": a newer writer may add fields; format_version guards real incompatibility.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    format_version: int = MANIFEST_FORMAT_VERSION
+    fingerprint: str
+    prompt_version: str
+    llm_model_id: str
+    embedding_model_id: str
+    embedding_dim: int = Field(gt=0)
+    counts: dict[str, int] = Field(default_factory=dict)
+    vector_families: dict[str, dict[str, Any]] = Field(default_factory=dict)  # family -> FamilyInfo.to_dict()
+    graph_schema_version: int = GRAPH_SCHEMA_VERSION
+    created_at: str = Field(default_factory=lambda: utc_now_iso())
+    config: dict[str, Any] = Field(default_factory=dict)  # the HxdConfig used, as JSON
+    hxd2_ray_version: str = hxd2_ray.__version__
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        fingerprint: str,
+        prompt_version: str,
+        llm_model_id: str,
+        embedding_model_id: str,
+        embedding_dim: int,
+        counts: Mapping[str, int],
+        vector_families: Mapping[str, Mapping[str, Any]],
+        config: Mapping[str, Any],
+    ) -> "IndexManifest":
+        """A manifest stamped now, with this version's format, graph schema and package version."""
+        return cls(
+            fingerprint=fingerprint,
+            prompt_version=prompt_version,
+            llm_model_id=llm_model_id,
+            embedding_model_id=embedding_model_id,
+            embedding_dim=embedding_dim,
+            counts=dict(counts),
+            vector_families={k: dict(v) for k, v in vector_families.items()},
+            config=dict(config),
+        )
+
+
+def utc_now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def build_manifest(
+    cfg: HxdConfig,
+    prompt_version: str,
+    counts: Mapping[str, int],
+    vector_families: Mapping[str, Mapping[str, Any]],
+) -> IndexManifest:
+    """A manifest filled from the config that built the index."""
+    return IndexManifest.create(
+        fingerprint=cfg.index_fingerprint(prompt_version),
+        prompt_version=prompt_version,
+        llm_model_id=llm_model_id(cfg.llm),
+        embedding_model_id=embedding_model_id(cfg.embedding),
+        embedding_dim=cfg.embedding.dim,
+        counts=counts,
+        vector_families=vector_families,
+        config=cfg.model_dump(mode="json"),
+    )
+
+
+def _resolve(
+    location: str | os.PathLike[str], filesystem: pafs.FileSystem | None
+) -> tuple[pafs.FileSystem | None, str]:
+    """(filesystem, path) for a URI like s3://bucket/idx, or (None, local path) for a plain path."""
+    loc = os.fspath(location)
+    if filesystem is not None:
+        return filesystem, loc.rstrip("/")
+    if "://" in loc and not loc.startswith("file://"):
+        fs, path = pafs.FileSystem.from_uri(loc)
+        return fs, path.rstrip("/")
+    return None, loc.removeprefix("file://")
+
+
+def _manifest_path(path: str) -> str:
+    return path if path.endswith(MANIFEST_NAME) else f"{path.rstrip('/')}/{MANIFEST_NAME}"
+
+
+def write_manifest(
+    root: str | os.PathLike[str], manifest: IndexManifest, filesystem: pafs.FileSystem | None = None
+) -> str:
+    """Write ``<root>/manifest.json``; returns where. Call it after every other index file is in place.
+
+    Locally: temp file + fsync + rename, so a reader never sees a partial manifest. On object stores a
+    single PUT of the final key is already atomic, and being the last object written is what matters.
+    """
+    body = json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True, ensure_ascii=False).encode()
+    fs, path = _resolve(root, filesystem)
+    if fs is None or isinstance(fs, pafs.LocalFileSystem):
+        final = Path(_manifest_path(path))
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".tmp", dir=final.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(body)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return str(final)
+    key = _manifest_path(path)
+    with fs.open_output_stream(key) as out:
+        out.write(body)
+    return key
+
+
+def read_manifest(path: str | os.PathLike[str], filesystem: pafs.FileSystem | None = None) -> IndexManifest:
+    """Read the manifest of the index at ``path`` (its root, or the manifest.json itself)."""
+    fs, p = _resolve(path, filesystem)
+    where = _manifest_path(p)
+    try:
+        if fs is None:
+            raw = Path(where).read_bytes()
+        else:
+            with fs.open_input_stream(where) as fh:
+                raw = fh.read()
+    except (FileNotFoundError, NotADirectoryError):
+        raise IndexNotFoundError(
+            f"no manifest.json at {where}: the index is missing or was never completed"
+        ) from None
+    except OSError as exc:
+        # pyarrow reports a missing S3 key as OSError ("Path does not exist").
+        if "does not exist" in str(exc) or "NoSuchKey" in str(exc) or "not found" in str(exc).lower():
+            raise IndexNotFoundError(
+                f"no manifest.json at {where}: the index is missing or was never completed"
+            ) from None
+        raise
+    try:
+        manifest = IndexManifest.model_validate(json.loads(raw))
+    except (ValueError, ValidationError) as exc:
+        raise IndexNotFoundError(f"manifest.json at {where} is unreadable ({exc}); rebuild the index") from None
+    if manifest.format_version > MANIFEST_FORMAT_VERSION:
+        raise IndexMismatchError(
+            f"index at {where} has manifest format {manifest.format_version}, newer than this hxd2_ray "
+            f"{hxd2_ray.__version__} reads ({MANIFEST_FORMAT_VERSION}); upgrade hxd2_ray"
+        )
+    return manifest
+
+
+def check_compatible(manifest: IndexManifest, embedding_model_id: str, dim: int) -> None:
+    """The query side must embed with the model and dimension the index was built with."""
+    if manifest.embedding_model_id != embedding_model_id or manifest.embedding_dim != dim:
+        raise IndexMismatchError(
+            f"the index was built with embedding model {manifest.embedding_model_id!r} (dim "
+            f"{manifest.embedding_dim}) but the query configuration uses {embedding_model_id!r} (dim {dim}); "
+            "query with the same embedding model or rebuild the index"
+        )
+    if manifest.graph_schema_version != GRAPH_SCHEMA_VERSION:
+        raise IndexMismatchError(
+            f"the index has graph schema version {manifest.graph_schema_version} but this hxd2_ray reads "
+            f"version {GRAPH_SCHEMA_VERSION}; rebuild the index"
+        )

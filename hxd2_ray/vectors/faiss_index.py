@@ -1,0 +1,365 @@
+"""Sharded Faiss vector families: write once (atomically), open and search. The only module that imports faiss.
+
+A family is split into ``num_shards`` Faiss indexes by ``vector_id % num_shards`` so shards can be built
+in parallel (Ray tasks) and, later, served separately. Writing is three composable steps:
+
+1. :func:`plan_family` — ids, normalisation, shard assignment, index kind, and for IVF the single
+   training run on a sample spread over the whole family (all shards share those centroids, so their
+   scores are comparable and merging is exact over the probed lists).
+2. :func:`build_shard` — pure ``(vectors, ids, spec) -> bytes``; safe to run in a Ray task.
+3. :func:`commit_family` — write shards, id map and ``family.json`` into a temp dir, then rename.
+
+:func:`write_family` composes them: in-process by default (each shard built and written straight to
+disk), or with ``map_fn`` fanning :func:`build_shard` out and committing the returned blobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import faiss
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from hxd2_ray.config import VectorsConfig
+from hxd2_ray.errors import IndexMismatchError, IndexNotFoundError
+from hxd2_ray.vectors.base import (
+    FAMILY_FORMAT_VERSION,
+    FAMILY_JSON,
+    IDMAP_PARQUET,
+    FamilyInfo,
+    IndexKind,
+    SearchHits,
+    ShardSpec,
+    auto_nlist,
+    check_query_dim,
+    family_dir,
+    key_ids,
+    normalized,
+    shard_file,
+    training_sample,
+)
+
+__all__ = [
+    "FaissFamilyIndex",
+    "FamilyPlan",
+    "build_shard",
+    "commit_family",
+    "plan_family",
+    "train_ivf",
+    "write_family",
+]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pure builders (bytes in, bytes out) so Ray can ship them.
+
+
+def _to_bytes(index: faiss.Index) -> bytes:
+    return faiss.serialize_index(index).tobytes()
+
+
+def _from_bytes(blob: bytes) -> faiss.Index:
+    return faiss.deserialize_index(np.frombuffer(blob, dtype=np.uint8))
+
+
+def train_ivf(sample: np.ndarray, dim: int, nlist: int, nprobe: int, seed: int = 0) -> bytes:
+    """An empty IVF-Flat (inner product) trained on ``sample`` (already normalised); serialised."""
+    quantizer = faiss.IndexFlatIP(dim)
+    index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+    index.cp.seed = seed  # k-means init is seeded: the same input trains the same centroids
+    index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    index.nprobe = nprobe
+    return _to_bytes(index)
+
+
+def _build_index(vectors: np.ndarray, ids: np.ndarray, spec: ShardSpec) -> faiss.Index:
+    vecs = np.ascontiguousarray(vectors, dtype=np.float32)
+    labels = np.ascontiguousarray(ids, dtype=np.int64)
+    if vecs.ndim != 2 or vecs.shape[1] != spec.dim or vecs.shape[0] != labels.shape[0]:
+        raise ValueError(f"shard input mismatch: vectors {vecs.shape}, ids {labels.shape}, dim {spec.dim}")
+    if spec.kind == "flat":
+        index = faiss.IndexIDMap2(faiss.IndexFlatIP(spec.dim))
+    elif spec.kind == "hnsw":
+        base = faiss.IndexHNSWFlat(spec.dim, int(spec.params["M"]), faiss.METRIC_INNER_PRODUCT)
+        base.hnsw.efConstruction = int(spec.params["ef_construction"])
+        base.hnsw.efSearch = int(spec.params["ef_search"])
+        index = faiss.IndexIDMap2(base)
+    elif spec.kind == "ivf":
+        if spec.trained is None:
+            raise ValueError("an ivf ShardSpec needs the trained empty index (spec.trained)")
+        index = _from_bytes(spec.trained)  # IVF stores 64-bit ids itself: no IDMap wrapper needed
+    else:
+        raise ValueError(f"unknown index kind {spec.kind!r}; expected flat, hnsw or ivf")
+    if len(labels):
+        index.add_with_ids(vecs, labels)
+    return index
+
+
+def build_shard(vectors: np.ndarray, ids: np.ndarray, spec: ShardSpec) -> bytes:
+    """One shard index holding ``vectors`` (normalised float32 [n, dim]) under ``ids`` (int64), serialised."""
+    return _to_bytes(_build_index(vectors, ids, spec))
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FamilyPlan:
+    """Everything needed to build and commit a family; shard inputs are materialised on demand.
+
+    ``vectors`` is the caller's array, uncopied: :meth:`shard_inputs` makes each shard's normalised,
+    C-contiguous copy when it is built, so a family that may be gigabytes is never copied whole.
+    """
+
+    info: FamilyInfo
+    spec: ShardSpec
+    keys: list[str]  # caller's order
+    ids: np.ndarray  # int64 [n], aligned with keys
+    shards: np.ndarray  # int32 [n], shard of each key
+    order: np.ndarray  # int64 [n], rows of keys in shard order
+    bounds: np.ndarray  # int64 [num_shards + 1]: shard s holds rows order[bounds[s]:bounds[s + 1]]
+    vectors: np.ndarray  # float32 [n, dim], caller's order, not normalised
+
+    def shard_inputs(self, shard: int) -> tuple[np.ndarray, np.ndarray]:
+        """(normalised float32 vectors, int64 ids) of one shard; fresh copies, safe to ship to a task."""
+        rows = self.order[int(self.bounds[shard]) : int(self.bounds[shard + 1])]
+        what = f"{self.info.family} vectors"
+        return normalized(self.vectors[rows], what=what, copy=False), self.ids[rows]
+
+
+def _resolve_kind(cfg: VectorsConfig, largest_shard: int) -> IndexKind:
+    if cfg.index_type == "auto":
+        return "flat" if largest_shard <= cfg.flat_max_vectors else "ivf"
+    return cfg.index_type
+
+
+def plan_family(
+    family: str,
+    keys: Sequence[str],
+    vectors: np.ndarray,
+    cfg: VectorsConfig,
+    seed: int = 0,
+    ids: np.ndarray | None = None,
+) -> FamilyPlan:
+    """Validate, assign shards, choose the index kind and (IVF) train once on an even sample of the family."""
+    keys = list(keys)
+    n = len(keys)
+    vecs = np.asarray(vectors, dtype=np.float32)
+    if vecs.ndim != 2:
+        if n == 0 and vecs.size == 0:
+            raise ValueError(f"family {family!r} is empty: pass vectors of shape [0, dim] so dim is known")
+        raise ValueError(f"family {family!r}: vectors must be [n, dim], got shape {vecs.shape}")
+    if vecs.shape[0] != n:
+        raise ValueError(f"family {family!r}: {n} keys but {vecs.shape[0]} vectors")
+    dim = int(vecs.shape[1])
+    if dim <= 0:
+        raise ValueError(f"family {family!r}: vector dimension must be positive")
+    if n and not np.isfinite(np.einsum("ij,ij->i", vecs, vecs)).all():  # fail before any shard is built
+        raise ValueError(f"{family} vectors contain NaN or infinite values (or magnitudes beyond float32 range)")
+    ids = key_ids(keys, ids)
+    num_shards = cfg.num_shards
+    shards = (ids % num_shards).astype(np.int32)
+    shard_counts = np.bincount(shards, minlength=num_shards)
+    order = np.argsort(shards, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(shard_counts)]).astype(np.int64)
+    kind = _resolve_kind(cfg, int(shard_counts.max(initial=0)))
+
+    params: dict = {"requested_index_type": cfg.index_type}
+    trained = None
+    if kind == "hnsw":
+        params.update(M=cfg.hnsw_m, ef_construction=cfg.hnsw_ef_construction, ef_search=cfg.hnsw_ef_search)
+    elif kind == "ivf" and n:
+        nlist = auto_nlist(n, cfg.ivf_nlist, cfg.train_sample_size)
+        # Spread over the caller's row order, the whole family end to end (not the first batch).
+        sample_rows = training_sample(n, cfg.train_sample_size, seed)
+        trained = train_ivf(normalized(vecs[sample_rows], copy=False), dim, nlist, cfg.ivf_nprobe, seed)
+        params.update(nlist=nlist, nprobe=cfg.ivf_nprobe, train_size=int(len(sample_rows)), seed=seed)
+    info = FamilyInfo(
+        family=family, dim=dim, count=n, index_type=kind, num_shards=num_shards, params=params,
+        shard_counts=tuple(int(c) for c in shard_counts) if n else (),
+    )
+    return FamilyPlan(info=info, spec=ShardSpec(kind=kind, dim=dim, params=params, trained=trained), keys=keys,
+                      ids=ids, shards=shards, order=order, bounds=bounds, vectors=vecs)
+
+
+def commit_family(root: str | Path, plan: FamilyPlan, shard_blobs: Sequence[bytes | np.ndarray]) -> FamilyInfo:
+    """Write shards built elsewhere (:func:`build_shard` results, in shard order) plus metadata, atomically."""
+    if plan.info.count and len(shard_blobs) != plan.info.num_shards:
+        raise ValueError(f"{len(shard_blobs)} shard blobs for {plan.info.num_shards} shards")
+
+    def write_blobs(folder: Path) -> None:
+        for s, blob in enumerate(shard_blobs):
+            with open(folder / shard_file(s), "wb") as fh:
+                fh.write(memoryview(blob))
+
+    return _commit(root, plan, write_blobs)
+
+
+def _commit(root: str | Path, plan: FamilyPlan, write_shards: Callable[[Path], None]) -> FamilyInfo:
+    """Write the family into a temp dir beside its final place, then swap it in: readers see all or nothing."""
+    info = plan.info
+    final = family_dir(root, info.family)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".{info.family}.tmp-{uuid.uuid4().hex}"
+    tmp.mkdir()
+    try:
+        if info.count:  # an empty family has no shard files; search answers nothing
+            write_shards(tmp)
+        by_id = np.argsort(plan.ids, kind="stable")  # sorted ids: open() maps ids to keys by binary search
+        idmap = pa.table(
+            {
+                "vector_id": pa.array(plan.ids[by_id], pa.int64()),
+                "key": pa.array(plan.keys, pa.string()).take(pa.array(by_id)),
+                "shard": pa.array(plan.shards[by_id], pa.int32()),
+            }
+        )
+        pq.write_table(idmap, tmp / IDMAP_PARQUET)
+        (tmp / FAMILY_JSON).write_text(json.dumps(info.to_dict(), indent=2, sort_keys=True), encoding="utf-8")
+        _swap_in(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return info
+
+
+def _swap_in(tmp: Path, final: Path) -> None:
+    if final.exists():
+        old = final.parent / f".{final.name}.old-{uuid.uuid4().hex}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+
+
+def write_family(
+    root: str | Path,
+    family: str,
+    keys: Sequence[str],
+    vectors: np.ndarray,
+    cfg: VectorsConfig,
+    seed: int = 0,
+    map_fn: Callable[[Callable[..., bytes], Iterable[tuple]], Iterable[bytes]] | None = None,
+    ids: np.ndarray | None = None,
+) -> FamilyInfo:
+    """Plan, build every shard and commit; returns what family.json records.
+
+    ``ids``: precomputed ``vector_id`` of each key (e.g. the EMBEDDINGS.vector_id column), to skip hashing.
+    ``map_fn(build_shard, [(vectors, ids, spec), ...])`` may fan the shard builds out (e.g. Ray tasks)
+    and must return the blobs in shard order. Without it shards are built here and written straight to
+    disk (no serialised copy).
+    """
+    plan = plan_family(family, keys, vectors, cfg, seed, ids)
+    n_shards = plan.info.num_shards
+    if map_fn is not None and plan.info.count:
+        jobs = ((*plan.shard_inputs(s), plan.spec) for s in range(n_shards))
+        return commit_family(root, plan, list(map_fn(build_shard, jobs)))
+
+    def build_and_write(folder: Path, shard: int) -> None:
+        index = _build_index(*plan.shard_inputs(shard), plan.spec)
+        faiss.write_index(index, str(folder / shard_file(shard)))
+
+    def write_shards(folder: Path) -> None:
+        # Flat shards are pure memory copies (copy, normalise, add, write: all release the GIL), so
+        # threads overlap them ~2x. HNSW/IVF adds are OpenMP-parallel already; nesting threads over
+        # them oversubscribes the cores and OpenMP spin-waits collapse throughput, so those go one by one.
+        workers = min(n_shards, os.cpu_count() or 1) if plan.spec.kind == "flat" else 1
+        if workers <= 1:
+            for s in range(n_shards):
+                build_and_write(folder, s)
+            return
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(lambda s: build_and_write(folder, s), range(n_shards)))
+
+    return _commit(root, plan, write_shards)
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def _apply_search_params(index: faiss.Index, info: FamilyInfo) -> None:
+    """Search knobs come from family.json, not whatever the serialised index happened to hold."""
+    if info.index_type == "ivf":
+        faiss.extract_index_ivf(index).nprobe = int(info.params["nprobe"])
+    elif info.index_type == "hnsw":
+        faiss.downcast_index(index.index).hnsw.efSearch = int(info.params["ef_search"])
+
+
+class FaissFamilyIndex:
+    """All shards of one family in memory; search fans out over the shards and merges (max inner product)."""
+
+    def __init__(self, info: FamilyInfo, shards: list[faiss.Index], ids: np.ndarray, keys: np.ndarray):
+        self.info = info
+        self.family = info.family
+        self.dim = info.dim
+        self.count = info.count
+        self._shards = shards
+        self._ids = ids  # sorted int64
+        self._keys = keys  # object array aligned with _ids
+
+    @classmethod
+    def open(cls, root: str | Path, family: str) -> "FaissFamilyIndex":
+        folder = family_dir(root, family)
+        meta = folder / FAMILY_JSON
+        if not meta.exists():
+            raise IndexNotFoundError(f"no vector family {family!r} at {folder}: the index is missing or incomplete")
+        info = FamilyInfo.from_dict(json.loads(meta.read_text(encoding="utf-8")))
+        if info.format_version > FAMILY_FORMAT_VERSION:
+            raise IndexMismatchError(
+                f"vector family {family!r} has format {info.format_version}; this version reads up to "
+                f"{FAMILY_FORMAT_VERSION}"
+            )
+        idmap = pq.read_table(folder / IDMAP_PARQUET)
+        ids = idmap["vector_id"].to_numpy()
+        keys = np.array(idmap["key"].to_pylist(), dtype=object)
+        shards: list[faiss.Index] = []
+        if info.count:
+            for s in range(info.num_shards):
+                index = faiss.read_index(str(folder / shard_file(s)))
+                _apply_search_params(index, info)
+                shards.append(index)
+        total = sum(int(ix.ntotal) for ix in shards)
+        if total != info.count or len(ids) != info.count:
+            raise IndexMismatchError(
+                f"vector family {family!r} is inconsistent: family.json says {info.count} vectors, "
+                f"shards hold {total}, id map has {len(ids)}"
+            )
+        return cls(info, shards, ids, keys)
+
+    def search(self, queries: np.ndarray, k: int) -> SearchHits:
+        q = np.asarray(queries, dtype=np.float32)
+        if q.ndim == 1:
+            q = q.reshape(1, -1)
+        check_query_dim(q, self.dim, self.family)
+        nq = q.shape[0]
+        k = min(int(k), self.count)
+        if k <= 0 or nq == 0:
+            return [[] for _ in range(nq)]
+        q = normalized(q, self.dim, "queries")
+        results = [ix.search(q, k) for ix in self._shards]
+        if len(results) == 1:
+            D, I = results[0]
+        else:
+            D, I = faiss.merge_knn_results(
+                np.stack([r[0] for r in results]), np.stack([r[1] for r in results]), keep_max=True
+            )
+        # Missing results come back as id -1; an id absent from the id map would be a corrupt family,
+        # so both are dropped rather than mapped to a neighbouring key.
+        pos = np.minimum(np.searchsorted(self._ids, I), len(self._ids) - 1)
+        valid = (I >= 0) & (self._ids[pos] == I)
+        out: SearchHits = []
+        for row_ok, row_d, row_p in zip(valid, D, pos):
+            out.append([(self._keys[p], float(d)) for ok, d, p in zip(row_ok, row_d, row_p) if ok])
+        return out
+
+    def close(self) -> None:
+        self._shards = []
