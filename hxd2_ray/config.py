@@ -79,6 +79,9 @@ class ScriptedLLMConfig(_Frozen):
     backend: Literal["scripted"] = "scripted"
     model_id: str = Field("scripted-echo", description="Recorded in the manifest.")
     tokens_per_word: float = Field(1.3, gt=0, description="Token estimate used for accounting.")
+    fail_when: tuple[str, ...] = Field(
+        (), description="Requests whose text contains one of these fail (failure injection for retry/resume tests)."
+    )
 
 
 class VllmLLMConfig(_Frozen):
@@ -152,6 +155,51 @@ class RayConfig(_Frozen):
     max_batch_retries: int = Field(2, ge=0, description="Retries of a failed LLM/embedding batch before recording it.")
 
 
+class RetrievalConfig(_Frozen):
+    """Query-time settings: dual-level retrieval, context budgets and answer generation (not part of the index)."""
+
+    top_k_entities: int = Field(6, ge=0, description="Entities kept from the low-level matches (reference: 6).")
+    top_k_relations: int = Field(5, ge=0, description="Relations kept from the high-level matches (reference: 5).")
+    top_k_chunks: int = Field(5, ge=0, description="Chunks kept from the raw-question chunk channel.")
+    search_k: int = Field(30, gt=0, description="Faiss hits fetched per query text before threshold and cut (reference: 30).")
+    similarity_threshold: float = Field(
+        0.3, ge=-1, le=1,
+        description="Minimum cosine similarity of a vector hit (the reference's 0.2 on its own scale is cos ~0.43).",
+    )
+    fuzzy_score_cutoff: float = Field(
+        85, ge=0, le=100, description="Minimum rapidfuzz ratio (0-100) of a near-miss entity name (100: exact folded names only)."
+    )
+    fuzzy_limit: int = Field(5, ge=0, description="Fuzzy name matches kept per low-level keyword (0 disables the channel).")
+    question_channel: bool = Field(
+        True, description="Also embed the raw question and search entity_mix, relation_mix and chunk families."
+    )
+    max_keywords: int = Field(10, gt=0, description="Keywords kept per level from the LLM reply.")
+    max_neighbors_per_entity: int | None = Field(
+        20, description="1-hop edges kept per matched entity, best by (degree sum, weight); None keeps all."
+    )
+    max_chunk_candidates: int = Field(
+        64, gt=0, description="Ranked chunk candidates whose text is fetched before the chunk budget is applied."
+    )
+    entity_budget_tokens: int = Field(8000, ge=0, description="Token budget of the entity table (paper: 8k).")
+    relation_budget_tokens: int = Field(8000, ge=0, description="Token budget of the relation table (paper: 8k).")
+    chunk_budget_tokens: int = Field(12000, ge=0, description="Token budget of the source-text table (paper: 12k).")
+    context_length: int | None = Field(
+        None, gt=0, description="Model context in tokens; None takes the LLM's max_model_len (32768 if it has none)."
+    )
+    answer_reserve_tokens: int = Field(
+        4096, gt=0,
+        description="Tokens kept free for the answer: the input cap is context_length minus this (paper: 28k of 32k). "
+                    "Clamped to half the context for small models.",
+    )
+    question_budget_tokens: int = Field(1024, gt=0, description="A longer question is cut to this many tokens.")
+    keyword_max_tokens: int = Field(256, gt=0, description="Completion cap of the keyword-extraction call.")
+    answer_max_tokens: int = Field(1024, gt=0, description="Completion cap of the answer (never above the reserve).")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature of keyword extraction and the answer.")
+    cache_dir: str | None = Field(
+        None, description="Local copy of s3:// indexes; None: $HXD2_INDEX_CACHE or ~/.cache/hxd2/indexes."
+    )
+
+
 class HxdConfig(_Frozen):
     ingest: IngestConfig = IngestConfig()
     s3: S3Config = S3Config()
@@ -161,6 +209,7 @@ class HxdConfig(_Frozen):
     embedding: EmbeddingConfig = HashingEmbeddingConfig()
     vectors: VectorsConfig = VectorsConfig()
     ray: RayConfig = RayConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
 
     def index_fingerprint(self, prompt_version: str) -> str:
         """Hash of everything that shapes the index: chunking, extraction, prompts, models, vector layout."""

@@ -79,6 +79,25 @@ def _convert_gguf(gguf: Path, out_dir: Path) -> None:
     tokenizer.save_pretrained(str(out_dir))
 
 
+
+def resolve_llm_path(model: str) -> str:
+    """``builtin:smollm2-135m-instruct`` or a local folder."""
+    if model == "builtin:smollm2-135m-instruct":
+        return smollm2_path()
+    if model.startswith("builtin:"):
+        raise ValueError(f"unknown builtin LLM {model!r}; valid: builtin:smollm2-135m-instruct or a local folder")
+    return model
+
+
+def resolve_embedding_path(model: str) -> str:
+    """``builtin:minilm`` or a local folder."""
+    if model == "builtin:minilm":
+        return minilm_path()
+    if model.startswith("builtin:"):
+        raise ValueError(f"unknown builtin embedding model {model!r}; valid: builtin:minilm or a local folder")
+    return model
+
+
 if __name__ == "__main__":
     print(smollm2_path())
     print(minilm_path())

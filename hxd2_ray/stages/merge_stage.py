@@ -1,0 +1,165 @@
+"""The global merge: mentions from every chunk of the corpus grouped by entity key / unordered pair.
+
+``explode_*`` turn extraction rows into one row per mention (map_batches); ``Merge*Groups`` reduce one key's
+mentions (map_groups after a hash shuffle, so a key's mentions meet whichever file or worker they came from).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from hxd2_ray.config import HxdConfig
+from hxd2_ray.extraction.merge import (
+    entity_key,
+    merge_entity_mentions,
+    merge_relation_mentions,
+    relation_pair_key,
+)
+from hxd2_ray.indexing import tables
+from hxd2_ray.types import EntityMention, MergedEntity, MergedRelation, RelationMention
+
+ENTITY_MENTIONS = pa.schema(
+    [("key", pa.string()), ("name", pa.string()), ("type", pa.string()), ("description", pa.string()),
+     ("chunk_id", pa.string())]
+)
+RELATION_MENTIONS = pa.schema(
+    [("pair", pa.string()), ("source", pa.string()), ("target", pa.string()), ("description", pa.string()),
+     ("keywords", pa.list_(pa.string())), ("strength", pa.float64()), ("chunk_id", pa.string())]
+)
+MERGED_ENTITIES = tables.ENTITIES.append(pa.field("needs_summary", pa.bool_()))
+MERGED_RELATIONS = tables.RELATIONS.append(pa.field("needs_summary", pa.bool_()))
+
+_PAIR_SEP = "\x1f"
+
+
+def _successful(extractions: pa.Table) -> list[dict]:
+    return [row for row in extractions.to_pylist() if not row["error"]]
+
+
+class ExplodeEntityMentions:
+    def __init__(self, cfg: HxdConfig) -> None:
+        self._cfg = cfg.extraction
+
+    def __call__(self, extractions: pa.Table) -> pa.Table:
+        rows = []
+        for ext in _successful(extractions):
+            for ent in ext["entities"]:
+                key = entity_key(ent["name"], self._cfg)
+                if key:
+                    rows.append({**ent, "key": key, "chunk_id": ext["chunk_id"]})
+        return pa.Table.from_pylist(rows, schema=ENTITY_MENTIONS)
+
+
+class ExplodeRelationMentions:
+    def __init__(self, cfg: HxdConfig) -> None:
+        self._cfg = cfg.extraction
+
+    def __call__(self, extractions: pa.Table) -> pa.Table:
+        rows = []
+        for ext in _successful(extractions):
+            for rel in ext["relations"]:
+                a, b = relation_pair_key(rel["source"], rel["target"], self._cfg)
+                if a and b and a != b:
+                    rows.append({**rel, "pair": f"{a}{_PAIR_SEP}{b}", "chunk_id": ext["chunk_id"]})
+        return pa.Table.from_pylist(rows, schema=RELATION_MENTIONS)
+
+
+def entities_to_table(entities: list[MergedEntity]) -> pa.Table:
+    return pa.Table.from_pylist(
+        [
+            {
+                "key": e.key,
+                "name": e.name,
+                "type": e.type,
+                "description": e.description,
+                "source_chunk_ids": list(e.source_chunk_ids),
+                "mention_count": e.mention_count,
+                "name_truncated": e.name_truncated,
+                "needs_summary": e.needs_summary,
+            }
+            for e in entities
+        ],
+        schema=MERGED_ENTITIES,
+    )
+
+
+def relations_to_table(relations: list[MergedRelation]) -> pa.Table:
+    return pa.Table.from_pylist(
+        [
+            {
+                "source_key": r.source_key,
+                "target_key": r.target_key,
+                "description": r.description,
+                "keywords": list(r.keywords),
+                "weight": r.weight,
+                "source_chunk_ids": list(r.source_chunk_ids),
+                "mention_count": r.mention_count,
+                "needs_summary": r.needs_summary,
+            }
+            for r in relations
+        ],
+        schema=MERGED_RELATIONS,
+    )
+
+
+class MergeEntityGroups:
+    """One group = every mention of one entity key across the corpus."""
+
+    def __init__(self, cfg: HxdConfig) -> None:
+        from hxd2_ray.llm.tokens import build_token_counter
+
+        self._cfg = cfg.extraction
+        self._count_tokens = build_token_counter(cfg.llm)
+
+    def __call__(self, group: pa.Table) -> pa.Table:
+        rows = group.to_pylist()
+        mentions = [EntityMention(r["name"], r["type"], r["description"], r["chunk_id"]) for r in rows]
+        merged = merge_entity_mentions(rows[0]["key"], mentions, self._cfg, self._count_tokens)
+        return entities_to_table([merged])
+
+
+class MergeRelationGroups:
+    """One group = every mention of one unordered entity pair across the corpus."""
+
+    def __init__(self, cfg: HxdConfig) -> None:
+        from hxd2_ray.llm.tokens import build_token_counter
+
+        self._cfg = cfg.extraction
+        self._count_tokens = build_token_counter(cfg.llm)
+
+    def __call__(self, group: pa.Table) -> pa.Table:
+        rows = group.to_pylist()
+        mentions = [
+            RelationMention(
+                r["source"], r["target"], r["description"], tuple(r["keywords"] or ()), r["strength"], r["chunk_id"]
+            )
+            for r in rows
+        ]
+        merged = merge_relation_mentions(mentions, self._cfg, self._count_tokens)
+        return relations_to_table([merged])
+
+
+class SummarizeLongDescriptions:
+    """LLM summary of descriptions over the token budget; input/output: merged entity or relation rows."""
+
+    def __init__(self, cfg: HxdConfig, llm=None) -> None:
+        from hxd2_ray.extraction.extractor import Extractor
+        from hxd2_ray.extraction.prompts import load_prompts
+        from hxd2_ray.wiring import build_llm
+
+        self._llm = llm if llm is not None else build_llm(cfg.llm)
+        self._extractor = Extractor(self._llm, cfg.extraction, load_prompts(), max_retries=cfg.ray.max_batch_retries)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        from hxd2_ray.chunking.splitter import detect_language
+
+        rows = batch.to_pylist()
+        items = []
+        for r in rows:
+            name = r["name"] if "name" in r else f"{r['source_key']} - {r['target_key']}"
+            descriptions = [d for d in r["description"].split("\n") if d.strip()]
+            items.append((name, descriptions, detect_language(r["description"])))
+        summaries = self._extractor.summarize(items)
+        for r, summary in zip(rows, summaries, strict=True):
+            r["description"] = summary
+        return pa.Table.from_pylist(rows, schema=batch.schema)

@@ -1,0 +1,34 @@
+"""``hxd2``: one command, subcommands loaded lazily so ``hxd2 --help`` imports no Ray, vLLM or torch."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# subcommand -> (module with main(argv) -> int, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "index": ("jobs.index", "build an index: corpus -> chunks -> loop-NER -> Kùzu graph + sharded Faiss"),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    rows = "\n".join(f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items())
+    return f"usage: hxd2 COMMAND [ARGS]\n\ncommands:\n{rows}\n\nRun 'hxd2 COMMAND --help' for a command's options."
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"hxd2: unknown command {name!r}; valid: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

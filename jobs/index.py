@@ -1,0 +1,620 @@
+"""Indexing job: corpus -> chunks -> loop-NER -> global merge -> embeddings -> Kùzu graph + sharded Faiss.
+
+Run locally (starts a local Ray):   python -m jobs.index --config configs/local.yaml --input DIR --output DIR
+On a cluster:  ray job submit --working-dir . -- python -m jobs.index --config configs/gpu.yaml --input s3://…
+
+Every stage persists its results under ``<output>/_staging`` before the next starts, so a rerun after a
+crash skips finished work: ingest and merge by input fingerprint, extraction and embedding per row.
+``manifest.json`` is written last; an output without it is never taken for a complete index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import posixpath
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+
+from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, load_config
+from hxd2_ray.errors import EmptyCorpusError, HxdError
+from hxd2_ray.indexing import tables
+from hxd2_ray.stages import staging as st
+
+STAGES = ("ingest", "extract", "merge", "embed", "write")
+
+
+def _log(msg: str) -> None:
+    print(f"[hxd2 index] {msg}", file=sys.stderr, flush=True)
+
+
+class StageClock:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.status: dict[str, str] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        _log(f"stage {name} …")
+        started = time.perf_counter()
+        yield
+        self.seconds[name] = round(time.perf_counter() - started, 3)
+        _log(f"stage {name} done in {self.seconds[name]:.1f}s ({self.status.get(name, 'ran')})")
+
+
+def init_ray(cfg: HxdConfig) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    env_vars = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    for name in ("HXD2_MODELS_DIR", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL",
+                 "AWS_DEFAULT_REGION", "VLLM_CPU_KVCACHE_SPACE"):
+        if os.environ.get(name):
+            env_vars[name] = os.environ[name]
+    address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
+        return
+    kwargs: dict[str, Any] = {"include_dashboard": False, "runtime_env": {"env_vars": env_vars}}
+    if cfg.ray.num_cpus is not None:
+        kwargs["num_cpus"] = cfg.ray.num_cpus
+    if cfg.ray.object_store_mb is not None:
+        kwargs["object_store_memory"] = cfg.ray.object_store_mb * 1024 * 1024
+    ray.init(**kwargs)
+
+
+def _collect(ds) -> pa.Table:
+    import ray
+
+    blocks = [b for b in ray.get(ds.to_arrow_refs()) if b.num_rows]
+    if not blocks:
+        return pa.table({})
+    return pa.concat_tables(blocks, promote_options="permissive")
+
+
+def _blocks(table: pa.Table, rows_per_block: int) -> list[pa.Table]:
+    rows_per_block = max(1, rows_per_block)
+    return [table.slice(i, rows_per_block) for i in range(0, table.num_rows, rows_per_block)] or [table]
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    if table.num_rows == 0:
+        return schema.empty_table()
+    return table.select(schema.names).cast(schema)
+
+
+def _parse_with(batch: pa.Table, cfg: HxdConfig, scheme: str) -> pa.Table:
+    from hxd2_ray.stages.ingest_stage import ParseAndChunk
+
+    if scheme:
+        paths = pa.array([scheme + p for p in batch.column("path").to_pylist()], pa.string())
+        batch = batch.set_column(batch.schema.get_field_index("path"), "path", paths)
+    return ParseAndChunk(cfg)(batch)
+
+
+def _uri(fs: pafs.FileSystem, path: str) -> str:
+    return "s3://" + path if isinstance(fs, pafs.S3FileSystem) else path
+
+
+class IndexBuild:
+    """One run of the indexing job over ``input_uri`` into ``output_uri``."""
+
+    def __init__(self, cfg: HxdConfig, input_uri: str, output_uri: str) -> None:
+        from hxd2_ray.extraction.prompts import load_prompts
+        from hxd2_ray.ingest.sources import open_output_filesystem
+
+        self.cfg = cfg
+        self.input_uri = input_uri
+        self.output_uri = output_uri
+        self.fs, self.root = open_output_filesystem(output_uri, cfg.s3)
+        self.staging = posixpath.join(self.root, "_staging")
+        self.staging_uri = _uri(self.fs, self.staging)
+        self.prompts = load_prompts()
+        self.fingerprint = cfg.index_fingerprint(self.prompts.version_hash)
+        self.clock = StageClock()
+        self.counters: Counter[str] = Counter()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _stage_path(self, *parts: str) -> str:
+        return posixpath.join(self.staging, *parts)
+
+    def _marker(self, stage: str) -> dict | None:
+        return st.read_json(self.fs, self._stage_path("_stages", f"{stage}.json"))
+
+    def _mark(self, stage: str, payload: dict) -> None:
+        st.write_json_atomic(self.fs, self._stage_path("_stages", f"{stage}.json"), payload)
+
+    def _check_staging_fingerprint(self) -> None:
+        build = st.read_json(self.fs, self._stage_path("build.json"))
+        if build is None:
+            st.write_json_atomic(self.fs, self._stage_path("build.json"), {"fingerprint": self.fingerprint})
+        elif build.get("fingerprint") != self.fingerprint:
+            raise HxdError(
+                f"{self.output_uri} holds a partial build made with another configuration (fingerprint "
+                f"{build.get('fingerprint')}, this run {self.fingerprint}); use a new --output or --overwrite"
+            )
+
+    # ------------------------------------------------------------------ stages
+
+    def ingest(self) -> tuple[pa.Table, pa.Table, pa.Table]:
+        import ray
+
+        from hxd2_ray.ingest.sources import list_input_files, precheck, resolve_filesystem
+
+        files = list_input_files(self.input_uri, self.cfg.ingest, self.cfg.s3)
+        if not files:
+            raise EmptyCorpusError(f"no input files under {self.input_uri}")
+        in_fs, _ = resolve_filesystem(files[0], self.cfg.s3)
+        paths = [resolve_filesystem(f, self.cfg.s3)[1] for f in files]
+        infos = in_fs.get_file_info(paths)
+        input_fp = st.fingerprint_of(f"{i.path}|{i.size}|{i.mtime_ns}" for i in infos)
+        # Oversized and unsupported files are quarantined from their listing alone; Ray never fetches them.
+        prechecked, readable = [], []
+        for uri, info in zip(files, infos, strict=True):
+            verdict = precheck(uri, info.size, self.cfg.ingest)
+            (prechecked.append(verdict) if verdict else readable.append(uri))
+        marker = self._marker("ingest")
+        if marker and marker.get("input") == input_fp:
+            self.clock.status["ingest"] = "skipped: finished earlier"
+            docs = st.read_staged(self.fs, self._stage_path("documents"), tables.DOCUMENTS).table
+            quarantine = st.read_staged(self.fs, self._stage_path("quarantine"), tables.QUARANTINE).table
+            chunks = st.read_staged(self.fs, self._stage_path("chunks"), tables.CHUNKS).table
+            return docs, quarantine, chunks
+
+        from hxd2_ray.stages.columns import PARSED, parsed_rows
+
+        parts = [parsed_rows([], prechecked)]
+        if readable:
+            ds = ray.data.read_binary_files([resolve_filesystem(u, self.cfg.s3)[1] for u in readable],
+                                            include_paths=True, filesystem=in_fs)
+            # Ray hands back in-filesystem paths; documents keep the URI the user gave (s3://bucket/key).
+            fn_kwargs = {"cfg": self.cfg, "scheme": "s3://" if isinstance(in_fs, pafs.S3FileSystem) else ""}
+            parts.append(_collect(ds.map_batches(_parse_with, fn_kwargs=fn_kwargs, batch_format="pyarrow",
+                                                 batch_size=32)))
+        parsed = pa.concat_tables([_conform(p, PARSED) for p in parts])
+        parsed = parsed.sort_by([("source_path", "ascending")])
+        is_doc = pc.equal(parsed.column("kind"), "document")
+        quarantine = _conform(parsed.filter(pc.invert(is_doc)).select(tables.QUARANTINE.names), tables.QUARANTINE)
+        doc_rows = parsed.filter(is_doc)
+
+        # The same text in two files is one document (its id is the content hash); keep the first path's metadata.
+        seen: set[str] = set()
+        keep = []
+        for i, doc_id in enumerate(doc_rows.column("doc_id").to_pylist()):
+            if doc_id not in seen:
+                seen.add(doc_id)
+                keep.append(i)
+        self.counters["duplicate_documents"] = doc_rows.num_rows - len(keep)
+        doc_rows = doc_rows.take(keep)
+        docs = pa.table(
+            {
+                "id": doc_rows.column("doc_id"),
+                "source_id": doc_rows.column("source_id"),
+                "source_path": doc_rows.column("source_path"),
+                "title": doc_rows.column("title"),
+                "n_chars": doc_rows.column("n_chars"),
+            },
+            schema=tables.DOCUMENTS,
+        )
+        flat = pc.list_flatten(doc_rows.column("chunks"))
+        if len(flat):
+            chunk_struct = flat.combine_chunks() if isinstance(flat, pa.ChunkedArray) else flat
+            chunks = pa.Table.from_struct_array(chunk_struct)
+        else:
+            chunks = tables.CHUNKS.empty_table().drop_columns(["shard"])
+        n_shards = self.cfg.ray.extraction_shards
+        shard = [int(cid[:8], 16) % n_shards for cid in chunks.column("id").to_pylist()]
+        chunks = _conform(chunks.append_column("shard", pa.array(shard, pa.int64())), tables.CHUNKS)
+
+        # Replace whatever an interrupted ingest left, then mark the stage done.
+        for sub in ("documents", "quarantine", "chunks"):
+            st.remove_files(self.fs, st.list_parquet(self.fs, self._stage_path(sub)))
+        st.write_table_atomic(self.fs, self._stage_path("documents", "part-0000.parquet"), docs)
+        st.write_table_atomic(self.fs, self._stage_path("quarantine", "part-0000.parquet"), quarantine)
+        for s in range(n_shards):
+            part = chunks.filter(pc.equal(chunks.column("shard"), s))
+            if part.num_rows:
+                st.write_table_atomic(self.fs, self._stage_path("chunks", f"shard-{s:04d}.parquet"), part)
+        self._mark("ingest", {"input": input_fp, "documents": docs.num_rows, "chunks": chunks.num_rows})
+        self.clock.status["ingest"] = f"ran on {len(files)} files"
+        return docs, quarantine, chunks
+
+    def extract(self, chunks: pa.Table) -> pa.Table:
+        import ray
+
+        from hxd2_ray.stages.extract_stage import ExtractAndPersist
+
+        folder = self._stage_path("extractions")
+        existing = st.read_staged(self.fs, folder, tables.EXTRACTIONS, columns=["chunk_id", "error"])
+        if existing.unreadable:
+            _log(f"removing {len(existing.unreadable)} unreadable extraction files left by a crash")
+            st.remove_files(self.fs, existing.unreadable)
+        ok = existing.table.filter(pc.equal(existing.table.column("error"), ""))
+        done = pa.array(sorted(set(ok.column("chunk_id").to_pylist())), pa.string())
+        pending = chunks.filter(pc.invert(pc.is_in(chunks.column("id"), value_set=done)))
+        if pending.num_rows:
+            self.clock.status["extract"] = f"ran on {pending.num_rows} of {chunks.num_rows} chunks"
+            batch = self.cfg.ray.ner_batch_size
+            ds = ray.data.from_arrow(_blocks(pending.drop_columns(["shard"]), batch))
+            stats = _collect(
+                ds.map_batches(
+                    ExtractAndPersist,
+                    fn_constructor_args=(self.cfg, self.staging_uri),
+                    batch_size=batch,
+                    batch_format="pyarrow",
+                    compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.ner_actors),
+                    num_cpus=self.cfg.ray.cpus_per_ner_actor,
+                    num_gpus=self.cfg.ray.gpus_per_ner_actor,
+                )
+            )
+            self.counters["extraction_batches"] = stats.num_rows
+        else:
+            self.clock.status["extract"] = "skipped: every chunk extracted earlier"
+        extractions = st.read_staged(self.fs, folder, tables.EXTRACTIONS).table
+        return _latest_per_chunk(extractions, chunks)
+
+    def merge(self, extractions: pa.Table) -> tuple[pa.Table, pa.Table]:
+        import ray
+
+        from hxd2_ray.extraction.merge import missing_endpoint_entities
+        from hxd2_ray.stages.merge_stage import (
+            MERGED_ENTITIES,
+            MERGED_RELATIONS,
+            ExplodeEntityMentions,
+            ExplodeRelationMentions,
+            MergeEntityGroups,
+            MergeRelationGroups,
+            SummarizeLongDescriptions,
+            entities_to_table,
+        )
+
+        input_fp = st.fingerprint_of(
+            f"{c}|{e}" for c, e in zip(extractions.column("chunk_id").to_pylist(),
+                                       extractions.column("error").to_pylist(), strict=True)
+        )
+        marker = self._marker("merge")
+        if marker and marker.get("input") == input_fp:
+            self.clock.status["merge"] = "skipped: finished earlier"
+            ents = st.read_staged(self.fs, self._stage_path("entities"), tables.ENTITIES).table
+            rels = st.read_staged(self.fs, self._stage_path("relations"), tables.RELATIONS).table
+            self.counters["summarized_descriptions"] = marker.get("summarized", 0)
+            return ents, rels
+
+        ok = extractions.filter(pc.equal(extractions.column("error"), ""))
+        ds = ray.data.from_arrow(_blocks(ok, 256))
+        parts = max(1, min(64, ok.num_rows // 2000 + 1))
+        merged_entities = _conform(_collect(
+            ds.map_batches(ExplodeEntityMentions, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
+                           compute=ray.data.ActorPoolStrategy(size=1))
+            .groupby("key", num_partitions=parts)
+            .map_groups(MergeEntityGroups, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
+                        compute=ray.data.ActorPoolStrategy(size=1))
+        ), MERGED_ENTITIES)
+        relation_mentions = ds.map_batches(ExplodeRelationMentions, fn_constructor_args=(self.cfg,),
+                                           batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=1)
+                                           ).materialize()
+        merged_relations = _conform(_collect(
+            relation_mentions.groupby("pair", num_partitions=parts)
+            .map_groups(MergeRelationGroups, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
+                        compute=ray.data.ActorPoolStrategy(size=1))
+        ), MERGED_RELATIONS)
+
+        summarized = 0
+        for name, merged, schema in (("entities", merged_entities, MERGED_ENTITIES),
+                                     ("relations", merged_relations, MERGED_RELATIONS)):
+            long_rows = merged.filter(merged.column("needs_summary"))
+            if not long_rows.num_rows:
+                continue
+            _log(f"summarising {long_rows.num_rows} {name} descriptions over the token budget")
+            summaries = _conform(_collect(
+                ray.data.from_arrow(_blocks(long_rows, self.cfg.ray.ner_batch_size)).map_batches(
+                    SummarizeLongDescriptions, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
+                    batch_size=self.cfg.ray.ner_batch_size,
+                    compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.ner_actors),
+                    num_cpus=self.cfg.ray.cpus_per_ner_actor, num_gpus=self.cfg.ray.gpus_per_ner_actor)
+            ), schema)
+            summarized += summaries.num_rows
+            rest = merged.filter(pc.invert(merged.column("needs_summary")))
+            merged = pa.concat_tables([rest, summaries])
+            if name == "entities":
+                merged_entities = merged
+            else:
+                merged_relations = merged
+
+        # A relation needs both endpoints as nodes; endpoints never extracted as entities get type "unknown".
+        known = set(merged_entities.column("key").to_pylist())
+        endpoints = set(merged_relations.column("source_key").to_pylist()) | set(
+            merged_relations.column("target_key").to_pylist())
+        missing = []
+        if endpoints - known:
+            from hxd2_ray.types import RelationMention
+
+            mention_rows = _collect(relation_mentions).to_pylist()
+            missing = missing_endpoint_entities(
+                known,
+                (RelationMention(r["source"], r["target"], r["description"], tuple(r["keywords"] or ()),
+                                 r["strength"], r["chunk_id"]) for r in mention_rows),
+                self.cfg.extraction,
+            )
+        if missing:
+            merged_entities = pa.concat_tables([merged_entities, entities_to_table(missing)])
+        self.counters["endpoint_only_entities"] = len(missing)
+        self.counters["summarized_descriptions"] = summarized
+
+        ents = _conform(merged_entities.sort_by("key"), tables.ENTITIES)
+        rels = _conform(merged_relations.sort_by([("source_key", "ascending"), ("target_key", "ascending")]),
+                        tables.RELATIONS)
+        for sub, table in (("entities", ents), ("relations", rels)):
+            st.remove_files(self.fs, st.list_parquet(self.fs, self._stage_path(sub)))
+            st.write_table_atomic(self.fs, self._stage_path(sub, "part-0000.parquet"), table)
+        self._mark("merge", {"input": input_fp, "entities": ents.num_rows, "relations": rels.num_rows,
+                             "summarized": summarized})
+        self.clock.status["merge"] = f"merged {ok.num_rows} chunk extractions"
+        return ents, rels
+
+    def embed(self, entities: pa.Table, relations: pa.Table, chunks: pa.Table) -> pa.Table:
+        import ray
+
+        from hxd2_ray.stages.embed_stage import EMBED_INPUTS, EmbedAndPersist, embedding_inputs
+
+        inputs = embedding_inputs(entities, relations, chunks)
+        folder = self._stage_path("embeddings")
+        existing = st.read_staged(self.fs, folder, tables.EMBEDDINGS, columns=["family", "key"])
+        if existing.unreadable:
+            st.remove_files(self.fs, existing.unreadable)
+        done = pa.array(
+            sorted({f"{f}\x1f{k}" for f, k in zip(existing.table.column("family").to_pylist(),
+                                                  existing.table.column("key").to_pylist(), strict=True)}),
+            pa.string(),
+        )
+        ident = pc.binary_join_element_wise(inputs.column("family"), inputs.column("key"), "\x1f")
+        pending = _conform(inputs.filter(pc.invert(pc.is_in(ident, value_set=done))), EMBED_INPUTS)
+        if pending.num_rows:
+            self.clock.status["embed"] = f"ran on {pending.num_rows} of {inputs.num_rows} texts"
+            batch = self.cfg.ray.embed_batch_size
+            stats = _collect(
+                ray.data.from_arrow(_blocks(pending, batch)).map_batches(
+                    EmbedAndPersist, fn_constructor_args=(self.cfg, self.staging_uri), batch_size=batch,
+                    batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.embed_actors),
+                    num_cpus=self.cfg.ray.cpus_per_embed_actor, num_gpus=self.cfg.ray.gpus_per_embed_actor)
+            )
+            failed = int(pc.sum(stats.column("failed")).as_py() or 0) if stats.num_rows else 0
+            if failed:
+                errors = sorted({e for e in stats.column("error").to_pylist() if e})
+                raise HxdError(f"{failed} texts could not be embedded after retries ({'; '.join(errors[:3])}); "
+                               "they are recorded and a rerun embeds only what is missing")
+        else:
+            self.clock.status["embed"] = "skipped: every text embedded earlier"
+        vectors = st.read_staged(self.fs, folder, tables.EMBEDDINGS).table
+        ident = pc.binary_join_element_wise(vectors.column("family"), vectors.column("key"), "\x1f")
+        _, first = _unique_first(ident.to_pylist())
+        return vectors.take(first)
+
+    def write(self, docs: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table,
+              vectors: pa.Table) -> dict[str, Any]:
+        import numpy as np
+
+        from hxd2_ray.graph.kuzu_store import KuzuGraphWriter
+        from hxd2_ray.vectors.faiss_index import write_family
+
+        local = isinstance(self.fs, pafs.LocalFileSystem)
+        build_dir = (os.path.join(self.root, f".building-{uuid.uuid4().hex[:8]}") if local
+                     else tempfile.mkdtemp(prefix="hxd2-build-"))
+        os.makedirs(build_dir, exist_ok=True)
+        try:
+            KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu")).bulk_load(
+                docs, chunks.drop_columns(["shard"]), entities, relations)
+            families = {}
+            for family in tables.VECTOR_FAMILIES:
+                part = vectors.filter(pc.equal(vectors.column("family"), family))
+                keys = part.column("key").to_pylist()
+                flat = pc.list_flatten(part.column("vector")).to_numpy(zero_copy_only=False)
+                arr = np.ascontiguousarray(flat, dtype=np.float32).reshape(len(keys), -1) if keys else \
+                    np.zeros((0, self.cfg.embedding.dim), np.float32)
+                info = write_family(build_dir, family, keys, arr, self.cfg.vectors)
+                families[family] = _as_dict(info)
+            self._publish(build_dir)
+        finally:
+            shutil.rmtree(build_dir, ignore_errors=True)
+        return families
+
+    def _publish(self, build_dir: str) -> None:
+        """Swap the new graph and vectors in (the manifest was removed before the build started)."""
+        for name in ("graph.kuzu", "vectors"):
+            target = posixpath.join(self.root, name)
+            info = self.fs.get_file_info(target)
+            if info.type == pafs.FileType.Directory:
+                self.fs.delete_dir(target)
+            elif info.type == pafs.FileType.File:
+                self.fs.delete_file(target)
+            for extra in (target + ".wal",):
+                if self.fs.get_file_info(extra).type == pafs.FileType.File:
+                    self.fs.delete_file(extra)
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            for name in os.listdir(build_dir):
+                os.replace(os.path.join(build_dir, name), os.path.join(self.root, name))
+        else:
+            pafs.copy_files(build_dir, self.root, source_filesystem=pafs.LocalFileSystem(),
+                            destination_filesystem=self.fs)
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> dict[str, Any]:
+        from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, write_manifest
+
+        started = time.perf_counter()
+        manifest_path = posixpath.join(self.root, "manifest.json")
+        self._check_staging_fingerprint()
+        # A stale manifest must not vouch for files this run is about to replace.
+        if st.exists(self.fs, manifest_path):
+            self.fs.delete_file(manifest_path)
+
+        with self.clock.stage("ingest"):
+            docs, quarantine, chunks = self.ingest()
+        if docs.num_rows == 0:
+            reasons = Counter(quarantine.column("reason").to_pylist())
+            raise EmptyCorpusError(
+                f"no valid document in {self.input_uri}: {quarantine.num_rows} files quarantined "
+                f"({', '.join(f'{k}: {v}' for k, v in sorted(reasons.items())) or 'none'}); no index was written"
+            )
+        with self.clock.stage("extract"):
+            extractions = self.extract(chunks)
+        with self.clock.stage("merge"):
+            entities, relations = self.merge(extractions)
+        with self.clock.stage("embed"):
+            vectors = self.embed(entities, relations, chunks)
+        with self.clock.stage("write"):
+            families = self.write(docs, chunks, entities, relations, vectors)
+
+        summary = self._summary(docs, quarantine, chunks, extractions, entities, relations, families)
+        summary["seconds_total"] = round(time.perf_counter() - started, 3)
+        st.write_json_atomic(self.fs, posixpath.join(self.root, "index_summary.json"), summary)
+        manifest = IndexManifest.create(
+            fingerprint=self.fingerprint,
+            prompt_version=self.prompts.version_hash,
+            llm_model_id=llm_model_id(self.cfg.llm),
+            embedding_model_id=embedding_model_id(self.cfg.embedding),
+            embedding_dim=self.cfg.embedding.dim,
+            counts={k: summary[k] for k in ("documents", "chunks", "entities", "relations")},
+            vector_families=families,
+            config=self.cfg.model_dump(mode="json"),
+        )
+        write_manifest(manifest_path, manifest, filesystem=self.fs)
+        read_manifest(manifest_path, filesystem=self.fs)  # the index is complete only if this reads back
+        return summary
+
+    def _summary(self, docs, quarantine, chunks, extractions, entities, relations, families) -> dict[str, Any]:
+        def total(col: str) -> int:
+            return int(pc.sum(extractions.column(col)).as_py() or 0) if extractions.num_rows else 0
+
+        failed = extractions.filter(pc.not_equal(extractions.column("error"), ""))
+        return {
+            "input": self.input_uri,
+            "output": self.output_uri,
+            "fingerprint": self.fingerprint,
+            "prompt_version": self.prompts.version_hash,
+            "llm_model": llm_model_id(self.cfg.llm),
+            "embedding_model": embedding_model_id(self.cfg.embedding),
+            "documents": docs.num_rows,
+            "chunks": chunks.num_rows,
+            "entities": entities.num_rows,
+            "relations": relations.num_rows,
+            "quarantined_files": quarantine.num_rows,
+            "quarantine_reasons": dict(sorted(Counter(quarantine.column("reason").to_pylist()).items())),
+            "duplicate_documents": self.counters["duplicate_documents"],
+            "llm_calls": total("llm_calls"),
+            "prompt_tokens": total("prompt_tokens"),
+            "completion_tokens": total("completion_tokens"),
+            "malformed_records": total("malformed_records"),
+            "failed_chunks": failed.num_rows,
+            "failed_chunk_errors": sorted(set(failed.column("error").to_pylist()))[:5],
+            "endpoint_only_entities": self.counters["endpoint_only_entities"],
+            "summarized_descriptions": self.counters["summarized_descriptions"],
+            "vectors": {f: info.get("count", 0) for f, info in families.items()},
+            "seconds_per_stage": dict(self.clock.seconds),
+            "stage_status": dict(self.clock.status),
+        }
+
+
+def _unique_first(values: list[str]) -> tuple[list[str], list[int]]:
+    seen: dict[str, int] = {}
+    for i, v in enumerate(values):
+        seen.setdefault(v, i)
+    return list(seen), sorted(seen.values())
+
+
+def _latest_per_chunk(extractions: pa.Table, chunks: pa.Table) -> pa.Table:
+    """One extraction per current chunk: a successful one if any exists, else the recorded failure."""
+    wanted = set(chunks.column("id").to_pylist())
+    best: dict[str, int] = {}
+    for i, (cid, err) in enumerate(zip(extractions.column("chunk_id").to_pylist(),
+                                       extractions.column("error").to_pylist(), strict=True)):
+        if cid not in wanted:
+            continue
+        prev = best.get(cid)
+        if prev is None or (not err and extractions.column("error")[prev].as_py()):
+            best[cid] = i
+    order = sorted(best.values(), key=lambda i: extractions.column("chunk_id")[i].as_py())
+    return extractions.take(order) if order else tables.EXTRACTIONS.empty_table()
+
+
+def _as_dict(info: Any) -> dict[str, Any]:
+    if isinstance(info, dict):
+        return info
+    if hasattr(info, "model_dump"):
+        return info.model_dump(mode="json")
+    from dataclasses import asdict, is_dataclass
+
+    return asdict(info) if is_dataclass(info) else dict(vars(info))
+
+
+def run_index(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool = False) -> dict[str, Any]:
+    if overwrite:
+        from hxd2_ray.ingest.sources import resolve_filesystem
+
+        fs, root = resolve_filesystem(output_uri, cfg.s3)
+        if fs.get_file_info(root).type == pafs.FileType.Directory:
+            fs.delete_dir_contents(root, missing_dir_ok=True)
+    init_ray(cfg)
+    return IndexBuild(cfg, input_uri, output_uri).run()
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    lines = [
+        f"index written to {summary['output']} (fingerprint {summary['fingerprint']})",
+        f"  documents {summary['documents']:>10,}   chunks {summary['chunks']:>10,}",
+        f"  entities  {summary['entities']:>10,}   relations {summary['relations']:>7,}",
+        f"  quarantined files {summary['quarantined_files']:,} {summary['quarantine_reasons'] or ''}",
+        f"  LLM calls {summary['llm_calls']:,}  prompt tokens {summary['prompt_tokens']:,}  "
+        f"completion tokens {summary['completion_tokens']:,}",
+        f"  malformed records skipped {summary['malformed_records']:,}  failed chunks {summary['failed_chunks']:,}",
+        "  seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in summary["seconds_per_stage"].items()),
+    ]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hxd2 index", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
+    parser.add_argument("--input", required=True, help="folder, file, glob or s3:// URI of the corpus")
+    parser.add_argument("--output", required=True, help="index folder or s3:// URI")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a config value (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    parser.add_argument("--overwrite", action="store_true", help="delete what the output holds first")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.overrides)
+        summary = run_index(cfg, args.input, args.output, overwrite=args.overwrite)
+    except HxdError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(summary, indent=2, ensure_ascii=False))
+    else:
+        print(format_summary(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
