@@ -198,6 +198,15 @@ class RetrievalConfig(_Frozen):
     cache_dir: str | None = Field(
         None, description="Local copy of s3:// indexes; None: $HXD2_INDEX_CACHE or ~/.cache/hxd2/indexes."
     )
+    search_threads: int | None = Field(
+        1, ge=1,
+        description="OpenMP threads of Faiss in a query process (set when an index is opened; process-wide). "
+                    "1: a query's searches are small, and spinning thread pools stall under concurrent queries or "
+                    "a shared CPU. None: leave Faiss' default.",
+    )
+    graph_threads: int = Field(
+        1, ge=0, description="Kùzu threads per query (0: all cores); point lookups gain nothing from more."
+    )
 
 
 class HxdConfig(_Frozen):
@@ -262,6 +271,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
                 raise ConfigError(f"override {item!r}: {part!r} is not a section")
             cursor = nxt
         cursor[parts[-1]] = yaml.safe_load(raw)
+    # A backend section given without its discriminator (e.g. only ``embedding.dim=64``) means the default backend.
+    defaults = HxdConfig()
+    for section in ("llm", "embedding"):
+        if isinstance(data.get(section), dict) and "backend" not in data[section]:
+            data[section] = {"backend": getattr(defaults, section).backend, **data[section]}
     return validate_config(data, source=str(path) if path else "<defaults>")
 
 

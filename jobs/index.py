@@ -11,6 +11,7 @@ crash skips finished work: ingest and merge by input fingerprint, extraction and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import posixpath
@@ -58,7 +59,9 @@ def init_ray(cfg: HxdConfig) -> None:
 
     if ray.is_initialized():
         return
-    env_vars = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env_vars = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                # Engine logs belong on stderr: stdout carries the --json summary.
+                "VLLM_LOGGING_STREAM": "ext://sys.stderr"}
     for name in ("HXD2_MODELS_DIR", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL",
                  "AWS_DEFAULT_REGION", "VLLM_CPU_KVCACHE_SPACE"):
         if os.environ.get(name):
@@ -104,10 +107,6 @@ def _parse_with(batch: pa.Table, cfg: HxdConfig, scheme: str) -> pa.Table:
     return ParseAndChunk(cfg)(batch)
 
 
-def _uri(fs: pafs.FileSystem, path: str) -> str:
-    return "s3://" + path if isinstance(fs, pafs.S3FileSystem) else path
-
-
 class IndexBuild:
     """One run of the indexing job over ``input_uri`` into ``output_uri``."""
 
@@ -120,7 +119,6 @@ class IndexBuild:
         self.output_uri = output_uri
         self.fs, self.root = open_output_filesystem(output_uri, cfg.s3)
         self.staging = posixpath.join(self.root, "_staging")
-        self.staging_uri = _uri(self.fs, self.staging)
         self.prompts = load_prompts()
         self.fingerprint = cfg.index_fingerprint(self.prompts.version_hash)
         self.clock = StageClock()
@@ -198,7 +196,7 @@ class IndexBuild:
                 seen.add(doc_id)
                 keep.append(i)
         self.counters["duplicate_documents"] = doc_rows.num_rows - len(keep)
-        doc_rows = doc_rows.take(keep)
+        doc_rows = doc_rows.take(pa.array(keep, pa.int64()))
         docs = pa.table(
             {
                 "id": doc_rows.column("doc_id"),
@@ -252,7 +250,7 @@ class IndexBuild:
             stats = _collect(
                 ds.map_batches(
                     ExtractAndPersist,
-                    fn_constructor_args=(self.cfg, self.staging_uri),
+                    fn_constructor_args=(self.cfg, self.fs, self.staging),
                     batch_size=batch,
                     batch_format="pyarrow",
                     compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.ner_actors),
@@ -387,7 +385,7 @@ class IndexBuild:
             batch = self.cfg.ray.embed_batch_size
             stats = _collect(
                 ray.data.from_arrow(_blocks(pending, batch)).map_batches(
-                    EmbedAndPersist, fn_constructor_args=(self.cfg, self.staging_uri), batch_size=batch,
+                    EmbedAndPersist, fn_constructor_args=(self.cfg, self.fs, self.staging), batch_size=batch,
                     batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.embed_actors),
                     num_cpus=self.cfg.ray.cpus_per_embed_actor, num_gpus=self.cfg.ray.gpus_per_embed_actor)
             )
@@ -401,7 +399,7 @@ class IndexBuild:
         vectors = st.read_staged(self.fs, folder, tables.EMBEDDINGS).table
         ident = pc.binary_join_element_wise(vectors.column("family"), vectors.column("key"), "\x1f")
         _, first = _unique_first(ident.to_pylist())
-        return vectors.take(first)
+        return vectors.take(pa.array(first, pa.int64()))
 
     def write(self, docs: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table,
               vectors: pa.Table) -> dict[str, Any]:
@@ -602,7 +600,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides)
-        summary = run_index(cfg, args.input, args.output, overwrite=args.overwrite)
+        # Ray forwards workers' stdout to ours; with --json only the summary may reach stdout.
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            summary = run_index(cfg, args.input, args.output, overwrite=args.overwrite)
     except HxdError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -67,6 +67,13 @@ def _s3_filesystem(s3: S3Config) -> pafs.S3FileSystem:
         parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
         kwargs["endpoint_override"] = parsed.netloc + parsed.path.rstrip("/")
         kwargs["scheme"] = parsed.scheme or "https"
+    # Explicit keys travel with the pickled filesystem, so Ray workers whose environment lacks them (a worker
+    # started before the credentials were set, another node) can still read and write.
+    if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
+        kwargs["access_key"] = os.environ["AWS_ACCESS_KEY_ID"]
+        kwargs["secret_key"] = os.environ["AWS_SECRET_ACCESS_KEY"]
+        if os.environ.get("AWS_SESSION_TOKEN"):
+            kwargs["session_token"] = os.environ["AWS_SESSION_TOKEN"]
     return pafs.S3FileSystem(**kwargs)
 
 

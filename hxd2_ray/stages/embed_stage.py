@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from hxd2_ray.config import HxdConfig
 from hxd2_ray.indexing import tables
@@ -51,13 +52,12 @@ def embedding_inputs(entities: pa.Table, relations: pa.Table, chunks: pa.Table) 
 class EmbedAndPersist:
     """Embeds a batch and writes ``embeddings/part-<hash>.parquet`` (family, key, vector_id, vector)."""
 
-    def __init__(self, cfg: HxdConfig, staging_uri: str, embedder=None) -> None:
-        self._max_retries = cfg.ray.max_batch_retries
-        from hxd2_ray.ingest.sources import resolve_filesystem
+    def __init__(self, cfg: HxdConfig, staging_fs: pafs.FileSystem, staging_root: str, embedder=None) -> None:
         from hxd2_ray.wiring import build_embedder
 
-        self._fs, root = resolve_filesystem(staging_uri, cfg.s3)
-        self._folder = posixpath.join(root, "embeddings")
+        self._max_retries = cfg.ray.max_batch_retries
+        self._fs = staging_fs
+        self._folder = posixpath.join(staging_root, "embeddings")
         self._embedder = embedder if embedder is not None else build_embedder(cfg.embedding)
 
     def __call__(self, batch: pa.Table) -> pa.Table:

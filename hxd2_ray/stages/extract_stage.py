@@ -6,6 +6,7 @@ import posixpath
 import time
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from hxd2_ray.config import HxdConfig
 from hxd2_ray.stages.columns import chunks_from_table, extractions_to_table
@@ -34,14 +35,13 @@ class ExtractAndPersist:
     rerun extracts only the chunks with no successful extraction on disk.
     """
 
-    def __init__(self, cfg: HxdConfig, staging_uri: str, llm=None) -> None:
+    def __init__(self, cfg: HxdConfig, staging_fs: pafs.FileSystem, staging_root: str, llm=None) -> None:
         from hxd2_ray.extraction.extractor import Extractor
         from hxd2_ray.extraction.prompts import load_prompts
-        from hxd2_ray.ingest.sources import resolve_filesystem
         from hxd2_ray.wiring import build_llm
 
-        self._fs, root = resolve_filesystem(staging_uri, cfg.s3)
-        self._folder = posixpath.join(root, "extractions")
+        self._fs = staging_fs
+        self._folder = posixpath.join(staging_root, "extractions")
         self._llm = llm if llm is not None else build_llm(cfg.llm)
         self._extractor = Extractor(self._llm, cfg.extraction, load_prompts(), max_retries=cfg.ray.max_batch_retries)
 

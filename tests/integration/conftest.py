@@ -99,3 +99,20 @@ def s3_bucket(s3_client) -> str:
     name = f"test-{uuid.uuid4().hex[:16]}"
     s3_client.create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture(scope="session")
+def ray_local() -> Iterator[None]:
+    """One local Ray for the whole session (about 5 s to start on 2 cores), torn down at the end."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                                      "TOKENIZERS_PARALLELISM": "false",
+                                      "VLLM_LOGGING_STREAM": "ext://sys.stderr"}},
+        )
+    yield
+    ray.shutdown()
