@@ -1,0 +1,9 @@
+"""Batch evaluation, Ray-free core: metrics, benchmark loaders and reports.
+
+* :mod:`hxd2_ray.evaluation.metrics` - pure scoring functions (choice extraction, set F1, ROUGE-L with jieba,
+  SQuAD EM/F1, recall@k, Hits@1);
+* :mod:`hxd2_ray.evaluation.datasets` - loaders into :class:`EvalItem` plus the benchmark registry;
+* :mod:`hxd2_ray.evaluation.report` - aggregates per-question traces into Markdown / JSON / PNG reports.
+
+Importing this package loads no Ray, jieba, rouge_score or matplotlib: each is imported when first used.
+"""
