@@ -293,19 +293,20 @@ class IndexBuild:
 
         ok = extractions.filter(pc.equal(extractions.column("error"), ""))
         ds = ray.data.from_arrow(_blocks(ok, 256))
+        # Merge partitions: enough to spread a large corpus over the workers, few enough to keep calls cheap.
         parts = max(1, min(64, ok.num_rows // 2000 + 1))
         merged_entities = _conform(_collect(
-            ds.map_batches(ExplodeEntityMentions, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
+            ds.map_batches(ExplodeEntityMentions, fn_constructor_args=(self.cfg, parts), batch_format="pyarrow",
                            compute=ray.data.ActorPoolStrategy(size=1))
-            .groupby("key", num_partitions=parts)
+            .groupby("partition", num_partitions=parts)
             .map_groups(MergeEntityGroups, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
                         compute=ray.data.ActorPoolStrategy(size=1))
         ), MERGED_ENTITIES)
-        relation_mentions = ds.map_batches(ExplodeRelationMentions, fn_constructor_args=(self.cfg,),
+        relation_mentions = ds.map_batches(ExplodeRelationMentions, fn_constructor_args=(self.cfg, parts),
                                            batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=1)
                                            ).materialize()
         merged_relations = _conform(_collect(
-            relation_mentions.groupby("pair", num_partitions=parts)
+            relation_mentions.groupby("partition", num_partitions=parts)
             .map_groups(MergeRelationGroups, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
                         compute=ray.data.ActorPoolStrategy(size=1))
         ), MERGED_RELATIONS)
