@@ -1,0 +1,50 @@
+"""The one place where configuration becomes concrete classes.
+
+Everything heavy (vLLM, torch, FlagEmbedding) is imported inside the branch that needs it, so importing this
+module, or building the scripted LLM and the hashing embedder, loads none of them. Ray actors call these
+builders in ``__init__``, so each actor pays only for the backend it actually runs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hxd2_ray.config import (
+    EmbeddingConfig,
+    FlagEmbeddingConfig,
+    HashingEmbeddingConfig,
+    LLMConfig,
+    ScriptedLLMConfig,
+    VllmLLMConfig,
+)
+
+if TYPE_CHECKING:
+    from hxd2_ray.embedding.base import Embedder
+    from hxd2_ray.llm.base import LLMClient
+
+
+def build_llm(cfg: LLMConfig) -> "LLMClient":
+    match cfg:
+        case ScriptedLLMConfig():
+            from hxd2_ray.llm.scripted import ScriptedLLM
+
+            # from_config builds the built-in deterministic extraction mode (no script given).
+            return ScriptedLLM.from_config(cfg)
+        case VllmLLMConfig():
+            from hxd2_ray.llm.vllm_engine import VllmEngineLLM
+
+            return VllmEngineLLM(cfg)
+    raise TypeError(f"no LLM backend for {type(cfg).__name__}")
+
+
+def build_embedder(cfg: EmbeddingConfig) -> "Embedder":
+    match cfg:
+        case HashingEmbeddingConfig():
+            from hxd2_ray.embedding.hashing import HashingEmbedder
+
+            return HashingEmbedder(dim=cfg.dim, model_id=cfg.model_id)
+        case FlagEmbeddingConfig():
+            from hxd2_ray.embedding.flag_model import FlagModelEmbedder
+
+            return FlagModelEmbedder(cfg)
+    raise TypeError(f"no embedding backend for {type(cfg).__name__}")
