@@ -8,6 +8,7 @@ import sys
 # subcommand -> (module with main(argv) -> int, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("jobs.index", "build an index: corpus -> chunks -> loop-NER -> Kùzu graph + sharded Faiss"),
+    "query": ("jobs.query", "ask a question: dual-level retrieval over an index, grounded streaming answer"),
 }
 
 

@@ -1,0 +1,188 @@
+"""Open a built index for querying: manifest first, then the Kùzu graph (read-only) and the vector families.
+
+The manifest is what marks an index complete, so it is read before anything else: no manifest means a
+missing or half-written index (:class:`IndexNotFoundError`), and a manifest written with another embedding
+model or dimension than the query configuration is refused (:class:`IndexMismatchError` naming both).
+
+An ``s3://`` index is copied to a local cache first (Kùzu and Faiss read local files): into a fresh temp
+folder, then renamed into place, with the manifest copied last, so a cache entry is complete or absent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from hxd2_ray.config import HxdConfig, embedding_model_id
+from hxd2_ray.errors import IndexMismatchError, IndexNotFoundError
+from hxd2_ray.graph.base import GraphStore
+from hxd2_ray.indexing.manifest import MANIFEST_NAME, IndexManifest, check_compatible, read_manifest
+from hxd2_ray.indexing.tables import VECTOR_FAMILIES
+from hxd2_ray.retrieval.fuzzy import FuzzyNameIndex
+from hxd2_ray.vectors.base import IDMAP_PARQUET, VectorIndex, family_dir
+
+GRAPH_NAME = "graph.kuzu"
+# What dual-level retrieval searches; relation_keywords is for logic-form predicate linking.
+DUAL_LEVEL_FAMILIES = ("entity_name", "entity_mix", "relation_mix", "chunk")
+# Copied from S3; the build's _staging folder (large, not needed to query) is left behind.
+_QUERY_FILES = (GRAPH_NAME, "vectors", "index_summary.json")
+
+
+@dataclass(frozen=True)
+class OpenIndex:
+    """A queryable index: everything read-only, safe to share between threads."""
+
+    location: str  # as the caller gave it (local path or s3:// URI)
+    root: Path  # the local folder actually read
+    manifest: IndexManifest
+    graph: GraphStore
+    families: Mapping[str, VectorIndex]
+    names: FuzzyNameIndex  # folded entity keys for near-miss name matching
+    _closers: tuple = field(default=(), repr=False)
+
+    def family(self, name: str) -> VectorIndex:
+        try:
+            return self.families[name]
+        except KeyError:
+            raise IndexNotFoundError(
+                f"vector family {name!r} was not opened from {self.location} (opened: {', '.join(self.families)})"
+            ) from None
+
+    def close(self) -> None:
+        for close in self._closers:
+            close()
+
+    def __enter__(self) -> "OpenIndex":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_index(
+    path_or_s3: str | os.PathLike[str], cfg: HxdConfig, families: Sequence[str] = VECTOR_FAMILIES
+) -> OpenIndex:
+    """Open the index at a local path or ``s3://bucket/prefix`` for querying with ``cfg``'s embedding model."""
+    from hxd2_ray.ingest.sources import resolve_filesystem
+
+    location = os.fspath(path_or_s3)
+    fs, path = resolve_filesystem(location, cfg.s3)
+    if isinstance(fs, pafs.LocalFileSystem):
+        if not os.path.isdir(path):
+            raise IndexNotFoundError(f"no index at {location}: the folder does not exist")
+        if not os.path.exists(os.path.join(path, MANIFEST_NAME)):
+            raise IndexNotFoundError(_no_manifest(location))
+        manifest = read_manifest(path)
+        root = Path(path)
+    else:
+        if fs.get_file_info(f"{path.rstrip('/')}/{MANIFEST_NAME}").type == pafs.FileType.NotFound:
+            raise IndexNotFoundError(_no_manifest(location))
+        manifest = read_manifest(path, filesystem=fs)
+        root = _cached_copy(fs, path, location, manifest, _cache_root(cfg))
+    check_compatible(manifest, embedding_model_id(cfg.embedding), cfg.embedding.dim)
+    if cfg.retrieval.search_threads is not None:
+        _set_search_threads(cfg.retrieval.search_threads)
+    return _open_local(location, root, manifest, families, cfg.retrieval.graph_threads)
+
+
+def _set_search_threads(threads: int) -> None:
+    # Through faiss_index's own module reference: that module stays the only one importing faiss.
+    from hxd2_ray.vectors import faiss_index
+
+    faiss_index.faiss.omp_set_num_threads(threads)
+
+
+def _no_manifest(location: str) -> str:
+    return (f"no {MANIFEST_NAME} in {location}: the index is missing or half-written (the index job writes the "
+            "manifest last); finish or rerun the build, or point at a complete index")
+
+
+def _open_local(
+    location: str, root: Path, manifest: IndexManifest, families: Sequence[str], graph_threads: int
+) -> OpenIndex:
+    from hxd2_ray.graph.kuzu_store import KuzuGraphStore
+    from hxd2_ray.vectors.faiss_index import FaissFamilyIndex
+
+    graph_path = root / GRAPH_NAME
+    if not graph_path.exists():
+        raise IndexNotFoundError(f"index at {location} has a manifest but no {GRAPH_NAME}: copy or rebuild it whole")
+    opened: dict[str, VectorIndex] = {}
+    for name in dict.fromkeys(families):
+        index = FaissFamilyIndex.open(root, name)
+        if index.count and index.dim != manifest.embedding_dim:
+            raise IndexMismatchError(
+                f"vector family {name!r} has dimension {index.dim} but the manifest says {manifest.embedding_dim}"
+            )
+        opened[name] = index
+    names = FuzzyNameIndex(_entity_keys(root))
+    graph = KuzuGraphStore(graph_path, read_only=True, max_threads=graph_threads)
+    closers = (graph.close, *(ix.close for ix in opened.values()))
+    return OpenIndex(location=location, root=root, manifest=manifest, graph=graph, families=opened, names=names,
+                     _closers=closers)
+
+
+def _entity_keys(root: Path) -> list[str]:
+    """Every entity key, from the entity_name family's id map (one row per entity; no graph scan needed).
+
+    Keys are the normalised names (NFKC, casefolded), which is what fuzzy matching compares anyway.
+    """
+    for family in ("entity_name", "entity_mix"):
+        idmap = family_dir(root, family) / IDMAP_PARQUET
+        if idmap.exists():
+            return pq.read_table(idmap, columns=["key"]).column("key").to_pylist()
+    raise IndexNotFoundError(f"index at {root} has no entity_name or entity_mix vector family")
+
+
+# ------------------------------------------------------------------------------------------- S3 cache
+
+
+def _cache_root(cfg: HxdConfig) -> Path:
+    configured = cfg.retrieval.cache_dir or os.environ.get("HXD2_INDEX_CACHE")
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "hxd2" / "indexes"
+
+
+def cache_dir_for(cache_root: Path, location: str, manifest: IndexManifest) -> Path:
+    """One cache entry per index build: a rebuild at the same URI gets a new entry."""
+    ident = f"{location}\n{manifest.fingerprint}\n{manifest.created_at}"
+    return cache_root / hashlib.sha256(ident.encode()).hexdigest()[:24]
+
+
+def _cached_copy(fs: pafs.FileSystem, path: str, location: str, manifest: IndexManifest, cache_root: Path) -> Path:
+    target = cache_dir_for(cache_root, location, manifest)
+    if (target / MANIFEST_NAME).exists():
+        return target
+    cache_root.mkdir(parents=True, exist_ok=True)
+    tmp = cache_root / f".download-{uuid.uuid4().hex}"
+    tmp.mkdir()
+    local = pafs.LocalFileSystem()
+    try:
+        for name in _QUERY_FILES:
+            src = f"{path.rstrip('/')}/{name}"
+            info = fs.get_file_info(src)
+            if info.type == pafs.FileType.NotFound:
+                continue
+            if info.type == pafs.FileType.File:
+                pafs.copy_files(src, str(tmp / name), source_filesystem=fs, destination_filesystem=local)
+            else:
+                (tmp / name).mkdir()
+                pafs.copy_files(src, str(tmp / name), source_filesystem=fs, destination_filesystem=local)
+        # The manifest last: a cache entry with a manifest is complete.
+        pafs.copy_files(f"{path.rstrip('/')}/{MANIFEST_NAME}", str(tmp / MANIFEST_NAME), source_filesystem=fs,
+                        destination_filesystem=local)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            # Another process finished the same download first; theirs is as good as ours.
+            if not (target / MANIFEST_NAME).exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -1,0 +1,157 @@
+"""Pure ranking for dual-level retrieval: channel hits -> matched keys -> context rows in rank order.
+
+Order of the context, and why:
+
+* entities: low-level matches by best score, then endpoints of matched relations (relation order). A
+  direct match is the strongest evidence the question is about that entity.
+* relations: high-level matches by best score, then the matched entities' 1-hop edges by (degree sum,
+  weight) as LightRAG ranks them. Duplicates across the two levels keep their first (higher) place.
+* chunks: by how many context entities they mention, then by the best rank among those entities, then by
+  raw-question similarity, then first-seen order (entity order, document order within an entity).
+
+Scores from different channels are compared as is: cosine for vectors, ratio/100 for fuzzy names. Both
+are 1.0 for an exact name, and the fuzzy cutoff (85) keeps fuzzy hits to near-identical names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable, Iterable, Mapping, Sequence, TypeVar
+
+from hxd2_ray.graph.base import EdgeRow, EntityRow, canonical_pair
+from hxd2_ray.retrieval.results import ChannelHit, ContextEntity, ContextRelation
+
+K = TypeVar("K", bound=Hashable)
+
+SCORE_DECIMALS = 5
+RELATION_KEY_SEPARATOR = "\x1f"  # relation vector keys are f"{source_key}\x1f{target_key}" (embed_stage)
+
+
+def relation_pair_of_key(key: str) -> tuple[str, str] | None:
+    """The canonical entity-key pair of a relation vector key; None for a malformed key."""
+    source, sep, target = key.partition(RELATION_KEY_SEPARATOR)
+    if not sep:
+        return None
+    return canonical_pair(source, target)
+
+
+def vector_hits(
+    results: Sequence[Sequence[tuple[str, float]]], queries: Sequence[str], channel: str, threshold: float
+) -> list[tuple[str, ChannelHit]]:
+    """Flatten per-query search results into (key, hit) pairs, keeping scores at or above ``threshold``."""
+    out = []
+    for query, hits in zip(queries, results, strict=True):
+        for key, score in hits:
+            if score >= threshold:
+                out.append((key, ChannelHit(channel=channel, query=query, score=float(score))))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RankedMatch:
+    key: Hashable
+    score: float  # best hit
+    hits: tuple[ChannelHit, ...]  # best first
+
+
+def rank_matches(pairs: Iterable[tuple[K, ChannelHit]], limit: int) -> list[RankedMatch]:
+    """Group hits by key and rank: best score, then how many distinct channels agree, then the key itself."""
+    grouped: dict[K, list[ChannelHit]] = {}
+    for key, hit in pairs:
+        grouped.setdefault(key, []).append(hit)
+    ranked = []
+    for key, hits in grouped.items():
+        best: dict[tuple[str, str], ChannelHit] = {}
+        for h in sorted(hits, key=lambda h: (-h.score, h.channel, h.query)):
+            best.setdefault((h.channel, h.query), h)  # one hit per (channel, query): sharded repeats collapse
+        unique = list(best.values())
+        ranked.append(RankedMatch(key=key, score=unique[0].score, hits=tuple(unique)))
+    # Scores are rounded for the comparison: float32 inner products of identical unit vectors come out as
+    # 0.99999994 or 1.0000001, and such noise must not decide between two exact matches.
+    ranked.sort(key=lambda m: (-round(m.score, SCORE_DECIMALS), -len({h.channel for h in m.hits}), str(m.key)))
+    return ranked[: max(0, limit)]
+
+
+def assemble_entities(
+    matched: Sequence[RankedMatch], matched_rows: Mapping[str, EntityRow], endpoint_keys: Sequence[str],
+    endpoint_rows: Mapping[str, EntityRow],
+) -> list[ContextEntity]:
+    """Matched entities first (their rank order), then endpoints of matched relations; deduplicated by key."""
+    out: dict[str, ContextEntity] = {}
+    for m in matched:
+        row = matched_rows.get(str(m.key))
+        if row is not None and row["key"] not in out:
+            out[row["key"]] = _entity(row, "matched", m.score, m.hits)
+    for key in endpoint_keys:
+        row = endpoint_rows.get(key)
+        if row is not None and key not in out:
+            out[key] = _entity(row, "endpoint", 0.0, ())
+    return list(out.values())
+
+
+def _entity(row: EntityRow, origin: str, score: float, hits: tuple[ChannelHit, ...]) -> ContextEntity:
+    return ContextEntity(key=row["key"], name=row["name"], type=row["type"], description=row["description"],
+                         degree=int(row["degree"]), origin=origin, score=score, hits=hits)  # type: ignore[arg-type]
+
+
+def assemble_relations(
+    matched: Sequence[RankedMatch], matched_edges: Mapping[tuple[str, str], EdgeRow],
+    neighbor_edges: Sequence[EdgeRow], names: Mapping[str, str],
+) -> list[ContextRelation]:
+    """Matched relations first (their rank order), then 1-hop edges in the order given; deduplicated by pair."""
+    out: dict[tuple[str, str], ContextRelation] = {}
+    for m in matched:
+        edge = matched_edges.get(m.key)  # type: ignore[call-overload]
+        if edge is not None:
+            pair = (edge["source_key"], edge["target_key"])
+            out.setdefault(pair, _relation(edge, names, "matched", m.score, m.hits))
+    for edge in neighbor_edges:
+        pair = (edge["source_key"], edge["target_key"])
+        out.setdefault(pair, _relation(edge, names, "neighbor", 0.0, ()))
+    return list(out.values())
+
+
+def _relation(edge: EdgeRow, names: Mapping[str, str], origin: str, score: float,
+              hits: tuple[ChannelHit, ...]) -> ContextRelation:
+    s, t = edge["source_key"], edge["target_key"]
+    return ContextRelation(
+        source_key=s, target_key=t, source_name=names.get(s, s), target_name=names.get(t, t),
+        description=edge["description"], keywords=tuple(edge["keywords"]), weight=float(edge["weight"]),
+        degree=int(edge["degree"]), origin=origin, score=score, hits=hits,  # type: ignore[arg-type]
+        source_chunk_ids=tuple(edge["source_chunk_ids"]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkCandidate:
+    id: str
+    mentions: int
+    first_entity_rank: int | None
+    score: float
+    seen: int  # first-seen position: entity order, then document order
+
+
+def rank_chunks(
+    entity_keys: Sequence[str], chunks_by_entity: Mapping[str, Sequence[str]], chunk_scores: Mapping[str, float],
+    limit: int,
+) -> list[ChunkCandidate]:
+    """Chunks of the context entities plus the question's chunk hits, in context order (module docstring)."""
+    mentions: dict[str, int] = {}
+    first_rank: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    for rank, key in enumerate(entity_keys):
+        for cid in dict.fromkeys(chunks_by_entity.get(key, ())):  # a chunk counts once per entity
+            mentions[cid] = mentions.get(cid, 0) + 1
+            first_rank.setdefault(cid, rank)
+            seen.setdefault(cid, len(seen))
+    for cid in chunk_scores:
+        seen.setdefault(cid, len(seen))
+    cands = [
+        ChunkCandidate(id=cid, mentions=mentions.get(cid, 0), first_entity_rank=first_rank.get(cid),
+                       score=float(chunk_scores.get(cid, 0.0)), seen=pos)
+        for cid, pos in seen.items()
+    ]
+    never = len(entity_keys)  # sorts after every real rank
+    cands.sort(key=lambda c: (-c.mentions, c.first_entity_rank if c.first_entity_rank is not None else never,
+                              -c.score, c.seen))
+    return cands[: max(0, limit)]

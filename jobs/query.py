@@ -1,0 +1,155 @@
+"""Ask a question over a built index: dual-level retrieval over Kùzu + Faiss, then a grounded answer.
+
+    hxd2 query --index PATH_OR_S3 [--config configs/local.yaml] [--set section.key=value] "question"
+               [--json] [--stream] [--trace]
+
+--json prints one object (answer, references, notices, usage; trace with --trace). --stream prints the answer
+as it is generated (with --json the object still comes whole at the end). --trace shows the keywords, the
+matched entities and relations with their scores and channels, the chunks chosen and the tokens per section.
+Exit codes: 0 answered, 2 bad input (empty question, missing/half-written/mismatched index, bad config),
+1 the backend failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from typing import Any
+
+from hxd2_ray.errors import BackendError, HxdError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hxd2 query", description=__doc__.split("\n\n")[0])
+    parser.add_argument("question", nargs="?", default="", help="the question (quote it)")
+    parser.add_argument("--index", required=True, help="index folder or s3:// URI (as written by hxd2 index)")
+    parser.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a config value (repeatable), e.g. retrieval.top_k_entities=10")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument("--stream", action="store_true", help="print the answer as it is generated")
+    parser.add_argument("--trace", action="store_true", help="show keywords, matches, chunks and token counts")
+    return parser
+
+
+def _error(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error argparse has already explained
+        return int(exc.code or 0)
+    question = args.question or ""
+    if not question.strip():
+        _error('the question is empty; usage: hxd2 query --index PATH "your question"')
+        return 2
+
+    from hxd2_ray.config import load_config
+    from hxd2_ray.retrieval import QueryPipeline, open_index
+    from hxd2_ray.wiring import build_embedder, build_llm
+
+    try:
+        cfg = load_config(args.config, args.overrides)
+        index = open_index(args.index, cfg)  # before the models: a bad index fails in a second, not a minute
+    except HxdError as exc:
+        _error(str(exc))
+        return 2
+    # stdout carries the answer (or the one JSON object): engine logs and stray library prints go to stderr.
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    answer_out = sys.stdout
+    resources: list[Any] = [index]
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            embedder = build_embedder(cfg.embedding)
+            resources.append(embedder)
+            llm = build_llm(cfg.llm)
+            resources.append(llm)
+            pipeline = QueryPipeline(index, llm, embedder, cfg.retrieval)
+            if args.stream and not args.json:
+                answer = pipeline.answer(question, stream=True, on_delta=lambda d: _print_delta(d, answer_out))
+                print(file=answer_out, flush=True)
+            else:
+                answer = pipeline.answer(question, stream=args.stream)
+    except BackendError as exc:
+        _error(str(exc))
+        return 1
+    except HxdError as exc:
+        _error(str(exc))
+        return 2
+    finally:
+        for resource in reversed(resources):
+            close = getattr(resource, "close", None)
+            if callable(close):
+                close()
+
+    if args.json:
+        print(json.dumps(answer.to_dict(trace=args.trace), ensure_ascii=False, indent=2))
+        return 0
+    if not args.stream:
+        print(answer.text)
+    print(format_references(answer.to_dict()["references"]))
+    for notice in answer.notices:
+        print(f"note: {notice}", file=sys.stderr)
+    if args.trace:
+        print(format_trace(answer.retrieval.trace()))
+    return 0
+
+
+def _print_delta(delta: str, out: Any) -> None:
+    out.write(delta)
+    out.flush()
+
+
+def format_references(refs: list[dict[str, Any]]) -> str:
+    if not refs:
+        return "\nReferences: none"
+    lines = ["", "References:"]
+    for i, ref in enumerate(refs, 1):
+        name = ref["title"] or ref["source_id"]
+        source = f" ({ref['source_id']})" if ref["title"] and ref["source_id"] != ref["title"] else ""
+        chunks = ", ".join(c[:12] for c in ref["chunk_ids"])
+        lines.append(f"  [{i}] {name}{source}  chunks: {chunks}")
+    return "\n".join(lines)
+
+
+def _hits(hits: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{h['channel']}({h['query'][:40]!r}) {h['score']:.3f}" for h in hits)
+
+
+def format_trace(trace: dict[str, Any]) -> str:
+    kw = trace["keywords"]
+    lines = [
+        "",
+        f"Trace ({trace['language']})",
+        f"  keywords  low: {'; '.join(kw['low_level']) or '-'}   high: {'; '.join(kw['high_level']) or '-'}"
+        + ("" if kw["parsed"] else "   (reply unreadable)"),
+        f"  entities ({len(trace['entities'])}, dropped {trace['dropped']['entities']})",
+    ]
+    for i, e in enumerate(trace["entities"], 1):
+        lines.append(f"    {i:>2}. {e['name']} [{e['type']}] degree {e['degree']}  {e['origin']} {e['score']:.3f}"
+                     + (f"  {_hits(e['hits'])}" if e["hits"] else ""))
+    lines.append(f"  relations ({len(trace['relations'])}, dropped {trace['dropped']['relations']})")
+    for i, r in enumerate(trace["relations"], 1):
+        lines.append(f"    {i:>2}. {r['source_name']} -- {r['target_name']}  weight {r['weight']:g} "
+                     f"degree {r['degree']}  "
+                     f"{r['origin']} {r['score']:.3f}" + (f"  {_hits(r['hits'])}" if r["hits"] else ""))
+    lines.append(f"  chunks ({len(trace['chunks'])}, dropped {trace['dropped']['chunks']})")
+    for i, c in enumerate(trace["chunks"], 1):
+        lines.append(f"    {i:>2}. {c['id'][:12]}  {c['doc_source_id']}  mentions {c['mentions']} "
+                     f"entity rank {c['first_entity_rank']} score {c['score']:.3f}")
+    t = trace["tokens"]
+    lines.append(f"  tokens  instructions {t['instructions']}  question {t['question']}  entities {t['entities']}  "
+                 f"relations {t['relations']}  chunks {t['chunks']}  total {t['total']} of {t['input_cap']}")
+    lines.append("  ms  " + "  ".join(f"{k} {v:.1f}" for k, v in trace["timings_ms"].items()))
+    for notice in trace["notices"]:
+        lines.append(f"  note: {notice}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
