@@ -209,6 +209,46 @@ class RetrievalConfig(_Frozen):
     )
 
 
+class MultiStageConfig(_Frozen):
+    """Settings of the multi-stage pipeline (intent, refusal gate, logic form, verifier, fallback)."""
+
+    intent_enabled: bool = Field(True, description="Run intent recognition first (auto mode only).")
+    intent_use_llm: bool = Field(
+        True, description="Ask the LLM when no fixed phrase matched; False: rules only, everything else is a question."
+    )
+    refusal_enabled: bool = Field(True, description="Refuse questions scoring below refusal_threshold (auto mode).")
+    refusal_threshold: float = Field(
+        0.25, ge=-1, le=1,
+        description="Mean best cosine of the keywords against entity_mix / relation_mix below which a question is "
+                    "refused; depends on the embedding model: calibrate it with hxd2 calibrate-refusal.",
+    )
+    refusal_rule: Literal["keywords", "question", "min"] = Field(
+        "keywords",
+        description="keywords: mean best cosine of the keywords (reference); question: the question's embedding; "
+                    "min: the lower of the two (robust to made-up keywords of small models).",
+    )
+    verifier_mode: Literal["pre", "post", "none"] = Field(
+        "pre", description="pre: check question + evidence before answering (paper's choice); post: check the "
+                           "answer too; none: trust any executed plan."
+    )
+    logic_timeout_s: float = Field(60.0, gt=0, description="Deadline of planning + execution, then fall back.")
+    max_plan_steps: int = Field(8, ge=2, le=12, description="Longest plan accepted (output step included; the planner caps plans at 12).")
+    plan_max_tokens: int = Field(1024, gt=0, description="Completion cap of the planning (and repair) call.")
+    direct_max_tokens: int = Field(256, gt=0, description="Completion cap of direct replies (greetings, identity).")
+    logic_answer_max_tokens: int | None = Field(
+        None, gt=0,
+        description="Completion cap of the logic-form answer; None (and never more than): retrieval.answer_max_tokens."
+    )
+    planner_relation_hints: int = Field(
+        64, ge=0, description="Most frequent relation keywords of the graph shown to the planner (0: none)."
+    )
+    knowledge_base_description: str = Field(
+        "", description="One line on what the knowledge base covers, for the intent and direct-reply prompts."
+    )
+    prompt_version: str = Field("v1", description="prompts/multistage_<version>.yaml")
+    logic_workers: int = Field(4, ge=1, description="Worker threads running plan + execute (per pipeline).")
+
+
 class HxdConfig(_Frozen):
     ingest: IngestConfig = IngestConfig()
     s3: S3Config = S3Config()
@@ -219,6 +259,7 @@ class HxdConfig(_Frozen):
     vectors: VectorsConfig = VectorsConfig()
     ray: RayConfig = RayConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
+    multistage: MultiStageConfig = MultiStageConfig()
 
     def index_fingerprint(self, prompt_version: str) -> str:
         """Hash of everything that shapes the index: chunking, extraction, prompts, models, vector layout."""

@@ -8,7 +8,8 @@ import sys
 # subcommand -> (module with main(argv) -> int, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("jobs.index", "build an index: corpus -> chunks -> loop-NER -> Kùzu graph + sharded Faiss"),
-    "query": ("jobs.query", "ask a question: dual-level retrieval over an index, grounded streaming answer"),
+    "query": ("jobs.query", "ask a question: multi-stage (logic form + verifier, dual-level fallback) or dual-level"),
+    "calibrate-refusal": ("jobs.calibrate", "calibrate the refusal gate's threshold on good/bad questions"),
 }
 
 

@@ -32,6 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--stream", action="store_true", help="print the answer as it is generated")
     parser.add_argument("--trace", action="store_true", help="show keywords, matches, chunks and token counts")
+    parser.add_argument("--mode", choices=("auto", "logic", "dual"), default="auto",
+                        help="auto: intent -> refusal gate -> logic form -> pre-check verifier, falling back to "
+                             "dual-level (default); logic: logic form only; dual: dual-level only")
+    parser.add_argument("--questions", default=None, metavar="JSONL",
+                        help="answer every {\"question\": …} line of this file with one loaded model (demo/batch)")
     return parser
 
 
@@ -45,12 +50,21 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or a usage error argparse has already explained
         return int(exc.code or 0)
     question = args.question or ""
-    if not question.strip():
+    if args.questions:
+        try:
+            questions = _read_questions(args.questions)
+        except (OSError, ValueError) as exc:
+            _error(f"cannot read questions from {args.questions}: {exc}")
+            return 2
+    elif not question.strip():
         _error('the question is empty; usage: hxd2 query --index PATH "your question"')
         return 2
+    else:
+        questions = [question]
 
     from hxd2_ray.config import load_config
     from hxd2_ray.retrieval import QueryPipeline, open_index
+    from hxd2_ray.retrieval.multistage import build_multistage
     from hxd2_ray.wiring import build_embedder, build_llm
 
     try:
@@ -69,12 +83,25 @@ def main(argv: list[str] | None = None) -> int:
             resources.append(embedder)
             llm = build_llm(cfg.llm)
             resources.append(llm)
-            pipeline = QueryPipeline(index, llm, embedder, cfg.retrieval)
-            if args.stream and not args.json:
-                answer = pipeline.answer(question, stream=True, on_delta=lambda d: _print_delta(d, answer_out))
-                print(file=answer_out, flush=True)
+            if args.mode == "dual":
+                pipeline: Any = QueryPipeline(index, llm, embedder, cfg.retrieval)
             else:
-                answer = pipeline.answer(question, stream=args.stream)
+                pipeline = build_multistage(index, llm, embedder, cfg, cfg.multistage)
+                resources.append(pipeline)
+            answers = []
+            for q in questions:
+                if len(questions) > 1 and not args.json:
+                    print(f"\nQ: {q}", file=answer_out, flush=True)
+                on_delta = (lambda d: _print_delta(d, answer_out)) if args.stream and not args.json else None
+                if args.mode == "dual":
+                    answer = pipeline.answer(q, stream=args.stream, on_delta=on_delta)
+                else:
+                    answer = pipeline.answer(q, mode=args.mode, on_delta=on_delta)
+                if on_delta is not None:
+                    print(file=answer_out, flush=True)
+                answers.append(answer)
+                if len(questions) > 1:
+                    _print_answer(answer, args, streamed=on_delta is not None, out=answer_out)
     except BackendError as exc:
         _error(str(exc))
         return 1
@@ -87,17 +114,45 @@ def main(argv: list[str] | None = None) -> int:
             if callable(close):
                 close()
 
+    if len(questions) == 1:
+        _print_answer(answers[0], args, streamed=args.stream and not args.json, out=answer_out)
+    return 0
+
+
+def _read_questions(path: str) -> list[str]:
+    questions = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                q = json.loads(line).get("question", "")
+                if not str(q).strip():
+                    raise ValueError(f"line {n} has no question")
+                questions.append(str(q))
+    return questions
+
+
+def _print_answer(answer: Any, args: argparse.Namespace, streamed: bool, out: Any) -> None:
+    data = answer.to_dict(trace=args.trace)
+    data.setdefault("path", getattr(answer, "path", "dual_level"))
     if args.json:
-        print(json.dumps(answer.to_dict(trace=args.trace), ensure_ascii=False, indent=2))
-        return 0
-    if not args.stream:
-        print(answer.text)
-    print(format_references(answer.to_dict()["references"]))
-    for notice in answer.notices:
+        print(json.dumps(data, ensure_ascii=False, indent=2 if args.questions is None else None), file=out, flush=True)
+        return
+    if not streamed:
+        print(answer.text, file=out)
+    print(format_references(data["references"]), file=out)
+    path = getattr(answer, "path", "dual_level")
+    trace = getattr(answer, "trace", None)
+    why = f" ({trace.get('path_reason')})" if isinstance(trace, dict) and trace.get("path_reason") else ""
+    print(f"path: {path}{why}", file=sys.stderr)
+    for notice in data.get("notices", []):
         print(f"note: {notice}", file=sys.stderr)
     if args.trace:
-        print(format_trace(answer.retrieval.trace()))
-    return 0
+        retrieval_trace = trace.get("retrieval") if isinstance(trace, dict) else answer.retrieval.trace()
+        if isinstance(trace, dict):
+            print(json.dumps({k: v for k, v in trace.items() if k != "retrieval"}, ensure_ascii=False, indent=2,
+                             default=str), file=out)
+        if retrieval_trace:
+            print(format_trace(retrieval_trace), file=out)
 
 
 def _print_delta(delta: str, out: Any) -> None:

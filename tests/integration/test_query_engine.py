@@ -119,7 +119,7 @@ def test_hxd2_query_end_to_end_with_vllm(minilm_index, capsys):
     rc = query.main([
         "--index", str(root), "--config", str(LOCAL_CONFIG),
         "--set", "retrieval.answer_max_tokens=48", "--set", "retrieval.keyword_max_tokens=96",
-        "--json", "--trace", "Which prize did Thomas Südhof win?",
+        "--json", "--trace", "--mode", "dual", "Which prize did Thomas Südhof win?",
     ])
     captured = capsys.readouterr()
     assert rc == 0, captured.err

@@ -31,10 +31,12 @@ QUESTION = "Brian Kobilka won the Nobel Prize and works at Stanford."
 
 
 def test_json_with_trace(tiny, config_file, capsys):
-    rc = query.main(["--index", str(tiny.root), "--config", config_file, QUESTION, "--json", "--trace"])
+    rc = query.main(["--index", str(tiny.root), "--config", config_file, QUESTION, "--json", "--trace",
+                     "--mode", "dual"])
     out = capsys.readouterr().out
     assert rc == 0
     data = json.loads(out)
+    assert data["path"] == "dual_level"
     assert data["answer"].startswith("scripted echo")  # the built-in scripted mode echoes the prompt
     assert data["references"][0]["source_id"] == "brian_kobilka.txt"
     trace = data["trace"]
@@ -44,13 +46,31 @@ def test_json_with_trace(tiny, config_file, capsys):
 
 
 def test_plain_stream_and_trace(tiny, config_file, capsys):
-    rc = query.main(["--index", str(tiny.root), "--config", config_file, "--stream", "--trace", QUESTION])
+    rc = query.main(["--index", str(tiny.root), "--config", config_file, "--stream", "--trace", "--mode", "dual",
+                     QUESTION])
     captured = capsys.readouterr()
     assert rc == 0
     assert captured.out.startswith("scripted echo")
     assert "References:" in captured.out and "brian_kobilka.txt" in captured.out
     assert "Trace (en)" in captured.out and "tokens  instructions" in captured.out
     assert "could not be read" in captured.err  # notices go to stderr
+
+
+def test_auto_mode_reports_the_path_taken_and_its_trace(tiny, config_file, capsys):
+    rc = query.main(["--index", str(tiny.root), "--config", config_file, QUESTION, "--json", "--trace"])
+    assert rc == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["answer"].strip()
+    # The scripted echo is no plan, so the logic form fails and the multi-stage pipeline falls back.
+    assert data["mode"] == "auto" and data["path"] in {"dual_level", "refused", "direct"}
+    assert data["trace"]["path"] == data["path"] and data["trace"]["path_reason"]
+
+
+def test_greetings_take_the_direct_path(tiny, config_file, capsys):
+    rc = query.main(["--index", str(tiny.root), "--config", config_file, "hello", "--json"])
+    assert rc == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["path"] == "direct" and data["answer"].strip() and data["references"] == []
 
 
 def test_registered_in_the_cli(tiny, config_file, capsys):
