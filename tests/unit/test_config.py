@@ -1,0 +1,80 @@
+"""Typed config: YAML + overrides, errors that list valid values, and the index fingerprint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hxd2_ray.config import ConfigError, HxdConfig, VllmLLMConfig, load_config
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+@pytest.mark.parametrize("name", ["local.yaml", "gpu.yaml"])
+def test_shipped_configs_load(name):
+    cfg = load_config(CONFIGS / name)
+    assert isinstance(cfg.llm, VllmLLMConfig)
+    assert cfg.embedding.backend == "flag"
+
+
+def test_gpu_config_names_the_production_models():
+    cfg = load_config(CONFIGS / "gpu.yaml")
+    assert cfg.llm.model_id == "Qwen2.5-7B-Instruct" and cfg.llm.max_model_len == 32768
+    assert cfg.embedding.model_id == "bce-embedding-base_v1" and cfg.embedding.dim == 768
+    assert cfg.embedding.pooling_method == "cls"
+    assert cfg.ray.gpus_per_ner_actor >= 1 and cfg.ray.ner_actors > 1
+
+
+def test_unknown_key_lists_the_valid_keys():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["chunking.chunk_size=10"])
+    assert "chunking.chunk_size: unknown key" in str(err.value)
+    assert "chunk_size_chars" in str(err.value) and "overlap_chars" in str(err.value)
+
+
+def test_unknown_key_inside_a_backend_lists_that_backends_keys():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["llm.backend=vllm", "llm.tensor_parallel=2"])
+    assert "tensor_parallel_size" in str(err.value)
+
+
+def test_bad_choice_lists_the_valid_values():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["extraction.loop_ner=sometimes"])
+    assert "'base' or 'trial'" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["llm.backend=openai"])
+    assert "'scripted', 'vllm'" in str(err.value)
+
+
+def test_bad_values_and_malformed_overrides_are_errors():
+    with pytest.raises(ConfigError):
+        load_config(None, ["chunking.overlap_chars=900"])  # overlap must be below the chunk size
+    with pytest.raises(ConfigError):
+        load_config(None, ["chunking.chunk_size_chars"])
+    with pytest.raises(ConfigError):
+        load_config("/nonexistent.yaml")
+
+
+def test_config_is_frozen():
+    cfg = HxdConfig()
+    with pytest.raises(Exception):
+        cfg.chunking.chunk_size_chars = 10  # type: ignore[misc]
+
+
+def test_a_backend_override_without_its_tag_keeps_the_default_backend():
+    cfg = load_config(None, ["embedding.dim=32"])
+    assert cfg.embedding.backend == "hashing" and cfg.embedding.dim == 32
+
+
+def test_fingerprint_follows_what_shapes_the_index():
+    base = HxdConfig()
+    fp = base.index_fingerprint("v1-aaa")
+    assert fp == HxdConfig().index_fingerprint("v1-aaa")
+    assert fp != base.index_fingerprint("v1-bbb")  # prompt edits change the fingerprint
+    assert fp != load_config(None, ["chunking.chunk_size_chars=512"]).index_fingerprint("v1-aaa")
+    assert fp != load_config(None, ["embedding.dim=32"]).index_fingerprint("v1-aaa")
+    # Query-time settings do not force a rebuild.
+    assert fp == load_config(None, ["retrieval.top_k_entities=9"]).index_fingerprint("v1-aaa")
+    assert fp == load_config(None, ["ray.ner_actors=4"]).index_fingerprint("v1-aaa")
