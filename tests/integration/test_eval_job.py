@@ -1,0 +1,156 @@
+"""The evaluation job end to end on Ray: a tiny HotpotQA index (scripted LLM + hashing embedder), a grid of
+two modes answered by two actors, exact metrics, resumable shards, failure recording and CLI errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hxd2_ray.evaluation.datasets import Prediction, get_benchmark, load_corpus_hotpotqa, write_corpus_jsonl
+from jobs import evaluate as eval_job
+from jobs import index as index_job
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+HOTPOT = ROOT / "tests" / "data" / "eval" / "hotpotqa"
+FAST = ["--set", "ray.num_cpus=2", "--set", "ray.ner_batch_size=4", "--set", "ray.embed_batch_size=64",
+        "--set", "embedding.dim=64"]
+DATA = ["--benchmark", "hotpotqa", "--questions", str(HOTPOT / "questions.json"),
+        "--corpus", str(HOTPOT / "corpus.json")]
+
+
+@pytest.fixture(scope="module")
+def hotpot_index(tmp_path_factory, ray_local) -> Path:
+    base = tmp_path_factory.mktemp("eval_index")
+    corpus = base / "corpus"
+    n = write_corpus_jsonl(load_corpus_hotpotqa(HOTPOT / "corpus.json"), corpus / "passages.jsonl")
+    assert n == 10
+    out = base / "index"
+    assert index_job.main(["--input", str(corpus), "--output", str(out), *FAST, "--json"]) == 0
+    return out
+
+
+def _run(capsys, *args: str) -> tuple[int, dict | None, str]:
+    code = eval_job.main([*args, "--json"])
+    out = capsys.readouterr()
+    return code, (json.loads(out.out) if code == 0 else None), out.err
+
+
+def _traces(out: Path, modes: list[str]) -> list[dict]:
+    import pyarrow.fs as pafs
+
+    return eval_job.load_traces(pafs.LocalFileSystem(), str(out), modes)
+
+
+def _stable(trace: dict) -> dict:
+    return {k: v for k, v in trace.items() if k != "latency_s"}
+
+
+def test_grid_exact_metrics_and_resume(hotpot_index, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["run", *DATA, "--index", str(hotpot_index), "--output", str(out), "--mode", "dual",
+            "--mode", "auto", "--workers", "2", "--shards", "3", *FAST]
+    code, summary, err = _run(capsys, *args)
+    assert code == 0, err
+    assert summary["questions"] == 5 and summary["shards"] == 3
+    assert summary["shards_run"] == {"dual": [0, 1, 2], "auto": [0, 1, 2]}
+    assert summary["traces"] == {"dual": 5, "auto": 5}
+    assert summary["answered_this_run"] == 10 and summary["questions_per_s"] > 0
+    for name in ("report.md", "report.json", "summary.json", "run.json", "score_by_mode.png", "latency.png"):
+        assert (out / name).is_file(), name
+    assert len(list((out / "shards" / "dual").glob("shard-*.parquet"))) == 3
+
+    # Metrics equal the mean of score_item over the traces' own answers and evidence, exactly.
+    spec = get_benchmark("hotpotqa")
+    items = {it.id: it for it in spec.load(questions=HOTPOT / "questions.json", corpus=HOTPOT / "corpus.json")}
+    traces = _traces(out, ["dual", "auto"])
+    assert [t["mode"] for t in traces] == ["dual"] * 5 + ["auto"] * 5
+    assert [t["id"] for t in traces[:5]] == list(items)
+    report = json.loads((out / "report.json").read_text())
+    for mode in ("dual", "auto"):
+        rows = [t for t in traces if t["mode"] == mode]
+        scored = [spec.score(items[t["id"]], Prediction(t["answer"], tuple(t["evidence_ids"]), error=t["error"]))
+                  for t in rows]
+        assert scored == [t["scores"] for t in rows]
+        for metric in spec.metrics:
+            expected = sum(s[metric] for s in scored) / len(scored)
+            assert report["modes"][mode]["metrics"][metric] == expected, (mode, metric)
+            assert summary["per_mode"][mode]["metrics"][metric] == expected
+        assert report["modes"][mode]["n"] == 5 and report["modes"][mode]["errors"] == 0
+        assert all(t["prompt_tokens"] > 0 for t in rows)
+    # dual-level answers cite the corpus passages they drew on
+    assert any(t["evidence_ids"] for t in traces if t["mode"] == "dual")
+
+    # Delete one shard: the rerun answers only that one, and the traces come out the same.
+    (out / "shards" / "dual" / "shard-0001.parquet").unlink()
+    code, again, err = _run(capsys, *args)
+    assert code == 0, err
+    assert again["shards_run"] == {"dual": [1], "auto": []}
+    assert again["shards_skipped"] == {"dual": [0, 2], "auto": [0, 1, 2]}
+    assert again["answered_this_run"] == 2
+    assert [_stable(t) for t in _traces(out, ["dual", "auto"])] == [_stable(t) for t in traces]
+    assert again["per_mode"] == summary["per_mode"] | {m: {**summary["per_mode"][m],
+                                                           "latency_s": again["per_mode"][m]["latency_s"]}
+                                                       for m in ("dual", "auto")}
+
+    # report and compare subcommands
+    (out / "report.md").unlink()
+    assert eval_job.main(["report", str(out)]) == 0
+    assert (out / "report.md").is_file()
+    capsys.readouterr()
+    assert eval_job.main(["compare", str(out), str(out), "--json"]) == 0
+    cmp = json.loads(capsys.readouterr().out)
+    assert cmp["summary"]["paired"] == 10 and cmp["rows"] == []
+
+
+def test_llm_failure_is_recorded_not_fatal(hotpot_index, tmp_path, capsys):
+    out = tmp_path / "fail"
+    code, summary, err = _run(capsys, "run", *DATA, "--index", str(hotpot_index), "--output", str(out),
+                              "--mode", "llm_only", "--mode", "dual", "--workers", "2", *FAST,
+                              "--set", "llm.fail_when=[Gallu]")
+    assert code == 0, err
+    traces = _traces(out, ["llm_only", "dual"])
+    assert len(traces) == 10
+    gallu = [t for t in traces if t["id"] == traces[0]["id"]]
+    assert all(t["error"] for t in gallu), gallu
+    assert all("scripted failure" in t["error"] for t in gallu)
+    llm_only = [t for t in traces if t["mode"] == "llm_only"]
+    assert [bool(t["error"]) for t in llm_only] == [True, False, False, False, False]
+    assert llm_only[0]["scores"]["f1"] == 0.0
+    assert summary["per_mode"]["llm_only"]["errors"] == 1
+    # Resuming into the same output with another config would mix answers: refused.
+    code = eval_job.main(["run", *DATA, "--index", str(hotpot_index), "--output", str(out), "--mode", "llm_only",
+                          *FAST])
+    assert code == 2 and "config" in capsys.readouterr().err
+
+
+def test_cli_errors(hotpot_index, tmp_path, capsys):
+    from jobs.cli import main as hxd2
+
+    code = hxd2(["eval", "run", "--benchmark", "nope", "--index", str(hotpot_index), "--output", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "unknown benchmark 'nope'" in err and "hotpotqa" in err and "metaqa-1hop" in err
+    code = eval_job.main([*DATA, "--index", str(tmp_path / "missing"), "--output", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "no index at" in err
+    code = eval_job.main([*DATA, "--index", str(hotpot_index), "--output", str(tmp_path / "o"), "--mode", "x"])
+    assert code == 2 and "unknown mode" in capsys.readouterr().err
+
+
+@pytest.mark.vllm
+def test_eval_with_the_real_small_model(hotpot_index, tmp_path, capsys):
+    """The small model answers through the whole job; the index's hashing vectors are kept for retrieval."""
+    out = tmp_path / "vllm"
+    code, summary, err = _run(capsys, "run", *DATA, "--config", str(ROOT / "configs" / "local.yaml"),
+                              "--set", "embedding={backend: hashing, dim: 64}", "--set", "ray.num_cpus=2",
+                              "--index", str(hotpot_index), "--output", str(out), "--limit", "2",
+                              "--mode", "dual", "--workers", "1")
+    assert code == 0, err
+    traces = _traces(out, ["dual"])
+    assert len(traces) == 2 and summary["traces"] == {"dual": 2}
+    assert all(t["answer"].strip() and not t["error"] for t in traces), traces
+    assert all(t["completion_tokens"] > 0 for t in traces)
+    assert (out / "report.md").is_file()
