@@ -235,3 +235,159 @@ def test_bulk_load_closes_and_is_single_use(tmp_path, small_tables):
         assert s.counts()["relations"] == 3
     with pytest.raises(RuntimeError, match="loads once"):
         writer.bulk_load(*small_tables)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Per-key reads vs the batched UNWIND templates they replaced (same rows, same order).
+
+_OLD_EDGE = (
+    "a.key AS a_key, b.key AS b_key, r.description AS description, r.keywords AS keywords, r.weight AS weight,"
+    " r.source_chunk_ids AS source_chunk_ids, r.mention_count AS mention_count, a.degree + b.degree AS degree"
+)
+_OLD_NEIGHBORS = f"UNWIND $keys AS k MATCH (a:Entity {{key: k}})-[r:RELATED]-(b:Entity) RETURN k AS seed, {_OLD_EDGE}"
+_OLD_RELATIONS = (
+    f"UNWIND $pairs AS p MATCH (a:Entity {{key: p.s}})-[r:RELATED]->(b:Entity {{key: p.t}}) RETURN {_OLD_EDGE}"
+)
+_OLD_CHUNKS_FOR = (
+    "UNWIND $keys AS k MATCH (c:Chunk)-[:MENTIONS]->(e:Entity {key: k})"
+    " RETURN e.key AS key, c.id AS id, c.doc_id AS doc_id, c.ord AS ord"
+)
+_OLD_CHUNKS = (
+    "UNWIND $ids AS i MATCH (c:Chunk {id: i}) OPTIONAL MATCH (c)-[:PART_OF]->(d:Document)"
+    " RETURN c.id AS id, c.doc_id AS doc_id, c.ord AS ord, c.start AS start, c.text AS text,"
+    " c.header_path AS header_path, c.language AS language, d.title AS doc_title,"
+    " d.source_id AS doc_source_id, d.source_path AS doc_source_path"
+)
+
+
+def _old_edge(r):
+    from hxd2_ray.graph.base import canonical_pair
+
+    s, t = canonical_pair(r["a_key"], r["b_key"])
+    return {"source_key": s, "target_key": t, "description": r["description"], "keywords": list(r["keywords"]),
+            "weight": float(r["weight"]), "source_chunk_ids": list(r["source_chunk_ids"]),
+            "mention_count": int(r["mention_count"]), "degree": int(r["degree"])}
+
+
+def _old_neighbors(store, keys, limit):
+    from hxd2_ray.graph.base import sort_edges, unique_in_order
+
+    seeds = unique_in_order(keys)
+    per = {s: {} for s in seeds}
+    for r in store._rows(_OLD_NEIGHBORS, {"keys": seeds}):
+        e = _old_edge(r)
+        per[r["seed"]][(e["source_key"], e["target_key"])] = e
+    out = {}
+    for s in seeds:
+        ranked = sort_edges(list(per[s].values()))
+        for e in ranked[: limit if limit is not None else None]:
+            out.setdefault((e["source_key"], e["target_key"]), e)
+    return sort_edges(list(out.values()))
+
+
+@pytest.fixture()
+def richer_store(tmp_path):
+    """Ties in (degree, weight), a self-loop, a hub, a hostile key, chunks across documents."""
+    hostile = HOSTILE_NAMES[2]
+    docs = _docs([_doc(1), _doc(2)])
+    chunks = _chunks([_chunk(1, "d2", 1), _chunk(2, "d1", 0), _chunk(3, "d2", 0), _chunk(4, "d9", 0),
+                      _chunk(5, "d1", 2)])
+    ents = _ents([_ent("h", ["c5", "c1", "c2", "c3"]), _ent("x", ["c4", "c2"]), _ent("y", ["c1"]),
+                  _ent("z", []), _ent("w", ["c3"]), _ent(hostile, ["c1"]), _ent("lonely")])
+    rels = _rels([_rel("h", "x", 1.0), _rel("y", "h", 1.0), _rel("h", "z", 1.0), _rel("h", "w", 4.0),
+                  _rel("x", "y", 2.0), _rel("w", "w", 9.0), _rel(hostile, "h", 1.0), _rel("z", "y", 1.0)])
+    path = tmp_path / "rich.kz"
+    load_graph(path, docs, chunks, ents, rels)
+    with KuzuGraphStore(path) as s:
+        yield s
+
+
+ALL_KEYS = ["h", "x", "y", "z", "w", HOSTILE_NAMES[2], "lonely", "ghost", "h", "", "x'})"]
+
+
+@pytest.mark.parametrize("limit", [None, 0, 1, 2, 3, 100])
+def test_neighbors_match_batched_query(richer_store, limit):
+    for keys in (ALL_KEYS, ["ghost"], ["w"], ["y", "h"], []):
+        assert richer_store.neighbors(keys, limit_per_entity=limit) == _old_neighbors(richer_store, keys, limit)
+    edges = richer_store.neighbors(["w"])
+    assert ("w", "w") in {(e["source_key"], e["target_key"]) for e in edges}  # self-loop kept, once
+    assert len(edges) == 2
+
+
+def test_batch_reads_match_batched_queries(richer_store):
+    from hxd2_ray.graph.base import unique_in_order
+
+    s = richer_store
+    wanted = unique_in_order(ALL_KEYS)
+    old_ents = {r["key"]: r for r in s._rows(Q_GET_ENTITIES, {"keys": wanted})}
+    new_ents = s.get_entities(ALL_KEYS)
+    assert [e["key"] for e in new_ents] == [k for k in wanted if k in old_ents]
+    assert all(e["degree"] == old_ents[e["key"]]["degree"] for e in new_ents)
+    assert s.entity_degree(ALL_KEYS) == {k: r["degree"] for k, r in old_ents.items()}
+    assert s.get_entities(["ghost", ""]) == [] and s.entity_degree(["ghost"]) == {}
+
+    old_cfe = {k: [] for k in wanted}
+    for r in sorted(s._rows(_OLD_CHUNKS_FOR, {"keys": wanted}), key=lambda r: (r["doc_id"], r["ord"], r["id"])):
+        old_cfe[r["key"]].append(r["id"])
+    assert s.chunks_for_entities(ALL_KEYS) == old_cfe
+    assert old_cfe["h"] == ["c2", "c5", "c3", "c1"] and old_cfe["ghost"] == []
+    assert s.chunks_for_entities([]) == {}
+
+    ids = ["c4", "c1", "nope", "c3", "c1", "c2", "c5", ""]
+    old_chunks = {r["id"]: r for r in s._rows(_OLD_CHUNKS, {"ids": unique_in_order(ids)})}
+    new_chunks = s.get_chunks(ids)
+    assert [c["id"] for c in new_chunks] == ["c4", "c1", "c3", "c2", "c5"]
+    for c in new_chunks:
+        o = old_chunks[c["id"]]
+        assert (c["doc_id"], c["order"], c["start"], c["text"], c["header_path"], c["language"]) == (
+            o["doc_id"], o["ord"], o["start"], o["text"], o["header_path"], o["language"])
+        assert (c["doc_title"], c["doc_source_id"], c["doc_source_path"]) == (
+            o["doc_title"] or "", o["doc_source_id"] or "", o["doc_source_path"] or "")
+    assert new_chunks[0]["doc_title"] == ""  # c4: its document was never loaded
+    assert s.get_chunks([]) == [] and s.get_chunks(["nope"]) == []
+
+    pairs = [("x", "h"), ("h", "x"), ("ghost", "h"), ("w", "w"), ("y", "z"), ("h", HOSTILE_NAMES[2]), ("x", "z")]
+    canon = unique_in_order((min(a, b), max(a, b)) for a, b in pairs)
+    old_rel = {}
+    for r in s._rows(_OLD_RELATIONS, {"pairs": [{"s": a, "t": b} for a, b in canon]}):
+        e = _old_edge(r)
+        old_rel[(e["source_key"], e["target_key"])] = e
+    assert s.get_relations(pairs) == [old_rel[p] for p in canon if p in old_rel]
+    assert [(e["source_key"], e["target_key"]) for e in s.get_relations(pairs)] == [
+        ("h", "x"), ("w", "w"), ("y", "z"), ("h", HOSTILE_NAMES[2])]
+    assert s.get_relations([]) == [] and s.get_relations([("ghost", "nobody")]) == []
+
+
+def _canon_rows(rows):
+    return sorted(repr(sorted(r.items())) for r in rows)
+
+
+def test_run_template_matches_logic_templates(richer_store):
+    from hxd2_ray.logic.executor import LOGIC_TEMPLATES
+
+    s = richer_store
+    keys = ["h", "ghost", "w", HOSTILE_NAMES[2]]
+    pairs = [{"s": "h", "t": "x"}, {"s": "x", "t": "h"}, {"s": "y", "t": "w"}, {"s": "ghost", "t": "h"}]
+    cases = [
+        ("lf_edges", {"keys": keys, "limit": 1000}),
+        ("lf_paths_2hop", {"keys": keys, "limit": 1000}),
+        ("lf_edges_between", {"pairs": pairs}),
+        ("lf_paths_between", {"pairs": pairs, "limit": 1000}),
+        ("lf_entity_names", {"skip": 1, "limit": 3}),
+        ("lf_names_of", {"keys": keys + ["ghost"]}),
+    ]
+    assert {name for name, _ in cases} == set(LOGIC_TEMPLATES)
+    for name, params in cases:
+        new = s.run_template(name, params)
+        old = s._rows(LOGIC_TEMPLATES[name], params)
+        assert _canon_rows(new) == _canon_rows(old), name
+        assert new, name
+    # LIMIT caps the whole result, as in the batched template.
+    assert len(s.run_template("lf_edges", {"keys": keys, "limit": 3})) == 3
+    assert s.run_template("lf_edges", {"keys": keys, "limit": 0}) == []
+    assert len(s.run_template("lf_paths_between", {"pairs": pairs, "limit": 1})) == 1
+    assert s.run_template("lf_names_of", {"keys": []}) == []
+    with pytest.raises(KeyError):
+        s.run_template("nope", {})
+    with pytest.raises(ValueError, match="parameters"):
+        s.run_template("lf_edges", {"keys": ["h"]})  # an unbound $limit must not run unfiltered
