@@ -10,6 +10,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("jobs.index", "build an index: corpus -> chunks -> loop-NER -> Kùzu graph + sharded Faiss"),
     "query": ("jobs.query", "ask a question: multi-stage (logic form + verifier, dual-level fallback) or dual-level"),
     "eval": ("jobs.evaluate", "evaluate on a benchmark: run (modes grid, resumable shards), report, compare"),
+    "serve": ("jobs.serve_cli", "serve indexes over HTTP (Ray Serve): OpenAI-compatible chat completions, /v1/query"),
     "calibrate-refusal": ("jobs.calibrate", "calibrate the refusal gate's threshold on good/bad questions"),
 }
 

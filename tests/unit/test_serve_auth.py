@@ -1,0 +1,462 @@
+"""Auth, body limits and the HTTP API's error and streaming shapes, without Ray: the ingress ASGI app
+(``serve.deployments.make_api``) over a fake retriever backend, driven in-process through httpx's ASGI transport."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, AsyncIterator
+
+import httpx
+import pytest
+
+from serve.auth import ApiKeys, AuthConfigError, GuardMiddleware, bearer_token, load_api_keys
+from serve.deployments import ApiError, ApiSettings, describe_answer, make_api, serving_script
+from serve.schemas import ChatCompletionRequest, ServeAppArgs
+
+KEY = "sk-unit-Zq8w1"
+OTHER = "sk-unit-other"
+
+
+class FakeBackend:
+    """Answers like the Retriever deployment; records what it was asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, bool]] = []
+        self.fail: ApiError | None = None
+
+    async def answer(self, index: str, question: str, trace: bool, deadline: float) -> dict[str, Any]:
+        self.calls.append((index, question, trace))
+        if self.fail is not None:
+            raise self.fail
+        return {"question": question, "answer": f"about {question}", "path": "dual_level",
+                "references": [{"doc_id": "d1", "source_id": "a.md", "title": "A", "source_path": "/a.md",
+                                "chunk_ids": ["c1"]}],
+                "notices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 3, "finish_reason": "stop"},
+                "timings_ms": {"total": 1.0}, **({"trace": {"keywords": {}}} if trace else {})}
+
+    async def answer_stream(self, index: str, question: str, trace: bool,
+                            deadline: float) -> AsyncIterator[dict[str, Any]]:
+        self.calls.append((index, question, trace))
+        if self.fail is not None:
+            raise self.fail
+        for word in ("about", " ", "it"):
+            yield {"type": "delta", "text": word}
+        yield {"type": "final", "answer": "about it", "path": "dual_level", "references": [],
+               "usage": {"prompt_tokens": 10, "completion_tokens": 2, "finish_reason": "stop"}}
+
+    async def health(self) -> dict[str, Any]:
+        return {"served": len(self.calls)}
+
+
+SETTINGS = ApiSettings(indexes=("tiny", "big"), default_index="tiny", max_body_bytes=2048, max_question_chars=500)
+
+
+@pytest.fixture
+def backend() -> FakeBackend:
+    return FakeBackend()
+
+
+KEYS = ApiKeys([KEY, OTHER])
+
+
+def client(backend: FakeBackend, keys: ApiKeys | None = KEYS, key: str | None = KEY,
+           settings: ApiSettings = SETTINGS) -> httpx.AsyncClient:
+    app = make_api(backend, settings, keys)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", headers=headers)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def chat_body(question: str = "Who is Ada?", model: str = "tiny", **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "system", "content": "be brief"},
+                                         {"role": "user", "content": question}], **extra}
+
+
+# ------------------------------------------------------------------------------------------------ keys
+
+
+def test_keys_from_env_and_file(tmp_path):
+    secrets = tmp_path / "keys.txt"
+    secrets.write_text("# rotated monthly\nsk-file-1\n\n  sk-file-2  \nsk-env-1\n")
+    keys = load_api_keys("MY_KEYS", secrets, environ={"MY_KEYS": " sk-env-1 , ,sk-env-2"})
+    assert keys == ["sk-env-1", "sk-env-2", "sk-file-1", "sk-file-2"]
+    assert load_api_keys("MY_KEYS", None, environ={}) == []
+    with pytest.raises(AuthConfigError, match="not found"):
+        load_api_keys(None, tmp_path / "missing.txt")
+    secrets.write_text("sk one\n")
+    with pytest.raises(AuthConfigError, match="whitespace"):
+        load_api_keys(None, secrets)
+
+
+def test_bearer_parsing_and_constant_time_check():
+    assert bearer_token("Bearer abc") == "abc"
+    assert bearer_token("bearer   abc ") == "abc"
+    assert bearer_token("Basic abc") is None
+    assert bearer_token("Bearer ") is None
+    assert bearer_token(None) is None
+    keys = ApiKeys([KEY, OTHER])
+    assert keys.check(KEY) and keys.check(OTHER)
+    assert not keys.check(KEY + "x") and not keys.check(KEY[:-1]) and not keys.check("") and not keys.check(None)
+    assert KEY not in repr(keys.__dict__)  # only digests are kept
+    with pytest.raises(AuthConfigError):
+        ApiKeys([])
+
+
+# ------------------------------------------------------------------------------------------------ auth
+
+
+def test_healthz_is_open_and_everything_else_needs_a_key(backend, caplog):
+    async def go() -> None:
+        async with client(backend, key=None) as c:
+            assert (await c.get("/healthz")).status_code == 200
+            r = await c.get("/v1/models")
+            assert r.status_code == 401
+            assert r.headers["www-authenticate"] == "Bearer"
+            assert r.json()["error"]["type"] == "authentication_error"
+            r = await c.post("/v1/chat/completions", json=chat_body(), headers={"Authorization": "Bearer wrong"})
+            assert r.status_code == 401
+            r = await c.post("/v1/query", json={"question": "q"}, headers={"Authorization": f"Basic {KEY}"})
+            assert r.status_code == 401
+        async with client(backend, key=OTHER) as c:
+            r = await c.get("/v1/models")
+            assert r.status_code == 200
+            assert [m["id"] for m in r.json()["data"]] == ["tiny", "big"]
+            assert r.json()["object"] == "list"
+
+    with caplog.at_level(logging.DEBUG):
+        run(go())
+    assert backend.calls == []  # nothing reached the backend without a key
+    assert KEY not in caplog.text and "wrong" not in caplog.text  # keys (good or bad) are never logged
+
+
+def test_auth_off_lets_requests_through(backend):
+    async def go() -> None:
+        async with client(backend, keys=None, key=None) as c:
+            assert (await c.get("/v1/models")).status_code == 200
+
+    run(go())
+
+
+# ---------------------------------------------------------------------------------------------- limits
+
+
+def test_oversized_body_is_413_before_parsing(backend):
+    async def go() -> None:
+        async with client(backend) as c:
+            # Declared length over the limit: rejected without reading (even though it is not JSON).
+            r = await c.post("/v1/chat/completions", content=b"x" * 5000,
+                             headers={"Content-Type": "application/json"})
+            assert r.status_code == 413
+            assert "limit" in r.json()["error"]["message"]
+
+            # Chunked upload with no Content-Length: cut off once it passes the limit.
+            async def chunks() -> AsyncIterator[bytes]:
+                for _ in range(10):
+                    yield b"y" * 1000
+
+            r = await c.post("/v1/query", content=chunks(), headers={"Content-Type": "application/json"})
+            assert r.status_code == 413
+            # A question over max_question_chars in a body under the byte limit.
+            r = await c.post("/v1/query", json={"question": "z" * 600})
+            assert r.status_code == 413
+            assert "question" in r.json()["error"]["message"]
+
+    run(go())
+    assert backend.calls == []
+
+
+def test_bad_requests_get_clear_errors(backend):
+    async def go() -> None:
+        async with client(backend) as c:
+            r = await c.post("/v1/chat/completions", content=b'{"model": "tiny", "messages": [',
+                             headers={"Content-Type": "application/json"})
+            assert r.status_code == 400
+            assert "not valid JSON" in r.json()["error"]["message"]
+            r = await c.post("/v1/chat/completions", json=[1, 2])
+            assert r.status_code == 400
+            r = await c.post("/v1/chat/completions", json={"model": "tiny"})
+            assert r.status_code == 422
+            assert "messages" in r.json()["error"]["message"]
+            r = await c.post("/v1/chat/completions", json=chat_body(n=2))
+            assert r.status_code == 422
+            r = await c.post("/v1/chat/completions", json=chat_body(model="nope"))
+            assert r.status_code == 404
+            assert r.json()["error"]["code"] == "model_not_found" and "tiny" in r.json()["error"]["message"]
+            r = await c.post("/v1/chat/completions", json={"model": "tiny",
+                                                           "messages": [{"role": "system", "content": "x"}]})
+            assert r.status_code == 400 and "empty" in r.json()["error"]["message"]
+            r = await c.post("/v1/query", json={"question": "q", "bogus": 1})
+            assert r.status_code == 422
+            r = await c.post("/v1/query", json={"question": "q"}, headers={"x-hxd2-deadline-s": "soon"})
+            assert r.status_code == 400
+
+    run(go())
+    assert backend.calls == []
+
+
+def test_backpressure_from_the_backend_is_503_with_retry_after(backend):
+    backend.fail = ApiError(503, "at capacity", headers={"Retry-After": "2"})
+
+    async def go() -> None:
+        async with client(backend) as c:
+            for body, path in ((chat_body(), "/v1/chat/completions"), (chat_body(stream=True), "/v1/chat/completions"),
+                               ({"question": "q"}, "/v1/query")):
+                r = await c.post(path, json=body)
+                assert r.status_code == 503, path
+                assert r.headers["retry-after"] == "2"
+                assert r.json()["error"]["type"] == "overloaded_error"
+
+    run(go())
+
+
+# ---------------------------------------------------------------------------------------------- shapes
+
+
+def test_chat_completion_and_query_shapes(backend):
+    async def go() -> None:
+        async with client(backend) as c:
+            r = await c.post("/v1/chat/completions", json=chat_body("Who is Ada?", model="big"))
+            assert r.status_code == 200
+            body = r.json()
+            assert body["object"] == "chat.completion" and body["model"] == "big"
+            assert body["choices"][0]["message"] == {"role": "assistant", "content": "about Who is Ada?"}
+            assert body["usage"] == {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}
+            assert body["path"] == "dual_level" and body["references"][0]["source_id"] == "a.md"
+            r = await c.post("/v1/query", json={"question": "Who?", "trace": True})
+            body = r.json()
+            assert body["index"] == "tiny" and body["answer"] == "about Who?" and "trace" in body
+            assert backend.calls == [("big", "Who is Ada?", False), ("tiny", "Who?", True)]
+
+    run(go())
+
+
+def test_streaming_is_server_sent_events_ending_with_done(backend):
+    async def go() -> list[str]:
+        async with client(backend) as c:
+            r = await c.post("/v1/chat/completions",
+                             json=chat_body(stream=True, stream_options={"include_usage": True}))
+            assert r.status_code == 200
+            assert r.headers["content-type"].startswith("text/event-stream")
+            return [line for line in r.text.split("\n") if line]
+
+    lines = run(go())
+    assert all(line.startswith("data: ") for line in lines)
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line[6:]) for line in lines[:-1]]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks if ch["choices"])
+    assert text == "about it"
+    finals = [ch for ch in chunks if ch["choices"] and ch["choices"][0].get("finish_reason")]
+    assert len(finals) == 1 and finals[0]["path"] == "dual_level"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] == 12
+    assert len({ch["id"] for ch in chunks}) == 1
+
+
+def test_guard_passes_streamed_bodies_and_disconnects_through():
+    seen: dict[str, Any] = {}
+
+    async def app(scope, receive, send):
+        first = await receive()
+        seen["body"] = first["body"]
+        seen["next"] = (await receive())["type"]
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    messages = [{"type": "http.request", "body": b"ab", "more_body": True},
+                {"type": "http.request", "body": b"cd", "more_body": False},
+                {"type": "http.disconnect"}]
+
+    async def receive():
+        return messages.pop(0)
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message):
+        sent.append(message)
+
+    guard = GuardMiddleware(app, keys=None, max_body_bytes=10)
+    scope = {"type": "http", "method": "POST", "path": "/v1/query", "headers": []}
+    asyncio.run(guard(scope, receive, send))
+    assert seen == {"body": b"abcd", "next": "http.disconnect"}
+    assert sent[0]["status"] == 204
+
+
+# ------------------------------------------------------------------------------------------ pure bits
+
+
+def test_question_is_the_last_user_message():
+    req = ChatCompletionRequest.model_validate({"model": "m", "messages": [
+        {"role": "user", "content": "first"}, {"role": "assistant", "content": "a"},
+        {"role": "user", "content": [{"type": "text", "text": "second "}, {"type": "text", "text": "part"}]}]})
+    assert req.question() == "second part"
+
+
+def test_app_args_validation():
+    args = ServeAppArgs.model_validate({"indexes": {"a": "/x", "b": "s3://bucket/idx"}})
+    assert args.default == "a" and args.auth is True
+    with pytest.raises(ValueError):
+        ServeAppArgs.model_validate({"indexes": {}})
+    with pytest.raises(ValueError):
+        ServeAppArgs.model_validate({"indexes": {"a/b": "/x"}})
+    with pytest.raises(ValueError):
+        ServeAppArgs.model_validate({"indexes": {"a": "/x"}, "default_index": "b"})
+    with pytest.raises(ValueError):
+        ServeAppArgs.model_validate({"indexes": {"a": "/x"}, "unknown": 1})
+
+
+def test_serving_script_replies():
+    from hxd2_ray.llm.base import LLMRequest
+
+    kw = serving_script(LLMRequest(messages=({"role": "user", "content": "Question: Where does Robert Malenka work?"},),
+                                   tag="keywords"))
+    assert json.loads(kw)["low_level_keywords"] == ["Robert Malenka"]
+    prompt = "## Entities\nid,entity,type\n1,Robert Malenka,person,x,2\n\n## Question\nWhere?"
+    ans = serving_script(LLMRequest(messages=({"role": "user", "content": prompt},), tag="answer"))
+    assert ans == "Scripted answer to: Where? The context names Robert Malenka."
+
+
+def test_describe_answer_defaults_for_query_pipeline():
+    class KW:
+        parsed, empty = True, False
+
+    class R:
+        keywords, entities, relations, chunks = KW(), (1,), (), ()
+
+    class A:
+        retrieval = R()
+
+    assert describe_answer(A()) == {"path": "dual_level", "fallback": None, "refused": False}
+    A.path, A.refused = "refused", False
+    assert describe_answer(A())["refused"] is True
+
+
+# ------------------------------------------------------------------------------------------- hxd2 serve
+
+
+def test_serve_cli_plan_merges_the_serve_config_and_flags(tmp_path, monkeypatch):
+    from jobs.serve_cli import DEFAULT_SERVE_CONFIG, main, plan
+
+    index = tmp_path / "my-index"
+    index.mkdir()
+    monkeypatch.setenv("HXD2_API_KEYS", "sk-a,sk-b")
+    args, http, ns = plan(["--index", str(index), "--index", f"other={index}", "--port", "9123",
+                           "--set", "retrieval.top_k_entities=3", "--serve-config", str(DEFAULT_SERVE_CONFIG)])
+    assert args["indexes"] == {"my-index": str(index), "other": str(index)}
+    assert "default_index" not in args  # the file's default named an index that is not served here
+    assert args["overrides"] == ["retrieval.top_k_entities=3"]
+    assert http["host"] == "127.0.0.1" and http["port"] == 9123 and http["request_timeout_s"] == 120
+    # The file's deployments list becomes deployment_options, checked by the same args model Serve uses.
+    assert args["deployment_options"]["Retriever"]["max_ongoing_requests"] == 16
+    assert args["deployment_options"]["LLM"]["ray_actor_options"] == {"num_cpus": 1}
+    ServeAppArgs.model_validate(args)
+
+    with pytest.raises(ValueError, match="no folder"):
+        plan(["--index", str(tmp_path / "missing")])
+    monkeypatch.delenv("HXD2_API_KEYS")
+    with pytest.raises(ValueError, match="HXD2_API_KEYS"):
+        plan(["--index", str(index)])
+    with pytest.raises(ValueError, match="loopback"):
+        plan(["--index", str(index), "--no-auth", "--host", "0.0.0.0"])
+    assert plan(["--index", str(index), "--no-auth"])[0]["auth"] is False
+    assert main(["--index", str(tmp_path / "missing")]) == 2
+
+
+# --------------------------------------------------------------------------------- deadlines (handles)
+
+
+class _FakeResponse:
+    def __init__(self, value: Any, delay: float = 0.0):
+        self.value, self.delay, self.cancelled, self.timeouts = value, delay, False, []
+
+    def result(self, timeout_s: float | None = None) -> Any:
+        import time as _time
+
+        self.timeouts.append(timeout_s)
+        waited = 0.0
+        while waited < self.delay:
+            if self.cancelled:
+                raise RuntimeError("cancelled")
+            if timeout_s is not None and waited >= timeout_s:
+                raise TimeoutError("timed out")
+            _time.sleep(0.01)
+            waited += 0.01
+        return self.value
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _FakeMethod:
+    def __init__(self, responses: list[_FakeResponse]):
+        self.responses = responses
+
+    def remote(self, *args: Any) -> _FakeResponse:
+        return self.responses.pop(0)
+
+
+class _FakeHandle:
+    def __init__(self, **methods: list[_FakeResponse]):
+        for name, responses in methods.items():
+            setattr(self, name, _FakeMethod(responses))
+
+    def options(self, **_: Any) -> "_FakeHandle":
+        return self
+
+
+def test_handle_calls_wait_at_most_the_time_left_and_are_cancelled_with_the_request():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hxd2_ray.config import HashingEmbeddingConfig, ScriptedLLMConfig
+    from hxd2_ray.llm.base import LLMRequest, LLMResponse
+    from serve.handles import DeadlineExceeded, HandleEmbedder, HandleLLM, RequestScope, run_in_thread
+
+    fast = _FakeResponse([LLMResponse("ok")])
+    slow = _FakeResponse([LLMResponse("late")], delay=5.0)
+    llm = HandleLLM(_FakeHandle(complete=[fast, slow]), ScriptedLLMConfig())
+    req = [LLMRequest(messages=({"role": "user", "content": "q"},))]
+    assert llm.count_tokens("one two") == 3  # local, the scripted estimate (1.3 per word)
+    pool = ThreadPoolExecutor(2)
+
+    async def go() -> None:
+        assert (await run_in_thread(pool, RequestScope.after(2.0), llm.complete, req))[0].text == "ok"
+        assert 0 < fast.timeouts[0] <= 2.0  # bounded by the deadline
+        scope = RequestScope.after(0.2)
+        with pytest.raises(DeadlineExceeded):
+            await run_in_thread(pool, scope, llm.complete, req)
+        assert scope.cancelled
+        for _ in range(100):  # the blocked call is cancelled, so the thread is freed quickly
+            if slow.cancelled:
+                break
+            await asyncio.sleep(0.01)
+        assert slow.cancelled
+
+    run(go())
+    import numpy as np
+
+    vecs = np.ones((2, 4), dtype=np.float32)
+    emb = HandleEmbedder(_FakeHandle(embed=[_FakeResponse(vecs)]), HashingEmbeddingConfig(dim=4))
+    assert emb.embed(["a", "b"]).shape == (2, 4) and emb.embed([]).shape == (0, 4)
+    pool.shutdown()
+
+
+def test_stream_error_after_the_first_event_ends_the_sse_cleanly(backend):
+    class Failing(FakeBackend):
+        async def answer_stream(self, index, question, trace, deadline):
+            yield {"type": "delta", "text": "partial"}
+            yield {"type": "error", "error": {"status": 504, "message": "the request deadline passed"}}
+
+    async def go() -> list[str]:
+        async with client(Failing()) as c:
+            r = await c.post("/v1/chat/completions", json=chat_body(stream=True))
+            assert r.status_code == 200
+            return [line for line in r.text.split("\n") if line]
+
+    lines = run(go())
+    assert lines[-1] == "data: [DONE]"
+    error = json.loads(lines[-2][6:])
+    assert error["error"]["type"] == "timeout_error" and "deadline" in error["error"]["message"]
