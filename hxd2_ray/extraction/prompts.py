@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -17,12 +16,14 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from hxd2_ray.prompt_templates import placeholder_filler
+
 # The line right before the chunk text in every extraction user message. The text comes last so that all
 # chunks share the instruction prefix (vLLM prefix caching); fakes find the chunk text after this marker.
 TEXT_MARKER = "######## Text ########"
 
+
 PLACEHOLDERS = ("entity_types", "input_text", "entity_name", "description_list")
-_PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,18 +54,7 @@ class PromptSet:
         return self.languages.get("en") or next(iter(self.languages.values()))
 
 
-def fill(template: str, **values: str) -> str:
-    """Substitute the known ``{placeholder}``s in one pass.
-
-    Unlike ``str.format`` this leaves JSON braces alone and never re-expands a placeholder that appears
-    inside a substituted value (a chunk may well contain the string ``{entity_types}``).
-    """
-
-    def sub(match: re.Match[str]) -> str:
-        name = match.group(1)
-        return values[name] if name in values else match.group(0)
-
-    return _PLACEHOLDER_RE.sub(sub, template)
+fill = placeholder_filler(PLACEHOLDERS)
 
 
 @functools.lru_cache(maxsize=8)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from hxd2_ray.chunking.splitter import detect_language
+from hxd2_ray.prompt_templates import placeholder_filler
 from hxd2_ray.llm.base import LLMClient, LLMRequest
 from hxd2_ray.logic.plan import MAX_STEPS, Plan, PlanError, plan_json_schema, validate_plan
 
@@ -37,18 +37,11 @@ __all__ = [
     "parse_logic_prompts",
 ]
 
+
 PLACEHOLDERS = ("question", "relations", "reason", "evidence", "answer", "examples")
-_PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 
 
-def fill(template: str, **values: str) -> str:
-    """Substitute the known ``{placeholder}``s in one pass; JSON braces and placeholders inside values stay."""
-
-    def sub(match: re.Match[str]) -> str:
-        name = match.group(1)
-        return values[name] if name in values else match.group(0)
-
-    return _PLACEHOLDER_RE.sub(sub, template)
+fill = placeholder_filler(PLACEHOLDERS)
 
 
 @dataclass(frozen=True, slots=True)

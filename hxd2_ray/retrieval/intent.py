@@ -32,6 +32,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from hxd2_ray.prompt_templates import placeholder_filler
 from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.llm.base import LLMClient, LLMRequest
 
@@ -53,18 +54,11 @@ INTENTS = ("question", "greeting", "identity", "off_topic")
 
 # ------------------------------------------------------------------------------------------- prompts
 
+
 PLACEHOLDERS = ("question", "evidence", "reason", "kb")
-_PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 
 
-def fill(template: str, **values: str) -> str:
-    """Substitute the known ``{placeholder}``s in one pass; braces and placeholders inside values stay."""
-
-    def sub(match: re.Match[str]) -> str:
-        name = match.group(1)
-        return values[name] if name in values else match.group(0)
-
-    return _PLACEHOLDER_RE.sub(sub, template)
+fill = placeholder_filler(PLACEHOLDERS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -17,8 +16,10 @@ from typing import Any, Mapping
 
 import yaml
 
+from hxd2_ray.prompt_templates import placeholder_filler
+
+
 PLACEHOLDERS = ("question", "entities", "relations", "chunks")
-_PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +43,7 @@ class QueryPromptSet:
         return self.languages.get(language) or self.languages["en"]
 
 
-def fill(template: str, **values: str) -> str:
-    """Substitute the known ``{placeholder}``s in one pass; JSON braces and placeholders inside values stay."""
-
-    def sub(match: re.Match[str]) -> str:
-        name = match.group(1)
-        return values[name] if name in values else match.group(0)
-
-    return _PLACEHOLDER_RE.sub(sub, template)
+fill = placeholder_filler(PLACEHOLDERS)
 
 
 @functools.lru_cache(maxsize=8)
