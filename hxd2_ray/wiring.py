@@ -23,13 +23,19 @@ if TYPE_CHECKING:
     from hxd2_ray.llm.base import LLMClient
 
 
-def build_llm(cfg: LLMConfig) -> "LLMClient":
+def build_llm(cfg: LLMConfig, *, concurrent: bool = False) -> "LLMClient":
+    """``concurrent``: the caller will call from many threads at once and wants the calls batched together
+    (vLLM: the async engine behind a thread-safe facade; the scripted LLM is used as it is)."""
     match cfg:
         case ScriptedLLMConfig():
             from hxd2_ray.llm.scripted import ScriptedLLM
 
             # from_config builds the built-in deterministic extraction mode (no script given).
             return ScriptedLLM.from_config(cfg)
+        case VllmLLMConfig() if concurrent:
+            from hxd2_ray.llm.threaded import ThreadedVllmLLM
+
+            return ThreadedVllmLLM(cfg)
         case VllmLLMConfig():
             from hxd2_ray.llm.vllm_engine import VllmEngineLLM
 

@@ -181,7 +181,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
         ds = ray.data.from_arrow([pa.Table.from_pylist([r]) for r in pending])
         stats = _collect(ds.map_batches(
             AnswerQuestions,
-            fn_constructor_args=(cfg, args.index or "", mode, fs, root),
+            fn_constructor_args=(cfg, args.index or "", mode, fs, root, None, args.concurrency),
             batch_size=1,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=workers),
@@ -196,7 +196,8 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
     traces = load_traces(fs, root, modes)
     counts = {m: sum(1 for t in traces if t["mode"] == m) for m in modes}
     run = {**identity, "questions": len(items), "modes": modes, "index": args.index, "config": args.config,
-           "overrides": list(args.overrides), "workers": args.workers, "limit": args.limit,
+           "overrides": list(args.overrides), "workers": args.workers, "concurrency": args.concurrency,
+           "limit": args.limit,
            "metrics": list(spec.metrics), "primary_metric": spec.primary_metric,
            "skipped_rows": [list(s) for s in report.skipped],
            "loader": {"items": len(report.items), "skipped": len(report.skipped), "filtered": dict(report.filtered)}}
@@ -282,6 +283,8 @@ def build_run_parser(prog: str = "hxd2 eval run") -> argparse.ArgumentParser:
     p.add_argument("--questions", default=None, help="questions file (overrides the benchmark's default)")
     p.add_argument("--corpus", default=None, help="corpus file (overrides the benchmark's default)")
     p.add_argument("--workers", type=int, default=1, help="answering actors (each loads its own LLM)")
+    p.add_argument("--concurrency", type=int, default=1,
+                   help="questions answered at once per worker; > 1 batches them in vLLM's async engine")
     p.add_argument("--shards", type=int, default=None, help="question shards (default min(n, 4 x workers))")
     p.add_argument("--cpus-per-worker", type=float, default=1.0)
     p.add_argument("--gpus-per-worker", type=float, default=0.0)
@@ -293,8 +296,8 @@ def build_run_parser(prog: str = "hxd2 eval run") -> argparse.ArgumentParser:
 
 def _main_run(argv: list[str]) -> int:
     args = build_run_parser().parse_args(argv)
-    if args.workers < 1 or (args.shards is not None and args.shards < 1):
-        print("error: --workers and --shards must be >= 1", file=sys.stderr)
+    if args.workers < 1 or args.concurrency < 1 or (args.shards is not None and args.shards < 1):
+        print("error: --workers, --concurrency and --shards must be >= 1", file=sys.stderr)
         return 2
     try:
         with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():

@@ -42,6 +42,7 @@ from __future__ import annotations
 from hxd2_ray.config import MultiStageConfig
 
 import contextlib
+import contextvars
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -154,7 +155,8 @@ class StageEvent:
 
 
 class SerializedLLM:
-    """An :class:`LLMClient` wrapper: one call at a time, and cancellable per thread.
+    """An :class:`LLMClient` wrapper: one call at a time (unless the backend says ``thread_safe``), and
+    cancellable per thread.
 
     ``cancel_on(event)`` (a context manager, per thread) makes every call from that thread return an error
     response, without reaching the backend, once ``event`` is set: how a timed-out logic-form worker is
@@ -164,7 +166,8 @@ class SerializedLLM:
 
     def __init__(self, inner: LLMClient):
         self.inner = inner
-        self._lock = threading.Lock()
+        # A thread-safe backend (ThreadedVllmLLM) batches concurrent calls; serializing them would undo that.
+        self._lock = contextlib.nullcontext() if getattr(inner, "thread_safe", False) else threading.Lock()
         self._local = threading.local()
         if callable(getattr(inner, "stream", None)):
             self.stream = self._stream  # only where the backend streams (generation.supports_streaming)
@@ -642,7 +645,8 @@ class MultiStagePipeline:
 
         started = time.monotonic()
         try:
-            future = self._pool.submit(work)
+            # The caller's context (e.g. the evaluation job's per-question error tally) follows the work.
+            future = self._pool.submit(contextvars.copy_context().run, work)
             future.result(timeout=self.cfg.logic_timeout_s)
         except FuturesTimeout:
             cancel.set()

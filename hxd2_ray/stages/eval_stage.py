@@ -9,14 +9,23 @@ per actor. An input row is a whole shard (``shard``, ``benchmark``, ``items_json
 
 Modes: ``llm_only`` (the paper's baseline: one chat call with the generation prompt, no retrieval), ``dual``,
 ``logic``, ``auto`` (multi-stage, pre-check verifier) and ``auto_post`` (multi-stage, post-check verifier).
+Two retrieval-only modes answer nothing and exist for passage recall: ``chunk_vector`` (the question's
+embedding against the chunk vectors, nothing else) and ``dual_retrieval`` (the dual-level retrieval's
+budgeted chunks, in their ranked order, without generation).
 An LLM failure on one question is recorded in its trace row (``error``) and scored like an empty answer.
+
+Concurrency: with ``concurrency > 1`` the questions of a shard are answered by that many threads at once, over
+a thread-safe LLM (``build_llm(..., concurrent=True)``: vLLM's async engine), so the engine batches the
+questions' calls together instead of decoding one sequence at a time. Rows keep their positions.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import posixpath
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
@@ -24,7 +33,10 @@ import pyarrow.fs as pafs
 
 from hxd2_ray.stages import staging as st
 
-EVAL_MODES = ("llm_only", "dual", "logic", "auto", "auto_post")
+EVAL_MODES = ("llm_only", "dual", "logic", "auto", "auto_post", "chunk_vector", "dual_retrieval")
+RETRIEVAL_ONLY_MODES = ("chunk_vector", "dual_retrieval")
+# chunk_vector: chunks searched per question, enough for recall@k up to ~10 distinct passages.
+_CHUNK_VECTOR_K = 20
 
 TRACES = pa.schema([
     ("id", pa.string()),
@@ -66,12 +78,17 @@ def item_from_dict(d: dict[str, Any]):
                     meta=dict(d.get("meta") or {}))
 
 
+# Failed LLM responses of the question being answered in this context (threads answer questions concurrently;
+# the multi-stage pipeline carries the context into its logic-form worker threads).
+_QUESTION_ERRORS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("hxd2_question_errors",
+                                                                                    default=None)
+
+
 class _ErrorTap:
-    """LLM wrapper that counts failed responses (the pipelines may absorb them and degrade)."""
+    """LLM wrapper that counts failed responses per question (the pipelines may absorb them and degrade)."""
 
     def __init__(self, inner: Any):
         self.inner = inner
-        self.errors: list[str] = []
         if callable(getattr(inner, "stream", None)):
             self.stream = self._stream
 
@@ -88,19 +105,31 @@ class _ErrorTap:
     def supports_json_schema(self) -> bool:
         return bool(getattr(self.inner, "supports_json_schema", False))
 
+    @property
+    def thread_safe(self) -> bool:
+        return bool(getattr(self.inner, "thread_safe", False))
+
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
 
+    @staticmethod
+    def _record(error: str) -> None:
+        errors = _QUESTION_ERRORS.get()
+        if errors is not None:
+            errors.append(error)
+
     def complete(self, requests: Sequence[Any]) -> list[Any]:
         responses = self.inner.complete(requests)
-        self.errors.extend(r.error for r in responses if getattr(r, "error", ""))
+        for r in responses:
+            if getattr(r, "error", ""):
+                self._record(r.error)
         return responses
 
     def _stream(self, request: Any) -> Iterator[str]:
         try:
             yield from self.inner.stream(request)
         except Exception as exc:  # noqa: BLE001 - recorded, then re-raised
-            self.errors.append(f"{type(exc).__name__}: {exc}")
+            self._record(f"{type(exc).__name__}: {exc}")
             raise
 
 
@@ -108,9 +137,11 @@ class AnswerQuestions:
     """Answer, score and persist whole shards; returns one stats row per shard."""
 
     def __init__(self, cfg: Any, index_location: str, mode: str, staging_fs: pafs.FileSystem, out_root: str,
-                 label: str | None = None) -> None:
+                 label: str | None = None, concurrency: int = 1) -> None:
         if mode not in EVAL_MODES:
             raise ValueError(f"unknown eval mode {mode!r}; valid: {', '.join(EVAL_MODES)}")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         from hxd2_ray.wiring import build_llm
 
         self.cfg = cfg
@@ -118,19 +149,25 @@ class AnswerQuestions:
         self.label = label or mode
         self.fs = staging_fs
         self.out_root = out_root
-        self.llm = _ErrorTap(build_llm(cfg.llm))
+        self.concurrency = concurrency
+        # chunk_vector never calls the LLM: do not load one.
+        self.llm = None if mode == "chunk_vector" else _ErrorTap(build_llm(cfg.llm, concurrent=concurrency > 1))
         self.index = None
         self.pipeline = None
         if mode != "llm_only":
             from hxd2_ray.retrieval.index import open_index
-            from hxd2_ray.retrieval.multistage import build_multistage
             from hxd2_ray.wiring import build_embedder
 
             self.index = open_index(index_location, cfg)
             self.embedder = build_embedder(cfg.embedding)
+        if self.llm is not None and self.index is not None:
+            from hxd2_ray.retrieval.multistage import build_multistage
+
             ms = cfg.multistage
             if mode == "auto_post":
                 ms = ms.model_copy(update={"verifier_mode": "post"})
+            # Every concurrent question may be in its logic-form stage at once; none should queue for a worker.
+            ms = ms.model_copy(update={"logic_workers": max(ms.logic_workers, concurrency)})
             self.pipeline = build_multistage(self.index, self.llm, self.embedder, cfg, ms)
 
     # ------------------------------------------------------------------ one question
@@ -158,18 +195,45 @@ class AnswerQuestions:
                 "completion_tokens": int(totals.get("completion", 0)), "verifier": verifier,
                 "evidence_ids": evidence, "error": ""}
 
+    def _chunk_vector(self, item: Any) -> dict[str, Any]:
+        query = self.embedder.embed([item.retrieval_query])
+        hits = self.index.family("chunk").search(query, _CHUNK_VECTOR_K)[0]  # type: ignore[union-attr]
+        rows = {c["id"]: c for c in self.index.graph.get_chunks([key for key, _ in hits])}  # type: ignore[union-attr]
+        evidence = [rows[key]["doc_source_id"] for key, _ in hits if key in rows and rows[key]["doc_source_id"]]
+        return {"path": "chunk_vector", "answer": "", "prompt_tokens": 0, "completion_tokens": 0, "verifier": "",
+                "evidence_ids": list(dict.fromkeys(evidence)), "error": ""}
+
+    def _dual_retrieval(self, item: Any) -> dict[str, Any]:
+        context = self.pipeline.dual.retrieve(item.retrieval_query)  # type: ignore[union-attr]
+        evidence = [c.doc_source_id for c in context.chunks if c.doc_source_id]
+        return {"path": "dual_retrieval", "answer": "", "prompt_tokens": 0, "completion_tokens": 0,
+                "verifier": "", "evidence_ids": list(dict.fromkeys(evidence)), "error": ""}
+
+    def _answer(self, item: Any) -> dict[str, Any]:
+        match self.mode:
+            case "llm_only":
+                return self._llm_only(item)
+            case "chunk_vector":
+                return self._chunk_vector(item)
+            case "dual_retrieval":
+                return self._dual_retrieval(item)
+        return self._multistage(item)
+
     def answer_item(self, spec: Any, item: Any, position: int, shard: int) -> dict[str, Any]:
         from hxd2_ray.evaluation.datasets import Prediction, score_item
 
-        self.llm.errors.clear()
+        errors: list[str] = []
+        token = _QUESTION_ERRORS.set(errors)
         t0 = time.perf_counter()
         try:
-            row = self._llm_only(item) if self.mode == "llm_only" else self._multistage(item)
+            row = self._answer(item)
         except Exception as exc:  # noqa: BLE001 - one question's failure is recorded, not fatal
             row = {"path": "error", "answer": "", "prompt_tokens": 0, "completion_tokens": 0, "verifier": "",
                    "evidence_ids": [], "error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            _QUESTION_ERRORS.reset(token)
         latency = time.perf_counter() - t0
-        llm_errors = list(self.llm.errors)
+        llm_errors = list(errors)
         if not row["error"] and llm_errors:
             row["error"] = f"LLM error ({len(llm_errors)} call(s)): {llm_errors[0]}"
         pred = Prediction(answer_text=row["answer"], retrieved_passage_ids=tuple(row["evidence_ids"]),
@@ -190,8 +254,17 @@ class AnswerQuestions:
                                             batch.column("items_json").to_pylist(), strict=True):
             t0 = time.perf_counter()
             spec = get_benchmark(bench)
-            rows = [self.answer_item(spec, item_from_dict(d), int(d["position"]), int(shard))
-                    for d in json.loads(items_json)]
+            items = json.loads(items_json)
+
+            def answer(d: dict[str, Any], spec: Any = spec, shard: int = int(shard)) -> dict[str, Any]:
+                return self.answer_item(spec, item_from_dict(d), int(d["position"]), shard)
+
+            if self.concurrency > 1 and len(items) > 1:
+                with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items)),
+                                        thread_name_prefix="hxd2-eval") as pool:
+                    rows = list(pool.map(answer, items))  # in input order
+            else:
+                rows = [answer(d) for d in items]
             table = pa.Table.from_pylist(rows, schema=TRACES) if rows else TRACES.empty_table()
             st.write_table_atomic(self.fs, shard_path(self.out_root, self.label, int(shard)), table)
             stats.append({"mode": self.label, "shard": int(shard), "questions": len(rows),

@@ -650,3 +650,51 @@ def test_callable_reply_helper_is_used():
     llm = scripted(direct=lambda req: seen.append(req.tag) or "hey")
     assert llm.complete([LLMRequest(messages=({"role": "user", "content": "hi"},), tag="direct")])[0].text == "hey"
     assert seen == ["direct"]
+
+
+class _CountingLLM:
+    """Records the most calls in flight at once. Each call waits a little so overlaps can happen; a thread-safe
+    one waits until all four calls are inside at once (which a lock would make impossible)."""
+
+    model_id = "counting"
+    supports_json_schema = False
+
+    def __init__(self, thread_safe: bool):
+        self.thread_safe = thread_safe
+        self.in_flight = 0
+        self.peak = 0
+        self._lock = threading.Lock()
+        self._all_inside = threading.Barrier(4, timeout=30)
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def complete(self, requests):
+        with self._lock:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+        if self.thread_safe:
+            self._all_inside.wait()
+        else:
+            time.sleep(0.05)
+        with self._lock:
+            self.in_flight -= 1
+        return [LLMResponse("ok") for _ in requests]
+
+
+@pytest.mark.parametrize("thread_safe, expected_peak", [(False, 1), (True, 4)])
+def test_serialized_llm_locks_only_backends_that_are_not_thread_safe(thread_safe, expected_peak):
+    inner = _CountingLLM(thread_safe)
+    guarded = SerializedLLM(inner)
+    start = threading.Barrier(4)
+
+    def call() -> None:
+        start.wait()
+        assert guarded.complete([LLMRequest(messages=({"role": "user", "content": "q"},))])[0].text == "ok"
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert inner.peak == expected_peak
