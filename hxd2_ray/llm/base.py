@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 Message = Mapping[str, str]  # {"role": "system"|"user"|"assistant", "content": ...}
 
@@ -54,3 +54,43 @@ class LLMClient(Protocol):
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` under the serving model's tokenizer."""
         ...
+
+
+class LLMWrapper:
+    """Base of the wrappers that add one behaviour around an :class:`LLMClient` (a lock, an error tally…).
+
+    Everything the wrapper does not define is the wrapped client's (``count_tokens``, ``max_model_len``,
+    ``close``…). ``stream`` exists only where the wrapped client streams (callers test for it), and then goes
+    through the subclass's ``_stream``.
+    """
+
+    def __init__(self, inner: LLMClient):
+        self.inner = inner
+        if callable(getattr(inner, "stream", None)):
+            self.stream = self._stream
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (copy/pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    @property
+    def supports_json_schema(self) -> bool:
+        return bool(getattr(self.inner, "supports_json_schema", False))
+
+    @property
+    def thread_safe(self) -> bool:
+        return bool(getattr(self.inner, "thread_safe", False))
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    def complete(self, requests: Sequence[LLMRequest]) -> list[LLMResponse]:
+        return self.inner.complete(requests)
+
+    def _stream(self, request: LLMRequest) -> Iterator[str]:
+        yield from self.inner.stream(request)  # type: ignore[attr-defined]

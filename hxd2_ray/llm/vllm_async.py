@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -32,6 +31,14 @@ from typing import Any, AsyncIterator, Sequence
 
 from hxd2_ray.config import VllmLLMConfig, llm_model_id
 from hxd2_ray.llm.base import LLMRequest, LLMResponse
+from hxd2_ray.llm.vllm_setup import (
+    caller_ld_preload,
+    engine_kwargs,
+    prepare_process,
+    resolve_model_path,
+    sampling_params,
+    structured_outputs_kwargs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +81,6 @@ class AsyncVllmEngine:
         self.cfg = cfg
         self.compact_json = compact_json
         self.model_id = llm_model_id(cfg)
-        from hxd2_ray.llm.vllm_engine import resolve_model_path
-
         self.model_path = resolve_model_path(cfg.model)
         self.stats = EngineStats()
         self._live: set[str] = set()  # request ids in the engine right now
@@ -87,44 +92,18 @@ class AsyncVllmEngine:
     # ------------------------------------------------------------------ engine
 
     def _build_engine(self) -> Any:
-        cfg = self.cfg
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        import torch
-
-        if not torch.cuda.is_available():
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kv_cache_gb)
-        # vLLM's CPU platform prepends its allocator libraries to LD_PRELOAD of this process for the engine core
-        # it spawns; put the caller's value back afterwards so later subprocesses are not affected.
-        ld_preload = os.environ.get("LD_PRELOAD")
+        prepare_process(self.cfg)
         from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        structured = (StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True)
-                      if self.compact_json else StructuredOutputsConfig())
         args = AsyncEngineArgs(
-            model=self.model_path,
-            tokenizer=self.model_path,
-            max_model_len=cfg.max_model_len,
-            dtype=cfg.dtype,
-            tensor_parallel_size=cfg.tensor_parallel_size,
-            gpu_memory_utilization=cfg.gpu_memory_utilization,
-            enforce_eager=cfg.enforce_eager,
-            max_num_seqs=cfg.max_num_seqs,
-            enable_prefix_caching=cfg.enable_prefix_caching,
-            generation_config="vllm",  # only our SamplingParams shape the output
-            served_model_name=self.model_id,
-            structured_outputs_config=structured,
+            **engine_kwargs(self.cfg, self.model_path, self.model_id),
+            structured_outputs_config=StructuredOutputsConfig(**structured_outputs_kwargs(self.compact_json)),
             disable_log_stats=True,
         )
-        try:
+        with caller_ld_preload():
             return AsyncLLM.from_engine_args(args)
-        finally:
-            if ld_preload is None:
-                os.environ.pop("LD_PRELOAD", None)
-            else:
-                os.environ["LD_PRELOAD"] = ld_preload
 
     def close(self) -> None:
         engine, self.engine = getattr(self, "engine", None), None
@@ -168,28 +147,15 @@ class AsyncVllmEngine:
         tail = room - head
         return ids[:head] + ids[len(ids) - tail:], floor, True
 
-    def _sampling_params(self, req: LLMRequest, max_tokens: int, delta: bool) -> Any:
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
-
-        structured = None
-        if req.json_schema is not None:
-            structured = StructuredOutputsParams(json=dict(req.json_schema))
-        elif req.choices:
-            structured = StructuredOutputsParams(choice=list(req.choices))
-        return SamplingParams(
-            temperature=req.temperature,
-            max_tokens=max_tokens,
-            structured_outputs=structured,
-            output_kind=RequestOutputKind.DELTA if delta else RequestOutputKind.FINAL_ONLY,
-        )
-
     def _prepare(self, req: LLMRequest, delta: bool) -> tuple[dict[str, Any], Any]:
         ids, max_tokens, truncated = self._fit(self.prompt_ids(req.messages), req.max_tokens)
         if truncated:
             self.stats.truncated_prompts += 1
             log.warning("prompt cut to %d tokens to fit max_model_len %d", len(ids), self.max_model_len)
-        return {"prompt_token_ids": ids}, self._sampling_params(req, max_tokens, delta)
+        from vllm.sampling_params import RequestOutputKind
+
+        kind = RequestOutputKind.DELTA if delta else RequestOutputKind.FINAL_ONLY
+        return {"prompt_token_ids": ids}, sampling_params(req, max_tokens, output_kind=kind)
 
     # ------------------------------------------------------------ generation
 

@@ -17,11 +17,18 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 from hxd2_ray.config import VllmLLMConfig, llm_model_id
 from hxd2_ray.llm.base import LLMRequest, LLMResponse
+from hxd2_ray.llm.vllm_setup import (
+    caller_ld_preload,
+    engine_kwargs,
+    prepare_process,
+    resolve_model_path,
+    sampling_params,
+    structured_outputs_kwargs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,17 +42,6 @@ _SAFETY_TOKENS = 8
 # input is shortened instead.
 _MIN_COMPLETION_SHARE = 0.5
 _MIN_COMPLETION_TOKENS = 64
-
-
-def resolve_model_path(model: str) -> str:
-    """``builtin:smollm2-135m-instruct`` → the converted local folder; anything else must be a local folder."""
-    from hxd2_ray.models import resolve_llm_path
-
-    path = resolve_llm_path(model)
-    if not Path(path).is_dir():
-        # No hub downloads at run time: a model is a folder baked into the image or fetched beforehand.
-        raise FileNotFoundError(f"LLM model folder not found: {model!r} (give a local folder or a builtin: name)")
-    return path
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,24 +73,12 @@ class VllmEngineLLM:
     # ------------------------------------------------------------------ engine
 
     def _build_engine(self) -> Any:
-        cfg = self.cfg
-        # Local folders only: never let transformers/vLLM wait on the hub from an offline cluster node.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        prepare_process(self.cfg)
         # In-process engine core; see the module docstring. vLLM caches its env vars once the first
         # engine core starts, so this must be set before the first engine in the process.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-
         import torch
 
-        if not torch.cuda.is_available():
-            # The CPU backend sizes its KV cache from this variable (GiB), not from gpu_memory_utilization.
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kv_cache_gb)
-
-        # vLLM's CPU platform appends tcmalloc / torch's libgomp to LD_PRELOAD of *this* process so its
-        # spawned workers get them; every later subprocess (Ray workers, test subprocesses, tools) would
-        # inherit that too. Restore the caller's value once the engine is up.
-        ld_preload = os.environ.get("LD_PRELOAD")
         # With the engine core in-process, vLLM's CPU worker lowers torch's thread count in this process and
         # replaces torch.set_num_threads with a no-op; both are put back in close() so torch code that runs
         # here afterwards (other tests, an embedder) is not left on one thread.
@@ -102,40 +86,12 @@ class VllmEngineLLM:
         from vllm import LLM
 
         try:
-            return LLM(
-                model=self.model_path,
-                tokenizer=self.model_path,
-                max_model_len=cfg.max_model_len,
-                dtype=cfg.dtype,
-                tensor_parallel_size=cfg.tensor_parallel_size,
-                gpu_memory_utilization=cfg.gpu_memory_utilization,
-                enforce_eager=cfg.enforce_eager,
-                max_num_seqs=cfg.max_num_seqs,
-                enable_prefix_caching=cfg.enable_prefix_caching,
-                # "vllm" ignores the model's generation_config.json (which may carry sampling defaults and
-                # a max_new_tokens cap), so results depend only on our SamplingParams.
-                generation_config="vllm",
-                served_model_name=self.model_id,
-                structured_outputs_config=self._structured_outputs_config(),
-            )
+            with caller_ld_preload():
+                return LLM(**engine_kwargs(self.cfg, self.model_path, self.model_id),
+                           structured_outputs_config=structured_outputs_kwargs(self.compact_json) or None)
         except BaseException:
             self._restore_torch_threads()
             raise
-        finally:
-            if ld_preload is None:
-                os.environ.pop("LD_PRELOAD", None)
-            else:
-                os.environ["LD_PRELOAD"] = ld_preload
-
-    def _structured_outputs_config(self) -> dict[str, Any] | None:
-        if not self.compact_json:
-            return None  # vLLM's "auto" backend, whitespace allowed between JSON tokens
-        # Compact JSON: without it the grammar lets the model emit newlines/indentation between every
-        # token, which costs generation tokens and lets small models loop on whitespace until max_tokens.
-        # The switch is engine-wide (the per-request StructuredOutputsParams.disable_any_whitespace is
-        # ignored by vLLM 0.32) and only exists for the xgrammar/guidance backends, so xgrammar is pinned;
-        # the extraction schema is deliberately plain enough for it.
-        return {"backend": "xgrammar", "disable_any_whitespace": True}
 
     def close(self) -> None:
         """Shut the engine down and free its memory so another engine can start in this process."""
@@ -210,7 +166,7 @@ class VllmEngineLLM:
                 responses[i] = LLMResponse(text="", finish_reason="error", error=p.error)
         if live:
             convs = [prepared[i].messages for i in live]
-            params = [self._sampling_params(requests[i], prepared[i].max_tokens) for i in live]
+            params = [sampling_params(requests[i], prepared[i].max_tokens) for i in live]
             try:
                 outs = llm.chat(convs, params, use_tqdm=False)
                 if len(outs) != len(live):
@@ -245,22 +201,6 @@ class VllmEngineLLM:
                 engine.step()
         except Exception:  # noqa: BLE001
             log.debug("draining the engine failed", exc_info=True)
-
-    def _sampling_params(self, req: LLMRequest, max_tokens: int) -> Any:
-        from vllm import SamplingParams
-        from vllm.sampling_params import StructuredOutputsParams
-
-        structured = None
-        if req.json_schema is not None:
-            structured = StructuredOutputsParams(json=dict(req.json_schema))
-        elif req.choices:
-            structured = StructuredOutputsParams(choice=list(req.choices))
-        # No per-request seed: it crashed the CPU engine (env-probe); temperature 0 is greedy anyway.
-        return SamplingParams(
-            temperature=req.temperature,
-            max_tokens=max_tokens,
-            structured_outputs=structured,
-        )
 
     # ---------------------------------------------------------- truncation
 

@@ -54,7 +54,7 @@ from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.errors import BackendError
 from hxd2_ray.graph.base import unique_in_order
-from hxd2_ray.llm.base import LLMClient, LLMRequest, LLMResponse
+from hxd2_ray.llm.base import LLMClient, LLMRequest, LLMResponse, LLMWrapper
 from hxd2_ray.logic.plan import MAX_STEPS
 from hxd2_ray.retrieval.budget import cut_to_tokens
 from hxd2_ray.retrieval.generation import StreamOutcome, stream_completion
@@ -154,39 +154,20 @@ class StageEvent:
 # ---------------------------------------------------------------------------------------- LLM guard
 
 
-class SerializedLLM:
+class SerializedLLM(LLMWrapper):
     """An :class:`LLMClient` wrapper: one call at a time (unless the backend says ``thread_safe``), and
     cancellable per thread.
 
     ``cancel_on(event)`` (a context manager, per thread) makes every call from that thread return an error
     response, without reaching the backend, once ``event`` is set: how a timed-out logic-form worker is
-    stopped at its next LLM call. Everything else (``count_tokens``, ``max_model_len``, ``close``…) is the
-    wrapped client's.
+    stopped at its next LLM call.
     """
 
     def __init__(self, inner: LLMClient):
-        self.inner = inner
+        super().__init__(inner)
         # A thread-safe backend (ThreadedVllmLLM) batches concurrent calls; serializing them would undo that.
-        self._lock = contextlib.nullcontext() if getattr(inner, "thread_safe", False) else threading.Lock()
+        self._lock = contextlib.nullcontext() if self.thread_safe else threading.Lock()
         self._local = threading.local()
-        if callable(getattr(inner, "stream", None)):
-            self.stream = self._stream  # only where the backend streams (generation.supports_streaming)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "inner":  # not set yet (copy/pickle): no recursion
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    @property
-    def model_id(self) -> str:
-        return self.inner.model_id
-
-    @property
-    def supports_json_schema(self) -> bool:
-        return bool(getattr(self.inner, "supports_json_schema", False))
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
 
     @contextlib.contextmanager
     def cancel_on(self, event: threading.Event) -> Iterator[None]:

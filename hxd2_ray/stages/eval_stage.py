@@ -31,6 +31,7 @@ from typing import Any, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from hxd2_ray.llm.base import LLMWrapper
 from hxd2_ray.stages import staging as st
 
 EVAL_MODES = ("llm_only", "dual", "logic", "auto", "auto_post", "chunk_vector", "dual_retrieval")
@@ -84,33 +85,8 @@ _QUESTION_ERRORS: contextvars.ContextVar[list[str] | None] = contextvars.Context
                                                                                     default=None)
 
 
-class _ErrorTap:
+class _ErrorTap(LLMWrapper):
     """LLM wrapper that counts failed responses per question (the pipelines may absorb them and degrade)."""
-
-    def __init__(self, inner: Any):
-        self.inner = inner
-        if callable(getattr(inner, "stream", None)):
-            self.stream = self._stream
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    @property
-    def model_id(self) -> str:
-        return self.inner.model_id
-
-    @property
-    def supports_json_schema(self) -> bool:
-        return bool(getattr(self.inner, "supports_json_schema", False))
-
-    @property
-    def thread_safe(self) -> bool:
-        return bool(getattr(self.inner, "thread_safe", False))
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
 
     @staticmethod
     def _record(error: str) -> None:

@@ -1,0 +1,101 @@
+"""What the offline engine (:mod:`hxd2_ray.llm.vllm_engine`) and the async engine (:mod:`hxd2_ray.llm.vllm_async`)
+set up the same way: the process environment, the engine arguments and the sampling parameters.
+
+vLLM is imported inside the functions: importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from hxd2_ray.config import VllmLLMConfig
+from hxd2_ray.llm.base import LLMRequest
+
+
+def resolve_model_path(model: str) -> str:
+    """``builtin:smollm2-135m-instruct`` → the converted local folder; anything else must be a local folder."""
+    from hxd2_ray.models import resolve_llm_path
+
+    path = resolve_llm_path(model)
+    if not Path(path).is_dir():
+        # No hub downloads at run time: a model is a folder baked into the image or fetched beforehand.
+        raise FileNotFoundError(f"LLM model folder not found: {model!r} (give a local folder or a builtin: name)")
+    return path
+
+
+def prepare_process(cfg: VllmLLMConfig) -> None:
+    """Environment an engine needs before it starts in this process."""
+    # Local folders only: never let transformers/vLLM wait on the hub from an offline cluster node.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+
+    if not torch.cuda.is_available():
+        # The CPU backend sizes its KV cache from this variable (GiB), not from gpu_memory_utilization.
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kv_cache_gb)
+
+
+@contextlib.contextmanager
+def caller_ld_preload() -> Iterator[None]:
+    """Put this process's ``LD_PRELOAD`` back after the block.
+
+    vLLM's CPU platform appends tcmalloc / torch's libgomp to ``LD_PRELOAD`` of *this* process so the workers
+    it spawns get them; every later subprocess (Ray workers, test subprocesses, tools) would inherit that too.
+    """
+    ld_preload = os.environ.get("LD_PRELOAD")
+    try:
+        yield
+    finally:
+        if ld_preload is None:
+            os.environ.pop("LD_PRELOAD", None)
+        else:
+            os.environ["LD_PRELOAD"] = ld_preload
+
+
+def engine_kwargs(cfg: VllmLLMConfig, model_path: str, served_name: str) -> dict[str, Any]:
+    """Arguments shared by ``vllm.LLM(...)`` and ``AsyncEngineArgs(...)``."""
+    return {
+        "model": model_path,
+        "tokenizer": model_path,
+        "max_model_len": cfg.max_model_len,
+        "dtype": cfg.dtype,
+        "tensor_parallel_size": cfg.tensor_parallel_size,
+        "gpu_memory_utilization": cfg.gpu_memory_utilization,
+        "enforce_eager": cfg.enforce_eager,
+        "max_num_seqs": cfg.max_num_seqs,
+        "enable_prefix_caching": cfg.enable_prefix_caching,
+        # "vllm" ignores the model's generation_config.json (which may carry sampling defaults and a
+        # max_new_tokens cap), so results depend only on our SamplingParams.
+        "generation_config": "vllm",
+        "served_model_name": served_name,
+    }
+
+
+def structured_outputs_kwargs(compact_json: bool) -> dict[str, Any]:
+    """Engine-wide structured-output settings ({} = vLLM's "auto" backend, whitespace allowed in JSON).
+
+    Compact JSON: without it the grammar lets the model emit newlines/indentation between every token, which
+    costs generation tokens and lets small models loop on whitespace until max_tokens. The switch is
+    engine-wide (the per-request ``StructuredOutputsParams.disable_any_whitespace`` is ignored by vLLM 0.32) and
+    only exists for the xgrammar/guidance backends, so xgrammar is pinned; our schemas are plain enough for it.
+    """
+    return {"backend": "xgrammar", "disable_any_whitespace": True} if compact_json else {}
+
+
+def sampling_params(req: LLMRequest, max_tokens: int, **extra: Any) -> Any:
+    """``SamplingParams`` for one request: greedy at temperature 0, JSON schema or choice constraints.
+
+    No per-request seed: it crashed the CPU engine (env-probe); temperature 0 is greedy anyway.
+    """
+    from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    structured = None
+    if req.json_schema is not None:
+        structured = StructuredOutputsParams(json=dict(req.json_schema))
+    elif req.choices:
+        structured = StructuredOutputsParams(choice=list(req.choices))
+    return SamplingParams(temperature=req.temperature, max_tokens=max_tokens, structured_outputs=structured, **extra)
