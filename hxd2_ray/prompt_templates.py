@@ -20,3 +20,35 @@ def placeholder_filler(placeholders: Sequence[str]) -> TemplateFiller:
         return pattern.sub(lambda m: values[m.group(1)] if m.group(1) in values else m.group(0), template)
 
     return fill
+
+
+def read_prompt_set(package: str, kind: str, version: str) -> bytes:
+    """Bytes of the packaged prompt file ``<package>/prompts/<kind>_<version>.yaml``.
+
+    A missing version raises FileNotFoundError naming the path looked at.
+    """
+    from importlib import resources
+
+    name = f"{kind}_{version}.yaml"
+    resource = resources.files(package).joinpath("prompts", name)
+    if not resource.is_file():
+        folder = package.replace(".", "/")
+        raise FileNotFoundError(f"no {kind} prompt set {version!r} (looked for {folder}/prompts/{name})")
+    return resource.read_bytes()
+
+
+def parse_prompt_languages(raw: bytes, kind: str) -> dict:
+    """The YAML of a prompt set: a mapping of language codes to sections, with an ``en`` section."""
+    import yaml
+
+    data = yaml.safe_load(raw.decode("utf-8"))
+    if not isinstance(data, dict) or "en" not in data:
+        raise ValueError(f"{kind} prompt file must map language codes to templates and have an 'en' section")
+    return data
+
+
+def prompt_version_hash(raw: bytes, version: str) -> str:
+    """``"<version>-<12 hex of sha256(yaml bytes)>"``: names exactly which prompt text produced an output."""
+    import hashlib
+
+    return f"{version}-{hashlib.sha256(raw).hexdigest()[:12]}"

@@ -4,6 +4,7 @@
     hxd2 eval run ...              (same as above)
     hxd2 eval report DIR           rebuild report.md / report.json / PNGs from the shard traces
     hxd2 eval compare DIR1 DIR2    per-question differences between two runs
+    hxd2 eval judge DIR_A [DIR_B] --mode-a M --mode-b M   pairwise LLM-as-judge of two runs or two modes
 
 Questions are cut into deterministic shards by position; each shard of each mode is answered by an actor of
 a Ray Data actor pool (``--workers``) and persisted as ``<output>/shards/<mode>/shard-NNNN.parquet``. A rerun
@@ -31,7 +32,7 @@ import pyarrow.compute as pc
 from hxd2_ray.errors import HxdError
 from hxd2_ray.stages import staging as st
 
-SUBCOMMANDS = ("run", "report", "compare")
+SUBCOMMANDS = ("run", "report", "compare", "judge")
 
 
 def _log(msg: str) -> None:
@@ -202,6 +203,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
            "skipped_rows": [list(s) for s in report.skipped],
            "loader": {"items": len(report.items), "skipped": len(report.skipped), "filtered": dict(report.filtered)}}
     st.write_json_atomic(fs, run_path, run)
+    _write_questions(fs, root, items)
     paths = _write_report(fs, root, traces, run)
     from hxd2_ray.evaluation.report import aggregate
 
@@ -265,6 +267,192 @@ def compare_dirs(a: str, b: str, metric: str | None = None, config: str | None =
             raise HxdError(f"{d} holds no evaluation run (run.json is missing)")
         traces.append(load_traces(fs, root, run.get("modes")))
     return compare_runs(traces[0], traces[1], metric=metric)
+
+
+# ---------------------------------------------------------------------------------------------- judge
+
+
+QUESTIONS_FILE = "questions.json"
+
+
+def _write_questions(fs: Any, root: str, items: list[Any]) -> None:
+    """The evaluated questions (text, gold answers, options) beside the traces, for ``hxd2 eval judge``."""
+    st.write_json_atomic(fs, posixpath.join(root, QUESTIONS_FILE), [
+        {"id": it.id, "position": i, "question": it.question, "answers": list(it.answers),
+         "choices": [list(c) for c in it.choices], "task": it.task} for i, it in enumerate(items)])
+
+
+def load_questions(fs: Any, root: str, run: dict[str, Any], data_root: str | None = None,
+                   questions: str | None = None, corpus: str | None = None) -> dict[str, dict[str, Any]]:
+    """id -> question dict of a run: its questions.json, else the benchmark reloaded (runs written before
+    questions.json existed; --data-root/--questions/--corpus as given to ``hxd2 eval run``)."""
+    saved = st.read_json(fs, posixpath.join(root, QUESTIONS_FILE))
+    if saved is not None and questions is None:
+        return {str(q["id"]): q for q in saved}
+    from hxd2_ray.evaluation.datasets import get_benchmark
+
+    spec = get_benchmark(run["benchmark"])
+    try:
+        items = spec.load(data_root, questions=questions, corpus=corpus).items
+    except (OSError, ValueError) as exc:
+        raise HxdError(f"{root} has no {QUESTIONS_FILE} and benchmark {spec.name!r} could not be reloaded "
+                       f"({exc}); pass --data-root / --questions as given to hxd2 eval run") from exc
+    if run.get("limit") is not None:
+        items = items[: run["limit"]]
+    if run.get("items_hash") and _items_hash([it.id for it in items]) != run["items_hash"]:
+        _log(f"warning: the reloaded questions of {spec.name} differ from the run's; pairing by id")
+    return {it.id: {"id": it.id, "question": it.question, "answers": list(it.answers),
+                    "choices": [list(c) for c in it.choices]} for it in items}
+
+
+def _judge_modes(run_a: dict[str, Any], run_b: dict[str, Any], mode_a: str | None, mode_b: str | None,
+                 one_run: bool) -> tuple[str, str]:
+    modes_a, modes_b = list(run_a.get("modes") or []), list(run_b.get("modes") or [])
+    if one_run:
+        if mode_a is None and mode_b is None and len(modes_a) == 2:
+            mode_a, mode_b = modes_a
+        if mode_a is None or mode_b is None or mode_a == mode_b:
+            raise HxdError(f"judging two modes of one run needs --mode-a and --mode-b, two different ones of "
+                           f"{modes_a}")
+    else:
+        if mode_a is None and len(modes_a) == 1:
+            mode_a = modes_a[0]
+        if mode_b is None:
+            mode_b = modes_b[0] if len(modes_b) == 1 else (mode_a if mode_a in modes_b else None)
+        if mode_a is None or mode_b is None:
+            raise HxdError(f"pick the modes to judge with --mode-a (run A has {modes_a}) and --mode-b "
+                           f"(run B has {modes_b})")
+    for mode, modes, which in ((mode_a, modes_a, "A"), (mode_b, modes_b, "B")):
+        if mode not in modes:
+            raise HxdError(f"run {which} has no mode {mode!r}; it has {modes}")
+    return mode_a, mode_b
+
+
+def _publish(fs: Any, root: str, write: Any) -> dict[str, str]:
+    """``write(folder) -> {name: Path}`` into ``root``: directly when local, else through a temp folder."""
+    from pyarrow import fs as pafs
+
+    if isinstance(fs, pafs.LocalFileSystem):
+        return {k: str(p) for k, p in write(root).items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = {}
+        for name, p in write(tmp).items():
+            target = posixpath.join(root, Path(p).name)
+            fs.create_dir(root, recursive=True)
+            with fs.open_output_stream(target) as dst:
+                dst.write(Path(p).read_bytes())
+            out[name] = target
+        return out
+
+
+def judge_runs(args: argparse.Namespace, llm: Any = None) -> dict[str, Any]:
+    """Pairwise LLM-as-judge of mode A of run A against mode B of run B (or of two modes of one run)."""
+    from hxd2_ray.config import load_config
+    from hxd2_ray.evaluation.judge import (PairwiseJudge, load_judge_prompts, load_judge_prompts_file,
+                                           pair_items, write_judge_report)
+
+    cfg = load_config(args.config, args.overrides)
+    one_run = args.b is None
+    sides = []
+    for d in (args.a, args.a if one_run else args.b):
+        fs, root = _open_fs(d, cfg)
+        run = st.read_json(fs, posixpath.join(root, "run.json"))
+        if run is None:
+            raise HxdError(f"{d} holds no evaluation run (run.json is missing)")
+        sides.append((d, fs, root, run))
+    (dir_a, fs_a, root_a, run_a), (dir_b, fs_b, root_b, run_b) = sides
+    mode_a, mode_b = _judge_modes(run_a, run_b, args.mode_a, args.mode_b, one_run)
+    questions = load_questions(fs_a, root_a, run_a, args.data_root, args.questions, args.corpus)
+    if not one_run:  # questions of B that A lacks (the pairing needs both, so this only helps odd cases)
+        with contextlib.suppress(HxdError):
+            for qid, q in load_questions(fs_b, root_b, run_b, args.data_root, args.questions, args.corpus).items():
+                questions.setdefault(qid, q)
+    items, pairing = pair_items(load_traces(fs_a, root_a, [mode_a]), load_traces(fs_b, root_b, [mode_b]),
+                                questions, limit=args.limit, use_reference=not args.no_reference)
+    if not items:
+        raise HxdError(f"no question answered by both {dir_a}:{mode_a} and {dir_b}:{mode_b} ({pairing})")
+    name_a, name_b = (posixpath.basename(r.rstrip("/")) or r for r in (root_a, root_b))
+    label_a, label_b = (mode_a, mode_b) if one_run else (f"{name_a}/{mode_a}", f"{name_b}/{mode_b}")
+    prompts = load_judge_prompts_file(args.prompts) if args.prompts else load_judge_prompts(args.prompt_version)
+    own_llm = llm is None
+    if own_llm:
+        from hxd2_ray.wiring import build_llm
+
+        llm = build_llm(cfg.llm)
+    try:
+        judge = PairwiseJudge(llm, criteria=args.criteria or ["overall"], prompts=prompts, language=args.language,
+                              batch_size=args.batch_size, max_tokens=args.max_tokens,
+                              max_answer_chars=args.max_answer_chars, seed=args.seed)
+        _log(f"judging {len(items)} pairs x {len(judge.criteria)} criteria x 2 orders: {label_a} vs {label_b}")
+        t0 = time.perf_counter()
+        result = judge.judge(items)
+        seconds = time.perf_counter() - t0
+    finally:
+        if own_llm and hasattr(llm, "close"):
+            llm.close()
+    result.info.update({"run_a": dir_a, "run_b": dir_b, "mode_a": mode_a, "mode_b": mode_b,
+                        "pairing": pairing, "seconds": round(seconds, 3)})
+    if args.output:
+        fs_out, root_out = _open_fs(args.output, cfg)
+    else:
+        suffix = f"{mode_a}-vs-{mode_b}" if one_run else f"{mode_a}-vs-{name_b}-{mode_b}"
+        fs_out, root_out = fs_a, posixpath.join(root_a, f"judge-{suffix}")
+    paths = _publish(fs_out, root_out, lambda folder: write_judge_report(result, folder, label_a, label_b))
+    return {"label_a": label_a, "label_b": label_b, "pairing": pairing, "info": result.info,
+            "totals": result.totals, "report": paths}
+
+
+def build_judge_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="hxd2 eval judge",
+        description="pairwise LLM-as-judge of two runs (or two modes of one run), each pair judged in both orders")
+    p.add_argument("a", help="run folder A")
+    p.add_argument("b", nargs="?", default=None, help="run folder B (default: A, judging --mode-a vs --mode-b)")
+    p.add_argument("--config", default=None, help="YAML config; its llm section is the judge model")
+    p.add_argument("--mode-a", default=None, help="mode of run A (default: its only mode)")
+    p.add_argument("--mode-b", default=None, help="mode of run B (default: its only mode, else --mode-a)")
+    p.add_argument("--limit", type=int, default=None, help="first N paired questions only")
+    p.add_argument("--output", default=None,
+                   help="folder for judge.json / judge.md / judge.png (default: <A>/judge-<modes>)")
+    p.add_argument("--criterion", dest="criteria", action="append", default=[], metavar="NAME[=TEXT]",
+                   help="overall (default) | correctness | comprehensiveness | faithfulness, or NAME=custom text "
+                        "(repeatable: each criterion is judged separately)")
+    p.add_argument("--language", default="auto", help="prompt language: auto (per question) | en | zh")
+    p.add_argument("--no-reference", action="store_true", help="do not show the gold answer to the judge")
+    p.add_argument("--batch-size", type=int, default=256, help="judge requests per LLM batch")
+    p.add_argument("--max-tokens", type=int, default=128, help="completion cap of one verdict")
+    p.add_argument("--max-answer-chars", type=int, default=2000, help="longer answers are cut")
+    p.add_argument("--prompt-version", default="v1", help="packaged judge prompt set")
+    p.add_argument("--prompts", default=None, help="judge prompt YAML file (overrides --prompt-version)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--data-root", default=None, help="benchmark data root, for runs without questions.json")
+    p.add_argument("--questions", default=None, help="questions file, for runs without questions.json")
+    p.add_argument("--corpus", default=None)
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    return p
+
+
+def _main_judge(argv: list[str]) -> int:
+    from hxd2_ray.evaluation.judge import format_totals
+
+    args = build_judge_parser().parse_args(argv)
+    if args.batch_size < 1 or args.max_tokens < 1 or (args.limit is not None and args.limit < 1):
+        print("error: --batch-size, --max-tokens and --limit must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            summary = judge_runs(args)
+    except (HxdError, ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(summary, indent=2, ensure_ascii=False, default=str))
+    else:
+        print(f"judged {summary['pairing']['judged']} pairs ({summary['info']['judge_model']}, prompts "
+              f"{summary['info']['prompt_version']})\n{format_totals(summary['totals'], summary['label_a'], summary['label_b'])}"
+              f"\n  report: {summary['report'].get('markdown')}")
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -348,9 +536,9 @@ def _main_compare(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
-        return {"run": _main_run, "report": _main_report, "compare": _main_compare}[argv[0]](argv[1:])
+        return {"run": _main_run, "report": _main_report, "compare": _main_compare, "judge": _main_judge}[argv[0]](argv[1:])
     if argv and argv[0] in ("-h", "--help"):
-        print("usage: hxd2 eval {run,report,compare} ...  (no subcommand: run)\n")
+        print("usage: hxd2 eval {run,report,compare,judge} ...  (no subcommand: run)\n")
         build_run_parser().print_help()
         return 0
     return _main_run(argv)

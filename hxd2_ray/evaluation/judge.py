@@ -1,0 +1,587 @@
+"""Pairwise LLM-as-judge for open-ended answers, with the order swapped to cancel position bias.
+
+Every pair (question, answer A, answer B) is judged twice by the judge LLM: once with A shown first and once
+with B shown first. The two verdicts, mapped back to the answers, are combined:
+
+* both orders name the same answer -> that answer wins; both say tie -> tie;
+* the orders disagree (A/B, A/tie, ...) -> tie, counted as *inconsistent* (a judge that always prefers the
+  first position produces only these, so its position bias cancels instead of turning into wins);
+* either reply unreadable (or its LLM call failed) -> *invalid*: counted, left out of the win rate, not fatal.
+
+Identical answers are ties without an LLM call. The reply is constrained to a JSON schema
+(``{"winner": "A"|"B"|"tie", "reason": ...}``) where the backend supports it and read by a tolerant parser
+otherwise ("A", "b", "Answer B", "[[A]]", "tie", "平局", ...). All requests of a run go to ``llm.complete``
+in chunks of ``batch_size`` so vLLM batches them. Criteria are named texts of the prompt file (``overall``
+by default; ``correctness``, ``comprehensiveness``, ``faithfulness``) or custom texts; each criterion is
+judged separately.
+
+Totals per criterion: wins of A and B, ties (inconsistent included), inconsistent, invalid, and the win rate
+of A = (wins A + ties / 2) / valid pairs with a seeded percentile-bootstrap CI over questions, plus the share
+of A among the decisive pairs with a Wilson interval. Plain Python: no Ray.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import random
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping, Sequence
+
+from hxd2_ray.llm.base import LLMClient, LLMRequest, LLMResponse
+from hxd2_ray.prompt_templates import (
+    parse_prompt_languages,
+    placeholder_filler,
+    prompt_version_hash,
+    read_prompt_set,
+)
+
+TAG = "pairwise_judge"
+VERDICTS = ("A", "B", "tie")
+DEFAULT_CRITERIA = ("overall",)
+PLACEHOLDERS = ("criterion", "reply", "question", "reference", "answer_a", "answer_b")
+JSON_SCHEMA: Mapping[str, Any] = MappingProxyType({
+    "type": "object",
+    "properties": {
+        "winner": {"type": "string", "enum": list(VERDICTS)},  # first, so a cut-off reply still has it
+        "reason": {"type": "string", "maxLength": 240},  # bounded: the reply fits the default 128 tokens
+    },
+    "required": ["winner", "reason"],
+    "additionalProperties": False,
+})
+
+fill = placeholder_filler(PLACEHOLDERS)
+
+
+# ---------------------------------------------------------------------------------------------- prompts
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeLanguagePrompts:
+    system: str  # {criterion} {reply}
+    user: str  # {question} {reference} {answer_a} {answer_b} {reply}
+    reference: str  # {reference}; left out when the question has no gold answer
+    reply_json: str
+    reply_text: str
+    criteria: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class JudgePromptSet:
+    version: str
+    version_hash: str  # "v1-<12 hex of sha256(yaml bytes)>"
+    languages: Mapping[str, JudgeLanguagePrompts]
+
+    def for_language(self, language: str) -> JudgeLanguagePrompts:
+        """Templates of ``language``; English when there are none for it (the language is a guess)."""
+        return self.languages.get(language) or self.languages["en"]
+
+    @property
+    def criteria(self) -> tuple[str, ...]:
+        return tuple(self.languages["en"].criteria)
+
+
+@functools.lru_cache(maxsize=8)
+def load_judge_prompts(version: str = "v1") -> JudgePromptSet:
+    return parse_judge_prompts(read_prompt_set("hxd2_ray.evaluation", "judge", version), version)
+
+
+def load_judge_prompts_file(path: str | Path, version: str | None = None) -> JudgePromptSet:
+    p = Path(path)
+    return parse_judge_prompts(p.read_bytes(), version or p.stem.removeprefix("judge_"))
+
+
+def parse_judge_prompts(raw: bytes, version: str) -> JudgePromptSet:
+    data = parse_prompt_languages(raw, "judge")
+    languages = {str(lang): _language(str(lang), section) for lang, section in data.items()}
+    return JudgePromptSet(version=version, version_hash=prompt_version_hash(raw, version),
+                          languages=MappingProxyType(languages))
+
+
+def _language(lang: str, section: Any) -> JudgeLanguagePrompts:
+    def text(name: str) -> str:
+        node = section.get(name) if isinstance(section, dict) else None
+        if not isinstance(node, str) or not node.strip():
+            raise ValueError(f"judge prompt file: {lang}.{name} must be a non-empty string")
+        return node.strip()
+
+    criteria = section.get("criteria") if isinstance(section, dict) else None
+    if not isinstance(criteria, dict) or not criteria:
+        raise ValueError(f"judge prompt file: {lang}.criteria must map criterion names to texts")
+    if bad := [k for k, v in criteria.items() if not isinstance(v, str) or not v.strip()]:
+        raise ValueError(f"judge prompt file: {lang}.criteria {bad} must be non-empty strings")
+    prompts = JudgeLanguagePrompts(system=text("system"), user=text("user"), reference=text("reference"),
+                                   reply_json=text("reply_json"), reply_text=text("reply_text"),
+                                   criteria=MappingProxyType({str(k): v.strip() for k, v in criteria.items()}))
+    for name in ("question", "reference", "answer_a", "answer_b"):
+        if "{" + name + "}" not in prompts.user:
+            raise ValueError(f"judge prompt file: {lang}.user must contain {{{name}}}")
+    if "{criterion}" not in prompts.system:
+        raise ValueError(f"judge prompt file: {lang}.system must contain {{criterion}}")
+    if "{reference}" not in prompts.reference:
+        raise ValueError(f"judge prompt file: {lang}.reference must contain {{reference}}")
+    return prompts
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+
+_TIE_WORDS = ("tie", "draw", "equal", "equally good", "equally bad", "same", "both", "neither",
+              "平局", "平手", "打平", "相同", "一样", "一样好", "一样差", "相当", "不分上下", "两者相当")
+_NB = r"(?<![a-z0-9])"  # no letter/digit before (IGNORECASE: either case)
+_NA = r"(?![a-z0-9])"  # no letter/digit after
+_ANSWER = r"(?:(?:the\s+)?(?:answer|response|option)\s*|回答\s*|答案\s*)?"
+_LABEL = r"(a|b|tie|draw|平局|平手)"
+_BRACKETED = re.compile(r"\[\[\s*(a|b|c|tie)\s*\]\]", re.IGNORECASE)
+_JSON_WINNER = re.compile(r"[\"']?(?:winner|verdict)[\"']?\s*:\s*[\"']([^\"']*)[\"']", re.IGNORECASE)
+# "Winner: B", "verdict is A", "更好的回答是A"
+_KEYED = re.compile(r"(?:winner|verdict|better\s+answer|final\s+answer|decision|胜者|获胜者|结论|判定|"
+                    r"更好的(?:回答|答案)?)\s*(?:is|是|为)?\s*[:：=]?\s*[\"'“”*\[(（【]*\s*" + _ANSWER + _LABEL + _NA,
+                    re.IGNORECASE)
+# "B is better", "Answer A wins", "A更好"
+_PREFERRED = re.compile(_NB + _ANSWER + r"(a|b)\s*(?:is\s+(?:better|superior|preferred|more\s+\w+)|wins|"
+                        r"更好|更佳|较好|胜出|更优|更准确|更全面|更正确)", re.IGNORECASE)
+_TIE_STATEMENT = re.compile(_NB + r"(?:tie|draw|equally\s+(?:good|bad|correct|wrong)|平局|平手|不分上下|一样好|"
+                            r"一样差|两者相当)" + _NA, re.IGNORECASE)
+_LEADING = re.compile(r"^\s*" + _ANSWER + _LABEL + _NA, re.IGNORECASE)
+_STANDALONE = {"A": re.compile(_NB + "a" + _NA, re.IGNORECASE), "B": re.compile(_NB + "b" + _NA, re.IGNORECASE)}
+_STRIP = " \t\r\n\"'`*.,;:!?。，；：！？()[]{}（）【】「」<>"
+
+
+def _label(word: str) -> str | None:
+    w = word.strip(_STRIP).lower()
+    w = re.sub(r"^(?:(?:the\s+)?(?:answer|response|option)|回答|答案)\s*", "", w).strip(_STRIP)
+    if w == "a":
+        return "A"
+    if w == "b":
+        return "B"
+    if w in _TIE_WORDS or re.fullmatch(r"tie[sd]?", w):
+        return "tie"
+    return None
+
+
+def parse_verdict(text: str) -> str | None:
+    """``"A"``, ``"B"`` or ``"tie"`` from a judge reply; None when it cannot be read.
+
+    Reads, in order: a JSON object's ``winner``/``verdict`` (also from a reply cut off after it), a bare label
+    (any case, "Answer B", "tie", "平局"), MT-Bench style ``[[A]]``/``[[B]]``/``[[C]]`` (C: tie), a keyed or
+    preference statement ("Winner: B", "A is better", "更好的回答是A", "B更好"), a tie statement ("equally
+    good", "不分上下"), and a label leading the reply ("A. Because ...") when the other answer's label does not
+    appear. A reply naming no answer, or contradicting itself, is unreadable.
+    """
+    if not isinstance(text, str) or not text.strip():
+        return None
+    s = text.strip()
+    if s.startswith("```"):
+        s = s.strip("`").strip().removeprefix("json").strip()
+    if s.startswith("{"):
+        try:
+            obj = json.loads(s)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict):
+            for key in ("winner", "verdict", "better", "choice", "answer"):
+                if key in obj:
+                    return _label(str(obj[key]))
+            return None
+    m = _JSON_WINNER.search(s)
+    if m:
+        return _label(m.group(1))
+    direct = _label(s)
+    if direct is not None:
+        return direct
+    brackets = {_label(x) or "tie" for x in _BRACKETED.findall(s)}
+    if brackets:
+        return brackets.pop() if len(brackets) == 1 else None
+    stated = {_label(x) for x in _KEYED.findall(s)} | {_label(x) for x in _PREFERRED.findall(s)}
+    if stated:
+        return stated.pop() if len(stated) == 1 else None
+    if _TIE_STATEMENT.search(s):
+        return "tie"
+    m = _LEADING.match(s)
+    if m:
+        label = _label(m.group(1))
+        other = {"A": "B", "B": "A"}.get(label or "")
+        if other is None or not _STANDALONE[other].search(s[m.end():]):
+            return label
+    return None
+
+
+def _reason(text: str) -> str:
+    try:
+        obj = json.loads(text)
+    except (ValueError, TypeError):
+        return ""
+    return str(obj.get("reason") or "") if isinstance(obj, dict) else ""
+
+
+# ---------------------------------------------------------------------------------------------- verdicts
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeItem:
+    """One pair to judge; ``reference`` is the gold answer (empty when the benchmark has none)."""
+
+    id: str
+    question: str
+    answer_a: str
+    answer_b: str
+    reference: str = ""
+
+
+@dataclass(slots=True)
+class PairVerdict:
+    id: str
+    criterion: str
+    verdict: str  # "A" | "B" | "tie" | "invalid"
+    consistent: bool | None  # both orders agree; None when invalid
+    a_first: str | None  # verdict (in answer labels) with A shown first; None: unreadable / failed
+    b_first: str | None  # verdict (in answer labels) with B shown first, mapped back to A/B
+    raw_a_first: str = ""
+    raw_b_first: str = ""
+    reason_a_first: str = ""
+    reason_b_first: str = ""
+    errors: list[str] = field(default_factory=list)
+    identical: bool = False  # same answer text: a tie without an LLM call
+
+
+def swap(verdict: str | None) -> str | None:
+    """A verdict given with B shown first (the judge's "A" is answer B) in answer labels."""
+    return {"A": "B", "B": "A"}.get(verdict, verdict) if verdict is not None else None
+
+
+def combine(a_first: str | None, b_first: str | None) -> tuple[str, bool | None]:
+    """(verdict, consistent) of the two orders, both already in answer labels."""
+    if a_first is None or b_first is None:
+        return "invalid", None
+    if a_first == b_first:
+        return a_first, True
+    return "tie", False
+
+
+def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    if n <= 0:
+        return None
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def bootstrap_interval(values: Sequence[float], *, resamples: int = 2000, level: float = 0.95,
+                       seed: int = 0) -> tuple[float, float] | None:
+    """Percentile bootstrap CI of the mean (seeded, so a report is reproducible)."""
+    n = len(values)
+    if n == 0:
+        return None
+    rng = random.Random(seed)
+    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
+    lo = means[int(math.floor((1 - level) / 2 * (resamples - 1)))]
+    hi = means[int(math.ceil((1 + level) / 2 * (resamples - 1)))]
+    return lo, hi
+
+
+def summarize(verdicts: Sequence[PairVerdict], *, seed: int = 0) -> dict[str, Any]:
+    """Totals of one criterion's verdicts."""
+    counts = {v: sum(1 for x in verdicts if x.verdict == v) for v in ("A", "B", "tie", "invalid")}
+    valid = len(verdicts) - counts["invalid"]
+    scores = [1.0 if x.verdict == "A" else 0.5 if x.verdict == "tie" else 0.0
+              for x in verdicts if x.verdict != "invalid"]
+    decisive = counts["A"] + counts["B"]
+    replies = [r for x in verdicts if not x.identical for r in (x.a_first, x.b_first)]
+    # Position picks: with A first, "A" is the first position; with B first, "B" is.
+    first = sum(1 for x in verdicts if not x.identical for r, f in ((x.a_first, "A"), (x.b_first, "B")) if r == f)
+    second = sum(1 for x in verdicts if not x.identical for r, f in ((x.a_first, "B"), (x.b_first, "A")) if r == f)
+    ci = bootstrap_interval(scores, seed=seed)
+    wilson = wilson_interval(counts["A"], decisive)
+    return {
+        "n": len(verdicts),
+        "wins_a": counts["A"],
+        "wins_b": counts["B"],
+        "ties": counts["tie"],
+        "inconsistent": sum(1 for x in verdicts if x.consistent is False),
+        "invalid": counts["invalid"],
+        "identical": sum(1 for x in verdicts if x.identical),
+        "valid": valid,
+        "win_rate_a": sum(scores) / valid if valid else None,
+        "win_rate_a_ci95": list(ci) if ci else None,
+        "decisive": decisive,
+        "a_share_of_decisive": counts["A"] / decisive if decisive else None,
+        "a_share_of_decisive_wilson95": list(wilson) if wilson else None,
+        "replies": len(replies),
+        "invalid_replies": sum(1 for r in replies if r is None),
+        "llm_errors": sum(len(x.errors) for x in verdicts),
+        "first_position_picks": first,
+        "second_position_picks": second,
+    }
+
+
+@dataclass
+class JudgeResult:
+    verdicts: list[PairVerdict]
+    totals: dict[str, dict[str, Any]]  # criterion -> summarize()
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"info": self.info, "totals": self.totals, "verdicts": [asdict(v) for v in self.verdicts]}
+
+    def to_markdown(self, label_a: str = "A", label_b: str = "B", limit: int = 200) -> str:
+        lines = [f"# Pairwise judge: A = {label_a}, B = {label_b}", ""]
+        if self.info:
+            lines += [", ".join(f"{k}: `{v}`" for k, v in self.info.items()), ""]
+        lines += ["Each pair is judged twice (A shown first, then B shown first); a win needs both orders to agree, "
+                  "a disagreement is a tie counted as inconsistent, an unreadable or failed reply makes the pair "
+                  "invalid. Win rate of A = (wins A + ties / 2) / valid pairs, 95% percentile-bootstrap CI; "
+                  "A share of decisive = wins A / (wins A + wins B), 95% Wilson CI.", "",
+                  "| Criterion | Pairs | Wins A | Wins B | Ties | Inconsistent | Invalid | Win rate A (95% CI) | "
+                  "A share of decisive (95% CI) | First / second position picks |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
+        for crit, t in self.totals.items():
+            lines.append(f"| {crit} | {t['n']} | {t['wins_a']} | {t['wins_b']} | {t['ties']} | {t['inconsistent']} | "
+                         f"{t['invalid']} | {_rate(t['win_rate_a'], t['win_rate_a_ci95'])} | "
+                         f"{_rate(t['a_share_of_decisive'], t['a_share_of_decisive_wilson95'])} | "
+                         f"{t['first_position_picks']} / {t['second_position_picks']} |")
+        lines += ["", "## Verdicts", "", "| Question | Criterion | Verdict | A shown first | B shown first | Note |",
+                  "|---|---|---|---|---|---|"]
+        for v in self.verdicts[:limit]:
+            note = "identical answers" if v.identical else "inconsistent" if v.consistent is False else (
+                "; ".join(v.errors) or ("unreadable reply" if v.verdict == "invalid" else ""))
+            lines.append(f"| {_cell(v.id)} | {v.criterion} | {v.verdict} | {v.a_first or '–'} | {v.b_first or '–'} | "
+                         f"{_cell(note)} |")
+        if len(self.verdicts) > limit:
+            lines.append(f"| … {len(self.verdicts) - limit} more (see judge.json) | | | | | |")
+        return "\n".join(lines) + "\n"
+
+
+def _rate(v: float | None, ci: Sequence[float] | None) -> str:
+    if v is None:
+        return "–"
+    return f"{v:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{v:.3f}"
+
+
+def _cell(s: str) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")[:200]
+
+
+# ---------------------------------------------------------------------------------------------- judge
+
+
+class PairwiseJudge:
+    """Judge pairs of answers with an :class:`LLMClient`, both orders, all requests batched."""
+
+    def __init__(
+        self,
+        llm: LLMClient,
+        *,
+        criteria: Sequence[str] | Mapping[str, str] = DEFAULT_CRITERIA,
+        prompts: JudgePromptSet | None = None,
+        language: str = "auto",
+        batch_size: int = 256,
+        max_tokens: int = 128,
+        max_answer_chars: int = 2000,
+        structured: bool | None = None,
+        use_reference: bool = True,
+        seed: int = 0,
+    ) -> None:
+        self.llm = llm
+        self.prompts = prompts or load_judge_prompts()
+        self.criteria = self._criteria(criteria)
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self.language = language
+        self.batch_size = batch_size
+        self.max_tokens = max_tokens
+        self.max_answer_chars = max_answer_chars
+        self.structured = bool(getattr(llm, "supports_json_schema", False)) if structured is None else structured
+        self.use_reference = use_reference
+        self.seed = seed
+
+    def _criteria(self, criteria: Sequence[str] | Mapping[str, str]) -> dict[str, str | None]:
+        """name -> custom text (None: the prompt file's text of that name, in the question's language)."""
+        if isinstance(criteria, Mapping):
+            out: dict[str, str | None] = {str(k): (str(v) if v else None) for k, v in criteria.items()}
+        else:
+            out = {}
+            for c in criteria:
+                name, sep, text = str(c).partition("=")
+                out[name.strip()] = text.strip() if sep and text.strip() else None
+        if not out:
+            raise ValueError("at least one criterion is needed")
+        known = self.prompts.criteria
+        if bad := [k for k, v in out.items() if v is None and k not in known]:
+            raise ValueError(f"unknown criterion {bad}; known: {', '.join(known)} (or give NAME=TEXT)")
+        return out
+
+    def _clip(self, text: str) -> str:
+        text = text or ""
+        return text if len(text) <= self.max_answer_chars else text[: self.max_answer_chars] + " …"
+
+    def request(self, item: JudgeItem, criterion: str, first: str, second: str) -> LLMRequest:
+        """The request showing ``first`` as "A" and ``second`` as "B"."""
+        lang = self.language
+        if not lang or lang == "auto":
+            from hxd2_ray.chunking.splitter import detect_language
+
+            lang = detect_language(item.question)
+        lp = self.prompts.for_language(lang)
+        custom = self.criteria[criterion]
+        crit = custom or lp.criteria.get(criterion) or self.prompts.languages["en"].criteria[criterion]
+        reply = lp.reply_json if self.structured else lp.reply_text
+        reference = fill(lp.reference, reference=item.reference.strip()) if (
+            self.use_reference and item.reference.strip()) else ""
+        system = fill(lp.system, criterion=crit, reply=reply)
+        user = fill(lp.user, question=item.question.strip(), reference=reference, answer_a=self._clip(first),
+                    answer_b=self._clip(second), reply=reply)
+        user = re.sub(r"\n{3,}", "\n\n", user)  # an empty reference block leaves no gap
+        return LLMRequest(messages=({"role": "system", "content": system}, {"role": "user", "content": user}),
+                          max_tokens=self.max_tokens, temperature=0.0,
+                          json_schema=JSON_SCHEMA if self.structured else None, tag=TAG)
+
+    def judge(self, items: Iterable[JudgeItem]) -> JudgeResult:
+        items = list(items)
+        slots: list[tuple[int, str, PairVerdict]] = []
+        requests: list[LLMRequest] = []
+        verdicts: list[PairVerdict] = []
+        for item in items:
+            for crit in self.criteria:
+                v = PairVerdict(id=item.id, criterion=crit, verdict="tie", consistent=True, a_first=None,
+                                b_first=None)
+                verdicts.append(v)
+                if (item.answer_a or "").strip() == (item.answer_b or "").strip():
+                    v.identical, v.a_first, v.b_first = True, "tie", "tie"
+                    continue
+                requests.append(self.request(item, crit, item.answer_a, item.answer_b))
+                slots.append((len(requests) - 1, "a_first", v))
+                requests.append(self.request(item, crit, item.answer_b, item.answer_a))
+                slots.append((len(requests) - 1, "b_first", v))
+        responses: list[LLMResponse] = []
+        for start in range(0, len(requests), self.batch_size):
+            chunk = requests[start: start + self.batch_size]
+            got = self.llm.complete(chunk)
+            if len(got) != len(chunk):
+                raise RuntimeError(f"judge LLM returned {len(got)} responses for {len(chunk)} requests")
+            responses.extend(got)
+        prompt_tokens = completion_tokens = 0
+        for (i, order, v), resp in zip(slots, responses):
+            prompt_tokens += resp.prompt_tokens
+            completion_tokens += resp.completion_tokens
+            if resp.error:
+                v.errors.append(f"{order}: {resp.error}")
+                parsed = None
+            else:
+                parsed = parse_verdict(resp.text)
+            if order == "a_first":
+                v.a_first, v.raw_a_first, v.reason_a_first = parsed, resp.text, _reason(resp.text)
+            else:
+                v.b_first, v.raw_b_first, v.reason_b_first = swap(parsed), resp.text, _reason(resp.text)
+        for v in verdicts:
+            v.verdict, v.consistent = combine(v.a_first, v.b_first)
+        totals = {c: summarize([v for v in verdicts if v.criterion == c], seed=self.seed) for c in self.criteria}
+        info = {"judge_model": getattr(self.llm, "model_id", ""), "prompt_version": self.prompts.version_hash,
+                "criteria": list(self.criteria), "structured": self.structured, "pairs": len(items),
+                "llm_requests": len(requests), "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens}
+        return JudgeResult(verdicts=verdicts, totals=totals, info=info)
+
+
+# ---------------------------------------------------------------------------------------------- pairing
+
+
+def reference_text(question: Mapping[str, Any]) -> str:
+    """The gold answer(s) of a question dict (``EvalItem.to_dict()`` shape); a choice letter gets its option
+    text ("B. Rice blast"), so the judge does not read a bare letter as answer B."""
+    answers = [str(a) for a in question.get("answers") or () if str(a).strip()]
+    options = {str(c[0]).strip(): str(c[1]).strip() for c in question.get("choices") or () if len(c) >= 2}
+    return " / ".join(f"{a}. {options[a]}" if a in options else a for a in answers)
+
+
+def pair_items(traces_a: Sequence[Mapping[str, Any]], traces_b: Sequence[Mapping[str, Any]],
+               questions: Mapping[str, Mapping[str, Any]], *, limit: int | None = None,
+               use_reference: bool = True) -> tuple[list[JudgeItem], dict[str, int]]:
+    """Judge items of the questions answered in both trace lists (one mode each), in A's order.
+
+    ``questions`` maps a question id to its dict (``question``, ``answers``, ``choices``); a pair whose
+    question text is unknown is left out and counted as ``no_question``.
+    """
+    b = {str(t.get("id")): t for t in traces_b}
+    ids_a = [str(t.get("id")) for t in traces_a]
+    items: list[JudgeItem] = []
+    no_question = 0
+    for t in traces_a:
+        qid = str(t.get("id"))
+        if qid not in b:
+            continue
+        q = questions.get(qid)
+        if not q or not str(q.get("question") or "").strip():
+            no_question += 1
+            continue
+        if limit is not None and len(items) >= limit:
+            break
+        items.append(JudgeItem(id=qid, question=str(q["question"]), answer_a=str(t.get("answer") or ""),
+                               answer_b=str(b[qid].get("answer") or ""),
+                               reference=reference_text(q) if use_reference else ""))
+    set_a = set(ids_a)
+    stats = {"paired": sum(1 for i in ids_a if i in b), "only_in_a": sum(1 for i in set_a if i not in b),
+             "only_in_b": sum(1 for i in b if i not in set_a), "no_question": no_question, "judged": len(items)}
+    return items, stats
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+
+def plot_judge(totals: Mapping[str, Mapping[str, Any]], path: Path, label_a: str = "A",
+               label_b: str = "B") -> Path:
+    """Stacked horizontal bars per criterion: wins A, consistent ties, inconsistent, wins B, invalid."""
+    from hxd2_ray.evaluation.report import _figure, _save
+
+    crits = list(totals)
+    fig = _figure(7.5, 1.9 + 0.6 * len(crits))
+    ax = fig.add_subplot(1, 1, 1)
+    parts = [(f"wins {label_a}", lambda t: t["wins_a"], "tab:blue"),
+             ("tie", lambda t: t["ties"] - t["inconsistent"], "lightgray"),
+             ("inconsistent (tie)", lambda t: t["inconsistent"], "darkgray"),
+             (f"wins {label_b}", lambda t: t["wins_b"], "tab:orange"),
+             ("invalid", lambda t: t["invalid"], "tab:red")]
+    left = [0.0] * len(crits)
+    for name, get, colour in parts:
+        vals = [float(get(totals[c])) for c in crits]
+        ax.barh(range(len(crits)), vals, left=left, color=colour, label=name)
+        for i, (l, v) in enumerate(zip(left, vals)):
+            if v:
+                ax.text(l + v / 2, i, f"{v:.0f}", ha="center", va="center", fontsize=8)
+        left = [l + v for l, v in zip(left, vals)]
+    ax.set_yticks(range(len(crits)), crits)
+    ax.invert_yaxis()  # first criterion on top
+    ax.set_title(f"Pairwise judge: {label_a} vs {label_b}")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=5)
+    return _save(fig, path)
+
+
+def write_judge_report(result: JudgeResult, out_dir: str | Path, label_a: str = "A", label_b: str = "B",
+                       *, plots: bool = True) -> dict[str, Path]:
+    """``judge.json``, ``judge.md`` and ``judge.png`` in ``out_dir``; their paths by name."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    if plots and result.totals:
+        paths["plot"] = plot_judge(result.totals, out / "judge.png", label_a, label_b)
+    md = result.to_markdown(label_a, label_b)
+    if "plot" in paths:
+        md += f"\n![judge]({paths['plot'].name})\n"
+    (out / "judge.md").write_text(md, encoding="utf-8")
+    doc = {"label_a": label_a, "label_b": label_b, **result.to_dict()}
+    (out / "judge.json").write_text(json.dumps(doc, ensure_ascii=False, indent=2), encoding="utf-8")
+    return {"json": out / "judge.json", "markdown": out / "judge.md", **paths}
+
+
+def format_totals(totals: Mapping[str, Mapping[str, Any]], label_a: str = "A", label_b: str = "B") -> str:
+    lines = [f"  {'criterion':<18} {'pairs':>5} {'A wins':>6} {'B wins':>6} {'ties':>5} {'incons.':>7} "
+             f"{'invalid':>7}  win rate A (95% CI)", ]
+    for c, t in totals.items():
+        lines.append(f"  {c:<18} {t['n']:>5} {t['wins_a']:>6} {t['wins_b']:>6} {t['ties']:>5} "
+                     f"{t['inconsistent']:>7} {t['invalid']:>7}  {_rate(t['win_rate_a'], t['win_rate_a_ci95'])}")
+    return f"  A = {label_a}, B = {label_b}\n" + "\n".join(lines)
