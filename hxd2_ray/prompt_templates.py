@@ -1,11 +1,13 @@
-"""Filling prompt templates kept as versioned YAML data (extraction, query, logic form, multi-stage)."""
+"""Prompt templates kept as versioned YAML data (extraction, query, logic form, multi-stage, judge): reading a
+packaged set, parsing its language sections, hashing its version, and filling placeholders."""
 
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 TemplateFiller = Callable[..., str]
+T = TypeVar("T")
 
 
 def placeholder_filler(placeholders: Sequence[str]) -> TemplateFiller:
@@ -52,3 +54,29 @@ def prompt_version_hash(raw: bytes, version: str) -> str:
     import hashlib
 
     return f"{version}-{hashlib.sha256(raw).hexdigest()[:12]}"
+
+
+def parse_languages(raw: bytes, kind: str, parse_language: Callable[[str, Any], T]) -> Mapping[str, T]:
+    """Every language section of a prompt set, each parsed by ``parse_language(lang, section)``; read-only."""
+    from types import MappingProxyType
+
+    data = parse_prompt_languages(raw, kind)
+    return MappingProxyType({str(lang): parse_language(str(lang), section) for lang, section in data.items()})
+
+
+def section_value(kind: str, lang: str, section: Any, path: Sequence[str]) -> Any:
+    """``section[path[0]][path[1]]…``; a missing key is a ValueError naming ``<kind> prompt file: lang.path``."""
+    node: Any = section
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            raise ValueError(f"{kind} prompt file: {lang}.{'.'.join(path)} is missing")
+        node = node[part]
+    return node
+
+
+def section_text(kind: str, lang: str, section: Any, path: Sequence[str], *, strip: bool = True) -> str:
+    """The non-empty template at ``path``, stripped (block scalars end with a newline) unless ``strip=False``."""
+    node = section_value(kind, lang, section, path)
+    if not isinstance(node, str) or not node.strip():
+        raise ValueError(f"{kind} prompt file: {lang}.{'.'.join(path)} must be a non-empty string")
+    return node.strip() if strip else node

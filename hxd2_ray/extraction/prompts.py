@@ -7,16 +7,17 @@ YAML bytes and goes into the index fingerprint: editing a prompt invalidates ind
 from __future__ import annotations
 
 import functools
-import hashlib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-import yaml
-
-from hxd2_ray.prompt_templates import placeholder_filler
+from hxd2_ray.prompt_templates import (
+    parse_languages,
+    placeholder_filler,
+    prompt_version_hash,
+    read_prompt_set,
+    section_text,
+)
 
 # The line right before the chunk text in every extraction user message. The text comes last so that all
 # chunks share the instruction prefix (vLLM prefix caching); fakes find the chunk text after this marker.
@@ -60,11 +61,7 @@ fill = placeholder_filler(PLACEHOLDERS)
 @functools.lru_cache(maxsize=8)
 def load_prompts(version: str = "v1") -> PromptSet:
     """The packaged prompt set ``extraction_<version>.yaml`` (cached: it is immutable)."""
-    name = f"extraction_{version}.yaml"
-    resource = resources.files("hxd2_ray.extraction").joinpath("prompts", name)
-    if not resource.is_file():
-        raise FileNotFoundError(f"no prompt set {version!r} (looked for hxd2_ray/extraction/prompts/{name})")
-    return parse_prompts(resource.read_bytes(), version)
+    return parse_prompts(read_prompt_set("hxd2_ray.extraction", "extraction", version), version)
 
 
 def load_prompts_file(path: str | Path, version: str | None = None) -> PromptSet:
@@ -77,29 +74,14 @@ def load_prompts_file(path: str | Path, version: str | None = None) -> PromptSet
 
 def parse_prompts(raw: bytes, version: str) -> PromptSet:
     """Validate and freeze a prompt YAML; the hash covers the exact bytes."""
-    data = yaml.safe_load(raw.decode("utf-8"))
-    if not isinstance(data, dict) or not data:
-        raise ValueError("prompt file must map language codes to templates")
-    languages = {}
-    for lang, section in data.items():
-        languages[str(lang)] = _language_prompts(str(lang), section)
-    if "en" not in languages:
-        raise ValueError("prompt file needs an 'en' section (the fallback language)")
-    digest = hashlib.sha256(raw).hexdigest()[:12]
-    return PromptSet(version=version, version_hash=f"{version}-{digest}", languages=MappingProxyType(languages))
+    return PromptSet(version=version, version_hash=prompt_version_hash(raw, version),
+                     languages=parse_languages(raw, "extraction", _language_prompts))
 
 
 def _language_prompts(lang: str, section: Any) -> LanguagePrompts:
     def get(*path: str) -> str:
-        node: Any = section
-        for part in path:
-            if not isinstance(node, dict) or part not in node:
-                raise ValueError(f"prompt file: {lang}.{'.'.join(path)} is missing")
-            node = node[part]
-        if not isinstance(node, str) or not node.strip():
-            raise ValueError(f"prompt file: {lang}.{'.'.join(path)} must be a non-empty string")
         # Block scalars end with a newline; trimming it keeps the chunk text the very last characters.
-        return node.strip()
+        return section_text("extraction", lang, section, path)
 
     prompts = LanguagePrompts(
         tuples_system=get("tuples", "system"),

@@ -11,19 +11,20 @@ regexes and turned malformed output into an empty plan silently; here every fail
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-import yaml
-
 from hxd2_ray.chunking.splitter import detect_language
-from hxd2_ray.prompt_templates import placeholder_filler
 from hxd2_ray.llm.base import LLMClient, LLMRequest
+from hxd2_ray.prompt_templates import (
+    parse_languages,
+    placeholder_filler,
+    prompt_version_hash,
+    read_prompt_set,
+    section_text,
+)
 from hxd2_ray.logic.plan import MAX_STEPS, Plan, PlanError, plan_json_schema, validate_plan
 
 __all__ = [
@@ -71,11 +72,7 @@ class LogicPromptSet:
 
 @functools.lru_cache(maxsize=8)
 def load_logic_prompts(version: str = "v1") -> LogicPromptSet:
-    name = f"logic_{version}.yaml"
-    resource = resources.files("hxd2_ray.logic").joinpath("prompts", name)
-    if not resource.is_file():
-        raise FileNotFoundError(f"no logic prompt set {version!r} (looked for hxd2_ray/logic/prompts/{name})")
-    return parse_logic_prompts(resource.read_bytes(), version)
+    return parse_logic_prompts(read_prompt_set("hxd2_ray.logic", "logic", version), version)
 
 
 def load_logic_prompts_file(path: str | Path, version: str | None = None) -> LogicPromptSet:
@@ -84,24 +81,13 @@ def load_logic_prompts_file(path: str | Path, version: str | None = None) -> Log
 
 
 def parse_logic_prompts(raw: bytes, version: str) -> LogicPromptSet:
-    data = yaml.safe_load(raw.decode("utf-8"))
-    if not isinstance(data, dict) or "en" not in data:
-        raise ValueError("logic prompt file must map language codes to templates and have an 'en' section")
-    languages = {str(lang): _language(str(lang), section) for lang, section in data.items()}
-    digest = hashlib.sha256(raw).hexdigest()[:12]
-    return LogicPromptSet(version=version, version_hash=f"{version}-{digest}", languages=MappingProxyType(languages))
+    return LogicPromptSet(version=version, version_hash=prompt_version_hash(raw, version),
+                          languages=parse_languages(raw, "logic", _language))
 
 
 def _language(lang: str, section: Any) -> LogicLanguagePrompts:
     def get(*path: str) -> str:
-        node: Any = section
-        for part in path:
-            if not isinstance(node, dict) or part not in node:
-                raise ValueError(f"logic prompt file: {lang}.{'.'.join(path)} is missing")
-            node = node[part]
-        if not isinstance(node, str) or not node.strip():
-            raise ValueError(f"logic prompt file: {lang}.{'.'.join(path)} must be a non-empty string")
-        return node.strip()
+        return section_text("logic", lang, section, path)
 
     raw_examples = section.get("examples") if isinstance(section, dict) else None
     if not isinstance(raw_examples, list) or not raw_examples:

@@ -21,20 +21,23 @@ here (:func:`load_multistage_prompts`), the lowest module of the three that use 
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 import unicodedata
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-import yaml
-
-from hxd2_ray.prompt_templates import placeholder_filler
 from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.llm.base import LLMClient, LLMRequest
+from hxd2_ray.prompt_templates import (
+    parse_languages,
+    placeholder_filler,
+    prompt_version_hash,
+    read_prompt_set,
+    section_text,
+    section_value,
+)
 
 __all__ = [
     "INTENTS",
@@ -93,13 +96,7 @@ class MultiStagePromptSet:
 
 @functools.lru_cache(maxsize=8)
 def load_multistage_prompts(version: str = "v1") -> MultiStagePromptSet:
-    name = f"multistage_{version}.yaml"
-    resource = resources.files("hxd2_ray.retrieval").joinpath("prompts", name)
-    if not resource.is_file():
-        raise FileNotFoundError(
-            f"no multi-stage prompt set {version!r} (looked for hxd2_ray/retrieval/prompts/{name})"
-        )
-    return parse_multistage_prompts(resource.read_bytes(), version)
+    return parse_multistage_prompts(read_prompt_set("hxd2_ray.retrieval", "multistage", version), version)
 
 
 def load_multistage_prompts_file(path: str | Path, version: str | None = None) -> MultiStagePromptSet:
@@ -108,29 +105,16 @@ def load_multistage_prompts_file(path: str | Path, version: str | None = None) -
 
 
 def parse_multistage_prompts(raw: bytes, version: str) -> MultiStagePromptSet:
-    data = yaml.safe_load(raw.decode("utf-8"))
-    if not isinstance(data, dict) or "en" not in data:
-        raise ValueError("multi-stage prompt file must map language codes to templates and have an 'en' section")
-    languages = {str(lang): _language(str(lang), section) for lang, section in data.items()}
-    digest = hashlib.sha256(raw).hexdigest()[:12]
-    return MultiStagePromptSet(version=version, version_hash=f"{version}-{digest}",
-                               languages=MappingProxyType(languages))
+    return MultiStagePromptSet(version=version, version_hash=prompt_version_hash(raw, version),
+                               languages=parse_languages(raw, "multi-stage", _language))
 
 
 def _language(lang: str, section: Any) -> MultiStageLanguagePrompts:
     def get(*path: str) -> Any:
-        node: Any = section
-        for part in path:
-            if not isinstance(node, dict) or part not in node:
-                raise ValueError(f"multi-stage prompt file: {lang}.{'.'.join(path)} is missing")
-            node = node[part]
-        return node
+        return section_value("multi-stage", lang, section, path)
 
     def text(*path: str) -> str:
-        node = get(*path)
-        if not isinstance(node, str) or not node.strip():
-            raise ValueError(f"multi-stage prompt file: {lang}.{'.'.join(path)} must be a non-empty string")
-        return node.strip()
+        return section_text("multi-stage", lang, section, path)
 
     raw_labels = get("intent", "labels")
     if not isinstance(raw_labels, dict) or set(raw_labels) != set(INTENTS):

@@ -7,16 +7,17 @@ exactly which prompt text produced an answer.
 from __future__ import annotations
 
 import functools
-import hashlib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Mapping
 
-import yaml
-
-from hxd2_ray.prompt_templates import placeholder_filler
+from hxd2_ray.prompt_templates import (
+    parse_languages,
+    placeholder_filler,
+    prompt_version_hash,
+    read_prompt_set,
+    section_text,
+)
 
 
 PLACEHOLDERS = ("question", "entities", "relations", "chunks")
@@ -48,11 +49,7 @@ fill = placeholder_filler(PLACEHOLDERS)
 
 @functools.lru_cache(maxsize=8)
 def load_query_prompts(version: str = "v1") -> QueryPromptSet:
-    name = f"query_{version}.yaml"
-    resource = resources.files("hxd2_ray.retrieval").joinpath("prompts", name)
-    if not resource.is_file():
-        raise FileNotFoundError(f"no query prompt set {version!r} (looked for hxd2_ray/retrieval/prompts/{name})")
-    return parse_query_prompts(resource.read_bytes(), version)
+    return parse_query_prompts(read_prompt_set("hxd2_ray.retrieval", "query", version), version)
 
 
 def load_query_prompts_file(path: str | Path, version: str | None = None) -> QueryPromptSet:
@@ -61,24 +58,13 @@ def load_query_prompts_file(path: str | Path, version: str | None = None) -> Que
 
 
 def parse_query_prompts(raw: bytes, version: str) -> QueryPromptSet:
-    data = yaml.safe_load(raw.decode("utf-8"))
-    if not isinstance(data, dict) or "en" not in data:
-        raise ValueError("query prompt file must map language codes to templates and have an 'en' section")
-    languages = {str(lang): _language(str(lang), section) for lang, section in data.items()}
-    digest = hashlib.sha256(raw).hexdigest()[:12]
-    return QueryPromptSet(version=version, version_hash=f"{version}-{digest}", languages=MappingProxyType(languages))
+    return QueryPromptSet(version=version, version_hash=prompt_version_hash(raw, version),
+                          languages=parse_languages(raw, "query", _language))
 
 
 def _language(lang: str, section: Any) -> QueryLanguagePrompts:
     def get(*path: str, strip: bool = True) -> str:
-        node: Any = section
-        for part in path:
-            if not isinstance(node, dict) or part not in node:
-                raise ValueError(f"query prompt file: {lang}.{'.'.join(path)} is missing")
-            node = node[part]
-        if not isinstance(node, str) or not node.strip():
-            raise ValueError(f"query prompt file: {lang}.{'.'.join(path)} must be a non-empty string")
-        return node.strip() if strip else node
+        return section_text("query", lang, section, path, strip=strip)
 
     prompts = QueryLanguagePrompts(
         keywords_system=get("keywords", "system"),
