@@ -32,9 +32,10 @@ templates, parameters and results, the verifier's decision and raw reply, the fa
 answered and why, timings per stage, tokens and LLM calls per stage).
 
 Thread safety with a timeout: a worker still waiting on the LLM when its deadline passes cannot be killed.
-:func:`build_multistage` therefore wraps the LLM in a :class:`SerializedLLM` (one call at a time: the
-offline vLLM engine is not safe for concurrent calls) whose calls from a timed-out worker return an error
-without reaching the backend, so an abandoned plan stops at its next LLM call.
+:func:`build_multistage` therefore wraps the LLM in a :class:`SerializedLLM` (one call at a time, as the
+offline vLLM engine is not safe for concurrent calls; a ``thread_safe`` backend is not serialized) whose calls
+from a timed-out worker return an error without reaching the backend, so an abandoned plan stops at its next
+LLM call.
 """
 
 from __future__ import annotations
