@@ -234,6 +234,9 @@ class MultiStageConfig(_Frozen):
     logic_timeout_s: float = Field(60.0, gt=0, description="Deadline of planning + execution, then fall back.")
     max_plan_steps: int = Field(8, ge=2, le=12, description="Longest plan accepted (output step included; the planner caps plans at 12).")
     plan_max_tokens: int = Field(1024, gt=0, description="Completion cap of the planning (and repair) call.")
+    plan_max_text_chars: int = Field(512, ge=8, le=512, description=(
+        "Longest string the plan schema allows while decoding (names, predicates, step texts); lower it for "
+        "small models whose strings run on."))
     direct_max_tokens: int = Field(256, gt=0, description="Completion cap of direct replies (greetings, identity).")
     logic_answer_max_tokens: int | None = Field(
         None, gt=0,

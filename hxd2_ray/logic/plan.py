@@ -618,14 +618,19 @@ def _infer_kinds(steps: list[Step]) -> dict[str, str]:
 # JSON schema (for constrained decoding)
 
 
-def plan_json_schema(max_steps: int = MAX_STEPS) -> dict[str, Any]:
+def plan_json_schema(max_steps: int = MAX_STEPS, max_text_chars: int = MAX_TEXT_CHARS) -> dict[str, Any]:
     """JSON schema of ``{"steps": [...]}``: one ``anyOf`` branch per operator, no extra properties.
+
+    ``max_text_chars`` caps every string (names, predicates, step texts) during decoding, at most
+    :data:`MAX_TEXT_CHARS`: a small model whose strings run on reaches the end of the string, and so a
+    complete plan, within its token budget instead of being cut mid-string.
 
     Kept to the subset vLLM's guided decoding (xgrammar/outlines) handles: object/array/string/number/
     integer/null, enum, anyOf, pattern, required, additionalProperties=false, minItems/maxItems.
     """
     ref = {"type": "string", "pattern": r"^\$[A-Za-z_][A-Za-z0-9_]*$"}
-    name = {"type": "string", "maxLength": MAX_TEXT_CHARS}
+    text_cap = max(1, min(int(max_text_chars), MAX_TEXT_CHARS))
+    name = {"type": "string", "maxLength": text_cap}
     nullable_name = {"anyOf": [name, {"type": "null"}]}
     name_or_number = {"anyOf": [name, {"type": "number"}]}
     alias = {"type": "string", "pattern": ALIAS_PATTERN}
@@ -677,7 +682,7 @@ def plan_json_schema(max_steps: int = MAX_STEPS) -> dict[str, Any]:
             props["alias"] = alias
             required.append("alias")
         actions.append(obj(props, required))
-    step = obj({"step": {"type": "string", "maxLength": MAX_TEXT_CHARS}, "action": {"anyOf": actions}},
+    step = obj({"step": {"type": "string", "maxLength": text_cap}, "action": {"anyOf": actions}},
                ["step", "action"])
     return obj({"steps": {"type": "array", "items": step, "minItems": 1, "maxItems": max_steps}}, ["steps"])
 

@@ -25,7 +25,7 @@ from hxd2_ray.prompt_templates import (
     read_prompt_set,
     section_text,
 )
-from hxd2_ray.logic.plan import MAX_STEPS, Plan, PlanError, plan_json_schema, validate_plan
+from hxd2_ray.logic.plan import MAX_STEPS, MAX_TEXT_CHARS, Plan, PlanError, plan_json_schema, validate_plan
 
 __all__ = [
     "LogicFormPlanner",
@@ -169,6 +169,7 @@ class LogicFormPlanner:
         temperature: float = 0.0,
         max_steps: int = MAX_STEPS,
         max_relations_in_prompt: int = 64,
+        max_text_chars: int = MAX_TEXT_CHARS,
     ):
         self.llm = llm
         self.prompts = prompts or load_logic_prompts()
@@ -176,7 +177,8 @@ class LogicFormPlanner:
         self.temperature = temperature
         self.max_steps = max_steps
         self.max_relations_in_prompt = max_relations_in_prompt
-        self._schema = plan_json_schema(max_steps) if getattr(llm, "supports_json_schema", False) else None
+        self._schema = (plan_json_schema(max_steps, max_text_chars)
+                        if getattr(llm, "supports_json_schema", False) else None)
 
     def messages(self, question: str, language: str, relations: Sequence[str] = ()) -> list[dict[str, str]]:
         lp = self.prompts.for_language(language)

@@ -828,7 +828,8 @@ def build_multistage(index: Any, llm: LLMClient, embedder: Any, cfg: Any, ms_cfg
         except Exception:  # noqa: BLE001 - a hint, not a requirement
             relations = []
     planner = LogicFormPlanner(guarded, max_steps=ms.max_plan_steps, max_tokens=ms.plan_max_tokens,
-                               max_relations_in_prompt=max(1, ms.planner_relation_hints))
+                               max_relations_in_prompt=max(1, ms.planner_relation_hints),
+                               max_text_chars=ms.plan_max_text_chars)
     verifier = EvidenceVerifier(guarded, mode=ms.verifier_mode) if ms.verifier_mode != "none" else None
     ms_prompts = prompts or load_multistage_prompts(ms.prompt_version)
     intent = IntentClassifier(guarded, ms_prompts, use_llm=ms.intent_use_llm,

@@ -240,6 +240,19 @@ def test_json_schema_shape_without_jsonschema():
     json.dumps(schema)  # serialisable as is
 
 
+def test_json_schema_text_cap():
+    jsonschema = pytest.importorskip("jsonschema")
+    short = plan_json_schema(max_text_chars=12)
+    jsonschema.validate({"steps": [ret("Ron Howard", "directed_by", None, "a")]}, short)
+    with pytest.raises(jsonschema.ValidationError):  # a name over the cap
+        jsonschema.validate({"steps": [ret("Ron Howard and friends", "directed_by", None, "a")]}, short)
+    with pytest.raises(jsonschema.ValidationError):  # a step text over the cap
+        jsonschema.validate({"steps": [{**ret("X", "p", None, "a"), "step": "s" * 13}]}, short)
+    # never above the validator's own limit
+    assert '"maxLength": 512' in json.dumps(plan_json_schema(max_text_chars=10_000))
+    assert '"maxLength": 513' not in json.dumps(plan_json_schema(max_text_chars=10_000))
+
+
 # -------------------------------------------------------------------------------------------- math
 
 
