@@ -11,7 +11,9 @@ the graph expansion does real work. Keywords come from a ScriptedLLM (no model),
 word estimate. Each question has two low-level keywords (one misspelt, for the fuzzy channel) and one
 high-level keyword, plus the raw-question channel; the default RetrievalConfig applies.
 
-Reported: build and open seconds, p50/p95/mean of retrieve(), and the median of each phase.
+Reported: build, open and start seconds (start: QueryPipeline construction, which loads the graph store's
+node columns), p50/p95/mean of retrieve(), and the median of each phase. --graph-detail adds, per size, the
+median milliseconds and calls per question of each graph-store read inside the "graph" phase.
 """
 
 from __future__ import annotations
@@ -47,6 +49,47 @@ SYLLABLES = ("ka ro mi su te na lo vi de pa ra zu ne ko li ma bi to se ga fe ju 
              "dra bel tor mun sik vel").split()
 FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore "
 PHASES = ("keywords", "embed", "vector_search", "fuzzy", "graph", "budget")
+GRAPH_READS = ("get_relations", "neighbors", "get_entities", "chunks_for_entities", "get_chunks")
+
+
+class GraphTimer:
+    """Wraps the graph-store reads of an open index: per question, milliseconds and calls of each."""
+
+    def __init__(self, graph):
+        self.current: dict[str, list[float]] = {}
+        self.per_question: list[dict[str, list[float]]] = []
+        for name in GRAPH_READS:
+            method = getattr(graph, name)
+
+            def timed(*a, _method=method, _name=name, **k):
+                t0 = time.perf_counter()
+                try:
+                    return _method(*a, **k)
+                finally:
+                    slot = self.current.setdefault(_name, [0.0, 0])
+                    slot[0] += (time.perf_counter() - t0) * 1000
+                    slot[1] += 1
+
+            setattr(graph, name, timed)  # instance attribute: shadows the method for this index only
+        rows = getattr(graph, "_rows", None)  # KuzuGraphStore: every statement it executes goes through _rows
+        if rows is not None:
+            def counted(*a, **k):
+                slot = self.current.setdefault("statements", [0.0, 0])
+                slot[1] += 1
+                return rows(*a, **k)
+
+            graph._rows = counted
+
+    def next_question(self, keep: bool) -> None:
+        if keep:
+            self.per_question.append(self.current)
+        self.current = {}
+
+    def summary(self) -> dict[str, tuple[float, float]]:
+        """Read -> (median ms, median calls) per question; "statements": (0, median Kùzu statements)."""
+        return {name: (statistics.median(q.get(name, [0.0, 0])[0] for q in self.per_question),
+                       statistics.median(q.get(name, [0.0, 0])[1] for q in self.per_question))
+                for name in (*GRAPH_READS, "statements")}
 
 
 def pseudo_names(n: int, rng: np.random.Generator) -> list[str]:
@@ -197,12 +240,17 @@ def run_size(n: int, args, work: Path) -> dict:
     index = open_index(root, cfg, families=DUAL_LEVEL_FAMILIES)
     open_s = time.perf_counter() - t0
     try:
+        t0 = time.perf_counter()
         pipeline = QueryPipeline(index, ScriptedLLM(keywords, record=False), embedder, RetrievalConfig())
+        start_s = time.perf_counter() - t0
+        timer = GraphTimer(index.graph) if args.graph_detail else None
         totals, phases, sizes = [], {p: [] for p in PHASES}, []
         for i, question in enumerate(questions):
             started = time.perf_counter()
             result = pipeline.retrieve(question)
             elapsed = (time.perf_counter() - started) * 1000
+            if timer is not None:
+                timer.next_question(keep=i >= args.warmup)
             if i < args.warmup:
                 continue
             totals.append(elapsed)
@@ -214,9 +262,11 @@ def run_size(n: int, args, work: Path) -> dict:
     shutil.rmtree(root, ignore_errors=True)
     q = np.percentile(totals, [50, 95])
     return {
-        "n": n, "counts": counts, **build_s, "open_s": open_s, "p50": float(q[0]), "p95": float(q[1]),
-        "mean": statistics.fmean(totals), "phases": {p: statistics.median(v) for p, v in phases.items()},
+        "n": n, "counts": counts, **build_s, "open_s": open_s, "start_s": start_s, "p50": float(q[0]),
+        "p95": float(q[1]), "mean": statistics.fmean(totals),
+        "phases": {p: statistics.median(v) for p, v in phases.items()},
         "rows": tuple(int(np.median([s[i] for s in sizes])) for i in range(3)),
+        "graph_reads": timer.summary() if timer is not None else None,
     }
 
 
@@ -228,6 +278,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5, help="untimed questions first")
     ap.add_argument("--ivf-from", type=int, default=1_000_000, help="sizes from here on use IVF families")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--graph-detail", action="store_true",
+                    help="also time each graph-store read of the graph phase (median ms and calls per question)")
     ap.add_argument("--json", action="store_true", help="also print the results as JSON")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -236,6 +288,7 @@ def main() -> None:
     try:
         print(f"dim={args.dim} queries={args.queries} cpus={os.cpu_count()} load average {os.getloadavg()[0]:.2f}")
         head = (f"{'entities':>9} {'relations':>9} {'chunks':>8} {'index':>5} {'build s':>8} {'open s':>7} "
+                f"{'start s':>7} "
                 f"{'p50 ms':>7} {'p95 ms':>7} {'mean':>6} | " + " ".join(f"{p[:8]:>8}" for p in PHASES)
                 + " | rows e/r/c")
         print(head)
@@ -245,11 +298,19 @@ def main() -> None:
             results.append(r)
             build_total = r["graph_s"] + r["vectors_s"]
             print(f"{n:>9,} {r['counts']['relations']:>9,} {r['counts']['chunks']:>8,} {r['index_type']:>5} "
-                  f"{build_total:>8.1f} {r['open_s']:>7.1f} {r['p50']:>7.1f} {r['p95']:>7.1f} {r['mean']:>6.1f} | "
+                  f"{build_total:>8.1f} {r['open_s']:>7.1f} {r['start_s']:>7.2f} {r['p50']:>7.1f} {r['p95']:>7.1f} "
+                  f"{r['mean']:>6.1f} | "
                   + " ".join(f"{r['phases'][p]:>8.2f}" for p in PHASES) + f" | {'/'.join(map(str, r['rows']))}",
                   flush=True)
         print("\nphase columns: median ms per question; build s = Kùzu load + vector families; open s = manifest,"
-              " graph, families and the fuzzy name index.")
+              " graph, families and the fuzzy name index; start s = QueryPipeline construction (graph node columns).")
+        if args.graph_detail:
+            print("\ngraph phase by read (median ms / median calls per question; statements: Kùzu executions):")
+            for r in results:
+                reads = dict(r["graph_reads"])
+                statements = reads.pop("statements")[1]
+                print(f"{r['n']:>9,}  " + "  ".join(f"{name} {ms:.2f}/{calls:g}" for name, (ms, calls) in reads.items())
+                      + f"  statements {statements:g}")
         if args.json:
             print(json.dumps(results, indent=2))
     finally:

@@ -8,6 +8,9 @@ LadybugDB is this file plus a rebuild from the staging Parquet. Rules this modul
   unbound parameter on 0.11.3 silently matches as if unfiltered (see :func:`check_params`).
 * COPY matches columns by position, so every table is rebuilt in DDL order before loading; rel tables
   take the FROM/TO primary keys as their first two columns.
+* Reads are per key (the primary-key index; 0.11.3 plans every list-parameter form as a table scan), and
+  reads that reach other nodes return them as ``offset(id(x))``, resolved against columns the read-only
+  store loads once (:class:`_NodeColumns`): naming a far node's property costs a masked table scan.
 * One read-write ``Database`` per file, or many read-only ones. The index job builds into a fresh path
   with :class:`KuzuGraphWriter`, closes it, and renames; readers open ``read_only=True``.
 """
@@ -127,6 +130,15 @@ Q_ENTITY_BY_NAME = (
 # seed's ranking (sort_edges) and its per-entity limit are applied in Python. Measured at 100k entities
 # (per 6 seeds, median): 7.6 ms this way, 9.7 ms as two directed queries, 12.3 ms as two directed queries
 # with ORDER BY ... LIMIT in the query; all three give the same rows.
+#
+# Any property of the far node (``b.key``, ``c.id``) makes 0.11.3 plan PK scan -> rel scan -> semi-masked
+# scan of the far node table -> hash join; the masked scan reads a 2048-row vector per far node, which is
+# ~90% of the query (100k entities: 2.5-2.8 ms per seed with ``b.key``, 0.27 ms with only ``id(b)``).
+# Batched forms do not help: ``UNWIND $keys ... {key: k}``, ``WHERE e.key IN $keys``, ``list_contains``
+# and OR-chains all scan the whole table (30 keys at 100k: 13-17 ms vs 1.8 ms per key), and a UNION ALL of
+# per-key lookups costs the same as separate executions (8 chunks: 0.44 vs 0.47 ms). So the hot reads
+# return far nodes as ``offset(id(x))`` and resolve them against columns read once per store
+# (:class:`_NodeColumns`); the per-key templates below remain the fallback and the reference in tests.
 Q_NEIGHBORS_OF = (
     "MATCH (a:Entity {key: $k})-[r:RELATED]-(b:Entity) RETURN b.key AS other, r.description AS description,"
     " r.keywords AS keywords, r.weight AS weight, r.source_chunk_ids AS source_chunk_ids,"
@@ -147,6 +159,22 @@ Q_DOCUMENT = (
     " d.source_path AS doc_source_path"
 )
 Q_DEGREE = "MATCH (e:Entity {key: $k}) RETURN e.key AS key, e.degree AS degree"
+
+# Offset-returning forms of the hot reads (see above) and the column loads they resolve against. Node
+# offsets of a bulk-loaded table are dense (0..n-1); the loader checks that and otherwise falls back.
+Q_NEIGHBOR_OFFSETS_OF = (
+    "MATCH (a:Entity {key: $k})-[r:RELATED]-(b:Entity) RETURN offset(id(b)) AS other,"
+    " r.description AS description, r.keywords AS keywords, r.weight AS weight,"
+    " r.source_chunk_ids AS source_chunk_ids, r.mention_count AS mention_count, a.degree AS seed_degree"
+)
+Q_CHUNK_OFFSETS_OF_ENTITY = "MATCH (c:Chunk)-[:MENTIONS]->(e:Entity {key: $k}) RETURN offset(id(c)) AS o"
+Q_ENTITY_COLUMNS = "MATCH (e:Entity) RETURN offset(id(e)) AS o, e.key AS key, e.degree AS degree"
+Q_CHUNK_COLUMNS = "MATCH (c:Chunk) RETURN offset(id(c)) AS o, c.id AS id, c.doc_id AS doc_id, c.ord AS ord"
+# Documents are few next to chunks (one per source file), so their chunk-context fields are read once too.
+Q_DOCUMENT_COLUMNS = (
+    "MATCH (d:Document) RETURN offset(id(d)) AS o, d.id AS id, d.title AS doc_title,"
+    " d.source_id AS doc_source_id, d.source_path AS doc_source_path"
+)
 
 # Logic-form templates (``hxd2_ray.logic.executor.LOGIC_TEMPLATES`` names), per key / per pair. The
 # batched originals LIMIT the whole UNWIND; here the limit is what is left after the earlier keys.
@@ -460,6 +488,24 @@ def _neighbor_edge(seed: str, other: str, r: dict[str, Any]) -> EdgeRow:
     )
 
 
+class _NodeColumns:
+    """Columns of one node table indexed by node offset, read once (a full scan) and kept as Arrow arrays.
+
+    ``take(offsets)`` gives each named column's values at those offsets as Python lists: one Arrow gather
+    per column instead of a masked table scan per query. About 40 bytes per entity key at 1M entities.
+    """
+
+    __slots__ = ("columns", "size")
+
+    def __init__(self, table: pa.Table, names: tuple[str, ...]):
+        self.size = table.num_rows
+        self.columns = {name: table[name].combine_chunks() for name in names}
+
+    def take(self, offsets: list[int]) -> dict[str, list[Any]]:
+        idx = pa.array(offsets, type=pa.int64())
+        return {name: col.take(idx).to_pylist() for name, col in self.columns.items()}
+
+
 class KuzuGraphStore:
     """Read side (:class:`hxd2_ray.graph.base.GraphStore`). Thread-safe: one Kùzu connection per thread."""
 
@@ -470,7 +516,11 @@ class KuzuGraphStore:
         *,
         max_threads: int = 0,
         buffer_pool_bytes: int = 0,
+        node_columns: bool | None = None,
     ):
+        """``node_columns``: resolve far nodes of neighbour and mention reads through offset-indexed columns
+        (:class:`_NodeColumns`, loaded on first use or by :meth:`warm`). Default: on for a read-only store
+        (the offsets cannot change under it), off otherwise; off reads everything per key (same rows)."""
         self.path = Path(path)
         if not self.path.exists():
             raise IndexNotFoundError(f"no graph database at {self.path}: the index is missing or was never completed")
@@ -478,6 +528,10 @@ class KuzuGraphStore:
         self._local = threading.local()
         self._conns: list[kuzu.Connection] = []
         self._lock = threading.Lock()
+        self._use_columns = read_only if node_columns is None else bool(node_columns)
+        self._columns: dict[str, _NodeColumns | None] = {}  # None: not dense, use the per-key reads
+        self._columns_lock = threading.Lock()
+        self._docs: dict[str, dict[str, str]] | None = None
         tables_found = {row["name"] for row in self._rows(Q_SHOW_TABLES, {})}
         missing = [t for t in GRAPH_TABLES if t not in tables_found]
         if missing:
@@ -538,6 +592,54 @@ class KuzuGraphStore:
         """
         return [self._rows(query, {name: value, **fixed}) for value in values]
 
+    def _node_columns(self, table: str) -> _NodeColumns | None:
+        """Offset-indexed columns of ``table`` (a key of :data:`_COLUMN_LOADS`), loaded once; None when off or
+        when the table's offsets are not dense (then callers use the per-key templates)."""
+        if not self._use_columns:
+            return None
+        if table in self._columns:
+            return self._columns[table]
+        with self._columns_lock:
+            if table not in self._columns:
+                query, names = _COLUMN_LOADS[table]
+                check_params(query, {})
+                res = self._conn().execute(query)
+                try:
+                    data = res.get_as_arrow(chunk_size=1_000_000)
+                finally:
+                    res.close()
+                offsets = data["o"].to_numpy()
+                if len(offsets) and not np.array_equal(offsets, np.arange(len(offsets))):
+                    order = np.argsort(offsets, kind="stable")
+                    data, offsets = data.take(pa.array(order)), offsets[order]
+                dense = np.array_equal(offsets, np.arange(len(offsets)))
+                self._columns[table] = _NodeColumns(data, names) if dense else None
+            return self._columns[table]
+
+    def _documents(self) -> dict[str, dict[str, str]] | None:
+        """Document id -> its chunk-context fields (:data:`Q_DOCUMENT`'s columns), read once; None when
+        node columns are off."""
+        if not self._use_columns:
+            return None
+        docs = self._docs
+        if docs is None:
+            table = self._node_columns("Document")
+            if table is None:
+                return None
+            cols = table.columns
+            fields = ("doc_title", "doc_source_id", "doc_source_path")
+            values = zip(*(cols[f].to_pylist() for f in fields))
+            docs = {i: dict(zip(fields, v)) for i, v in zip(cols["id"].to_pylist(), values)}
+            self._docs = docs
+        return docs
+
+    def warm(self) -> None:
+        """Load the node columns now rather than on the first neighbour/mention/chunk read (a query
+        pipeline calls this when it is built, so the first question does not pay for the scans)."""
+        for table in _COLUMN_LOADS:
+            self._node_columns(table)
+        self._documents()
+
     # -- queries ---------------------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:
@@ -558,8 +660,23 @@ class KuzuGraphStore:
         seeds = unique_in_order(keys)
         if not seeds:
             return []
+        ents = self._node_columns("Entity")
+        if ents is not None:
+            per_seed = self._rows_each(Q_NEIGHBOR_OFFSETS_OF, "k", seeds)
+            flat = [r for rows in per_seed for r in rows]
+            far = ents.take([r["other"] for r in flat])
+            for r, key, degree in zip(flat, far["key"], far["degree"]):
+                r["other"] = key
+                r["degree"] = r.pop("seed_degree") + degree
+            return self._rank_neighbors(seeds, per_seed, limit_per_entity)
+        return self._rank_neighbors(seeds, self._rows_each(Q_NEIGHBORS_OF, "k", seeds), limit_per_entity)
+
+    @staticmethod
+    def _rank_neighbors(
+        seeds: list[str], per_seed: list[list[dict[str, Any]]], limit_per_entity: int | None
+    ) -> list[EdgeRow]:
         out: dict[tuple[str, str], EdgeRow] = {}
-        for seed, rows in zip(seeds, self._rows_each(Q_NEIGHBORS_OF, "k", seeds)):
+        for seed, rows in zip(seeds, per_seed):
             mine: dict[tuple[str, str], EdgeRow] = {}
             for r in rows:  # a self-loop comes back once per direction; the pair key folds it
                 edge = _neighbor_edge(seed, r["other"], r)
@@ -583,6 +700,16 @@ class KuzuGraphStore:
     def chunks_for_entities(self, keys: Iterable[str]) -> dict[str, list[str]]:
         wanted = unique_in_order(keys)
         out: dict[str, list[str]] = {}
+        chunks = self._node_columns("Chunk")
+        if chunks is not None:
+            per_key = self._rows_each(Q_CHUNK_OFFSETS_OF_ENTITY, "k", wanted)
+            cols = chunks.take([r["o"] for rows in per_key for r in rows])
+            found = iter(zip(cols["id"], cols["doc_id"], cols["ord"]))
+            for key, rows in zip(wanted, per_key):
+                mine = [next(found) for _ in rows]
+                mine.sort(key=lambda t: (t[1], t[2], t[0]))
+                out[key] = [t[0] for t in mine]
+            return out
         for key, rows in zip(wanted, self._rows_each(Q_CHUNKS_OF_ENTITY, "k", wanted)):
             rows.sort(key=lambda r: (r["doc_id"], r["ord"], r["id"]))
             out[key] = [r["id"] for r in rows]
@@ -592,7 +719,11 @@ class KuzuGraphStore:
         wanted = unique_in_order(ids)
         chunks = [rows[0] for rows in self._rows_each(Q_CHUNK, "i", wanted) if rows]
         doc_ids = unique_in_order(r["doc_id"] for r in chunks)
-        docs = {d: rows[0] for d, rows in zip(doc_ids, self._rows_each(Q_DOCUMENT, "d", doc_ids)) if rows}
+        all_docs = self._documents()
+        if all_docs is not None:
+            docs = {d: all_docs[d] for d in doc_ids if d in all_docs}
+        else:
+            docs = {d: rows[0] for d, rows in zip(doc_ids, self._rows_each(Q_DOCUMENT, "d", doc_ids)) if rows}
         out: list[ChunkRow] = []
         for r in chunks:
             d = docs.get(r["doc_id"], {})
@@ -660,6 +791,7 @@ class KuzuGraphStore:
                 conn.close()
             self._conns.clear()
         self._local = threading.local()
+        self._columns, self._docs = {}, None
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -669,6 +801,13 @@ class KuzuGraphStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_COLUMN_LOADS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "Entity": (Q_ENTITY_COLUMNS, ("key", "degree")),
+    "Chunk": (Q_CHUNK_COLUMNS, ("id", "doc_id", "ord")),
+    "Document": (Q_DOCUMENT_COLUMNS, ("id", "doc_title", "doc_source_id", "doc_source_path")),
+}
 
 
 def _limit(params: Mapping[str, Any]) -> int:

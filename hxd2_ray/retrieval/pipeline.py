@@ -105,6 +105,11 @@ class QueryPipeline:
         check_compatible(index.manifest, embedder.model_id, embedder.dim)
         for family in DUAL_LEVEL_FAMILIES:
             index.family(family)  # fail now, not on the first question
+        # Per-store caches the graph reads resolve against (Kùzu: node columns, one scan per table, kept
+        # for the store's lifetime; idempotent), loaded now so the first question does not pay for them.
+        warm = getattr(index.graph, "warm", None)
+        if callable(warm):
+            warm()
         self.index = index
         self.llm = llm
         self.embedder = embedder

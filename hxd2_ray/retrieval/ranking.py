@@ -15,6 +15,7 @@ are 1.0 for an exact name, and the fuzzy cutoff (85) keeps fuzzy hits to near-id
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Hashable, Iterable, Mapping, Sequence, TypeVar
 
@@ -59,17 +60,26 @@ def rank_matches(pairs: Iterable[tuple[K, ChannelHit]], limit: int) -> list[Rank
     grouped: dict[K, list[ChannelHit]] = {}
     for key, hit in pairs:
         grouped.setdefault(key, []).append(hit)
+    if limit <= 0 or not grouped:
+        return []
+
+    # Scores are rounded for the comparison: float32 inner products of identical unit vectors come out as
+    # 0.99999994 or 1.0000001, and such noise must not decide between two exact matches. The best score
+    # and the channel set are the same over all hits as over the deduplicated ones, so only the kept keys
+    # get their hits sorted (a question brings ~200 hits over ~150 keys and keeps a handful).
+    def order(item: tuple[K, list[ChannelHit]]) -> tuple[float, int, str]:
+        key, hits = item
+        best = max(h.score for h in hits) if len(hits) > 1 else hits[0].score
+        return -round(best, SCORE_DECIMALS), -len({h.channel for h in hits}), str(key)
+
     ranked = []
-    for key, hits in grouped.items():
+    for key, hits in heapq.nsmallest(limit, grouped.items(), key=order):  # = sorted(...)[:limit], stable
         best: dict[tuple[str, str], ChannelHit] = {}
         for h in sorted(hits, key=lambda h: (-h.score, h.channel, h.query)):
             best.setdefault((h.channel, h.query), h)  # one hit per (channel, query): sharded repeats collapse
-        unique = list(best.values())
-        ranked.append(RankedMatch(key=key, score=unique[0].score, hits=tuple(unique)))
-    # Scores are rounded for the comparison: float32 inner products of identical unit vectors come out as
-    # 0.99999994 or 1.0000001, and such noise must not decide between two exact matches.
-    ranked.sort(key=lambda m: (-round(m.score, SCORE_DECIMALS), -len({h.channel for h in m.hits}), str(m.key)))
-    return ranked[: max(0, limit)]
+        unique = tuple(best.values())
+        ranked.append(RankedMatch(key=key, score=unique[0].score, hits=unique))
+    return ranked
 
 
 def assemble_entities(

@@ -286,7 +286,7 @@ def _old_neighbors(store, keys, limit):
 
 
 @pytest.fixture()
-def richer_store(tmp_path):
+def richer_path(tmp_path):
     """Ties in (degree, weight), a self-loop, a hub, a hostile key, chunks across documents."""
     hostile = HOSTILE_NAMES[2]
     docs = _docs([_doc(1), _doc(2)])
@@ -298,7 +298,12 @@ def richer_store(tmp_path):
                   _rel("x", "y", 2.0), _rel("w", "w", 9.0), _rel(hostile, "h", 1.0), _rel("z", "y", 1.0)])
     path = tmp_path / "rich.kz"
     load_graph(path, docs, chunks, ents, rels)
-    with KuzuGraphStore(path) as s:
+    return path
+
+
+@pytest.fixture()
+def richer_store(richer_path):
+    with KuzuGraphStore(richer_path) as s:
         yield s
 
 
@@ -391,3 +396,80 @@ def test_run_template_matches_logic_templates(richer_store):
         s.run_template("nope", {})
     with pytest.raises(ValueError, match="parameters"):
         s.run_template("lf_edges", {"keys": ["h"]})  # an unbound $limit must not run unfiltered
+
+
+# ---------------------------------------------------------------------------------------------------
+# Offset-resolved reads (node columns) vs the per-key templates: same rows, same order.
+
+MALICIOUS = [
+    "x'}) MATCH (n) DETACH DELETE n //",
+    'x"}) MATCH (n) DETACH DELETE n //',
+    "x`}) MATCH (n) DETACH DELETE n //",
+    "$k",
+    "') RETURN 1 UNION MATCH (e:Entity) RETURN e.key //",
+]
+
+
+def _all_reads(s, keys, pairs, chunk_ids):
+    return {
+        "neighbors": [s.neighbors(keys, limit_per_entity=limit) for limit in (None, 0, 1, 2, 100)],
+        "chunks_for_entities": s.chunks_for_entities(keys),
+        "get_entities": s.get_entities(keys),
+        "entity_degree": s.entity_degree(keys),
+        "get_relations": s.get_relations(pairs),
+        "get_chunks": s.get_chunks(chunk_ids),
+    }
+
+
+def test_node_columns_match_per_key_reads(richer_path):
+    pairs = [("x", "h"), ("ghost", "h"), ("w", "w"), ("y", "z"), ("h", HOSTILE_NAMES[2])]
+    chunk_ids = ["c4", "c1", "nope", "c3", "c1", "c2", "c5", ""]
+    with KuzuGraphStore(richer_path, node_columns=False) as per_key, KuzuGraphStore(richer_path) as cols:
+        assert cols._use_columns and not per_key._use_columns  # read-only stores default to columns
+        for keys in (ALL_KEYS, ["ghost"], ["w"], ["y", "h"], [HOSTILE_NAMES[2]], []):
+            assert _all_reads(cols, keys, pairs, chunk_ids) == _all_reads(per_key, keys, pairs, chunk_ids)
+        assert cols._columns["Entity"] is not None and cols._columns["Chunk"] is not None  # the fast path ran
+        assert cols.chunks_for_entities(["h"]) == {"h": ["c2", "c5", "c3", "c1"]}  # (doc_id, ord, id) order
+        assert [c["doc_title"] for c in cols.get_chunks(["c4", "c1"])] == ["", "T2"]  # c4: no document
+
+
+def test_node_columns_scattered_offsets(richer_path, monkeypatch):
+    """A parallel scan returns offsets out of order (seen at 1M entities); the columns are put back by offset."""
+    from hxd2_ray.graph import kuzu_store
+
+    loads = dict(kuzu_store._COLUMN_LOADS)
+    for table, (query, names) in loads.items():
+        loads[table] = (query + " ORDER BY o DESC", names)
+    monkeypatch.setattr(kuzu_store, "_COLUMN_LOADS", loads)
+    with KuzuGraphStore(richer_path, node_columns=False) as per_key, KuzuGraphStore(richer_path) as cols:
+        cols.warm()
+        assert cols._columns["Entity"].size == 7
+        assert _all_reads(cols, ALL_KEYS, [("x", "h")], ["c1", "c5"]) == _all_reads(
+            per_key, ALL_KEYS, [("x", "h")], ["c1", "c5"])
+
+
+def test_node_columns_thread_safe(richer_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with KuzuGraphStore(richer_path) as s:
+        expected = (s.neighbors(ALL_KEYS), s.chunks_for_entities(ALL_KEYS))
+    with KuzuGraphStore(richer_path) as s, ThreadPoolExecutor(4) as pool:  # cold: threads race to load
+        got = list(pool.map(lambda _: (s.neighbors(ALL_KEYS), s.chunks_for_entities(ALL_KEYS)), range(16)))
+    assert all(g == expected for g in got)
+
+
+@pytest.mark.parametrize("node_columns", [True, False])
+def test_malicious_keys_return_nothing_and_change_nothing(store, tmp_path, small_tables, node_columns):
+    before = store.counts()
+    path = tmp_path / "graph.kz"  # the path the ``store`` fixture loaded
+    with KuzuGraphStore(path, node_columns=node_columns) as s:
+        reads = _all_reads(s, MALICIOUS, [(m, "a") for m in MALICIOUS] + [("a", m) for m in MALICIOUS], MALICIOUS)
+        assert reads == {"neighbors": [[]] * 5, "chunks_for_entities": {m: [] for m in MALICIOUS},
+                         "get_entities": [], "entity_degree": {}, "get_relations": [], "get_chunks": []}
+        assert all(s.find_entity_by_name(m) is None for m in MALICIOUS)
+        for name, params in [("lf_edges", {"keys": MALICIOUS, "limit": 10}), ("lf_names_of", {"keys": MALICIOUS}),
+                             ("lf_edges_between", {"pairs": [{"s": m, "t": "a"} for m in MALICIOUS]})]:
+            assert s.run_template(name, params) == []
+        assert s.counts() == before
+    assert store.counts() == before
+    assert store.get_entities(["a", "b", "c", "d"]) != []

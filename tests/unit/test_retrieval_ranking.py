@@ -163,3 +163,35 @@ def test_fit_total_never_exceeds(available):
     headers = {"entities": 3, "relations": 3, "chunks": 3}
     out = fit_total(rows, headers, {"entities": 3, "relations": 5, "chunks": 2}, available)
     assert sum(table_tokens(rows[s], headers[s], out[s]) for s in out) <= available
+
+
+def _rank_matches_full_sort(pairs, limit):
+    """The straightforward form rank_matches must equal: every key ranked, then cut."""
+    from hxd2_ray.retrieval.ranking import SCORE_DECIMALS, RankedMatch
+
+    grouped = {}
+    for key, hit in pairs:
+        grouped.setdefault(key, []).append(hit)
+    ranked = []
+    for key, hits in grouped.items():
+        best = {}
+        for h in sorted(hits, key=lambda h: (-h.score, h.channel, h.query)):
+            best.setdefault((h.channel, h.query), h)
+        unique = list(best.values())
+        ranked.append(RankedMatch(key=key, score=unique[0].score, hits=tuple(unique)))
+    ranked.sort(key=lambda m: (-round(m.score, SCORE_DECIMALS), -len({h.channel for h in m.hits}), str(m.key)))
+    return ranked[: max(0, limit)]
+
+
+def test_rank_matches_equals_full_sort_on_random_hits():
+    import random
+
+    rng = random.Random(7)
+    for trial in range(500):
+        n_keys, pairs = rng.randint(1, 30), []
+        for _ in range(rng.randint(0, 80)):
+            key = f"k{rng.randint(0, n_keys)}" if trial % 2 else (f"a{rng.randint(0, 4)}", f"b{rng.randint(0, 4)}")
+            score = rng.choice([1.0, 0.99999994, 1.0000001, 0.5, rng.random()])  # float32 noise ties included
+            pairs.append((key, ChannelHit(channel=rng.choice("abcd"), query=rng.choice("xyz"), score=score)))
+        for limit in (-1, 0, 1, 3, 6, 100):
+            assert rank_matches(pairs, limit) == _rank_matches_full_sort(pairs, limit), (trial, limit)
