@@ -790,13 +790,16 @@ def _build_registry() -> dict[str, BenchmarkSpec]:
                     "qa3": (("rouge_l",), "rouge_l"), "qa4": (("rouge_l",), "rouge_l")}
     for subset, task in SEEDBENCH_SUBSETS.items():
         metrics, primary = seed_metrics[task]
-        specs.append(BenchmarkSpec(
-            name=f"seedbench-{task}", task=task, description=f"SeedBench zero-shot {seed_desc[subset]}",
-            metrics=metrics, primary_metric=primary, questions_path=f"seedbench/zero-shot/{subset}.json",
-            corpus_path="seedbench/279segments.jsonl", loader=_seedbench_loader(subset),
-            corpus_loader=load_seedbench_segments,
-            lenient_metrics=("accuracy_lenient",) if task == "qa1" else (),
-        ))
+        # "-rice": only the rice items (split.level2 "Oryza sativa"), as the paper evaluated.
+        for suffix, rice_only in (("", False), ("-rice", True)):
+            specs.append(BenchmarkSpec(
+                name=f"seedbench-{task}{suffix}", task=task,
+                description=f"SeedBench zero-shot {seed_desc[subset]}{', rice items only' if rice_only else ''}",
+                metrics=metrics, primary_metric=primary, questions_path=f"seedbench/zero-shot/{subset}.json",
+                corpus_path="seedbench/279segments.jsonl", loader=_seedbench_loader(subset),
+                corpus_loader=load_seedbench_segments, options={"rice_only": rice_only},
+                lenient_metrics=("accuracy_lenient",) if task == "qa1" else (),
+            ))
     specs.append(BenchmarkSpec(
         name="hotpotqa", task="multihop",
         description="HotpotQA 100-question train subset with its 994-passage corpus (HippoRAG copy): "

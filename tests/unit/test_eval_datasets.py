@@ -255,8 +255,8 @@ def test_generic_loader(tmp_path):
 
 
 def test_registry_names_and_unknown():
-    assert set(BENCHMARKS) == {"seedbench-qa1", "seedbench-qa2", "seedbench-qa3", "seedbench-qa4", "hotpotqa",
-                               "metaqa-1hop", "metaqa-2hop", "metaqa-3hop", "generic"}
+    seedbench = {f"seedbench-qa{n}{rice}" for n in range(1, 5) for rice in ("", "-rice")}
+    assert set(BENCHMARKS) == seedbench | {"hotpotqa", "metaqa-1hop", "metaqa-2hop", "metaqa-3hop", "generic"}
     with pytest.raises(ValueError) as exc:
         get_benchmark("seedbench")
     for name in BENCHMARKS:
@@ -271,6 +271,9 @@ def test_spec_load_with_explicit_paths():
     rep = get_benchmark("seedbench-qa1").load(questions=FIXTURES / "seedbench" / "zero-shot" / "1-1.json",
                                               rice_only=True)
     assert len(rep) == 3
+    rice = get_benchmark("seedbench-qa1-rice").load(questions=FIXTURES / "seedbench" / "zero-shot" / "1-1.json")
+    assert [i.id for i in rice] == [i.id for i in rep] and rice.filtered == {"not rice": 2}
+    assert len(get_benchmark("seedbench-qa1").load(questions=FIXTURES / "seedbench" / "zero-shot" / "1-1.json")) == 5
     rep = get_benchmark("hotpotqa").load(questions=FIXTURES / "hotpotqa" / "questions.json",
                                          corpus=FIXTURES / "hotpotqa" / "corpus.json")
     assert len(rep) == 5
