@@ -8,6 +8,7 @@ import sys
 # subcommand -> (module with main(argv) -> int, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("jobs.index", "build an index: corpus -> chunks -> loop-NER -> Kùzu graph + sharded Faiss"),
+    "index-kb": ("jobs.index_kb", "index a triple file (MetaQA KB) straight into Kùzu + Faiss, no NER"),
     "query": ("jobs.query", "ask a question: multi-stage (logic form + verifier, dual-level fallback) or dual-level"),
     "eval": ("jobs.evaluate", "evaluate on a benchmark: run (modes grid, resumable shards), report, compare"),
     "serve": ("jobs.serve_cli", "serve indexes over HTTP (Ray Serve): OpenAI-compatible chat completions, /v1/query"),

@@ -83,15 +83,26 @@ def _split_line(line: str, lineno: int, path: str) -> Triple:
     return Triple("|".join(parts[:i]).strip(), parts[i].strip(), "|".join(parts[i + 1 :]).strip())
 
 
-def iter_triples(path: str | os.PathLike[str]) -> Iterator[Triple]:
+def iter_triples(path: str | os.PathLike[str], malformed: list[str] | None = None) -> Iterator[Triple]:
+    """Triples in file order. A line that is not ``subject|relation|object`` raises ``ValueError`` unless
+    ``malformed`` is given: then it is skipped and its reason appended there (so is a line with an empty
+    field, which is otherwise skipped silently)."""
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             line = line.rstrip("\r\n")
             if not line.strip():
                 continue
-            t = _split_line(line, lineno, str(path))
+            try:
+                t = _split_line(line, lineno, str(path))
+            except ValueError as exc:
+                if malformed is None:
+                    raise
+                malformed.append(str(exc))
+                continue
             if t.subject and t.relation and t.object:
                 yield t
+            elif malformed is not None:
+                malformed.append(f"{path}:{lineno}: empty subject, relation or object in {line[:120]!r}")
 
 
 def read_triples(
@@ -100,8 +111,11 @@ def read_triples(
     limit_entities: int | None = None,
     subjects: Collection[str] | None = None,
     cfg: ExtractionConfig | None = None,
+    malformed: list[str] | None = None,
 ) -> list[Triple]:
     """Triples of a ``subject|relation|object`` file, in file order, deduplicated.
+
+    ``malformed``: collect (and skip) bad lines instead of raising; see :func:`iter_triples`.
 
     ``subjects``: keep only triples whose subject is one of these names (compared by entity key).
     ``limit_entities``: a closed subgraph of at most this many entities: a triple is kept while both of its
@@ -120,7 +134,7 @@ def read_triples(
     admitted: set[str] = set()
     seen: set[Triple] = set()
     out: list[Triple] = []
-    for t in iter_triples(path):
+    for t in iter_triples(path, malformed):
         if wanted is not None and key(t.subject) not in wanted:
             continue
         if limit_entities is not None:

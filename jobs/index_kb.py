@@ -1,0 +1,82 @@
+"""Build a queryable index straight from a ``subject|relation|object`` triple file (e.g. the MetaQA KB): no NER.
+
+    python -m jobs.index_kb --config configs/local.yaml --triples ../shared/data/metaqa/kb.txt \
+        --output runs/metaqa_index
+
+Every triple's ends become entities and every triple a fact on its pair's edge (the direction kept in the
+edge description); the graph is loaded into Kùzu and the entity / relation vector families are embedded
+with the configured embedding model (no chunk vectors: a KB has no documents). ``manifest.json`` is
+written last and the folder renamed into place, so the output is complete or absent. Plain Python: no Ray.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from typing import Any
+
+from hxd2_ray.config import load_config
+from hxd2_ray.errors import HxdError
+from hxd2_ray.indexing.kb_index import DEFAULT_EMBED_CALL_SIZE, build_kb_index
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    lines = [
+        f"index written to {summary['output']} (fingerprint {summary['fingerprint']})",
+        f"  triples {summary['triples']:>10,}   malformed lines skipped {summary['malformed_lines']:,}   "
+        f"dropped (self-loops) {summary['dropped_triples']:,}",
+        f"  entities {summary['entities']:>9,}   edges {summary['relations']:>10,}",
+        "  vectors: " + ", ".join(f"{k} {v:,}" for k, v in summary["vectors"].items()),
+        f"  embedding model {summary['embedding_model']} (dim {summary['embedding_dim']}), "
+        f"{summary['embedded_texts']:,} distinct texts embedded",
+        "  seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in summary["seconds_per_stage"].items())
+        + f"; total {summary['seconds_total']:.1f}",
+    ]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hxd2 index-kb", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
+    parser.add_argument("--triples", required=True, help="subject|relation|object file (MetaQA kb.txt)")
+    parser.add_argument("--output", required=True, help="local index folder to create")
+    parser.add_argument("--limit-entities", type=int, default=None, metavar="N",
+                        help="keep a closed subgraph of at most N entities (file order decides)")
+    parser.add_argument("--overwrite", action="store_true", help="replace what the output folder holds")
+    parser.add_argument("--batch-size", type=int, default=None, metavar="N",
+                        help=f"texts per embedder call (default {DEFAULT_EMBED_CALL_SIZE})")
+    parser.add_argument("--log-every", type=int, default=2, metavar="N",
+                        help="a progress line every N embedder calls (default 2)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a config value (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.limit_entities is not None and args.limit_entities <= 0:
+        print("error: --limit-entities must be positive", file=sys.stderr)
+        return 2
+    try:
+        cfg = load_config(args.config, args.overrides)
+        # With --json only the summary may reach stdout (model loaders print).
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            summary = build_kb_index(cfg, args.triples, args.output, limit_entities=args.limit_entities,
+                                     overwrite=args.overwrite,
+                                     batch_size=args.batch_size or DEFAULT_EMBED_CALL_SIZE,
+                                     log_every=max(1, args.log_every))
+    except (HxdError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(summary, indent=2, ensure_ascii=False))
+    else:
+        print(format_summary(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
