@@ -2,15 +2,24 @@
 
 Names are folded (accents stripped, casefolded, spaces collapsed) and compared with ``fuzz.ratio``, the
 normalised Indel similarity ``1 - d / (len1 + len2)``. A full rapidfuzz scan costs ~70 ms per keyword at one
-million names, so candidates are found first with a bigram index, using two bounds that exclude no true
-match (the result equals a full scan; the unit tests check that against brute force):
+million names, so candidates are found first with a bigram index, using bounds that exclude no true match
+(the result equals a full scan; the unit tests check that against brute force). With ``S = len1 + len2`` and
+``D = floor((1 - c) * S)`` the largest Indel distance that still scores ``c``, a match has a common
+subsequence of length ``l >= ceil((S - D) / 2)``, and:
 
-* length: ``d >= |len1 - len2|``, so similarity >= c needs ``len2`` within ``[len1*c/(2-c), len1*(2-c)/c]``;
-* shared bigrams: each inserted or deleted character breaks at most two bigrams, so a name within Indel
-  distance ``d`` of the query shares at least ``max(len1, len2) - 1 - 2d`` of the query's bigrams (as a
-  multiset); one ``bincount`` over the postings of the query's bigrams counts them for every name.
+* length: ``l <= min(len1, len2)``, so only lengths where that is possible are looked at;
+* shared bigrams: of the ``l - 1`` bigrams of the common subsequence, each deleted character breaks at most
+  one, in either string, so the two names share at least ``l - 1 - (S - 2l) = 3l - 1 - S`` bigrams (as a
+  multiset);
+* counting: the k-th occurrence of a bigram in a name is its own term, so shared terms are exactly the
+  multiset overlap. Per candidate length, the query terms with the fewest postings in that length are counted
+  (``bincount`` over their postings); the few with the most (fewer than the bound) are skipped, since a name
+  sharing ``bound`` terms shares at least ``bound - skipped`` counted ones, and only names reaching that are
+  looked up (binary search) in the skipped terms' postings to get their exact count.
 
-Lengths whose bound is not positive (very short strings, low cutoffs) are scanned in full.
+Names are numbered by length, so one length's names are one range of numbers and one slice of each
+(sorted) posting list. Lengths whose bound is not positive (very short strings, low cutoffs) are scanned in
+full.
 """
 
 from __future__ import annotations
@@ -27,56 +36,127 @@ _SEPARATOR = 0  # code point that joins names in the build buffer; never inside 
 
 def fold_name(text: str) -> str:
     """Comparison form of a name: NFKD without combining marks, casefolded, single spaces, no NULs."""
+    if text.isascii():  # NFKD and NFKC leave ASCII alone and it has no combining marks: same result, faster
+        return " ".join(text.replace("\x00", " ").lower().split())
     decomposed = unicodedata.normalize("NFKD", text.replace("\x00", " "))
     stripped = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
     return " ".join(unicodedata.normalize("NFKC", stripped).casefold().split())
-
-
-def _bigram_codes(codepoints: np.ndarray) -> np.ndarray:
-    # Code points are < 2**21, so two fit in one int64 without collision.
-    return (codepoints[:-1].astype(np.int64) << 21) | codepoints[1:].astype(np.int64)
 
 
 def _codepoints(text: str) -> np.ndarray:
     return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
 
 
+def _stable_order(codes: np.ndarray, bits: int) -> np.ndarray:
+    """Stable argsort of non-negative codes below ``2**bits``: LSD radix passes of 16 bits (numpy sorts
+    16-bit keys stably in linear time) where that is cheaper than a comparison sort."""
+    if bits > 48:
+        return np.argsort(codes, kind="stable")
+    order = np.argsort((codes & 0xFFFF).astype(np.uint16), kind="stable")
+    for shift in range(16, bits, 16):
+        digit = ((codes[order] >> shift) & 0xFFFF).astype(np.uint16)
+        order = order[np.argsort(digit, kind="stable")]
+    return order
+
+
 class FuzzyNameIndex:
     """Folded entity keys with a bigram index; :meth:`search` returns ``(key, ratio)`` best first."""
 
+    # Per length, the query terms with the most postings are checked per candidate instead of counted.
+    _MAX_SKIPPED = 3
+
     def __init__(self, keys: Sequence[str]):
-        by_folded: dict[str, list[str]] = {}
+        by_folded: dict[str, list[str] | str] = {}
         for key in keys:
             folded = fold_name(key)
-            if folded:
-                by_folded.setdefault(folded, []).append(key)
+            if not folded:
+                continue
+            if folded == key:
+                folded = key  # one string object for both (already-folded keys are the common case)
+            seen = by_folded.get(folded)
+            if seen is None:
+                by_folded[folded] = key
+            elif isinstance(seen, str):
+                by_folded[folded] = [seen, key]
+            else:
+                seen.append(key)
         self.size = len(keys)
-        self._folded: list[str] = list(by_folded)
-        self._folded_array = np.array(self._folded, dtype=object)  # fancy indexing without a Python loop
-        self._keys: list[list[str]] = [sorted(v) for v in by_folded.values()]
-        n = len(self._folded)
-        self._lengths = np.fromiter((len(s) for s in self._folded), dtype=np.int64, count=n)
-        # Names sorted by length: a length window is one slice of this order.
-        self._by_length = np.argsort(self._lengths, kind="stable")
-        self._sorted_lengths = self._lengths[self._by_length]
+        n = len(by_folded)
+        lengths = np.fromiter((len(s) for s in by_folded), dtype=np.int64, count=n)
+        # Names are numbered by length (stable): one length's names are one range of numbers.
+        order = np.argsort(lengths, kind="stable")
+        # (fromiter: np.array would turn equal-length key lists into a 2-D array)
+        folded_all = np.fromiter(by_folded, dtype=object, count=n)
+        groups = np.fromiter(by_folded.values(), dtype=object, count=n)
+        del by_folded
+        self._folded = folded_all[order]  # object array: fancy indexing without a Python loop
+        # A folded form's keys: a str when there is one, else a sorted tuple.
+        self._keys = groups[order]
+        for i in np.flatnonzero([not isinstance(g, str) for g in self._keys]):
+            self._keys[i] = tuple(sorted(self._keys[i]))
+        del folded_all, groups
+        self._lengths = lengths[order]
+        max_len = int(self._lengths[-1]) if n else 0
+        # _length_start[L]: the first name of length >= L (L = 0 .. max_len + 1).
+        self._length_start = np.searchsorted(self._lengths, np.arange(max_len + 2), side="left").astype(np.int64)
         self._build_bigrams()
 
     def _build_bigrams(self) -> None:
-        if not self._folded:
-            self._vocab = np.zeros(0, np.int64)
-            self._starts = np.zeros(1, np.int64)
-            self._postings = np.zeros(0, np.int32)
+        """Postings of every (bigram, occurrence) pair: the k-th occurrence of a bigram in a name is its own
+        term, so counting shared terms counts the multiset overlap of bigrams exactly."""
+        n = len(self._folded)
+        self._vocab = np.zeros(0, np.int64)
+        self._starts = np.zeros(1, np.int64)
+        self._postings = np.zeros(0, np.int32)
+        if n == 0 or self._lengths[-1] < 2:  # no name has a bigram
             return
-        cps = _codepoints("\x00".join(self._folded))
-        owner = np.repeat(np.arange(len(self._folded), dtype=np.int32), self._lengths + 1)[: len(cps)]
+        cps = _codepoints("\x00".join(self._folded.tolist()))
         valid = (cps[:-1] != _SEPARATOR) & (cps[1:] != _SEPARATOR)
-        grams = _bigram_codes(cps)[valid]
-        owners = owner[:-1][valid]
-        order = np.argsort(grams, kind="stable")
+        # Dense letter numbers (code-point order kept), so a bigram code is small and one or two 16-bit radix
+        # passes sort it.
+        present = np.bincount(cps) > 0
+        alphabet = np.flatnonzero(present)
+        width = max(1, int(len(alphabet) - 1).bit_length())
+        code_type = np.int32 if 2 * width <= 31 else np.int64
+        dense = (np.cumsum(present) - 1).astype(code_type)[cps]
+        del cps, present
+        grams = dense[:-1] << width
+        grams |= dense[1:]
+        grams = grams[valid]
+        del dense
+        owners = np.repeat(np.arange(n, dtype=np.int32), self._lengths + 1)[: len(valid)][valid]
+        del valid
+        order = _stable_order(grams, 2 * width)  # stable: names ascending within a bigram
         grams, owners = grams[order], owners[order]
-        self._vocab, first = np.unique(grams, return_index=True)
-        self._starts = np.append(first, len(grams)).astype(np.int64)
-        self._postings = owners.astype(np.int32)
+        del order
+        # Repeated postings (the same bigram again in the same name, adjacent now) become later occurrences.
+        repeat = np.flatnonzero((grams[1:] == grams[:-1]) & (owners[1:] == owners[:-1])) + 1
+        chain = np.concatenate(([True], np.diff(repeat) != 1))  # repeats right after a repeat: one run
+        occurrence = np.arange(len(repeat)) - np.flatnonzero(chain)[np.cumsum(chain) - 1] + 1
+        rep_grams, rep_owners = grams[repeat], owners[repeat]
+        if len(repeat):
+            keep = np.ones(len(grams), bool)
+            keep[repeat] = False
+            grams, owners = grams[keep], owners[keep]
+            del keep
+            by_term = np.lexsort((occurrence, rep_grams))  # stable: names ascending within a term
+            rep_grams, rep_owners, occurrence = rep_grams[by_term], rep_owners[by_term], occurrence[by_term]
+        # Terms: (bigram, 0) from the first occurrences, (bigram, k) from the repeats; postings per term in
+        # (bigram, occurrence) order, each bigram's later occurrences right after its first ones.
+        first = np.flatnonzero(np.concatenate(([True], grams[1:] != grams[:-1])))
+        rep_first = np.flatnonzero(np.concatenate(
+            ([True], (rep_grams[1:] != rep_grams[:-1]) | (occurrence[1:] != occurrence[:-1]))))[: len(repeat)]
+        term_gram = np.concatenate((grams[first], rep_grams[rep_first]))
+        term_occ = np.concatenate((np.zeros(len(first), np.int64), occurrence[rep_first]))
+        term_size = np.concatenate((np.diff(np.append(first, len(grams))), np.diff(np.append(rep_first, len(repeat)))))
+        self._postings = np.insert(owners, np.searchsorted(grams, rep_grams, side="right"), rep_owners)
+        del grams, owners
+        term_order = np.lexsort((term_occ, term_gram))
+        term_gram, term_occ = term_gram[term_order].astype(np.int64), term_occ[term_order]
+        mask = (1 << width) - 1
+        # Terms as (first code point, second code point, occurrence), sorted (dense numbers keep code-point order).
+        self._vocab = (alphabet[term_gram >> width] << 42) | (alphabet[term_gram & mask] << 21) | term_occ
+        self._starts = np.concatenate(([0], np.cumsum(term_size[term_order]))).astype(np.int64)
 
     def __len__(self) -> int:
         return len(self._folded)
@@ -84,19 +164,20 @@ class FuzzyNameIndex:
     def search(self, query: str, score_cutoff: float, limit: int) -> list[tuple[str, float]]:
         """Keys whose folded form scores at least ``score_cutoff`` (0-100) against the folded query."""
         q = fold_name(query)
-        if not q or limit <= 0 or not self._folded:
+        if not q or limit <= 0 or not len(self._folded):
             return []
         candidates = self._candidates(q, score_cutoff / 100.0)
         if len(candidates) == 0:
             return []
-        choices = self._folded_array[candidates].tolist()
-        found = process.extract(q, choices, scorer=fuzz.ratio, processor=None, score_cutoff=score_cutoff,
-                                limit=None)
-        scored = sorted(((score, self._folded[candidates[pos]], candidates[pos]) for _, score, pos in found),
+        folded = self._folded[candidates]
+        found = process.extract(q, folded.tolist(), scorer=fuzz.ratio, processor=None,
+                                score_cutoff=score_cutoff, limit=None)
+        scored = sorted(((score, folded[pos], candidates[pos]) for _, score, pos in found),
                         key=lambda t: (-t[0], t[1]))
         out: list[tuple[str, float]] = []
         for score, _, idx in scored:
-            for key in self._keys[idx]:
+            keys = self._keys[idx]
+            for key in (keys,) if isinstance(keys, str) else keys:
                 out.append((key, float(score)))
                 if len(out) >= limit:
                     return out
@@ -105,53 +186,78 @@ class FuzzyNameIndex:
     # ------------------------------------------------------------------------------ candidates
 
     def _candidates(self, q: str, c: float) -> np.ndarray:
+        """Numbers of the names that may score ``c`` against ``q`` (a superset of the matches), ascending."""
         n1 = len(q)
         if c <= 0:
             return np.arange(len(self._folded))
-        lo_len = math.ceil(n1 * c / (2 - c) - 1e-9)
-        hi_len = math.floor(n1 * (2 - c) / c + 1e-9)
-        lengths = np.arange(max(lo_len, 1), hi_len + 1)
-        if len(lengths) == 0:
+        max_len = len(self._length_start) - 2
+        lo_len = max(math.ceil(n1 * c / (2 - c) - 1e-9), 1)
+        hi_len = min(math.floor(n1 * (2 - c) / c + 1e-9), max_len)
+        if lo_len > hi_len:
             return np.zeros(0, np.int64)
-        # Largest Indel distance allowed per candidate length, then the bigram lower bound per length.
-        max_dist = np.floor((1 - c) * (n1 + lengths) + 1e-9)
-        bound = np.maximum(n1, lengths) - 1 - 2 * max_dist
+        lengths = np.arange(lo_len, hi_len + 1)
+        total = n1 + lengths
+        max_dist = np.floor((1 - c) * total + 1e-9).astype(np.int64)
+        common = (total - max_dist + 1) // 2  # shortest common subsequence of a match
+        feasible = common <= np.minimum(n1, lengths)
+        bound = 3 * common - 1 - total  # bigrams a match shares with the query
         parts: list[np.ndarray] = []
-        scan = lengths[bound <= 0]
-        if len(scan):
-            # No positive bound at these lengths: every name of these lengths is a candidate.
-            parts.append(self._names_with_lengths(int(scan.min()), int(scan.max())))
-        positive = bound > 0
-        if positive.any():
-            parts.append(self._bigram_candidates(q, c, int(bound[positive].min()), int(lengths[positive].min()),
-                                                 int(lengths[positive].max())))
+        starts = self._length_start
+        for length in lengths[feasible & (bound <= 0)]:
+            # No positive bound: every name of this length is a candidate.
+            parts.append(np.arange(starts[length], starts[length + 1]))
+        counted = feasible & (bound > 0)
+        if counted.any():
+            parts.append(self._bigram_candidates(q, lengths[counted], bound[counted]))
         if not parts:
             return np.zeros(0, np.int64)
-        return np.unique(np.concatenate(parts))
+        return np.sort(np.concatenate(parts)) if len(parts) > 1 else parts[0]
 
-    def _names_with_lengths(self, lo: int, hi: int) -> np.ndarray:
-        a = np.searchsorted(self._sorted_lengths, lo, side="left")
-        b = np.searchsorted(self._sorted_lengths, hi, side="right")
-        return self._by_length[a:b].astype(np.int64)
-
-    def _bigram_candidates(self, q: str, c: float, min_shared: int, lo_len: int, hi_len: int) -> np.ndarray:
-        """Names of length lo_len..hi_len sharing enough of the query's bigrams for their own length's bound."""
-        grams = _bigram_codes(_codepoints(q)) if len(q) > 1 else np.zeros(0, np.int64)
-        distinct, multiplicity = np.unique(grams, return_counts=True)
-        if len(self._vocab) == 0 or len(distinct) == 0:
+    def _bigram_candidates(self, q: str, lengths: np.ndarray, bound: np.ndarray) -> np.ndarray:
+        """Names of the given lengths that share at least that length's bound of the query's bigrams."""
+        cps = _codepoints(q).astype(np.int64)
+        grams = np.sort((cps[:-1] << 21) | cps[1:])
+        # Occurrence number of each of the query's bigrams: terms as in the index.
+        new_run = np.concatenate(([True], grams[1:] != grams[:-1]))
+        occurrence = np.arange(len(grams)) - np.flatnonzero(new_run)[np.cumsum(new_run) - 1]
+        terms = (grams << 21) | occurrence
+        if len(self._vocab) == 0 or len(terms) == 0:
             return np.zeros(0, np.int64)
-        pos = np.minimum(np.searchsorted(self._vocab, distinct), len(self._vocab) - 1)
-        known = np.flatnonzero(self._vocab[pos] == distinct)
-        # Shared bigrams per name: each posting counted once per occurrence in the query. That is at least
-        # the multiset overlap, so the filter never loses a true match.
-        postings = [self._postings[self._starts[pos[i]] : self._starts[pos[i] + 1]]
-                    for i in known for _ in range(int(multiplicity[i]))]
-        if not postings:
+        pos = np.minimum(np.searchsorted(self._vocab, terms), len(self._vocab) - 1)
+        pos = pos[self._vocab[pos] == terms]  # terms no name has cannot be shared
+        if len(pos) == 0:
             return np.zeros(0, np.int64)
-        shared = np.bincount(np.concatenate(postings), minlength=len(self._folded))
-        cands = np.flatnonzero(shared >= min_shared)
-        l2 = self._lengths[cands]
-        max_dist = np.floor((1 - c) * (len(q) + l2) + 1e-9)
-        bound = np.maximum(len(q), l2) - 1 - 2 * max_dist
-        keep = (l2 >= lo_len) & (l2 <= hi_len) & (shared[cands] >= bound)
-        return cands[keep].astype(np.int64)
+        # Offsets into _postings of term i's postings in names of length lengths[j]: lo[i, j] .. hi[i, j].
+        # (int32 like the postings: searchsorted would otherwise copy each posting list to int64)
+        edges = np.concatenate((self._length_start[lengths], self._length_start[lengths + 1])).astype(np.int32)
+        cut = np.empty((len(pos), len(edges)), np.int64)
+        for i, p in enumerate(pos):
+            a, b = self._starts[p], self._starts[p + 1]
+            cut[i] = a + np.searchsorted(self._postings[a:b], edges)
+        lo, hi = cut[:, : len(lengths)], cut[:, len(lengths) :]
+        sizes = hi - lo
+        # Per length, the terms with most postings are left out of the count (at most _MAX_SKIPPED, fewer than
+        # the bound): a name needs bound - skipped counted terms to be checked against the skipped ones.
+        rank = np.argsort(np.argsort(-sizes, axis=0, kind="stable"), axis=0, kind="stable")
+        skipped = rank < np.minimum(bound - 1, self._MAX_SKIPPED)[None, :]
+        threshold = bound - skipped.sum(axis=0)
+        out: list[np.ndarray] = []
+        for j, length in enumerate(lengths):
+            # One length at a time: its names are one range of numbers, its count array small (cache-resident).
+            first, end = int(self._length_start[length]), int(self._length_start[length + 1])
+            size = end - first
+            counted = [self._postings[lo[i, j] : hi[i, j]] for i in np.flatnonzero(~skipped[:, j] & (sizes[:, j] > 0))]
+            if size == 0 or not counted:
+                continue
+            shared = np.bincount(np.concatenate(counted) - first, minlength=size)
+            found = np.flatnonzero(shared >= threshold[j])
+            if len(found) and threshold[j] < bound[j]:
+                names = (found + first).astype(np.int32)
+                total = shared[found]
+                for i in np.flatnonzero(skipped[:, j] & (sizes[:, j] > 0)):
+                    postings = self._postings[lo[i, j] : hi[i, j]]
+                    at = np.minimum(np.searchsorted(postings, names), len(postings) - 1)
+                    total = total + (postings[at] == names)
+                found = found[total >= bound[j]]
+            out.append(found + first)
+        return np.concatenate(out) if out else np.zeros(0, np.int64)

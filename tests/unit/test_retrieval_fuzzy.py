@@ -76,3 +76,91 @@ def test_bigram_filter_finds_exactly_what_a_full_scan_finds(cutoff):
         expected = sorted(((names[i], s) for _, s, i in brute), key=lambda t: (-t[1], fold_name(t[0]), t[0]))
         got = index.search(q, cutoff, limit=len(names))
         assert got == expected, q
+
+
+def _fold_reference(text: str) -> str:
+    """fold_name without its ASCII shortcut."""
+    import unicodedata
+
+    decomposed = unicodedata.normalize("NFKD", text.replace("\x00", " "))
+    stripped = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+    return " ".join(unicodedata.normalize("NFKC", stripped).casefold().split())
+
+
+def test_fold_name_ascii_shortcut_matches_the_unicode_path():
+    rng = random.Random(3)
+    ascii_chars = [chr(i) for i in range(128)]
+    samples = ["".join(rng.choice(ascii_chars) for _ in range(rng.randint(0, 30))) for _ in range(2000)]
+    samples += ["  Thomas\t\nSUDHOF\x00x ", "a\x1fb\x1cc", "\x00", "MiXeD CaSe"]
+    for text in samples:
+        assert fold_name(text) == _fold_reference(text), repr(text)
+
+
+def _brute_force(names: list[str], query: str, cutoff: float) -> list[tuple[str, float]]:
+    folded = [fold_name(n) for n in names]
+    fq = fold_name(query)
+    if not fq:
+        return []
+    keep = [i for i, f in enumerate(folded) if f]
+    found = process.extract(fq, [folded[i] for i in keep], scorer=fuzz.ratio, processor=None,
+                            score_cutoff=cutoff, limit=None)
+    return sorted(((names[keep[i]], s) for _, s, i in found), key=lambda t: (-t[1], folded[names.index(t[0])], t[0]))
+
+
+def _stress_names(n: int, rng: random.Random) -> list[str]:
+    """Repeated bigrams ("abab", "aaaa"), lengths 1..45, accents, CJK, astral code points, folded duplicates."""
+    pools = ["ab", "abc ", "aé", "a", "xyz", "神经元", "𝒜𝒷", "ö"]
+    names = set()
+    while len(names) < n:
+        pool = rng.choice(pools) + rng.choice(pools)
+        length = rng.choice([1, 2, 3, 5, 8, 13, 21, 34, 45])
+        name = "".join(rng.choice(pool) for _ in range(rng.randint(1, length)))
+        if rng.random() < 0.1:
+            name = name.upper()
+        names.add(name)
+    return sorted(names)
+
+
+@pytest.mark.parametrize("max_skipped", [0, 1, 3, 50])
+@pytest.mark.parametrize("cutoff", [50, 66.7, 85, 90.5, 100])
+def test_randomized_names_equal_a_full_scan(cutoff, max_skipped, monkeypatch):
+    rng = random.Random(int(cutoff * 10) + max_skipped)
+    names = _stress_names(400, rng)
+    index = FuzzyNameIndex(names)
+    monkeypatch.setattr(index, "_MAX_SKIPPED", max_skipped)
+    queries = [_mutate(rng.choice(names), rng) for _ in range(60)]
+    queries += [rng.choice(names) for _ in range(20)]
+    queries += ["abababababababab", "aaaaaaaaaaaaaaaaaaaa", "神经元神经元", "𝒜𝒷𝒜", "q", "zz", "ÅB ab"]
+    for q in queries:
+        assert index.search(q, cutoff, limit=len(names)) == _brute_force(names, q, cutoff), q
+
+
+def test_long_skewed_names_equal_a_full_scan():
+    """Bench-like names from a few syllables: long posting lists, every length a range of many names."""
+    rng = random.Random(11)
+    syllables = "ka ro mi su te na lo vi dra bel tor".split()
+    names = sorted({" ".join("".join(rng.choice(syllables) for _ in range(rng.randint(2, 4)))
+                             for _ in range(rng.randint(1, 3))) for _ in range(4000)})
+    index = FuzzyNameIndex(names)
+    for _ in range(120):
+        q = _mutate(rng.choice(names), rng)
+        for cutoff in (70, 85):
+            assert index.search(q, cutoff, limit=len(names)) == _brute_force(names, q, cutoff), q
+    hits = index.search(names[0], 85, 3)
+    assert hits[0] == (names[0], 100.0) and len(hits) <= 3
+
+
+def test_single_name_and_unknown_bigrams():
+    index = FuzzyNameIndex(["ab"])
+    assert index.search("ab", 80, 5) == [("ab", 100.0)]
+    assert index.search("abc", 80, 5) == [("ab", 80.0)]
+    assert index.search("xy", 50, 5) == []
+    index = FuzzyNameIndex(["a"])
+    assert index.search("a", 100, 5) == [("a", 100.0)]
+    assert index.search("ab", 60, 5) == [("a", pytest.approx(200 / 3))]
+
+
+def test_every_folded_form_shared_by_the_same_number_of_keys():
+    index = FuzzyNameIndex(["Ab", "ab", "Cd", "cd"])
+    assert index.search("ab", 100, 5) == [("Ab", 100.0), ("ab", 100.0)]
+    assert index.search("CD", 100, 1) == [("Cd", 100.0)]
