@@ -177,6 +177,11 @@ class RetrievalConfig(_Frozen):
     max_neighbors_per_entity: int | None = Field(
         20, description="1-hop edges kept per matched entity, best by (degree sum, weight); None keeps all."
     )
+    chunk_ranking: Literal["mentions", "fused"] = Field(
+        "mentions",
+        description="mentions: by context entities mentioned (paper); fused: reciprocal-rank fusion of that order "
+                    "and the raw question's chunk similarity (robust to a sparse graph from a small extractor).",
+    )
     max_chunk_candidates: int = Field(
         64, gt=0, description="Ranked chunk candidates whose text is fetched before the chunk budget is applied."
     )

@@ -295,7 +295,8 @@ class QueryPipeline:
 
         context_keys = [e.key for e in entities]
         by_entity = graph.chunks_for_entities(context_keys) if context_keys else {}
-        candidates = rank_chunks(context_keys, by_entity, chunk_scores, cfg.max_chunk_candidates)
+        candidates = rank_chunks(context_keys, by_entity, chunk_scores, cfg.max_chunk_candidates,
+                                 cfg.chunk_ranking)
         fetched = {c["id"]: c for c in graph.get_chunks([c.id for c in candidates])}
         chunks = []
         for cand in candidates:

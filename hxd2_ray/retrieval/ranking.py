@@ -6,8 +6,11 @@ Order of the context, and why:
   direct match is the strongest evidence the question is about that entity.
 * relations: high-level matches by best score, then the matched entities' 1-hop edges by (degree sum,
   weight) as LightRAG ranks them. Duplicates across the two levels keep their first (higher) place.
-* chunks: by how many context entities they mention, then by the best rank among those entities, then by
-  raw-question similarity, then first-seen order (entity order, document order within an entity).
+* chunks (``"mentions"``, the paper's and LightRAG's order): by how many context entities they mention, then by
+  the best rank among those entities, then by raw-question similarity, then first-seen order (entity order,
+  document order within an entity). ``"fused"``: reciprocal-rank fusion (k = 60) of that mention order and
+  the raw-question similarity order, so a graph built by a weak extractor cannot push the chunks that match
+  the question out of the budget; ties keep the mention order.
 
 Scores from different channels are compared as is: cosine for vectors, ratio/100 for fuzzy names. Both
 are 1.0 for an exact name, and the fuzzy cutoff (85) keeps fuzzy hits to near-identical names.
@@ -141,11 +144,17 @@ class ChunkCandidate:
     seen: int  # first-seen position: entity order, then document order
 
 
+CHUNK_RANKINGS = ("mentions", "fused")
+RRF_K = 60  # the usual reciprocal-rank-fusion constant: damps the weight of the very first ranks
+
+
 def rank_chunks(
     entity_keys: Sequence[str], chunks_by_entity: Mapping[str, Sequence[str]], chunk_scores: Mapping[str, float],
-    limit: int,
+    limit: int, ranking: str = "mentions",
 ) -> list[ChunkCandidate]:
     """Chunks of the context entities plus the question's chunk hits, in context order (module docstring)."""
+    if ranking not in CHUNK_RANKINGS:
+        raise ValueError(f"unknown chunk ranking {ranking!r}; valid: {', '.join(CHUNK_RANKINGS)}")
     mentions: dict[str, int] = {}
     first_rank: dict[str, int] = {}
     seen: dict[str, int] = {}
@@ -164,4 +173,13 @@ def rank_chunks(
     never = len(entity_keys)  # sorts after every real rank
     cands.sort(key=lambda c: (-c.mentions, c.first_entity_rank if c.first_entity_rank is not None else never,
                               -c.score, c.seen))
+    if ranking == "fused":
+        by_mentions = {c.id: rank for rank, c in enumerate(c for c in cands if c.mentions)}
+        by_question = {cid: rank for rank, cid in enumerate(
+            sorted(chunk_scores, key=lambda cid: (-chunk_scores[cid], seen[cid])))}
+
+        def fused(c: ChunkCandidate) -> float:
+            return sum(1.0 / (RRF_K + 1 + ranks[c.id]) for ranks in (by_mentions, by_question) if c.id in ranks)
+
+        cands.sort(key=fused, reverse=True)  # stable: equal fused scores keep the mention order
     return cands[: max(0, limit)]

@@ -98,6 +98,18 @@ def test_rank_chunks_by_mentions_then_entity_rank_then_score_then_order():
     assert [c.id for c in rank_chunks(["e0", "e1", "e2"], by_entity, scores, limit=2)] == ["c1", "c2"]
 
 
+def test_rank_chunks_fused():
+    by_entity = {"e0": ["c1", "c2"], "e1": ["c2", "c3", "c3"], "e2": ["c4", "c1"]}
+    scores = {"c9": 0.8, "c8": 0.9, "c3": 0.5}
+    ranked = rank_chunks(["e0", "e1", "e2"], by_entity, scores, limit=10, ranking="fused")
+    # mention ranks c1 0, c2 1, c3 2, c4 3; question ranks c8 0, c9 1, c3 2. RRF: c3 in both lists first;
+    # c1 and c8 tie at 1/61 (mention order first), c2 and c9 at 1/62, then c4.
+    assert [c.id for c in ranked] == ["c3", "c1", "c8", "c2", "c9", "c4"]
+    assert [c.id for c in rank_chunks(["e0"], by_entity, {}, limit=10, ranking="fused")] == ["c1", "c2"]
+    with pytest.raises(ValueError, match="mentions, fused"):
+        rank_chunks([], {}, {}, limit=1, ranking="nope")
+
+
 def _chunk(cid, doc, source):
     return ContextChunk(id=cid, doc_id=doc, text="t", header_path="", doc_title="", doc_source_id=source,
                         doc_source_path=f"/p/{source}", mentions=0, first_entity_rank=None, score=0.0)
