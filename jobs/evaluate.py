@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from hxd2_ray.errors import HxdError
 from hxd2_ray.stages import staging as st
 
-SUBCOMMANDS = ("run", "report", "compare", "judge")
+SUBCOMMANDS = ("run", "report", "compare", "judge", "corpus")
 
 
 def _log(msg: str) -> None:
@@ -512,6 +512,29 @@ def _main_report(argv: list[str]) -> int:
     return 0
 
 
+def _main_corpus(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="hxd2 eval corpus",
+        description="write a benchmark's corpus as JSONL {id, title, text}: the input of `hxd2 index` (each "
+                    "passage keeps its own id, which references and recall@k use)")
+    p.add_argument("--benchmark", required=True)
+    p.add_argument("--output", required=True, help="JSONL file to write")
+    p.add_argument("--data-root", default=None, help="benchmark data root (default ../shared/data)")
+    p.add_argument("--corpus", default=None, help="corpus file (overrides the benchmark's default)")
+    args = p.parse_args(argv)
+    from hxd2_ray.evaluation.datasets import get_benchmark, write_corpus_jsonl
+
+    try:
+        skipped: list[tuple[str, str]] = []
+        records = get_benchmark(args.benchmark).load_corpus(args.data_root, corpus=args.corpus, skipped=skipped)
+        n = write_corpus_jsonl(records, args.output)
+    except (HxdError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {n} passages to {args.output}" + (f" ({len(skipped)} skipped)" if skipped else ""))
+    return 0
+
+
 def _main_compare(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="hxd2 eval compare", description="per-question differences of two runs")
     p.add_argument("a")
@@ -536,9 +559,11 @@ def _main_compare(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
-        return {"run": _main_run, "report": _main_report, "compare": _main_compare, "judge": _main_judge}[argv[0]](argv[1:])
+        commands = {"run": _main_run, "report": _main_report, "compare": _main_compare, "judge": _main_judge,
+                    "corpus": _main_corpus}
+        return commands[argv[0]](argv[1:])
     if argv and argv[0] in ("-h", "--help"):
-        print("usage: hxd2 eval {run,report,compare,judge} ...  (no subcommand: run)\n")
+        print("usage: hxd2 eval {run,report,compare,judge,corpus} ...  (no subcommand: run)\n")
         build_run_parser().print_help()
         return 0
     return _main_run(argv)

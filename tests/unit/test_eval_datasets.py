@@ -375,3 +375,17 @@ def test_real_metaqa(hops):
     dev = load_metaqa(SHARED / "metaqa" / f"{hops}-hop" / "qa_dev.txt")
     assert len(dev) == {1: 9992, 2: 14872, 3: 14274}[hops] and dev.skipped == []
     assert dev.items[0].meta["qtype"]  # from the line-aligned qa_dev_qtype.txt
+
+
+def test_eval_corpus_command_writes_index_input(tmp_path, capsys):
+    from jobs import evaluate as eval_job
+
+    out = tmp_path / "corpus" / "passages.jsonl"
+    assert eval_job.main(["corpus", "--benchmark", "hotpotqa", "--corpus", str(FIXTURES / "hotpotqa" / "corpus.json"),
+                          "--output", str(out)]) == 0
+    assert "wrote 10 passages" in capsys.readouterr().out
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    expected = get_benchmark("hotpotqa").load_corpus(corpus=FIXTURES / "hotpotqa" / "corpus.json")
+    assert [(r["id"], r["title"], r["text"]) for r in rows] == [(c["id"], c["title"], c["text"]) for c in expected]
+    assert eval_job.main(["corpus", "--benchmark", "nope", "--output", str(out)]) == 2
+    assert "unknown benchmark 'nope'" in capsys.readouterr().err
