@@ -2,18 +2,39 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import json
 import sys
+from typing import Any, Callable
+
+from hxd2_ray.errors import HxdError
 
 # subcommand -> (module with main(argv) -> int, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("jobs.index", "build an index: corpus -> chunks -> loop-NER -> Kùzu graph + sharded Faiss"),
     "index-kb": ("jobs.index_kb", "index a triple file (MetaQA KB) straight into Kùzu + Faiss, no NER"),
     "query": ("jobs.query", "ask a question: multi-stage (logic form + verifier, dual-level fallback) or dual-level"),
-    "eval": ("jobs.evaluate", "evaluate on a benchmark: run (modes grid, resumable shards), report, compare"),
+    "eval": ("jobs.evaluate", "evaluate on a benchmark: run (modes grid, resumable shards), report, compare, "
+                              "judge (LLM-as-judge), corpus (a benchmark's corpus as index input)"),
     "serve": ("jobs.serve_cli", "serve indexes over HTTP (Ray Serve): OpenAI-compatible chat completions, /v1/query"),
     "calibrate-refusal": ("jobs.calibrate", "calibrate the refusal gate's threshold on good/bad questions"),
 }
+
+
+def run_and_report(work: Callable[[], dict[str, Any]], *, as_json: bool, format_text: Callable[[dict[str, Any]], str],
+                   errors: tuple[type[BaseException], ...] = (HxdError, FileNotFoundError)) -> int:
+    """Run one command's work and print its summary: as JSON, stdout holds the summary alone (Ray workers and
+    model loaders print, so their output goes to stderr meanwhile); an expected error is one ``error: ...``
+    line on stderr and exit status 2."""
+    try:
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            summary = work()
+    except errors as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, indent=2, ensure_ascii=False, default=str) if as_json else format_text(summary))
+    return 0
 
 
 def _usage() -> str:

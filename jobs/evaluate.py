@@ -31,8 +31,11 @@ import pyarrow.compute as pc
 
 from hxd2_ray.errors import HxdError
 from hxd2_ray.stages import staging as st
+from jobs.cli import run_and_report
 
 SUBCOMMANDS = ("run", "report", "compare", "judge", "corpus")
+# Errors a user can fix (bad names, paths, values): one line and exit status 2, not a traceback.
+_EXPECTED = (HxdError, ValueError, FileNotFoundError)
 
 
 def _log(msg: str) -> None:
@@ -440,19 +443,12 @@ def _main_judge(argv: list[str]) -> int:
     if args.batch_size < 1 or args.max_tokens < 1 or (args.limit is not None and args.limit < 1):
         print("error: --batch-size, --max-tokens and --limit must be >= 1", file=sys.stderr)
         return 2
-    try:
-        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-            summary = judge_runs(args)
-    except (HxdError, ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(summary, indent=2, ensure_ascii=False, default=str))
-    else:
-        print(f"judged {summary['pairing']['judged']} pairs ({summary['info']['judge_model']}, prompts "
-              f"{summary['info']['prompt_version']})\n{format_totals(summary['totals'], summary['label_a'], summary['label_b'])}"
-              f"\n  report: {summary['report'].get('markdown')}")
-    return 0
+    def text(summary: dict[str, Any]) -> str:
+        totals = format_totals(summary["totals"], summary["label_a"], summary["label_b"])
+        return (f"judged {summary['pairing']['judged']} pairs ({summary['info']['judge_model']}, prompts "
+                f"{summary['info']['prompt_version']})\n{totals}\n  report: {summary['report'].get('markdown')}")
+
+    return run_and_report(lambda: judge_runs(args), as_json=args.json, format_text=text, errors=_EXPECTED)
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -487,14 +483,7 @@ def _main_run(argv: list[str]) -> int:
     if args.workers < 1 or args.concurrency < 1 or (args.shards is not None and args.shards < 1):
         print("error: --workers, --concurrency and --shards must be >= 1", file=sys.stderr)
         return 2
-    try:
-        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-            summary = run_eval(args)
-    except (HxdError, ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(summary, indent=2, ensure_ascii=False, default=str) if args.json else format_summary(summary))
-    return 0
+    return run_and_report(lambda: run_eval(args), as_json=args.json, format_text=format_summary, errors=_EXPECTED)
 
 
 def _main_report(argv: list[str]) -> int:

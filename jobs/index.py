@@ -11,8 +11,6 @@ crash skips finished work: ingest and merge by input fingerprint, extraction and
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import posixpath
 import shutil
@@ -598,23 +596,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from jobs.cli import run_and_report
+
     args = build_parser().parse_args(argv)
-    try:
-        cfg = load_config(args.config, args.overrides)
-        # Ray forwards workers' stdout to ours; with --json only the summary may reach stdout.
-        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-            summary = run_index(cfg, args.input, args.output, overwrite=args.overwrite)
-    except HxdError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(summary, indent=2, ensure_ascii=False))
-    else:
-        print(format_summary(summary))
-    return 0
+    return run_and_report(
+        lambda: run_index(load_config(args.config, args.overrides), args.input, args.output,
+                          overwrite=args.overwrite),
+        as_json=args.json, format_text=format_summary)
 
 
 if __name__ == "__main__":

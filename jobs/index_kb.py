@@ -12,13 +12,10 @@ written last and the folder renamed into place, so the output is complete or abs
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import sys
 from typing import Any
 
 from hxd2_ray.config import load_config
-from hxd2_ray.errors import HxdError
 from hxd2_ray.indexing.kb_index import DEFAULT_EMBED_CALL_SIZE, build_kb_index
 
 
@@ -60,22 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.limit_entities is not None and args.limit_entities <= 0:
         print("error: --limit-entities must be positive", file=sys.stderr)
         return 2
-    try:
-        cfg = load_config(args.config, args.overrides)
-        # With --json only the summary may reach stdout (model loaders print).
-        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-            summary = build_kb_index(cfg, args.triples, args.output, limit_entities=args.limit_entities,
-                                     overwrite=args.overwrite,
-                                     batch_size=args.batch_size or DEFAULT_EMBED_CALL_SIZE,
-                                     log_every=max(1, args.log_every))
-    except (HxdError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(summary, indent=2, ensure_ascii=False))
-    else:
-        print(format_summary(summary))
-    return 0
+    from jobs.cli import run_and_report
+
+    return run_and_report(
+        lambda: build_kb_index(load_config(args.config, args.overrides), args.triples, args.output,
+                               limit_entities=args.limit_entities, overwrite=args.overwrite,
+                               batch_size=args.batch_size or DEFAULT_EMBED_CALL_SIZE, log_every=max(1, args.log_every)),
+        as_json=args.json, format_text=format_summary)
 
 
 if __name__ == "__main__":
