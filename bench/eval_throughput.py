@@ -1,6 +1,6 @@
 """Throughput of the evaluation job (questions/s) with the scripted LLM at 1 and 2 answering workers.
 
-    .venv/bin/python bench/eval_throughput.py [--questions 200] [--mode dual] [--shards 16] [--workers 1,2]
+    .venv/bin/python bench/eval_throughput.py [--questions 2000] [--mode dual] [--shards 16] [--workers 1,2]
 
 Builds a small index once (the HotpotQA test fixture's 10 passages, scripted LLM + hashing embedder, through
 ``jobs.index``), generates ``--questions`` generic-format questions over it (each names a passage title and
@@ -41,7 +41,7 @@ def _quiet(fn, *args):
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--questions", type=int, default=200)
+    p.add_argument("--questions", type=int, default=2000)
     p.add_argument("--mode", default="dual")
     p.add_argument("--shards", type=int, default=16)
     p.add_argument("--workers", default="1,2")
