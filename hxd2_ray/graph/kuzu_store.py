@@ -459,23 +459,10 @@ def _entity_row(r: dict[str, Any]) -> EntityRow:
     )
 
 
-def _edge_row(r: dict[str, Any]) -> EdgeRow:
-    src, tgt = canonical_pair(r["a_key"], r["b_key"])
-    return EdgeRow(
-        source_key=src,
-        target_key=tgt,
-        description=r["description"],
-        keywords=list(r["keywords"] or []),
-        weight=float(r["weight"]),
-        source_chunk_ids=list(r["source_chunk_ids"] or []),
-        mention_count=int(r["mention_count"]),
-        degree=int(r["degree"]),
-    )
-
-
-def _neighbor_edge(seed: str, other: str, r: dict[str, Any]) -> EdgeRow:
-    """An edge from a neighbour row of ``seed`` (oriented smaller key first, as stored)."""
-    src, tgt = canonical_pair(seed, other)
+def _edge_row(a_key: str, b_key: str, r: dict[str, Any]) -> EdgeRow:
+    """An edge between ``a_key`` and ``b_key`` from a row holding its properties (oriented smaller key first,
+    as stored, whichever end the query started from)."""
+    src, tgt = canonical_pair(a_key, b_key)
     return EdgeRow(
         source_key=src,
         target_key=tgt,
@@ -679,7 +666,7 @@ class KuzuGraphStore:
         for seed, rows in zip(seeds, per_seed):
             mine: dict[tuple[str, str], EdgeRow] = {}
             for r in rows:  # a self-loop comes back once per direction; the pair key folds it
-                edge = _neighbor_edge(seed, r["other"], r)
+                edge = _edge_row(seed, r["other"], r)
                 mine[(edge["source_key"], edge["target_key"])] = edge
             ranked = sort_edges(list(mine.values()))
             if limit_per_entity is not None:
@@ -694,7 +681,7 @@ class KuzuGraphStore:
         for s, t in wanted:
             rows = self._rows(Q_RELATION, {"s": s, "t": t})
             if rows:
-                found.append(_edge_row(rows[0]))
+                found.append(_edge_row(rows[0]["a_key"], rows[0]["b_key"], rows[0]))
         return found
 
     def chunks_for_entities(self, keys: Iterable[str]) -> dict[str, list[str]]:
