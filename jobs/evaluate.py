@@ -2,6 +2,8 @@
 
     python -m jobs.evaluate --benchmark hotpotqa --index DIR --output DIR [--mode dual --mode auto ...]
     hxd2 eval run ...              (same as above)
+    hxd2 eval grid --index base=DIR --index gleaning2=DIR2 --axis retrieval.chunk_budget_tokens=2000,8000 ...
+                                   one run per cell (index variant x axis values) and a table like the paper's
     hxd2 eval report DIR           rebuild report.md / report.json / PNGs from the shard traces
     hxd2 eval compare DIR1 DIR2    per-question differences between two runs
     hxd2 eval judge DIR_A [DIR_B] --mode-a M --mode-b M   pairwise LLM-as-judge of two runs or two modes
@@ -9,8 +11,8 @@
 Questions are cut into deterministic shards by position; each shard of each mode is answered by an actor of
 a Ray Data actor pool (``--workers``) and persisted as ``<output>/shards/<mode>/shard-NNNN.parquet``. A rerun
 skips the shards whose file exists, so a killed run resumes where it stopped. ``--set section.key=value``
-overrides the config, so ablations (budgets, loop-NER, verifier) are separate runs compared with
-``hxd2 eval compare``.
+overrides the config; ``hxd2 eval grid`` runs a whole ablation (index variants such as loop-NER settings, query-time
+axes such as context budgets, and modes) and writes one comparison table.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from hxd2_ray.errors import HxdError
 from hxd2_ray.stages import staging as st
 from jobs.cli import run_and_report
 
-SUBCOMMANDS = ("run", "report", "compare", "judge", "corpus")
+SUBCOMMANDS = ("run", "grid", "report", "compare", "judge", "corpus")
 # Errors a user can fix (bad names, paths, values): one line and exit status 2, not a traceback.
 _EXPECTED = (HxdError, ValueError, FileNotFoundError)
 
@@ -225,6 +227,87 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
     }
     st.write_json_atomic(fs, posixpath.join(root, "summary.json"), summary)
     return summary
+
+
+GRID_DEFAULT_MODES = ("llm_only", "dual", "logic", "auto")
+
+
+def run_grid(args: argparse.Namespace) -> dict[str, Any]:
+    """Every cell of the grid as an ordinary (resumable) run under ``<output>/cells/``, then the comparison table.
+
+    Every cell's config is checked and every index manifest read before the first answer, so a typo in the last
+    axis value fails at once rather than after hours of the earlier cells.
+    """
+    from hxd2_ray.config import load_config
+    from hxd2_ray.evaluation.datasets import get_benchmark
+    from hxd2_ray.evaluation.grid import (
+        describe_extraction,
+        grid_rows,
+        parse_axis,
+        parse_index_variant,
+        plan_cells,
+        write_grid,
+    )
+    from hxd2_ray.indexing.manifest import read_manifest
+    from hxd2_ray.ingest.sources import resolve_filesystem
+    from hxd2_ray.stages.eval_stage import EVAL_MODES
+
+    spec = get_benchmark(args.benchmark)  # ValueError listing the valid names
+    modes = list(dict.fromkeys(args.modes or GRID_DEFAULT_MODES))
+    if bad := [m for m in modes if m not in EVAL_MODES]:
+        raise ValueError(f"unknown mode(s) {bad}; valid: {', '.join(EVAL_MODES)}")
+    axes = [parse_axis(a) for a in args.axes]
+    cells = plan_cells([parse_index_variant(x) for x in args.indexes], axes, modes)
+    for cell in cells:
+        load_config(args.config, [*args.overrides, *cell.overrides])  # unknown keys/values list the valid ones
+    cfg = load_config(args.config, args.overrides)
+    index_info: dict[str, str] = {}
+    for cell in cells:
+        ix = cell.index
+        if ix is None or ix.label in index_info:
+            continue
+        fs_ix, path = resolve_filesystem(ix.location, cfg.s3)
+        try:
+            manifest = read_manifest(path, filesystem=fs_ix)
+        except (HxdError, OSError, ValueError) as exc:
+            raise HxdError(f"index {ix.label}: {exc}") from None
+        index_info[ix.label] = describe_extraction(manifest.config)
+    fs, root = _open_fs(args.output, cfg)
+    base = args.output.rstrip("/")
+    summaries: dict[str, dict[str, Any]] = {}
+    cell_reports = []
+    for i, cell in enumerate(cells, 1):
+        _log(f"grid cell {i}/{len(cells)}: {cell.name} ({', '.join(cell.modes)})")
+        cell_args = argparse.Namespace(**{
+            **vars(args), "modes": list(cell.modes), "index": cell.index.location if cell.index else None,
+            "output": f"{base}/cells/{cell.name}", "overrides": [*args.overrides, *cell.overrides]})
+        summary = run_eval(cell_args)
+        summaries[cell.name] = summary
+        cell_reports.append({"cell": cell.name, "output": summary["output"],
+                             "answered_this_run": summary["answered_this_run"],
+                             "answer_seconds": summary["answer_seconds"]})
+    questions = next(iter(summaries.values()))["questions"]
+    paths = _publish(fs, root, lambda folder: write_grid(
+        folder, benchmark=spec.name, questions=questions, cells=cells, summaries=summaries, index_info=index_info,
+        axes=axes, metrics=list(spec.metrics), primary_metric=spec.primary_metric))
+    rows = grid_rows(cells, summaries, index_info)
+    return {"benchmark": spec.name, "output": args.output, "questions": questions, "cells": cell_reports,
+            "primary_metric": spec.primary_metric, "rows": rows, "report": paths}
+
+
+def format_grid(s: dict[str, Any]) -> str:
+    from hxd2_ray.evaluation.grid import row_label
+
+    primary = s["primary_metric"]
+    width = max([len(row_label(r)) for r in s["rows"]] + [10])
+    lines = [f"grid over {s['benchmark']}: {len(s['cells'])} cell(s), {s['questions']} questions each "
+             f"-> {s['output']}", f"  {'setup':<{width}} {primary:>8} {'n':>5} {'errors':>6}"]
+    for r in s["rows"]:
+        score = r["metrics"].get(primary)
+        lines.append(f"  {row_label(r):<{width}} {'-' if score is None else f'{score:.3f}':>8} {r['n']:>5} "
+                     f"{r['errors']:>6}")
+    lines.append(f"  table: {s['report'].get('markdown')}")
+    return "\n".join(lines)
 
 
 def format_summary(s: dict[str, Any]) -> str:
@@ -454,15 +537,24 @@ def _main_judge(argv: list[str]) -> int:
 # ---------------------------------------------------------------------------------------------- CLI
 
 
-def build_run_parser(prog: str = "hxd2 eval run") -> argparse.ArgumentParser:
+def build_run_parser(prog: str = "hxd2 eval run", grid: bool = False) -> argparse.ArgumentParser:
+    """The options of ``eval run``; with ``grid``, those of ``eval grid`` (named index variants and axes)."""
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
     p.add_argument("--benchmark", required=True, help="benchmark name (see hxd2_ray.evaluation.datasets)")
-    p.add_argument("--index", default=None, help="index folder or s3:// URI (not needed for llm_only alone)")
-    p.add_argument("--output", required=True, help="run folder or s3:// URI (traces, report)")
+    if grid:
+        p.add_argument("--index", dest="indexes", action="append", default=[], metavar="LABEL=PATH",
+                       help="an index variant, e.g. a loop-NER setting (repeatable; folder or s3:// URI)")
+        p.add_argument("--axis", dest="axes", action="append", default=[], metavar="SECTION.KEY=V1,V2",
+                       help="a query-time setting to vary, e.g. retrieval.chunk_budget_tokens=2000,8000 (repeatable)")
+        p.add_argument("--output", required=True, help="grid folder or s3:// URI (cells/, grid.md, grid.json)")
+    else:
+        p.add_argument("--index", default=None, help="index folder or s3:// URI (not needed for llm_only alone)")
+        p.add_argument("--output", required=True, help="run folder or s3:// URI (traces, report)")
     p.add_argument("--limit", type=int, default=None, help="first N questions only")
     p.add_argument("--mode", dest="modes", action="append", default=[],
-                   help="llm_only | dual | logic | auto | auto_post (repeatable: a grid; default auto)")
+                   help="llm_only | dual | logic | auto | auto_post | chunk_vector | dual_retrieval "
+                        f"(repeatable; default {' '.join(GRID_DEFAULT_MODES) if grid else 'auto'})")
     p.add_argument("--data-root", default=None, help="benchmark data root (default ../shared/data)")
     p.add_argument("--questions", default=None, help="questions file (overrides the benchmark's default)")
     p.add_argument("--corpus", default=None, help="corpus file (overrides the benchmark's default)")
@@ -484,6 +576,14 @@ def _main_run(argv: list[str]) -> int:
         print("error: --workers, --concurrency and --shards must be >= 1", file=sys.stderr)
         return 2
     return run_and_report(lambda: run_eval(args), as_json=args.json, format_text=format_summary, errors=_EXPECTED)
+
+
+def _main_grid(argv: list[str]) -> int:
+    args = build_run_parser("hxd2 eval grid", grid=True).parse_args(argv)
+    if args.workers < 1 or args.concurrency < 1 or (args.shards is not None and args.shards < 1):
+        print("error: --workers, --concurrency and --shards must be >= 1", file=sys.stderr)
+        return 2
+    return run_and_report(lambda: run_grid(args), as_json=args.json, format_text=format_grid, errors=_EXPECTED)
 
 
 def _main_report(argv: list[str]) -> int:
@@ -548,11 +648,11 @@ def _main_compare(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
-        commands = {"run": _main_run, "report": _main_report, "compare": _main_compare, "judge": _main_judge,
-                    "corpus": _main_corpus}
+        commands = {"run": _main_run, "grid": _main_grid, "report": _main_report, "compare": _main_compare,
+                    "judge": _main_judge, "corpus": _main_corpus}
         return commands[argv[0]](argv[1:])
     if argv and argv[0] in ("-h", "--help"):
-        print("usage: hxd2 eval {run,report,compare,judge,corpus} ...  (no subcommand: run)\n")
+        print("usage: hxd2 eval {run,grid,report,compare,judge,corpus} ...  (no subcommand: run)\n")
         build_run_parser().print_help()
         return 0
     return _main_run(argv)

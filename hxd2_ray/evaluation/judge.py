@@ -536,10 +536,10 @@ def pair_items(traces_a: Sequence[Mapping[str, Any]], traces_b: Sequence[Mapping
 def plot_judge(totals: Mapping[str, Mapping[str, Any]], path: Path, label_a: str = "A",
                label_b: str = "B") -> Path:
     """Stacked horizontal bars per criterion: wins A, consistent ties, inconsistent, wins B, invalid."""
-    from hxd2_ray.evaluation.report import _figure, _save
+    from hxd2_ray.evaluation.report import new_figure, save_figure
 
     crits = list(totals)
-    fig = _figure(7.5, 1.9 + 0.6 * len(crits))
+    fig = new_figure(7.5, 1.9 + 0.6 * len(crits))
     ax = fig.add_subplot(1, 1, 1)
     parts = [(f"wins {label_a}", lambda t: t["wins_a"], "tab:blue"),
              ("tie", lambda t: t["ties"] - t["inconsistent"], "lightgray"),
@@ -558,7 +558,7 @@ def plot_judge(totals: Mapping[str, Mapping[str, Any]], path: Path, label_a: str
     ax.invert_yaxis()  # first criterion on top
     ax.set_title(f"Pairwise judge: {label_a} vs {label_b}")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=5)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def write_judge_report(result: JudgeResult, out_dir: str | Path, label_a: str = "A", label_b: str = "B",

@@ -194,11 +194,11 @@ def aggregate(traces: Sequence[Mapping[str, Any]], metrics: Sequence[str] | None
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _fmt(v: float | None, digits: int = 3) -> str:
+def fmt_score(v: float | None, digits: int = 3) -> str:
     return "–" if v is None else f"{v:.{digits}f}"
 
 
-def _fmt_int(v: float | None) -> str:
+def fmt_count(v: float | None) -> str:
     return "–" if v is None else f"{v:,.0f}"
 
 
@@ -208,9 +208,9 @@ def markdown_table(summary: Mapping[str, Any], metrics: Sequence[str]) -> str:
             "p50 latency (s)", "p95 latency (s)", "n", "Errors"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for mode, s in summary.items():
-        cells = [mode, *(_fmt(s["metrics"].get(m)) for m in metrics), _fmt_int(s["prompt_tokens_mean"]),
-                 _fmt_int(s["completion_tokens_mean"]), _fmt(s["latency_s"]["p50"], 2),
-                 _fmt(s["latency_s"]["p95"], 2), str(s["n"]), str(s["errors"])]
+        cells = [mode, *(fmt_score(s["metrics"].get(m)) for m in metrics), fmt_count(s["prompt_tokens_mean"]),
+                 fmt_count(s["completion_tokens_mean"]), fmt_score(s["latency_s"]["p50"], 2),
+                 fmt_score(s["latency_s"]["p95"], 2), str(s["n"]), str(s["errors"])]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -222,8 +222,8 @@ def _verifier_table(summary: Mapping[str, Any]) -> str | None:
     lines = ["| Mode | TP (yes, correct) | FP (yes, wrong) | FN (no, correct) | TN (no, wrong) | Precision | "
              "Recall | F1 |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for mode, v in rows:
-        lines.append(f"| {mode} | {v['tp']} | {v['fp']} | {v['fn']} | {v['tn']} | {_fmt(v['precision'])} | "
-                     f"{_fmt(v['recall'])} | {_fmt(v['f1'])} |")
+        lines.append(f"| {mode} | {v['tp']} | {v['fp']} | {v['fn']} | {v['tn']} | {fmt_score(v['precision'])} | "
+                     f"{fmt_score(v['recall'])} | {fmt_score(v['f1'])} |")
     return "\n".join(lines)
 
 
@@ -262,7 +262,7 @@ def render_markdown(title: str, summary: Mapping[str, Any], metrics: Sequence[st
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _figure(width: float, height: float):
+def new_figure(width: float, height: float):
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
     from matplotlib.figure import Figure  # noqa: PLC0415
 
@@ -271,7 +271,7 @@ def _figure(width: float, height: float):
     return fig
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, format="png")
     return path
@@ -279,7 +279,7 @@ def _save(fig, path: Path) -> Path:
 
 def plot_scores(summary: Mapping[str, Any], metrics: Sequence[str], path: Path) -> Path:
     modes = list(summary)
-    fig = _figure(max(5.0, 1.2 * len(modes) * max(1, len(metrics)) / 2 + 2), 4)
+    fig = new_figure(max(5.0, 1.2 * len(modes) * max(1, len(metrics)) / 2 + 2), 4)
     ax = fig.add_subplot(1, 1, 1)
     width = 0.8 / max(1, len(metrics))
     for j, m in enumerate(metrics):
@@ -294,7 +294,7 @@ def plot_scores(summary: Mapping[str, Any], metrics: Sequence[str], path: Path) 
     ax.set_title("Score by mode")
     if metrics:
         ax.legend(fontsize=8, loc="upper left", ncol=min(4, len(metrics)))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _box(traces: Sequence[Mapping[str, Any]], keys: Sequence[str], titles: Sequence[str], ylabel: str,
@@ -303,14 +303,14 @@ def _box(traces: Sequence[Mapping[str, Any]], keys: Sequence[str], titles: Seque
     series = [[[float(t[k]) for t in _of_mode(traces, m) if _is_number(t.get(k))] for m in modes] for k in keys]
     if not any(v for s in series for v in s):
         return None
-    fig = _figure(max(5.0, 1.3 * len(modes) * len(keys) + 1), 4)
+    fig = new_figure(max(5.0, 1.3 * len(modes) * len(keys) + 1), 4)
     for i, (data, title) in enumerate(zip(series, titles), 1):
         ax = fig.add_subplot(1, len(keys), i)
         ax.boxplot([d if d else [float("nan")] for d in data], showfliers=True)
         ax.set_xticks(range(1, len(modes) + 1), modes)
         ax.set_title(title)
         ax.set_ylabel(ylabel)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_latency(traces: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
@@ -326,7 +326,7 @@ def plot_verifier_confusion(summary: Mapping[str, Any], path: Path) -> Path | No
     rows = [(m, s["verifier"]) for m, s in summary.items() if s.get("verifier")]
     if not rows:
         return None
-    fig = _figure(3.6 * len(rows), 3.4)
+    fig = new_figure(3.6 * len(rows), 3.4)
     for i, (mode, v) in enumerate(rows, 1):
         ax = fig.add_subplot(1, len(rows), i)
         grid = [[v["tp"], v["fp"]], [v["fn"], v["tn"]]]
@@ -339,7 +339,7 @@ def plot_verifier_confusion(summary: Mapping[str, Any], path: Path) -> Path | No
         ax.set_xticks([0, 1], ["correct", "incorrect"])
         ax.set_yticks([0, 1], ["verifier yes", "verifier no"])
         ax.set_title(mode)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -403,12 +403,12 @@ class RunComparison:
         s = self.summary
         lines = [f"Compared {s['paired']} questions on {metric_label(self.metric or '?')} (keyed by {self.keyed_by}):"
                  f" {s['fixed']} fixed, {s['broken']} broken, {s['score_changed']} score changes, "
-                 f"mean delta {_fmt(s['mean_delta'])}; only in {label_a}: {s['only_in_a']}, only in {label_b}: "
+                 f"mean delta {fmt_score(s['mean_delta'])}; only in {label_a}: {s['only_in_a']}, only in {label_b}: "
                  f"{s['only_in_b']}.", "",
                  f"| Question | Mode | {label_a} | {label_b} | Delta | Change |", "|---|---|---:|---:|---:|---|"]
         for r in self.rows[:limit]:
-            lines.append(f"| {r['id']} | {r['mode']} | {_fmt(r['score_a'])} | {_fmt(r['score_b'])} | "
-                         f"{_fmt(r['delta'])} | {r['change']} |")
+            lines.append(f"| {r['id']} | {r['mode']} | {fmt_score(r['score_a'])} | {fmt_score(r['score_b'])} | "
+                         f"{fmt_score(r['delta'])} | {r['change']} |")
         if len(self.rows) > limit:
             lines.append(f"| … {len(self.rows) - limit} more | | | | | |")
         return "\n".join(lines)

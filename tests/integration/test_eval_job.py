@@ -184,6 +184,59 @@ def test_concurrent_questions_match_sequential(hotpot_index, tmp_path, capsys):
     assert errors == [(m, i == 0, i == 0) for m in ("dual", "auto") for i in range(5)]
 
 
+def test_grid_of_index_variants_budgets_and_modes(hotpot_index, tmp_path, capsys):
+    """Two labelled index variants x a context-budget axis x two modes: every cell is an ordinary run, the
+    table's rows are those runs' own numbers, the axis reaches the answers, and a rerun answers nothing."""
+    out = tmp_path / "grid"
+    args = ["grid", *DATA, "--index", f"a={hotpot_index}", "--index", f"b={hotpot_index}",
+            "--axis", "retrieval.chunk_budget_tokens=64,4000", "--mode", "llm_only", "--mode", "dual",
+            "--output", str(out), "--shards", "1", *FAST]
+    code, summary, err = _run(capsys, *args)
+    assert code == 0, err
+    assert [c["cell"] for c in summary["cells"]] == [
+        "llm_only", "a__chunk_budget_tokens=64", "a__chunk_budget_tokens=4000", "b__chunk_budget_tokens=64",
+        "b__chunk_budget_tokens=4000"]
+    assert all(c["answered_this_run"] == 5 for c in summary["cells"])
+    doc = json.loads((out / "grid.json").read_text())
+    assert [(r["mode"], r["cell"]) for r in doc["rows"]] == [("llm_only", "llm_only")] + [
+        ("dual", c["cell"]) for c in summary["cells"][1:]]
+    for row in doc["rows"]:
+        own = json.loads((out / "cells" / row["cell"] / "summary.json").read_text())["per_mode"][row["mode"]]
+        assert row["metrics"] == own["metrics"] and row["n"] == own["n"] == 5
+        assert row["prompt_tokens_mean"] == own["prompt_tokens_mean"]
+    dual = {r["cell"]: r for r in doc["rows"] if r["mode"] == "dual"}
+    small, large = dual["a__chunk_budget_tokens=64"], dual["a__chunk_budget_tokens=4000"]
+    assert small["prompt_tokens_mean"] < large["prompt_tokens_mean"]  # the axis reached the prompts
+    assert dual["b__chunk_budget_tokens=64"]["metrics"] == small["metrics"]  # same index, same answers
+    ext = json.loads((hotpot_index / "manifest.json").read_text())["config"]["extraction"]
+    assert doc["indexes"] == {label: f"loop_ner={ext['loop_ner']}, max_gleaning={ext['max_gleaning']}"
+                              for label in ("a", "b")}
+    md = (out / "grid.md").read_text()
+    assert "| LLM only |" in md and "| Dual-level | a |" in md and "retrieval.chunk_budget_tokens" in md
+    assert (out / "grid.png").read_bytes()[:4] == b"\x89PNG"
+
+    code, again, err = _run(capsys, *args)
+    assert code == 0, err
+    assert [c["answered_this_run"] for c in again["cells"]] == [0] * 5
+    assert again["rows"] == summary["rows"]
+
+
+def test_grid_checks_every_cell_before_answering(hotpot_index, tmp_path, capsys):
+    out = tmp_path / "grid"
+    code, _, err = _run(capsys, "grid", *DATA, "--index", str(hotpot_index), "--axis",
+                        "retrieval.chunk_budget_tokens=64,lots", "--mode", "dual", "--output", str(out), *FAST)
+    assert code == 2 and "chunk_budget_tokens" in err
+    code, _, err = _run(capsys, "grid", *DATA, "--index", str(hotpot_index), "--axis", "retrieval.no_such=1,2",
+                        "--mode", "dual", "--output", str(out), *FAST)
+    assert code == 2 and "no_such" in err and "chunk_budget_tokens" in err  # the valid keys are listed
+    code, _, err = _run(capsys, "grid", *DATA, "--index", f"gone={tmp_path / 'missing'}", "--mode", "dual",
+                        "--output", str(out), *FAST)
+    assert code == 2 and "index gone" in err
+    code, _, err = _run(capsys, "grid", *DATA, "--mode", "dual", "--output", str(out), *FAST)
+    assert code == 2 and "--index" in err
+    assert not out.exists()  # nothing was answered or written
+
+
 def test_cli_errors(hotpot_index, tmp_path, capsys):
     from jobs.cli import main as hxd2
 
