@@ -15,8 +15,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("jobs.index", "build an index: corpus -> chunks -> loop-NER -> Kùzu graph + sharded Faiss"),
     "index-kb": ("jobs.index_kb", "index a triple file (MetaQA KB) straight into Kùzu + Faiss, no NER"),
     "query": ("jobs.query", "ask a question: multi-stage (logic form + verifier, dual-level fallback) or dual-level"),
-    "eval": ("jobs.evaluate", "evaluate on a benchmark: run (modes grid, resumable shards), report, compare, "
-                              "judge (LLM-as-judge), corpus (a benchmark's corpus as index input)"),
+    "eval": ("jobs.evaluate", "evaluate on a benchmark: run (modes, resumable shards), grid (an ablation: index "
+                              "variants x settings x modes), report, compare, judge (LLM-as-judge), corpus"),
     "serve": ("jobs.serve_cli", "serve indexes over HTTP (Ray Serve): OpenAI-compatible chat completions, /v1/query"),
     "calibrate-refusal": ("jobs.calibrate", "calibrate the refusal gate's threshold on good/bad questions"),
 }
