@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -148,6 +149,17 @@ def confusion(decisions: Sequence[bool | None], correct: Sequence[bool | None]) 
             "accuracy": (tp + tn) / n if n else None}
 
 
+def reason_category(reason: str | None) -> str | None:
+    """The kind of a trace's ``path_reason``, without its details: "fallback: plan failed: step 2 uses an
+    unknown alias 'x'" -> "fallback: plan failed"; numbers are dropped so timings do not split a kind."""
+    if not reason or not str(reason).strip():
+        return None
+    head = ":".join(str(reason).split(":")[:2]).strip()
+    head = re.sub(r"\s*\(.*$", "", head)  # "refusal score 0.1 < threshold 0.3 (basis)" -> no details in parens
+    head = re.sub(r"[-+]?\d+(\.\d+)?", "N", head)
+    return head[:80]
+
+
 def _modes(traces: Sequence[Mapping[str, Any]]) -> list[str]:
     return list(dict.fromkeys(str(t.get("mode") or "default") for t in traces))
 
@@ -184,6 +196,7 @@ def aggregate(traces: Sequence[Mapping[str, Any]], metrics: Sequence[str] | None
             "prompt_tokens_mean": _mean(ptok),
             "completion_tokens_mean": _mean(ctok),
             "paths": dict(Counter(str(t["path"]) for t in rows if t.get("path"))),
+            "path_reasons": dict(Counter(c for t in rows if (c := reason_category(t.get("path_reason"))))),
             "verifier": confusion(decisions, correct) if any(d is not None for d in decisions) else None,
         }
     return out
@@ -245,6 +258,12 @@ def render_markdown(title: str, summary: Mapping[str, Any], metrics: Sequence[st
     if path_rows:
         parts += ["## Answer paths", "", "| Mode | Path | Questions |", "|---|---|---:|"]
         parts += [f"| {m} | {p} | {n} |" for m, paths in path_rows for p, n in paths.items()]
+        parts += [""]
+    reason_rows = [(m, s["path_reasons"]) for m, s in summary.items() if s.get("path_reasons")]
+    if reason_rows:
+        parts += ["## Why each path was taken", "", "| Mode | Reason | Questions |", "|---|---|---:|"]
+        parts += [f"| {m} | {r} | {n} |" for m, reasons in reason_rows
+                  for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
         parts += [""]
     if skipped_rows:
         parts += [f"## Skipped dataset rows ({len(skipped_rows)})", ""]

@@ -55,6 +55,8 @@ TRACES = pa.schema([
     ("evidence_ids", pa.list_(pa.string())),  # source ids of the referenced documents, in order
     ("llm_errors", pa.int64()),
     ("error", pa.string()),
+    # Why the answer took its path (e.g. "fallback: invalid plan: ..."); null in shards written before it existed.
+    ("path_reason", pa.string()),
 ])
 
 SHARD_STATS = pa.schema([
@@ -169,7 +171,7 @@ class AnswerQuestions:
         evidence = list(dict.fromkeys(r.source_id for r in ans.references if r.source_id))
         return {"path": ans.path, "answer": ans.text or "", "prompt_tokens": int(totals.get("prompt", 0)),
                 "completion_tokens": int(totals.get("completion", 0)), "verifier": verifier,
-                "evidence_ids": evidence, "error": ""}
+                "evidence_ids": evidence, "error": "", "path_reason": str(trace.get("path_reason") or "")}
 
     def _chunk_vector(self, item: Any) -> dict[str, Any]:
         query = self.embedder.embed([item.retrieval_query])
@@ -216,6 +218,7 @@ class AnswerQuestions:
                           error=row["error"])
         scores = score_item(spec, item, pred)
         primary = scores.get(spec.primary_metric)
+        row.setdefault("path_reason", "")
         return {"id": item.id, "position": position, "shard": shard, "mode": self.label, **row,
                 "scores": json.dumps(scores, sort_keys=True), "correct": bool(primary is not None and primary >= 0.5),
                 "latency_s": latency, "llm_errors": len(llm_errors)}

@@ -68,6 +68,7 @@ def test_grid_exact_metrics_and_resume(hotpot_index, tmp_path, capsys):
     items = {it.id: it for it in spec.load(questions=HOTPOT / "questions.json", corpus=HOTPOT / "corpus.json")}
     traces = _traces(out, ["dual", "auto"])
     assert [t["mode"] for t in traces] == ["dual"] * 5 + ["auto"] * 5
+    assert all(t["path_reason"] for t in traces if t["mode"] == "auto")  # why each answer took its path
     assert [t["id"] for t in traces[:5]] == list(items)
     report = json.loads((out / "report.json").read_text())
     for mode in ("dual", "auto"):

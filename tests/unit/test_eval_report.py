@@ -160,3 +160,23 @@ def test_compare_runs_across_modes_by_id():
     assert cmp.rows[1]["delta"] == pytest.approx(-0.1)
     assert cmp.summary["mean_delta"] == pytest.approx(0.05)
     assert json.dumps(cmp.to_dict())  # JSON-ready
+
+
+def test_path_reasons_are_grouped_by_kind():
+    from hxd2_ray.evaluation.report import aggregate, reason_category, render_markdown
+
+    assert reason_category("fallback: plan failed: step 2 uses an unknown alias 'x'") == "fallback: plan failed"
+    assert reason_category("fallback: timeout: planning and execution took longer than 61.5 s") == "fallback: timeout"
+    assert reason_category("refusal score 0.12 < threshold 0.30 (best entity)") == "refusal score N < threshold N"
+    assert reason_category("") is None and reason_category(None) is None
+    base = {"mode": "auto", "scores": {"accuracy": 0.0}, "latency_s": 1.0, "path": "dual_level"}
+    traces = [{**base, "id": "a", "path_reason": "fallback: plan failed: bad alias"},
+              {**base, "id": "b", "path_reason": "fallback: plan failed: unknown operator 'x'"},
+              {**base, "id": "c", "path_reason": "fallback: timeout: took longer than 600.0 s"},
+              {**base, "id": "d", "path_reason": None},  # a shard written before the column existed
+              {**base, "id": "e", "path": "logic_form", "path_reason": "pre-check verifier said yes"}]
+    summary = aggregate(traces, ["accuracy"], "accuracy")
+    assert summary["auto"]["path_reasons"] == {"fallback: plan failed": 2, "fallback: timeout": 1,
+                                               "pre-check verifier said yes": 1}
+    md = render_markdown("t", summary, ["accuracy"])
+    assert "| auto | fallback: plan failed | 2 |" in md.split("## Why each path was taken")[1]
