@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hxd2_ray.errors import HxdError
-from hxd2_ray.evaluation.report import fmt_count, fmt_score, metric_label, new_figure, save_figure
+from hxd2_ray.evaluation.report import LENIENT_NOTE, fmt_count, fmt_score, metric_label, new_figure, save_figure
 
 # Row titles in the paper's vocabulary; a mode missing here is shown by its own name.
 MODE_TITLES = {
@@ -221,6 +221,8 @@ def markdown_grid(title: str, rows: Sequence[Mapping[str, Any]], metrics: Sequen
     if primary_metric:
         lines += ["", f"Primary metric: {metric_label(primary_metric)}. Fallback: share of a multi-stage mode's "
                       "questions answered by the dual-level fallback."]
+    if any("lenient" in m for m in metrics):
+        lines += ["", LENIENT_NOTE]
     return "\n".join(lines) + "\n"
 
 

@@ -19,6 +19,7 @@ from hxd2_ray.evaluation.grid import (
     plan_cells,
     write_grid,
 )
+from hxd2_ray.evaluation.report import LENIENT_NOTE
 
 
 def test_parse_axis_and_errors():
@@ -109,3 +110,6 @@ def test_rows_table_and_files(tmp_path):
     assert len(doc["cells"]) == 3
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Parsed" not in paths["markdown"].read_text()  # the parse rate is not a score column
+    assert "lenient" not in paths["markdown"].read_text().lower()  # no lenient metric, no note about it
+    md = markdown_grid("Grid", rows, ["accuracy", "accuracy_lenient"], axes, "accuracy")
+    assert md.rstrip().endswith(LENIENT_NOTE.rstrip())  # the dagger in the header is explained
