@@ -238,7 +238,7 @@ def run_grid(args: argparse.Namespace) -> dict[str, Any]:
     Every cell's config is checked and every index manifest read before the first answer, so a typo in the last
     axis value fails at once rather than after hours of the earlier cells.
     """
-    from hxd2_ray.config import load_config
+    from hxd2_ray.config import embedding_model_id, load_config
     from hxd2_ray.evaluation.datasets import get_benchmark
     from hxd2_ray.evaluation.grid import (
         describe_extraction,
@@ -248,7 +248,7 @@ def run_grid(args: argparse.Namespace) -> dict[str, Any]:
         plan_cells,
         write_grid,
     )
-    from hxd2_ray.indexing.manifest import read_manifest
+    from hxd2_ray.indexing.manifest import check_compatible, read_manifest
     from hxd2_ray.ingest.sources import resolve_filesystem
     from hxd2_ray.stages.eval_stage import EVAL_MODES
 
@@ -258,20 +258,22 @@ def run_grid(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"unknown mode(s) {bad}; valid: {', '.join(EVAL_MODES)}")
     axes = [parse_axis(a) for a in args.axes]
     cells = plan_cells([parse_index_variant(x) for x in args.indexes], axes, modes)
-    for cell in cells:
-        load_config(args.config, [*args.overrides, *cell.overrides])  # unknown keys/values list the valid ones
     cfg = load_config(args.config, args.overrides)
-    index_info: dict[str, str] = {}
+    manifests: dict[str, Any] = {}
     for cell in cells:
+        cell_cfg = load_config(args.config, [*args.overrides, *cell.overrides])  # bad keys/values list valid ones
         ix = cell.index
-        if ix is None or ix.label in index_info:
+        if ix is None:
             continue
-        fs_ix, path = resolve_filesystem(ix.location, cfg.s3)
         try:
-            manifest = read_manifest(path, filesystem=fs_ix)
+            if ix.label not in manifests:
+                fs_ix, path = resolve_filesystem(ix.location, cfg.s3)
+                manifests[ix.label] = read_manifest(path, filesystem=fs_ix)
+            # An axis may change the query-side embedding: each cell must still be able to open its index.
+            check_compatible(manifests[ix.label], embedding_model_id(cell_cfg.embedding), cell_cfg.embedding.dim)
         except (HxdError, OSError, ValueError) as exc:
-            raise HxdError(f"index {ix.label}: {exc}") from None
-        index_info[ix.label] = describe_extraction(manifest.config)
+            raise HxdError(f"index {ix.label} (cell {cell.name}): {exc}") from None
+    index_info = {label: describe_extraction(m.config) for label, m in manifests.items()}
     fs, root = _open_fs(args.output, cfg)
     base = args.output.rstrip("/")
     summaries: dict[str, dict[str, Any]] = {}

@@ -233,6 +233,10 @@ def test_grid_checks_every_cell_before_answering(hotpot_index, tmp_path, capsys)
     code, _, err = _run(capsys, "grid", *DATA, "--index", f"gone={tmp_path / 'missing'}", "--mode", "dual",
                         "--output", str(out), *FAST)
     assert code == 2 and "index gone" in err
+    # the index is 64-d (FAST): the second axis value could not open it, so nothing runs, not even the first cell
+    code, _, err = _run(capsys, "grid", *DATA, "--index", f"a={hotpot_index}", "--axis", "embedding.dim=64,32",
+                        "--mode", "dual", "--output", str(out), *FAST)
+    assert code == 2 and "cell a__dim=32" in err and "dim 64" in err
     code, _, err = _run(capsys, "grid", *DATA, "--mode", "dual", "--output", str(out), *FAST)
     assert code == 2 and "--index" in err
     assert not out.exists()  # nothing was answered or written
