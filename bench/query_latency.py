@@ -236,13 +236,31 @@ def run_size(n: int, args, work: Path) -> dict:
         question = req.messages[-1]["content"].split(":", 1)[1].strip()
         return questions[question]
 
+    rows = [measure(root, cfg, mode, questions, keywords, embedder, args) | {"n": n, "counts": counts, **build_s}
+            for mode in args.graph.split(",")]
+    shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def measure(root: Path, cfg: HxdConfig, mode: str, questions: dict, keywords, embedder, args) -> dict:
+    """Open the index with the graph read through Kùzu (``kuzu``) or held in memory (``resident``), then time
+    the questions; the same questions in the same order for both."""
+    cfg = cfg.model_copy(update={"retrieval": RetrievalConfig(resident_graph={"kuzu": "off", "resident": "on"}[mode])})
+    gc.collect()
+    rss0 = rss_mb()
     t0 = time.perf_counter()
     index = open_index(root, cfg, families=DUAL_LEVEL_FAMILIES)
     open_s = time.perf_counter() - t0
     try:
         t0 = time.perf_counter()
-        pipeline = QueryPipeline(index, ScriptedLLM(keywords, record=False), embedder, RetrievalConfig())
+        pipeline = QueryPipeline(index, ScriptedLLM(keywords, record=False), embedder, cfg.retrieval)
         start_s = time.perf_counter() - t0
+        held_mb = rss_mb() - rss0
         timer = GraphTimer(index.graph) if args.graph_detail else None
         totals, phases, sizes = [], {p: [] for p in PHASES}, []
         for i, question in enumerate(questions):
@@ -259,10 +277,9 @@ def run_size(n: int, args, work: Path) -> dict:
             sizes.append((len(result.entities), len(result.relations), len(result.chunks)))
     finally:
         index.close()
-    shutil.rmtree(root, ignore_errors=True)
     q = np.percentile(totals, [50, 95])
     return {
-        "n": n, "counts": counts, **build_s, "open_s": open_s, "start_s": start_s, "p50": float(q[0]),
+        "graph": mode, "open_s": open_s, "start_s": start_s, "rss_mb": held_mb, "p50": float(q[0]),
         "p95": float(q[1]), "mean": statistics.fmean(totals),
         "phases": {p: statistics.median(v) for p, v in phases.items()},
         "rows": tuple(int(np.median([s[i] for s in sizes])) for i in range(3)),
@@ -280,6 +297,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--graph-detail", action="store_true",
                     help="also time each graph-store read of the graph phase (median ms and calls per question)")
+    ap.add_argument("--graph", default="kuzu,resident",
+                    help="graph read modes to compare, comma-separated: kuzu (a statement per key), resident (memory)")
     ap.add_argument("--json", action="store_true", help="also print the results as JSON")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -287,29 +306,35 @@ def main() -> None:
     results = []
     try:
         print(f"dim={args.dim} queries={args.queries} cpus={os.cpu_count()} load average {os.getloadavg()[0]:.2f}")
-        head = (f"{'entities':>9} {'relations':>9} {'chunks':>8} {'index':>5} {'build s':>8} {'open s':>7} "
-                f"{'start s':>7} "
+        head = (f"{'entities':>9} {'relations':>9} {'chunks':>8} {'index':>5} {'build s':>8} {'graph':>8} "
+                f"{'open s':>7} {'start s':>7} {'RSS MB':>7} "
                 f"{'p50 ms':>7} {'p95 ms':>7} {'mean':>6} | " + " ".join(f"{p[:8]:>8}" for p in PHASES)
                 + " | rows e/r/c")
         print(head)
         print("-" * len(head))
         for n in sizes:
-            r = run_size(n, args, work)
-            results.append(r)
-            build_total = r["graph_s"] + r["vectors_s"]
-            print(f"{n:>9,} {r['counts']['relations']:>9,} {r['counts']['chunks']:>8,} {r['index_type']:>5} "
-                  f"{build_total:>8.1f} {r['open_s']:>7.1f} {r['start_s']:>7.2f} {r['p50']:>7.1f} {r['p95']:>7.1f} "
-                  f"{r['mean']:>6.1f} | "
-                  + " ".join(f"{r['phases'][p]:>8.2f}" for p in PHASES) + f" | {'/'.join(map(str, r['rows']))}",
-                  flush=True)
+            for r in run_size(n, args, work):
+                results.append(r)
+                build_total = r["graph_s"] + r["vectors_s"]
+                print(f"{n:>9,} {r['counts']['relations']:>9,} {r['counts']['chunks']:>8,} {r['index_type']:>5} "
+                      f"{build_total:>8.1f} {r['graph']:>8} {r['open_s']:>7.1f} {r['start_s']:>7.2f} "
+                      f"{r['rss_mb']:>7.0f} {r['p50']:>7.1f} {r['p95']:>7.1f} {r['mean']:>6.1f} | "
+                      + " ".join(f"{r['phases'][p]:>8.2f}" for p in PHASES) + f" | {'/'.join(map(str, r['rows']))}",
+                      flush=True)
+            same = {r["graph"]: r for r in results if r["n"] == n}
+            if {"kuzu", "resident"} <= same.keys():
+                print(f"{'':>9} resident / kuzu at {n:,} entities: p50 x{same['resident']['p50'] / same['kuzu']['p50']:.2f},"
+                      f" graph phase x{same['resident']['phases']['graph'] / same['kuzu']['phases']['graph']:.3f}",
+                      flush=True)
         print("\nphase columns: median ms per question; build s = Kùzu load + vector families; open s = manifest,"
-              " graph, families and the fuzzy name index; start s = QueryPipeline construction (graph node columns).")
+              " graph (held in memory: resident), families and the fuzzy name index; start s = QueryPipeline construction"
+              " (graph node columns); RSS MB = memory the open index and pipeline added.")
         if args.graph_detail:
             print("\ngraph phase by read (median ms / median calls per question; statements: Kùzu executions):")
             for r in results:
                 reads = dict(r["graph_reads"])
                 statements = reads.pop("statements")[1]
-                print(f"{r['n']:>9,}  " + "  ".join(f"{name} {ms:.2f}/{calls:g}" for name, (ms, calls) in reads.items())
+                print(f"{r['n']:>9,} {r['graph']:>8}  " + "  ".join(f"{name} {ms:.2f}/{calls:g}" for name, (ms, calls) in reads.items())
                       + f"  statements {statements:g}")
         if args.json:
             print(json.dumps(results, indent=2))

@@ -212,6 +212,13 @@ class RetrievalConfig(_Frozen):
     graph_threads: int = Field(
         1, ge=0, description="Kùzu threads per query (0: all cores); point lookups gain nothing from more."
     )
+    resident_graph: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Hold the read-only graph in memory for the query path's reads (microseconds per key instead "
+                    "of a Kùzu statement each; memory about the database file's size). auto: when the file is at "
+                    "most resident_graph_max_mb. off: every read through Kùzu.",
+    )
+    resident_graph_max_mb: int = Field(1024, gt=0, description="Largest graph file `auto` holds in memory.")
 
 
 class MultiStageConfig(_Frozen):

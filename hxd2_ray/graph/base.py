@@ -7,7 +7,7 @@ its tests depend on the shape, not on Kùzu.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Protocol, Sequence, TypedDict
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypedDict
 
 # Bump when the DDL in kuzu_store changes; recorded in the manifest so an old index is rebuilt, not misread.
 GRAPH_SCHEMA_VERSION = 1
@@ -88,6 +88,10 @@ class GraphStore(Protocol):
         """Degree of each known key (unknown keys are absent)."""
         ...
 
+    def top_relation_keywords(self, limit: int) -> list[str]:
+        """The ``limit`` most frequent relation keywords, most frequent first (the planner's relation hint)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -104,3 +108,52 @@ def canonical_pair(a: str, b: str) -> tuple[str, str]:
 def sort_edges(edges: Sequence[EdgeRow]) -> list[EdgeRow]:
     """LightRAG ranks edges by degree sum, then weight; ties fall back to the keys so results are stable."""
     return sorted(edges, key=lambda e: (-e["degree"], -e["weight"], e["source_key"], e["target_key"]))
+
+
+def entity_row(r: Mapping[str, Any]) -> EntityRow:
+    """An entity from a row holding its stored properties under their column names."""
+    return EntityRow(
+        key=r["key"],
+        name=r["name"],
+        type=r["type"],
+        description=r["description"],
+        source_chunk_ids=list(r["source_chunk_ids"] or []),
+        mention_count=int(r["mention_count"]),
+        name_truncated=bool(r["name_truncated"]),
+        degree=int(r["degree"]),
+    )
+
+
+def edge_row(a_key: str, b_key: str, r: Mapping[str, Any]) -> EdgeRow:
+    """An edge between ``a_key`` and ``b_key`` from a row holding its properties and ``degree`` (oriented
+    smaller key first, as stored, whichever end the read started from)."""
+    src, tgt = canonical_pair(a_key, b_key)
+    return EdgeRow(
+        source_key=src,
+        target_key=tgt,
+        description=r["description"],
+        keywords=list(r["keywords"] or []),
+        weight=float(r["weight"]),
+        source_chunk_ids=list(r["source_chunk_ids"] or []),
+        mention_count=int(r["mention_count"]),
+        degree=int(r["degree"]),
+    )
+
+
+def rank_neighbors(
+    seeds: Sequence[str], per_seed: Sequence[Sequence[Mapping[str, Any]]], limit_per_entity: int | None
+) -> list[EdgeRow]:
+    """:meth:`GraphStore.neighbors` from each seed's edge rows (``other`` names the far end): each seed's
+    best ``limit_per_entity`` edges by :func:`sort_edges`, then all of them deduplicated and sorted."""
+    out: dict[tuple[str, str], EdgeRow] = {}
+    for seed, rows in zip(seeds, per_seed):
+        mine: dict[tuple[str, str], EdgeRow] = {}
+        for r in rows:  # a self-loop can come back once per direction; the pair key folds it
+            edge = edge_row(seed, r["other"], r)
+            mine[(edge["source_key"], edge["target_key"])] = edge
+        ranked = sort_edges(list(mine.values()))
+        if limit_per_entity is not None:
+            ranked = ranked[: max(0, limit_per_entity)]
+        for edge in ranked:
+            out.setdefault((edge["source_key"], edge["target_key"]), edge)
+    return sort_edges(list(out.values()))

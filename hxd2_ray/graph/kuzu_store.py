@@ -38,7 +38,9 @@ from hxd2_ray.graph.base import (
     EdgeRow,
     EntityRow,
     canonical_pair,
-    sort_edges,
+    edge_row,
+    entity_row,
+    rank_neighbors,
     unique_in_order,
 )
 from hxd2_ray.indexing import tables
@@ -175,6 +177,26 @@ Q_DOCUMENT_COLUMNS = (
     "MATCH (d:Document) RETURN offset(id(d)) AS o, d.id AS id, d.title AS doc_title,"
     " d.source_id AS doc_source_id, d.source_path AS doc_source_path"
 )
+Q_RELATION_KEYWORDS = (
+    "MATCH ()-[r:RELATED]->() UNWIND r.keywords AS k"
+    " RETURN k AS keyword, count(*) AS n ORDER BY n DESC, keyword LIMIT $limit"
+)
+# Whole-table scans for a resident copy of a read-only graph (hxd2_ray.graph.resident): nodes by offset,
+# relationships as offset pairs. Read once when an index is opened, never per question.
+Q_SCAN = {
+    "Entity": f"MATCH (e:Entity) RETURN offset(id(e)) AS o, {_ENTITY_RETURN}",
+    "Chunk": (
+        "MATCH (c:Chunk) RETURN offset(id(c)) AS o, c.id AS id, c.doc_id AS doc_id, c.ord AS ord, c.start AS start,"
+        " c.text AS text, c.header_path AS header_path, c.language AS language"
+    ),
+    "Document": Q_DOCUMENT_COLUMNS,
+    "RELATED": (
+        "MATCH (a:Entity)-[r:RELATED]->(b:Entity) RETURN offset(id(a)) AS a, offset(id(b)) AS b,"
+        " r.description AS description, r.keywords AS keywords, r.weight AS weight,"
+        " r.source_chunk_ids AS source_chunk_ids, r.mention_count AS mention_count"
+    ),
+    "MENTIONS": "MATCH (c:Chunk)-[:MENTIONS]->(e:Entity) RETURN offset(id(c)) AS c, offset(id(e)) AS e",
+}
 
 # Logic-form templates (``hxd2_ray.logic.executor.LOGIC_TEMPLATES`` names), per key / per pair. The
 # batched originals LIMIT the whole UNWIND; here the limit is what is left after the earlier keys.
@@ -446,35 +468,6 @@ def load_graph(
 # ---------------------------------------------------------------------------------------------------
 
 
-def _entity_row(r: dict[str, Any]) -> EntityRow:
-    return EntityRow(
-        key=r["key"],
-        name=r["name"],
-        type=r["type"],
-        description=r["description"],
-        source_chunk_ids=list(r["source_chunk_ids"] or []),
-        mention_count=int(r["mention_count"]),
-        name_truncated=bool(r["name_truncated"]),
-        degree=int(r["degree"]),
-    )
-
-
-def _edge_row(a_key: str, b_key: str, r: dict[str, Any]) -> EdgeRow:
-    """An edge between ``a_key`` and ``b_key`` from a row holding its properties (oriented smaller key first,
-    as stored, whichever end the query started from)."""
-    src, tgt = canonical_pair(a_key, b_key)
-    return EdgeRow(
-        source_key=src,
-        target_key=tgt,
-        description=r["description"],
-        keywords=list(r["keywords"] or []),
-        weight=float(r["weight"]),
-        source_chunk_ids=list(r["source_chunk_ids"] or []),
-        mention_count=int(r["mention_count"]),
-        degree=int(r["degree"]),
-    )
-
-
 class _NodeColumns:
     """Columns of one node table indexed by node offset, read once (a full scan) and kept as Arrow arrays.
 
@@ -628,20 +621,40 @@ class KuzuGraphStore:
         self._documents()
 
     # -- queries ---------------------------------------------------------------------------------
+    def scan_tables(self) -> dict[str, pa.Table]:
+        """Every table of the graph as Arrow (:data:`Q_SCAN`'s columns; nodes carry their offset ``o``,
+        relationships their endpoints' offsets), for a resident copy of a read-only index."""
+        out = {}
+        for name, query in Q_SCAN.items():
+            check_params(query, {})
+            res = self._conn().execute(query)
+            try:
+                out[name] = res.get_as_arrow(chunk_size=1_000_000)
+            finally:
+                res.close()
+        return out
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of the database on disk (a file, or a folder on older layouts)."""
+        if self.path.is_dir():
+            return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+        return self.path.stat().st_size
+
 
     def counts(self) -> dict[str, int]:
         return {name: int(self._rows(Q_COUNTS[name], {})[0]["n"]) for name in COUNT_NAMES}
 
     def get_entities(self, keys: Iterable[str]) -> list[EntityRow]:
         wanted = unique_in_order(keys)
-        return [_entity_row(rows[0]) for rows in self._rows_each(Q_ENTITY, "k", wanted) if rows]
+        return [entity_row(rows[0]) for rows in self._rows_each(Q_ENTITY, "k", wanted) if rows]
 
     def find_entity_by_name(self, name: str, key_fn: Callable[[str], str] | None = None) -> EntityRow | None:
         if key_fn is not None:
             hits = self.get_entities([key_fn(name)])
             return hits[0] if hits else None
         rows = self._rows(Q_ENTITY_BY_NAME, {"name": name})
-        return _entity_row(rows[0]) if rows else None
+        return entity_row(rows[0]) if rows else None
 
     def neighbors(self, keys: Iterable[str], limit_per_entity: int | None = None) -> list[EdgeRow]:
         seeds = unique_in_order(keys)
@@ -655,25 +668,8 @@ class KuzuGraphStore:
             for r, key, degree in zip(flat, far["key"], far["degree"]):
                 r["other"] = key
                 r["degree"] = r.pop("seed_degree") + degree
-            return self._rank_neighbors(seeds, per_seed, limit_per_entity)
-        return self._rank_neighbors(seeds, self._rows_each(Q_NEIGHBORS_OF, "k", seeds), limit_per_entity)
-
-    @staticmethod
-    def _rank_neighbors(
-        seeds: list[str], per_seed: list[list[dict[str, Any]]], limit_per_entity: int | None
-    ) -> list[EdgeRow]:
-        out: dict[tuple[str, str], EdgeRow] = {}
-        for seed, rows in zip(seeds, per_seed):
-            mine: dict[tuple[str, str], EdgeRow] = {}
-            for r in rows:  # a self-loop comes back once per direction; the pair key folds it
-                edge = _edge_row(seed, r["other"], r)
-                mine[(edge["source_key"], edge["target_key"])] = edge
-            ranked = sort_edges(list(mine.values()))
-            if limit_per_entity is not None:
-                ranked = ranked[: max(0, limit_per_entity)]
-            for edge in ranked:
-                out.setdefault((edge["source_key"], edge["target_key"]), edge)
-        return sort_edges(list(out.values()))
+            return rank_neighbors(seeds, per_seed, limit_per_entity)
+        return rank_neighbors(seeds, self._rows_each(Q_NEIGHBORS_OF, "k", seeds), limit_per_entity)
 
     def get_relations(self, pairs: Iterable[tuple[str, str]]) -> list[EdgeRow]:
         wanted = unique_in_order(canonical_pair(a, b) for a, b in pairs)  # type: ignore[arg-type]
@@ -681,7 +677,7 @@ class KuzuGraphStore:
         for s, t in wanted:
             rows = self._rows(Q_RELATION, {"s": s, "t": t})
             if rows:
-                found.append(_edge_row(rows[0]["a_key"], rows[0]["b_key"], rows[0]))
+                found.append(edge_row(rows[0]["a_key"], rows[0]["b_key"], rows[0]))
         return found
 
     def chunks_for_entities(self, keys: Iterable[str]) -> dict[str, list[str]]:
@@ -731,6 +727,11 @@ class KuzuGraphStore:
     def entity_degree(self, keys: Iterable[str]) -> dict[str, int]:
         wanted = unique_in_order(keys)
         return {rows[0]["key"]: int(rows[0]["degree"]) for rows in self._rows_each(Q_DEGREE, "k", wanted) if rows}
+
+    def top_relation_keywords(self, limit: int) -> list[str]:
+        """The ``limit`` most frequent relation keywords, most frequent first (ties by keyword)."""
+        rows = self._rows(Q_RELATION_KEYWORDS, {"limit": max(0, int(limit))})
+        return [str(r["keyword"]) for r in rows if r["keyword"]]
 
     # -- logic-form templates (hxd2_ray.logic.executor.GraphQueries) -------------------------------
 

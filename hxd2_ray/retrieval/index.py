@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from hxd2_ray.config import HxdConfig, embedding_model_id
+from hxd2_ray.config import HxdConfig, RetrievalConfig, embedding_model_id
 from hxd2_ray.errors import IndexMismatchError, IndexNotFoundError
 from hxd2_ray.graph.base import GraphStore
 from hxd2_ray.indexing.manifest import MANIFEST_NAME, IndexManifest, check_compatible, read_manifest
@@ -90,7 +90,7 @@ def open_index(
     check_compatible(manifest, embedding_model_id(cfg.embedding), cfg.embedding.dim)
     if cfg.retrieval.search_threads is not None:
         _set_search_threads(cfg.retrieval.search_threads)
-    return _open_local(location, root, manifest, families, cfg.retrieval.graph_threads)
+    return _open_local(location, root, manifest, families, cfg.retrieval)
 
 
 def _set_search_threads(threads: int) -> None:
@@ -106,9 +106,10 @@ def _no_manifest(location: str) -> str:
 
 
 def _open_local(
-    location: str, root: Path, manifest: IndexManifest, families: Sequence[str], graph_threads: int
+    location: str, root: Path, manifest: IndexManifest, families: Sequence[str], retrieval: RetrievalConfig
 ) -> OpenIndex:
     from hxd2_ray.graph.kuzu_store import KuzuGraphStore
+    from hxd2_ray.graph.resident import open_resident
     from hxd2_ray.vectors.faiss_index import FaissFamilyIndex
 
     graph_path = root / GRAPH_NAME
@@ -123,7 +124,13 @@ def _open_local(
             )
         opened[name] = index
     names = FuzzyNameIndex(_entity_keys(root))
-    graph = KuzuGraphStore(graph_path, read_only=True, max_threads=graph_threads)
+    store = KuzuGraphStore(graph_path, read_only=True, max_threads=retrieval.graph_threads)
+    try:
+        graph = open_resident(store, retrieval.resident_graph, retrieval.resident_graph_max_mb)
+    except BaseException:
+        for ix in opened.values():
+            ix.close()
+        raise
     closers = (graph.close, *(ix.close for ix in opened.values()))
     return OpenIndex(location=location, root=root, manifest=manifest, graph=graph, families=opened, names=names,
                      _closers=closers)

@@ -204,25 +204,15 @@ def _cancelled_response() -> LLMResponse:
 
 # ------------------------------------------------------------------------------------------ helpers
 
-Q_RELATION_KEYWORDS = (
-    "MATCH ()-[r:RELATED]->() UNWIND r.keywords AS k"
-    " RETURN k AS keyword, count(*) AS n ORDER BY n DESC, keyword LIMIT $limit"
-)
-
-
 def relation_hints(graph: Any, limit: int = 64) -> list[str]:
-    """The ``limit`` most frequent relation keywords of the graph (the planner's relation-name hint).
-
-    ``graph``: a KuzuGraphStore (the query is a constant with one bound parameter). One aggregate scan of the
-    edges: done once, when the pipeline is built.
-    """
+    """The ``limit`` most frequent relation keywords of the graph (the planner's relation-name hint): one
+    aggregate scan of the edges, done once, when the pipeline is built. [] for a store without the read."""
     if limit <= 0:
         return []
-    run = getattr(graph, "_rows", None)
-    if not callable(run):
+    top = getattr(graph, "top_relation_keywords", None)
+    if not callable(top):
         return []
-    rows = run(Q_RELATION_KEYWORDS, {"limit": int(limit)})
-    return [str(r["keyword"]) for r in rows if r.get("keyword") and str(r["keyword"]).strip()]
+    return [k for k in top(int(limit)) if k.strip()]
 
 
 @dataclass

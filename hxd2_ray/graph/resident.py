@@ -1,0 +1,228 @@
+"""A read-only graph held in memory: the query pipeline's reads as array lookups instead of Kùzu statements.
+
+A question touches 30-40 keys (matched entities, their neighbours' endpoints, the chunks that mention them),
+and Kùzu 0.11.3 answers a key at a time: every list-parameter form scans the table, so each key costs a
+prepared statement of ~0.15 ms, about 8 ms of a 10 ms retrieval. A served or evaluated index is read-only,
+so it can be read once into Arrow columns and offset arrays (a CSR adjacency per relationship table) and
+looked up in microseconds. What is held is what Kùzu holds; every read returns exactly the rows the Kùzu
+store returns for the same keys (contract-tested against it), and anything else (counts, logic-form
+templates) still goes to Kùzu, which stays the store of record.
+
+Memory is about the database file's size (Arrow columns plus a key -> offset dict for entities and chunks),
+so :func:`open_resident` holds a graph only while its file is under a configured limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from hxd2_ray.graph.base import (
+    ChunkRow,
+    EdgeRow,
+    EntityRow,
+    canonical_pair,
+    edge_row,
+    entity_row,
+    rank_neighbors,
+    unique_in_order,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ResidentGraph", "open_resident"]
+
+_EDGE_PROPS = ("description", "keywords", "weight", "source_chunk_ids", "mention_count")
+
+
+def _by_offset(table: pa.Table, what: str) -> pa.Table:
+    """Rows in offset order; offsets of a bulk-loaded table are 0..n-1, so row i is node offset i."""
+    if table.num_rows == 0:
+        return table
+    offsets = table["o"].to_numpy()
+    order = np.argsort(offsets, kind="stable")
+    if not np.array_equal(offsets[order], np.arange(len(offsets))):
+        raise ValueError(f"{what} node offsets are not dense (0..n-1); the resident graph cannot index them")
+    return table.take(pa.array(order)) if not np.array_equal(order, np.arange(len(order))) else table
+
+
+def _csr(owner: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row positions grouped by ``owner`` (0..n-1): ``order[indptr[i]:indptr[i+1]]`` are owner i's rows."""
+    order = np.argsort(owner, kind="stable")
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(owner, minlength=n), out=indptr[1:])
+    return indptr, order
+
+
+def _ints(table: pa.Table, column: str) -> np.ndarray:
+    if table.num_rows == 0:
+        return np.zeros(0, dtype=np.int64)
+    return table[column].to_numpy().astype(np.int64)
+
+
+class ResidentGraph:
+    """:class:`~hxd2_ray.graph.base.GraphStore` reads from memory, over the store it was loaded from.
+
+    ``store`` is the open (read-only) Kùzu store; ``tables`` its :meth:`scan_tables` output. The store is
+    kept for the reads not held here and closed with this object.
+    """
+
+    def __init__(self, store: Any, tables: Mapping[str, pa.Table]):
+        self.store = store
+        entities = _by_offset(tables["Entity"], "Entity")
+        chunks = _by_offset(tables["Chunk"], "Chunk")
+        self._entities = entities.drop_columns(["o"]) if entities.num_rows else entities
+        self._chunks = chunks.drop_columns(["o"]) if chunks.num_rows else chunks
+        self._entity_of = {k: i for i, k in enumerate(self._entities["key"].to_pylist())}
+        self._chunk_of = {k: i for i, k in enumerate(self._chunks["id"].to_pylist())}
+        self._entity_keys = self._entities["key"].to_pylist()
+        self._degree = _ints(self._entities, "degree")
+        self._chunk_sort = list(zip(self._chunks["doc_id"].to_pylist(), _ints(self._chunks, "ord").tolist(),
+                                    self._chunks["id"].to_pylist()))
+        docs = tables["Document"]
+        fields = ("doc_title", "doc_source_id", "doc_source_path")
+        self._docs = {d: dict(zip(fields, v))
+                      for d, *v in zip(*(docs[c].to_pylist() for c in ("id", *fields)))} if docs.num_rows else {}
+
+        n_ent = len(self._entity_keys)
+        rel = tables["RELATED"]
+        self._rel_a, self._rel_b = _ints(rel, "a"), _ints(rel, "b")
+        self._rel_props = rel.select(list(_EDGE_PROPS)) if rel.num_rows else rel
+        # Undirected adjacency: each edge under both ends, a self-loop once (the ranking folds pairs anyway).
+        edge_ids = np.arange(len(self._rel_a), dtype=np.int64)
+        loop = self._rel_a == self._rel_b
+        ends = np.concatenate([self._rel_a, self._rel_b[~loop]])
+        self._adj_edge = np.concatenate([edge_ids, edge_ids[~loop]])
+        self._adj_ptr, order = _csr(ends, n_ent)
+        self._adj_edge = self._adj_edge[order]
+
+        men = tables["MENTIONS"]
+        men_chunk, men_entity = _ints(men, "c"), _ints(men, "e")
+        self._men_ptr, order = _csr(men_entity, n_ent)
+        self._men_chunk = men_chunk[order]
+
+    # -- reads held in memory ------------------------------------------------------------------------
+
+    def get_entities(self, keys: Iterable[str]) -> list[EntityRow]:
+        found = [i for k in unique_in_order(keys) if (i := self._entity_of.get(k)) is not None]
+        return [entity_row(r) for r in self._entities.take(pa.array(found, type=pa.int64())).to_pylist()]
+
+    def find_entity_by_name(self, name: str, key_fn: Callable[[str], str] | None = None) -> EntityRow | None:
+        if key_fn is not None:
+            hits = self.get_entities([key_fn(name)])
+            return hits[0] if hits else None
+        return self.store.find_entity_by_name(name)  # by the name property: rare, and ordered by Kùzu
+
+    def neighbors(self, keys: Iterable[str], limit_per_entity: int | None = None) -> list[EdgeRow]:
+        seeds = unique_in_order(keys)
+        if not seeds:
+            return []
+        spans = []
+        for seed in seeds:
+            i = self._entity_of.get(seed)
+            spans.append(self._adj_edge[self._adj_ptr[i]:self._adj_ptr[i + 1]] if i is not None else None)
+        edge_ids = [e for span in spans if span is not None for e in span.tolist()]
+        props = self._rel_props.take(pa.array(edge_ids, type=pa.int64())).to_pylist() if edge_ids else []
+        rows = iter(props)
+        per_seed: list[list[dict[str, Any]]] = []
+        for seed, span in zip(seeds, spans):
+            mine = []
+            if span is not None:
+                i = self._entity_of[seed]
+                for e in span.tolist():
+                    a, b = int(self._rel_a[e]), int(self._rel_b[e])
+                    other = b if a == i else a
+                    r = next(rows)
+                    r["other"] = self._entity_keys[other]
+                    r["degree"] = int(self._degree[i] + self._degree[other])
+                    mine.append(r)
+            per_seed.append(mine)
+        return rank_neighbors(seeds, per_seed, limit_per_entity)
+
+    def get_relations(self, pairs: Iterable[tuple[str, str]]) -> list[EdgeRow]:
+        found: list[tuple[int, int, int]] = []
+        for s, t in unique_in_order(canonical_pair(a, b) for a, b in pairs):  # type: ignore[arg-type]
+            i, j = self._entity_of.get(s), self._entity_of.get(t)
+            if i is None or j is None:
+                continue
+            for e in self._adj_edge[self._adj_ptr[i]:self._adj_ptr[i + 1]].tolist():
+                if self._rel_a[e] == i and self._rel_b[e] == j:  # stored smaller key first, as asked
+                    found.append((e, i, j))
+                    break
+        if not found:
+            return []
+        props = self._rel_props.take(pa.array([e for e, _, _ in found], type=pa.int64())).to_pylist()
+        out = []
+        for (_, i, j), r in zip(found, props):
+            r["degree"] = int(self._degree[i] + self._degree[j])
+            out.append(edge_row(self._entity_keys[i], self._entity_keys[j], r))
+        return out
+
+    def chunks_for_entities(self, keys: Iterable[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for key in unique_in_order(keys):
+            i = self._entity_of.get(key)
+            if i is None:
+                out[key] = []
+                continue
+            mine = sorted(self._chunk_sort[c] for c in self._men_chunk[self._men_ptr[i]:self._men_ptr[i + 1]].tolist())
+            out[key] = [cid for _, _, cid in mine]
+        return out
+
+    def get_chunks(self, ids: Iterable[str]) -> list[ChunkRow]:
+        found = [i for c in unique_in_order(ids) if (i := self._chunk_of.get(c)) is not None]
+        out: list[ChunkRow] = []
+        for r in self._chunks.take(pa.array(found, type=pa.int64())).to_pylist():
+            d = self._docs.get(r["doc_id"], {})
+            out.append(ChunkRow(
+                id=r["id"], doc_id=r["doc_id"], order=int(r["ord"]), start=int(r["start"]), text=r["text"],
+                header_path=r["header_path"], language=r["language"], doc_title=d.get("doc_title") or "",
+                doc_source_id=d.get("doc_source_id") or "", doc_source_path=d.get("doc_source_path") or "",
+            ))
+        return out
+
+    def entity_degree(self, keys: Iterable[str]) -> dict[str, int]:
+        return {k: int(self._degree[i]) for k in unique_in_order(keys) if (i := self._entity_of.get(k)) is not None}
+
+    # -- everything else: the store of record ------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        return self.store.counts()
+
+    def run_template(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return self.store.run_template(name, params)
+
+    def top_relation_keywords(self, limit: int) -> list[str]:
+        return self.store.top_relation_keywords(limit)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> "ResidentGraph":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_resident(store: Any, mode: str, max_mb: int) -> Any:
+    """``store`` held in memory (a :class:`ResidentGraph` over it) when ``mode`` is ``on``, or ``auto`` and the
+    database file is at most ``max_mb``; otherwise ``store`` itself. ``off`` always reads through Kùzu."""
+    if mode == "off":
+        return store
+    size_mb = store.size_bytes / 2**20
+    if mode == "auto" and size_mb > max_mb:
+        log.info("graph of %.0f MB above resident_graph_max_mb=%d: reading it through Kùzu", size_mb, max_mb)
+        return store
+    started = time.perf_counter()
+    try:
+        graph = ResidentGraph(store, store.scan_tables())
+    except BaseException:
+        store.close()
+        raise
+    log.info("graph of %.0f MB held in memory in %.2f s", size_mb, time.perf_counter() - started)
+    return graph
