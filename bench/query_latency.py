@@ -323,18 +323,19 @@ def main() -> None:
                       flush=True)
             same = {r["graph"]: r for r in results if r["n"] == n}
             if {"kuzu", "resident"} <= same.keys():
-                print(f"{'':>9} resident / kuzu at {n:,} entities: p50 x{same['resident']['p50'] / same['kuzu']['p50']:.2f},"
-                      f" graph phase x{same['resident']['phases']['graph'] / same['kuzu']['phases']['graph']:.3f}",
-                      flush=True)
+                mem, kz = same["resident"], same["kuzu"]
+                print(f"{'':>9} resident / kuzu at {n:,} entities: p50 x{mem['p50'] / kz['p50']:.2f},"
+                      f" graph phase x{mem['phases']['graph'] / kz['phases']['graph']:.3f}", flush=True)
         print("\nphase columns: median ms per question; build s = Kùzu load + vector families; open s = manifest,"
-              " graph (held in memory: resident), families and the fuzzy name index; start s = QueryPipeline construction"
-              " (graph node columns); RSS MB = memory the open index and pipeline added.")
+              " graph (held in memory: resident), families and the fuzzy name index; start s = QueryPipeline"
+              " construction (graph node columns); RSS MB = memory the open index and pipeline added.")
         if args.graph_detail:
             print("\ngraph phase by read (median ms / median calls per question; statements: Kùzu executions):")
             for r in results:
                 reads = dict(r["graph_reads"])
                 statements = reads.pop("statements")[1]
-                print(f"{r['n']:>9,} {r['graph']:>8}  " + "  ".join(f"{name} {ms:.2f}/{calls:g}" for name, (ms, calls) in reads.items())
+                print(f"{r['n']:>9,} {r['graph']:>8}  "
+                      + "  ".join(f"{name} {ms:.2f}/{calls:g}" for name, (ms, calls) in reads.items())
                       + f"  statements {statements:g}")
         if args.json:
             print(json.dumps(results, indent=2))

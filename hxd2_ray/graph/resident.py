@@ -77,12 +77,13 @@ class ResidentGraph:
         chunks = _by_offset(tables["Chunk"], "Chunk")
         self._entities = entities.drop_columns(["o"]) if entities.num_rows else entities
         self._chunks = chunks.drop_columns(["o"]) if chunks.num_rows else chunks
-        self._entity_of = {k: i for i, k in enumerate(self._entities["key"].to_pylist())}
-        self._chunk_of = {k: i for i, k in enumerate(self._chunks["id"].to_pylist())}
-        self._entity_keys = self._entities["key"].to_pylist()
+        self._entity_keys: list[str] = self._entities["key"].to_pylist()
+        self._entity_of = {k: i for i, k in enumerate(self._entity_keys)}  # shares the key strings
+        chunk_ids: list[str] = self._chunks["id"].to_pylist()
+        self._chunk_of = {c: i for i, c in enumerate(chunk_ids)}
         self._degree = _ints(self._entities, "degree")
-        self._chunk_sort = list(zip(self._chunks["doc_id"].to_pylist(), _ints(self._chunks, "ord").tolist(),
-                                    self._chunks["id"].to_pylist()))
+        # (doc_id, ord, id) per chunk offset: the order chunks_for_entities returns a key's chunks in.
+        self._chunk_sort = list(zip(self._chunks["doc_id"].to_pylist(), _ints(self._chunks, "ord").tolist(), chunk_ids))
         docs = tables["Document"]
         fields = ("doc_title", "doc_source_id", "doc_source_path")
         self._docs = {d: dict(zip(fields, v))
