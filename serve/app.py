@@ -5,6 +5,8 @@
 
     Ingress(Retriever(LLM, Embedder[, LogicPlanner, LogicExecutor, LogicVerifier]))
 
+(no Embedder deployment with ``args.embedder: in_replica``: the Retriever and LogicExecutor replicas embed).
+
 The hxd2 config (``args.config`` + ``args.overrides``, or ``args.config_data``) is read and validated here, at
 build time, and handed to the deployments as data, so replicas never need the file. API keys are *not* read
 here: the Ingress replica reads them from its environment or secrets file, so they never appear in the Serve
@@ -81,6 +83,9 @@ def build_app(args: Union[ServeAppArgs, dict]) -> Application:
     unknown = sorted(set(args.deployment_options) - set(DEPLOYMENTS))
     if unknown:
         raise ValueError(f"deployment_options for unknown deployments {unknown}; valid: {sorted(DEPLOYMENTS)}")
+    if args.embedder == "in_replica" and "Embedder" in args.deployment_options:
+        raise ValueError("deployment_options name the Embedder, but args.embedder is in_replica (no Embedder "
+                         "deployment): drop the Embedder entry or set embedder: deployment")
     cfg = load_hxd_config(args)
     cfg_json = cfg.model_dump(mode="json")
     indexes = {name: _resolve(loc) for name, loc in args.indexes.items()}
@@ -93,7 +98,8 @@ def build_app(args: Union[ServeAppArgs, dict]) -> Application:
         llm_extra["ray_actor_options"] = {"num_cpus": cpus, "num_gpus": gpus} if gpus else {"num_cpus": cpus}
         llm_extra["max_ongoing_requests"] = max(64, cfg.llm.max_num_seqs)
     llm = _options(LLMServer, args, llm_extra).bind(cfg_json["llm"], args.scripted.model_dump())
-    embedder = _options(EmbedderServer, args).bind(cfg_json["embedding"], args.embed_batch.model_dump())
+    embedder = (None if args.embedder == "in_replica"
+                else _options(EmbedderServer, args).bind(cfg_json["embedding"], args.embed_batch.model_dump()))
     stages: dict[str, Any] = {}
     if args.logic:
         stages = {

