@@ -120,7 +120,7 @@ def deploy(name: str, index: Path, config: dict[str, Any], retrievers: int, llm_
             "Ingress": {**small, "max_ongoing_requests": 256, "max_queued_requests": -1},
             "Retriever": {**small, "num_replicas": retrievers, "max_ongoing_requests": 16,
                           "max_queued_requests": -1},
-            "Embedder": {**small, "max_ongoing_requests": 128},
+            **({"Embedder": {**small, "max_ongoing_requests": 128}} if embedder == "deployment" else {}),
             "LLM": {"ray_actor_options": {"num_cpus": llm_cpus}, "max_ongoing_requests": 256},
         },
     })

@@ -12,6 +12,8 @@ Request flow (``serve.app:build_app`` wires it)::
                           batching, streaming, abort;
                           or the scripted LLM)
     optional (args.logic): LogicPlanner, LogicExecutor, LogicVerifier — thin wrappers of hxd2_ray.logic.
+    args.embedder in_replica: no Embedder deployment; the Retriever / LogicExecutor replicas embed in-process
+    (a CPU embedder: the hop costs more than batching across requests saves).
 
 Where the pipeline runs: in the Retriever replicas, in worker threads (see :mod:`serve.handles` for why). The
 pipeline object comes from ``args.pipeline`` (a factory taking a :class:`PipelineContext`); the default builds
