@@ -94,12 +94,16 @@ class ResidentGraph:
         self._rel_a, self._rel_b = _ints(rel, "a"), _ints(rel, "b")
         self._rel_props = rel.select(list(_EDGE_PROPS)) if rel.num_rows else rel
         # Undirected adjacency: each edge under both ends, a self-loop once (the ranking folds pairs anyway).
+        # Within each entity's span the far ends are sorted, so a pair is a binary search, even at a hub.
         edge_ids = np.arange(len(self._rel_a), dtype=np.int64)
         loop = self._rel_a == self._rel_b
         ends = np.concatenate([self._rel_a, self._rel_b[~loop]])
-        self._adj_edge = np.concatenate([edge_ids, edge_ids[~loop]])
-        self._adj_ptr, order = _csr(ends, n_ent)
-        self._adj_edge = self._adj_edge[order]
+        others = np.concatenate([self._rel_b, self._rel_a[~loop]])
+        order = np.lexsort((others, ends))
+        self._adj_edge = np.concatenate([edge_ids, edge_ids[~loop]])[order]
+        self._adj_other = others[order]
+        self._adj_ptr = np.zeros(n_ent + 1, dtype=np.int64)
+        np.cumsum(np.bincount(ends, minlength=n_ent), out=self._adj_ptr[1:])
 
         men = tables["MENTIONS"]
         men_chunk, men_entity = _ints(men, "c"), _ints(men, "e")
@@ -150,10 +154,11 @@ class ResidentGraph:
             i, j = self._entity_of.get(s), self._entity_of.get(t)
             if i is None or j is None:
                 continue
-            for e in self._adj_edge[self._adj_ptr[i]:self._adj_ptr[i + 1]].tolist():
-                if self._rel_a[e] == i and self._rel_b[e] == j:  # stored smaller key first, as asked
-                    found.append((e, i, j))
-                    break
+            lo, hi = self._adj_ptr[i], self._adj_ptr[i + 1]
+            at = lo + int(np.searchsorted(self._adj_other[lo:hi], j))
+            # The loader keeps one edge per pair, stored smaller key first: the orientation asked.
+            if at < hi and self._adj_other[at] == j and self._rel_a[self._adj_edge[at]] == i:
+                found.append((int(self._adj_edge[at]), i, j))
         if not found:
             return []
         props = self._rel_props.take(pa.array([e for e, _, _ in found], type=pa.int64())).to_pylist()
