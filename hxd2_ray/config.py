@@ -215,10 +215,11 @@ class RetrievalConfig(_Frozen):
     resident_graph: Literal["auto", "on", "off"] = Field(
         "auto",
         description="Hold the read-only graph in memory for the query path's reads (microseconds per key instead "
-                    "of a Kùzu statement each; memory about the database file's size). auto: when the file is at "
-                    "most resident_graph_max_mb. off: every read through Kùzu.",
+                    "of a Kùzu statement each; memory about 3.5x the database file: 1.13 GB for a 333 MB file of 1M "
+                    "entities and 1.5M relations). auto: when the file is at most resident_graph_max_mb. off: every "
+                    "read through Kùzu.",
     )
-    resident_graph_max_mb: int = Field(1024, gt=0, description="Largest graph file `auto` holds in memory.")
+    resident_graph_max_mb: int = Field(512, gt=0, description="Largest graph file (MB) `auto` holds in memory.")
 
 
 class MultiStageConfig(_Frozen):

@@ -505,6 +505,8 @@ class KuzuGraphStore:
         if not self.path.exists():
             raise IndexNotFoundError(f"no graph database at {self.path}: the index is missing or was never completed")
         self._db: kuzu.Database | None = _open_database(self.path, read_only, max_threads, buffer_pool_bytes)
+        self._open_args = (read_only, max_threads)
+        self.buffer_pool_bytes = buffer_pool_bytes  # 0: Kùzu's default (a share of the machine's memory)
         self._local = threading.local()
         self._conns: list[kuzu.Connection] = []
         self._lock = threading.Lock()
@@ -633,6 +635,16 @@ class KuzuGraphStore:
             finally:
                 res.close()
         return out
+
+    def reopen(self, buffer_pool_bytes: int) -> None:
+        """Close and reopen the database (a buffer pool of ``buffer_pool_bytes``, 0: the default), which drops
+        the pages the pool holds, e.g. after a whole-graph scan. Call it before other threads use the store:
+        their connections are closed with the old database."""
+        read_only, max_threads = self._open_args
+        self.close()
+        self._local = threading.local()
+        self._db = _open_database(self.path, read_only, max_threads, buffer_pool_bytes)
+        self.buffer_pool_bytes = buffer_pool_bytes
 
     @property
     def size_bytes(self) -> int:
