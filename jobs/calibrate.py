@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from hxd2_ray.errors import BackendError, HxdError
+from jobs.query import close_all
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -145,10 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         _error(str(exc))
         return 2
     finally:
-        for resource in reversed(resources):
-            close = getattr(resource, "close", None)
-            if callable(close):
-                close()
+        close_all(resources)
 
     good_scores = [s.score for s in scores[: len(good)]]
     bad_scores = [s.score for s in scores[len(good):]]

@@ -40,6 +40,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def close_all(resources: list[Any]) -> None:
+    """Close what was opened, last first (an LLM engine before the index it read); anything without close() is
+    skipped."""
+    for resource in reversed(resources):
+        close = getattr(resource, "close", None)
+        if callable(close):
+            close()
+
+
 def _error(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
 
@@ -109,10 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         _error(str(exc))
         return 2
     finally:
-        for resource in reversed(resources):
-            close = getattr(resource, "close", None)
-            if callable(close):
-                close()
+        close_all(resources)
 
     if len(questions) == 1:
         _print_answer(answers[0], args, streamed=args.stream and not args.json, out=answer_out)
