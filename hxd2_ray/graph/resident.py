@@ -1,8 +1,9 @@
 """A read-only graph held in memory: the query pipeline's reads as array lookups instead of Kùzu statements.
 
-A question touches 30-40 keys (matched entities, their neighbours' endpoints, the chunks that mention them),
+A question touches 40-100 keys (matched entities, their neighbours' endpoints, the chunks that mention them),
 and Kùzu 0.11.3 answers a key at a time: every list-parameter form scans the table, so each key costs a
-prepared statement of ~0.15 ms, about 8 ms of a 10 ms retrieval. A served or evaluated index is read-only,
+prepared statement of ~0.15-0.25 ms, 8 of the sample index's 10 ms retrieval and 20-26 of 25-35 ms on
+synthetic graphs of 10k-1M entities. A served or evaluated index is read-only,
 so it can be read once into Arrow columns and offset arrays (a CSR adjacency per relationship table) and
 looked up in microseconds. What is held is what Kùzu holds; every read returns exactly the rows the Kùzu
 store returns for the same keys (contract-tested against it), and anything else (counts, logic-form
