@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hxd2_ray.errors import IndexMismatchError
 from hxd2_ray.graph.base import (
     ChunkRow,
     EdgeRow,
@@ -42,6 +43,10 @@ __all__ = ["ResidentGraph", "open_resident"]
 _EDGE_PROPS = ("description", "keywords", "weight", "source_chunk_ids", "mention_count")
 
 
+class NotDenseError(ValueError):
+    """A node table's offsets have gaps (never the case for a bulk-loaded index): rows cannot be found by offset."""
+
+
 def _by_offset(table: pa.Table, what: str) -> pa.Table:
     """Rows in offset order; offsets of a bulk-loaded table are 0..n-1, so row i is node offset i."""
     if table.num_rows == 0:
@@ -49,7 +54,7 @@ def _by_offset(table: pa.Table, what: str) -> pa.Table:
     offsets = table["o"].to_numpy()
     order = np.argsort(offsets, kind="stable")
     if not np.array_equal(offsets[order], np.arange(len(offsets))):
-        raise ValueError(f"{what} node offsets are not dense (0..n-1); the resident graph cannot index them")
+        raise NotDenseError(f"{what} node offsets are not dense (0..n-1); the resident graph cannot index them")
     return table.take(pa.array(order)) if not np.array_equal(order, np.arange(len(order))) else table
 
 
@@ -101,14 +106,15 @@ class ResidentGraph:
 
         n_ent = len(self._entity_keys)
         rel = tables["RELATED"]
-        self._rel_a, self._rel_b = _ints(rel, "a"), _ints(rel, "b")
+        self._rel_a, rel_b = _ints(rel, "a"), _ints(rel, "b")
         self._rel_props = rel.select(list(_EDGE_PROPS)) if rel.num_rows else rel
+        self._rel_weight = rel["weight"].to_numpy() if rel.num_rows else np.zeros(0)
         # Undirected adjacency: each edge under both ends, a self-loop once (the ranking folds pairs anyway).
         # Within each entity's span the far ends are sorted, so a pair is a binary search, even at a hub.
         edge_ids = np.arange(len(self._rel_a), dtype=np.int64)
-        loop = self._rel_a == self._rel_b
-        ends = np.concatenate([self._rel_a, self._rel_b[~loop]])
-        others = np.concatenate([self._rel_b, self._rel_a[~loop]])
+        loop = self._rel_a == rel_b
+        ends = np.concatenate([self._rel_a, rel_b[~loop]])
+        others = np.concatenate([rel_b, self._rel_a[~loop]])
         order = np.lexsort((others, ends))
         self._adj_edge = np.concatenate([edge_ids, edge_ids[~loop]])[order]
         self._adj_other = others[order]
@@ -136,27 +142,40 @@ class ResidentGraph:
         seeds = unique_in_order(keys)
         if not seeds:
             return []
-        spans = []
+        spans: list[tuple[int, np.ndarray, np.ndarray]] = []  # (seed offset, edge ids, far ends)
         for seed in seeds:
             i = self._entity_of.get(seed)
-            spans.append(self._adj_edge[self._adj_ptr[i]:self._adj_ptr[i + 1]] if i is not None else None)
-        edge_ids = [e for span in spans if span is not None for e in span.tolist()]
-        props = self._rel_props.take(pa.array(edge_ids, type=pa.int64())).to_pylist() if edge_ids else []
-        rows = iter(props)
+            if i is None:
+                spans.append((-1, self._adj_edge[:0], self._adj_other[:0]))
+                continue
+            lo, hi = self._adj_ptr[i], self._adj_ptr[i + 1]
+            edges, others = self._adj_edge[lo:hi], self._adj_other[lo:hi]
+            if limit_per_entity is not None and len(edges) > limit_per_entity:
+                edges, others = self._best_edges(edges, others, limit_per_entity)
+            spans.append((i, edges, others))
+        edge_ids = np.concatenate([edges for _, edges, _ in spans])
+        rows = iter(self._rel_props.take(pa.array(edge_ids, type=pa.int64())).to_pylist() if len(edge_ids) else [])
         per_seed: list[list[dict[str, Any]]] = []
-        for seed, span in zip(seeds, spans):
+        for i, edges, others in spans:
             mine = []
-            if span is not None:
-                i = self._entity_of[seed]
-                for e in span.tolist():
-                    a, b = int(self._rel_a[e]), int(self._rel_b[e])
-                    other = b if a == i else a
-                    r = next(rows)
-                    r["other"] = self._entity_keys[other]
-                    r["degree"] = int(self._degree[i] + self._degree[other])
-                    mine.append(r)
+            for other in others.tolist():
+                r = next(rows)
+                r["other"] = self._entity_keys[other]
+                r["degree"] = int(self._degree[i] + self._degree[other])
+                mine.append(r)
             per_seed.append(mine)
         return rank_neighbors(seeds, per_seed, limit_per_entity)
+
+    def _best_edges(self, edges: np.ndarray, others: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+        """A hub's edges that can rank in its best ``limit`` (by far-end degree, then weight: the seed's degree is
+        common to all), the whole tie at the cut included, so :func:`rank_neighbors` decides exactly as it would
+        over every edge while only these become Python rows."""
+        if limit <= 0:
+            return edges[:0], others[:0]
+        degree, weight = self._degree[others], self._rel_weight[edges]
+        cut = np.lexsort((-weight, -degree))[limit - 1]
+        keep = (degree > degree[cut]) | ((degree == degree[cut]) & (weight >= weight[cut]))
+        return edges[keep], others[keep]
 
     def get_relations(self, pairs: Iterable[tuple[str, str]]) -> list[EdgeRow]:
         found: list[tuple[int, int, int]] = []
@@ -236,7 +255,13 @@ def open_resident(store: Any, mode: str, max_mb: int) -> Any:
         return store
     started = time.perf_counter()
     try:
-        graph = ResidentGraph(store, store.scan_tables())
+        try:
+            graph = ResidentGraph(store, store.scan_tables())
+        except NotDenseError as exc:
+            if mode == "on":
+                raise IndexMismatchError(f"retrieval.resident_graph=on cannot hold this graph: {exc}") from None
+            log.warning("reading the graph through Kùzu: %s", exc)
+            return store
         # The scan left every page it read in Kùzu's buffer pool (~0.7 GB at 1M entities); a fresh database starts
         # empty and fills only with what the remaining Kùzu reads (counts, logic-form templates) touch.
         store.reopen(store.buffer_pool_bytes)
