@@ -82,6 +82,9 @@ class ScriptedLLMConfig(_Frozen):
     fail_when: tuple[str, ...] = Field(
         (), description="Requests whose text contains one of these fail (failure injection for retry/resume tests)."
     )
+    reject_when: tuple[str, ...] = Field(
+        (), description="Verifier checks of a question containing one of these are answered 'no' (fallback tests)."
+    )
 
 
 class VllmLLMConfig(_Frozen):
@@ -316,6 +319,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{p}: the top level must be a mapping of sections, got {type(loaded).__name__}")
         data = loaded or {}
+    return config_from_data(data, overrides, source=str(path) if path else "<defaults>")
+
+
+def config_from_data(data: dict[str, Any], overrides: list[str] | tuple[str, ...] = (),
+                     source: str = "<dict>") -> HxdConfig:
+    """A config from a mapping (a YAML file's data, an index manifest's recorded config) plus overrides."""
+    data = json.loads(json.dumps(data))  # a deep copy the overrides may change
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
@@ -333,7 +343,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     for section in ("llm", "embedding"):
         if isinstance(data.get(section), dict) and "backend" not in data[section]:
             data[section] = {"backend": getattr(defaults, section).backend, **data[section]}
-    return validate_config(data, source=str(path) if path else "<defaults>")
+    return validate_config(data, source=source)
 
 
 def validate_config(data: dict[str, Any], source: str = "<dict>") -> HxdConfig:

@@ -1,4 +1,4 @@
-"""The one place where configuration becomes concrete classes.
+"""The one place where configuration becomes concrete classes: backends, and the query flow of every mode.
 
 Everything heavy (vLLM, torch, FlagEmbedding) is imported inside the branch that needs it, so importing this
 module, or building the scripted LLM and the hashing embedder, loads none of them. Ray actors call these
@@ -13,6 +13,7 @@ from hxd2_ray.config import (
     EmbeddingConfig,
     FlagEmbeddingConfig,
     HashingEmbeddingConfig,
+    HxdConfig,
     LLMConfig,
     ScriptedLLMConfig,
     VllmLLMConfig,
@@ -21,6 +22,10 @@ from hxd2_ray.config import (
 if TYPE_CHECKING:
     from hxd2_ray.embedding.base import Embedder
     from hxd2_ray.llm.base import LLMClient
+    from hxd2_ray.logic import EvidenceVerifier, LogicFormExecutor, LogicFormPlanner
+    from hxd2_ray.retrieval.flow import QueryFlow
+    from hxd2_ray.retrieval.index import OpenIndex
+    from hxd2_ray.retrieval.parts import FlowParts
 
 
 def build_llm(cfg: LLMConfig, *, concurrent: bool = False) -> "LLMClient":
@@ -54,3 +59,100 @@ def build_embedder(cfg: EmbeddingConfig) -> "Embedder":
 
             return FlagModelEmbedder(cfg)
     raise TypeError(f"no embedding backend for {type(cfg).__name__}")
+
+
+# ------------------------------------------------------------------------------------------- query flow
+
+
+def build_planner(llm: "LLMClient", cfg: HxdConfig) -> "LogicFormPlanner":
+    """The logic-form planner (in-process, or inside the Planner deployment's replicas)."""
+    from hxd2_ray.logic import LogicFormPlanner
+
+    ms = cfg.multistage
+    return LogicFormPlanner(llm, max_steps=ms.max_plan_steps, max_tokens=ms.plan_max_tokens,
+                            max_relations_in_prompt=max(1, ms.planner_relation_hints),
+                            max_text_chars=ms.plan_max_text_chars)
+
+
+def build_plan_executor(index: "OpenIndex", llm: "LLMClient", embedder: "Embedder") -> "LogicFormExecutor":
+    """The logic-form executor over one open index: entity linking by name vectors and fuzzy names, predicates
+    matched with the embedder."""
+    from hxd2_ray.logic import LOGIC_TEMPLATES, EntityLinker, GraphQueries, LogicFormExecutor, PredicateMatcher
+
+    queries = GraphQueries(index.graph, LOGIC_TEMPLATES)
+    name_index = index.families.get("entity_name")
+    linker = EntityLinker(queries, embedder=embedder if name_index is not None else None, name_index=name_index)
+    return LogicFormExecutor(queries, linker, llm, matcher=PredicateMatcher(embedder))
+
+
+def build_verifiers(llm: "LLMClient") -> dict[str, "EvidenceVerifier"]:
+    """Pre-check and post-check verifiers (``auto`` uses the configured one, ``auto_post`` the post-check)."""
+    from hxd2_ray.logic import EvidenceVerifier
+
+    return {mode: EvidenceVerifier(llm, mode=mode) for mode in ("pre", "post")}
+
+
+def build_parts(index: "OpenIndex", llm: "LLMClient", embedder: "Embedder", cfg: HxdConfig) -> "FlowParts":
+    """The flow's parts in this process (Serve builds the same parts inside their deployments instead)."""
+    from hxd2_ray.retrieval.parts import FlowParts
+
+    return FlowParts(planner=build_planner(llm, cfg), executor=build_plan_executor(index, llm, embedder),
+                     verifiers=build_verifiers(llm))
+
+
+def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None", embedder: "Embedder | None",
+                   cfg: HxdConfig, parts: "FlowParts | None" = None) -> "QueryFlow":
+    """THE query flow for ``mode`` (the default of its ``answer`` calls; other modes it can run are per call).
+
+    The only place that turns configuration into a pipeline: the CLI, the evaluation job and Serve call it.
+    What it builds follows from what it is given: without an index only ``llm_only`` runs, without an LLM only
+    ``chunk_vector``; ``parts`` (planner, executor, verifiers) default to in-process ones, and Serve passes
+    adapters over its deployments' handles. The LLM is wrapped in a
+    :class:`~hxd2_ray.llm.wrappers.SerializedLLM` (one call at a time unless the backend is thread-safe, and
+    cancellable for the logic form's deadline); the planner's relation hints are read from the graph once, here.
+    """
+    from hxd2_ray.indexing.manifest import check_compatible
+    from hxd2_ray.llm.wrappers import SerializedLLM
+    from hxd2_ray.logic import load_logic_prompts
+    from hxd2_ray.retrieval.budget import DEFAULT_CONTEXT_LENGTH, context_limits
+    from hxd2_ray.retrieval.flow import QueryFlow
+    from hxd2_ray.retrieval.intent import IntentClassifier, load_multistage_prompts
+    from hxd2_ray.retrieval.logic_form import LogicFormStep
+    from hxd2_ray.retrieval.pipeline import QueryPipeline
+    from hxd2_ray.retrieval.refusal import RefusalGate
+
+    ms, rc = cfg.multistage, cfg.retrieval
+    guarded = None if llm is None else (llm if isinstance(llm, SerializedLLM) else SerializedLLM(llm))
+    if index is not None and embedder is not None:
+        check_compatible(index.manifest, embedder.model_id, embedder.dim)
+    dual = None
+    if index is not None and guarded is not None and embedder is not None:
+        dual = QueryPipeline(index, guarded, embedder, rc)
+    if dual is not None:
+        limits = dual.limits
+    else:
+        context_length = rc.context_length or (guarded.max_model_len if guarded else None) or DEFAULT_CONTEXT_LENGTH
+        limits = context_limits(int(context_length), rc.answer_reserve_tokens, rc.answer_max_tokens)
+    prompts = load_multistage_prompts(ms.prompt_version)
+    logic = intent = gate = None
+    if dual is not None and index is not None and guarded is not None and embedder is not None:
+        parts = parts or build_parts(index, guarded, embedder, cfg)
+        relations: list[str] = []
+        if ms.planner_relation_hints:
+            try:
+                relations = [k for k in index.graph.top_relation_keywords(ms.planner_relation_hints) if k.strip()]
+            except Exception:  # noqa: BLE001 - a hint, not a requirement
+                relations = []
+        if parts.planner is not None and parts.executor is not None:
+            logic = LogicFormStep(parts.planner, parts.executor, parts.verifiers, guarded, index.graph, limits, ms,
+                                  prompts, relations=relations, temperature=rc.temperature, guards=[guarded])
+        if ms.intent_enabled:
+            intent = IntentClassifier(guarded, prompts, use_llm=ms.intent_use_llm,
+                                      kb_description=ms.knowledge_base_description)
+        if ms.refusal_enabled:
+            gate = RefusalGate(index, embedder, ms.refusal_threshold, rule=ms.refusal_rule)
+    versions = {"multistage": prompts.version_hash, "logic": load_logic_prompts().version_hash,
+                "query": dual.prompts.version_hash if dual is not None else ""}
+    return QueryFlow(mode=mode, llm=guarded, limits=limits, temperature=rc.temperature, dual=dual, index=index,
+                     embedder=embedder, logic=logic, intent=intent, refusal_gate=gate, cfg=ms, prompts=prompts,
+                     prompt_versions=versions)

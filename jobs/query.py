@@ -1,7 +1,9 @@
-"""Ask a question over a built index: dual-level retrieval over Kùzu + Faiss, then a grounded answer.
+"""Ask a question over a built index, in any query mode (multi-stage ``auto`` by default).
 
     hxd2 query --index PATH_OR_S3 [--config configs/local.yaml] [--set section.key=value] "question"
-               [--json] [--stream] [--trace]
+               [--mode MODE] [--json] [--stream] [--trace]
+
+Without ``--config`` the index's own recorded config is used (the embedder and LLM it was built with).
 
 --json prints one object (answer, references, notices, usage; trace with --trace). --stream prints the answer
 as it is generated (with --json the object still comes whole at the end). --trace shows the keywords, the
@@ -17,24 +19,31 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hxd2_ray.errors import BackendError, HxdError
+from hxd2_ray.retrieval.flow import MODES
+
+if TYPE_CHECKING:
+    from hxd2_ray.retrieval.results import Answer
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hxd2 query", description=__doc__.split("\n\n")[0])
     parser.add_argument("question", nargs="?", default="", help="the question (quote it)")
     parser.add_argument("--index", required=True, help="index folder or s3:// URI (as written by hxd2 index)")
-    parser.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
+    parser.add_argument("--config", default=None,
+                        help="YAML config (default: the config the index was built with, from its manifest)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a config value (repeatable), e.g. retrieval.top_k_entities=10")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--stream", action="store_true", help="print the answer as it is generated")
     parser.add_argument("--trace", action="store_true", help="show keywords, matches, chunks and token counts")
-    parser.add_argument("--mode", choices=("auto", "logic", "dual"), default="auto",
-                        help="auto: intent -> refusal gate -> logic form -> pre-check verifier, falling back to "
-                             "dual-level (default); logic: logic form only; dual: dual-level only")
+    parser.add_argument("--mode", choices=MODES, default="auto",
+                        help="auto: intent -> refusal gate -> logic form -> verifier, falling back to dual-level "
+                             "(default); auto_post: the same with the post-check verifier; logic: logic form only; "
+                             "dual: dual-level only; llm_only: no retrieval; chunk_vector / dual_retrieval: "
+                             "retrieval only (references, no answer)")
     parser.add_argument("--questions", default=None, metavar="JSONL",
                         help="answer every {\"question\": …} line of this file with one loaded model (demo/batch)")
     return parser
@@ -71,13 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         questions = [question]
 
-    from hxd2_ray.config import load_config
-    from hxd2_ray.retrieval import QueryPipeline, open_index
-    from hxd2_ray.retrieval.multistage import build_multistage
-    from hxd2_ray.wiring import build_embedder, build_llm
+    from hxd2_ray.retrieval import open_index
+    from hxd2_ray.retrieval.query_config import load_query_config
+    from hxd2_ray.wiring import build_embedder, build_llm, build_pipeline
 
     try:
-        cfg = load_config(args.config, args.overrides)
+        cfg = load_query_config(args.index, args.config, args.overrides)
         index = open_index(args.index, cfg)  # before the models: a bad index fails in a second, not a minute
     except HxdError as exc:
         _error(str(exc))
@@ -90,22 +98,16 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.redirect_stdout(sys.stderr):
             embedder = build_embedder(cfg.embedding)
             resources.append(embedder)
-            llm = build_llm(cfg.llm)
+            llm = None if args.mode == "chunk_vector" else build_llm(cfg.llm)  # retrieval by vectors needs no LLM
             resources.append(llm)
-            if args.mode == "dual":
-                pipeline: Any = QueryPipeline(index, llm, embedder, cfg.retrieval)
-            else:
-                pipeline = build_multistage(index, llm, embedder, cfg, cfg.multistage)
-                resources.append(pipeline)
+            pipeline = build_pipeline(args.mode, index, llm, embedder, cfg)
+            resources.append(pipeline)
             answers = []
             for q in questions:
                 if len(questions) > 1 and not args.json:
                     print(f"\nQ: {q}", file=answer_out, flush=True)
                 on_delta = (lambda d: _print_delta(d, answer_out)) if args.stream and not args.json else None
-                if args.mode == "dual":
-                    answer = pipeline.answer(q, stream=args.stream, on_delta=on_delta)
-                else:
-                    answer = pipeline.answer(q, mode=args.mode, on_delta=on_delta)
+                answer = pipeline.answer(q, on_delta=on_delta)
                 if on_delta is not None:
                     print(file=answer_out, flush=True)
                 answers.append(answer)
@@ -137,28 +139,24 @@ def _read_questions(path: str) -> list[str]:
     return questions
 
 
-def _print_answer(answer: Any, args: argparse.Namespace, streamed: bool, out: Any) -> None:
+def _print_answer(answer: Answer, args: argparse.Namespace, streamed: bool, out: Any) -> None:
     data = answer.to_dict(trace=args.trace)
-    data.setdefault("path", getattr(answer, "path", "dual_level"))
     if args.json:
         print(json.dumps(data, ensure_ascii=False, indent=2 if args.questions is None else None), file=out, flush=True)
         return
     if not streamed:
         print(answer.text, file=out)
     print(format_references(data["references"]), file=out)
-    path = getattr(answer, "path", "dual_level")
-    trace = getattr(answer, "trace", None)
-    why = f" ({trace.get('path_reason')})" if isinstance(trace, dict) and trace.get("path_reason") else ""
-    print(f"path: {path}{why}", file=sys.stderr)
+    trace = answer.trace
+    why = f" ({trace.get('path_reason')})" if trace.get("path_reason") else ""
+    print(f"path: {answer.path}{why}", file=sys.stderr)
     for notice in data.get("notices", []):
         print(f"note: {notice}", file=sys.stderr)
     if args.trace:
-        retrieval_trace = trace.get("retrieval") if isinstance(trace, dict) else answer.retrieval.trace()
-        if isinstance(trace, dict):
-            print(json.dumps({k: v for k, v in trace.items() if k != "retrieval"}, ensure_ascii=False, indent=2,
-                             default=str), file=out)
-        if retrieval_trace:
-            print(format_trace(retrieval_trace), file=out)
+        print(json.dumps({k: v for k, v in trace.items() if k != "retrieval"}, ensure_ascii=False, indent=2,
+                         default=str), file=out)
+        if trace.get("retrieval"):
+            print(format_trace(trace["retrieval"]), file=out)
 
 
 def _print_delta(delta: str, out: Any) -> None:

@@ -2,7 +2,8 @@
 
     hxd2 serve --index PATH_OR_S3 [--index NAME=PATH_OR_S3 ...] [--config configs/local.yaml]
                [--set section.key=value] [--serve-config configs/serve.yaml] [--host 127.0.0.1] [--port 8000]
-               [--address auto|ray://HEAD:10001] [--num-cpus N] [--no-auth] [--logic] [--detach]
+               [--address auto|ray://HEAD:10001] [--num-cpus N] [--no-auth] [--mode MODE]
+               [--parts deployments|in_replica] [--detach]
 
 Deployment sizes (replicas, autoscaling, queues, CPUs/GPUs) and the HTTP options come from the Serve config file
 (``--serve-config``, default ``configs/serve.yaml``); the flags override its index, hxd2 config, host and port.
@@ -34,7 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hxd2 serve", description=__doc__.split("\n\n")[0])
     parser.add_argument("--index", dest="indexes", action="append", default=[], metavar="[NAME=]PATH_OR_S3",
                         help="an index to serve (repeatable); NAME is the OpenAI 'model' (default: folder name)")
-    parser.add_argument("--config", default=None, help="hxd2 YAML config (llm, embedding, retrieval, s3)")
+    parser.add_argument("--config", default=None,
+                        help="hxd2 YAML config (llm, embedding, retrieval, s3); with --index and no --config, the "
+                             "config the index was built with")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override an hxd2 config value (repeatable)")
     parser.add_argument("--serve-config", default=None,
@@ -45,7 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--address", default=None, help="Ray cluster to join (auto, ray://…); default: a local Ray")
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray (default: all)")
     parser.add_argument("--no-auth", action="store_true", help="serve without API keys (local development)")
-    parser.add_argument("--logic", action="store_true", help="also deploy the logic-form stages")
+    parser.add_argument("--mode", default=None, help="default query mode of requests that name none (auto)")
+    parser.add_argument("--parts", choices=("deployments", "in_replica"), default=None,
+                        help="planner, plan executor and verifier as their own deployments (default) or inside "
+                             "each Retriever replica")
     parser.add_argument("--name", default=APP_NAME, help="Serve application name")
     parser.add_argument("--detach", action="store_true",
                         help="return once deployed, leaving the app running (with --address: on the cluster)")
@@ -82,6 +88,10 @@ def plan(argv: list[str]) -> tuple[dict[str, Any], dict[str, Any], argparse.Name
             indexes[name] = location
         args["indexes"] = indexes
         args.pop("default_index", None)
+        if ns.config is None:
+            # Indexes named here carry their own config; the Serve file's belongs to its own indexes.
+            args.pop("config", None)
+            args.pop("config_data", None)
     if not args.get("indexes"):
         raise ValueError("no index to serve: give --index PATH (or indexes in the Serve config's args)")
     if ns.config is not None:
@@ -91,8 +101,10 @@ def plan(argv: list[str]) -> tuple[dict[str, Any], dict[str, Any], argparse.Name
         args["overrides"] = list(args.get("overrides") or []) + ns.overrides
     if ns.no_auth:
         args["auth"] = False
-    if ns.logic:
-        args["logic"] = True
+    if ns.mode is not None:
+        args["mode"] = ns.mode
+    if ns.parts is not None:
+        args["parts"] = ns.parts
     # The file's deployments list (Serve applies it for `serve run/deploy`) becomes deployment_options here.
     options = dict(args.get("deployment_options") or {})
     for dep in app_cfg.get("deployments") or []:

@@ -3,18 +3,20 @@
 ``build_app(args)`` takes the typed :class:`~serve.schemas.ServeAppArgs` (Serve validates the config file's
 ``args`` block into it) and returns the bound application::
 
-    Ingress(Retriever(LLM, Embedder[, LogicPlanner, LogicExecutor, LogicVerifier]))
+    Ingress(Retriever(LLM, Embedder, Planner(LLM), PlanExecutor(LLM, Embedder), Verifier(LLM)))
 
-(no Embedder deployment with ``args.embedder: in_replica``: the Retriever and LogicExecutor replicas embed).
+(no Embedder deployment with ``args.embedder: in_replica``: the Retriever and PlanExecutor replicas embed; no
+part deployments with ``args.parts: in_replica``: the Retriever replicas run the parts).
 
-The hxd2 config (``args.config`` + ``args.overrides``, or ``args.config_data``) is read and validated here, at
-build time, and handed to the deployments as data, so replicas never need the file. API keys are *not* read
+The hxd2 config (``args.config`` + ``args.overrides``, or ``args.config_data``, or else the config the first index
+was built with, from its manifest) is read and validated here, at build time, and handed to the deployments as
+data, so replicas never need the file. API keys are *not* read
 here: the Ingress replica reads them from its environment or secrets file, so they never appear in the Serve
 config, the controller's checkpoint or the dashboard.
 
 Deployment sizing (replicas, autoscaling, max_ongoing_requests, max_queued_requests, resources) has defaults in
 :mod:`serve.deployments`; a Serve config file's ``deployments:`` list overrides them by name (``Ingress``,
-``Retriever``, ``LLM``, ``Embedder``, ``LogicPlanner``, ``LogicExecutor``, ``LogicVerifier``), and
+``Retriever``, ``LLM``, ``Embedder``, ``Planner``, ``PlanExecutor``, ``Verifier``), and
 ``args.deployment_options`` does the same when the app is built in code.
 
 Note: no ``from __future__ import annotations`` here; Serve reads ``build_app``'s parameter annotation as a
@@ -26,41 +28,33 @@ from typing import Any, Union
 
 from ray.serve import Application
 
-from hxd2_ray.config import HxdConfig, load_config, validate_config
+from hxd2_ray.config import HxdConfig, config_from_data, load_config
 from serve.deployments import (
     EmbedderServer,
     Ingress,
     LLMServer,
-    LogicExecutor,
-    LogicPlanner,
-    LogicVerifier,
+    PlanExecutorServer,
+    PlannerServer,
     Retriever,
+    VerifierServer,
 )
 from serve.schemas import ServeAppArgs
 
-DEPLOYMENTS = {d.name: d for d in (Ingress, Retriever, LLMServer, EmbedderServer, LogicPlanner, LogicExecutor,
-                                   LogicVerifier)}
+DEPLOYMENTS: dict[str, Any] = {d.name: d for d in (Ingress, Retriever, LLMServer, EmbedderServer, PlannerServer,
+                                                    PlanExecutorServer, VerifierServer)}
+PART_DEPLOYMENTS = ("Planner", "PlanExecutor", "Verifier")
 
 
 def load_hxd_config(args: ServeAppArgs) -> HxdConfig:
     if args.config_data is not None and args.config is not None:
         raise ValueError("give either config (a file) or config_data (a mapping), not both")
     if args.config_data is not None:
-        base = validate_config(dict(args.config_data), source="args.config_data")
-        if not args.overrides:
-            return base
-        # Overrides are applied by load_config on a file's data; reuse it on the mapping through a temp file.
-        import tempfile
+        return config_from_data(dict(args.config_data), args.overrides, source="args.config_data")
+    if args.config is not None:
+        return load_config(args.config, args.overrides)
+    from hxd2_ray.retrieval.query_config import load_query_config
 
-        import yaml
-
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
-            yaml.safe_dump(base.model_dump(mode="json"), fh)
-        try:
-            return load_config(fh.name, args.overrides)
-        finally:
-            os.unlink(fh.name)
-    return load_config(args.config, args.overrides)
+    return load_query_config(_resolve(args.indexes[args.default]), None, args.overrides)
 
 
 def _resolve(location: str) -> str:
@@ -68,6 +62,22 @@ def _resolve(location: str) -> str:
     if "://" in location:
         return location
     return os.path.abspath(os.path.expanduser(location))
+
+
+def check_local_indexes(indexes: dict[str, str], cfg: HxdConfig) -> None:
+    """What can be checked before anything is deployed: a local index exists, is complete and was built with the
+    configured embedder (otherwise a replica would fail to start and Serve would only say which deployment)."""
+    from hxd2_ray.config import embedding_model_id
+    from hxd2_ray.errors import IndexMismatchError
+    from hxd2_ray.indexing.manifest import check_compatible, read_manifest
+
+    for name, location in indexes.items():
+        if "://" in location:
+            continue  # read by each replica with its own credentials
+        try:
+            check_compatible(read_manifest(location), embedding_model_id(cfg.embedding), cfg.embedding.dim)
+        except IndexMismatchError as exc:
+            raise IndexMismatchError(f"index {name!r} at {location}: {exc}") from None
 
 
 def _options(deployment: Any, args: ServeAppArgs, extra: dict[str, Any] | None = None) -> Any:
@@ -86,29 +96,33 @@ def build_app(args: Union[ServeAppArgs, dict]) -> Application:
     if args.embedder == "in_replica" and "Embedder" in args.deployment_options:
         raise ValueError("deployment_options name the Embedder, but args.embedder is in_replica (no Embedder "
                          "deployment): drop the Embedder entry or set embedder: deployment")
+    sized_parts = sorted(set(PART_DEPLOYMENTS) & set(args.deployment_options))
+    if args.parts == "in_replica" and sized_parts:
+        raise ValueError(f"deployment_options name {sized_parts}, but args.parts is in_replica (no part "
+                         "deployments): drop those entries or set parts: deployments")
     cfg = load_hxd_config(args)
     cfg_json = cfg.model_dump(mode="json")
     indexes = {name: _resolve(loc) for name, loc in args.indexes.items()}
+    check_local_indexes(indexes, cfg)
 
     llm_extra: dict[str, Any] = {}
     if cfg.llm.backend == "vllm":
-        # GPUs per engine replica from the hxd2 config (0 on CPU builds; tensor_parallel_size on GPUs).
-        gpus = float(cfg.ray.gpus_per_ner_actor)
-        cpus = max(1.0, float(cfg.ray.cpus_per_ner_actor))
-        llm_extra["ray_actor_options"] = {"num_cpus": cpus, "num_gpus": gpus} if gpus else {"num_cpus": cpus}
+        # An engine needs a core of its own; GPUs are the Serve config's (deployments: LLM: ray_actor_options),
+        # not the indexing job's NER actor sizing.
+        llm_extra["ray_actor_options"] = {"num_cpus": 1.0}
         llm_extra["max_ongoing_requests"] = max(64, cfg.llm.max_num_seqs)
     llm = _options(LLMServer, args, llm_extra).bind(cfg_json["llm"], args.scripted.model_dump())
     embedder = (None if args.embedder == "in_replica"
                 else _options(EmbedderServer, args).bind(cfg_json["embedding"], args.embed_batch.model_dump()))
-    stages: dict[str, Any] = {}
-    if args.logic:
-        stages = {
-            "planner": _options(LogicPlanner, args).bind(cfg_json, llm),
-            "executor": _options(LogicExecutor, args).bind(cfg_json, indexes, llm, embedder),
-            "verifier": _options(LogicVerifier, args).bind(cfg_json, llm),
+    parts: dict[str, Any] = {}
+    if args.parts == "deployments":
+        parts = {
+            "planner": _options(PlannerServer, args).bind(cfg_json, llm),
+            "executor": _options(PlanExecutorServer, args).bind(cfg_json, indexes, llm, embedder),
+            "verifier": _options(VerifierServer, args).bind(cfg_json, llm),
         }
     retriever = _options(Retriever, args, {"max_ongoing_requests": args.pipeline_threads}).bind(
-        cfg_json, indexes, llm, embedder, args.pipeline, args.pipeline_threads, stages)
+        cfg_json, indexes, llm, embedder, parts, args.pipeline, args.pipeline_threads, args.mode)
     settings = {
         "indexes": list(indexes), "default_index": args.default, "request_deadline_s": args.request_deadline_s,
         "retry_after_s": args.retry_after_s, "max_body_bytes": args.max_body_bytes,

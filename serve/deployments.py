@@ -1,147 +1,81 @@
-"""The Serve deployments, the HTTP API they expose, and the metrics they record.
+"""The Serve deployments: the query flow's parts as a graph of deployments behind one HTTP ingress.
 
 Request flow (``serve.app:build_app`` wires it)::
 
-    HTTP ─► proxy ─► Ingress (FastAPI: auth, limits, OpenAI shapes, SSE)
-                       │ handle: answer / answer_stream (index name, question, deadline)
+    HTTP ─► proxy ─► Ingress (serve.api: auth, limits, text validation, OpenAI shapes, SSE)
+                       │ handle: answer / answer_stream (index, question, trace, deadline, mode)
                        ▼
-                     Retriever ×N (opens every index read-only; runs THE pipeline object in a thread pool)
-                       │ HandleLLM.complete/stream            │ HandleEmbedder.embed
-                       ▼                                       ▼
-                     LLM (AsyncVllmEngine: continuous        Embedder (@serve.batch across all callers)
-                          batching, streaming, abort;
-                          or the scripted LLM)
-    optional (args.logic): LogicPlanner, LogicExecutor, LogicVerifier — thin wrappers of hxd2_ray.logic.
-    args.embedder in_replica: no Embedder deployment; the Retriever / LogicExecutor replicas embed in-process
-    (a CPU embedder: the hop costs more than batching across requests saves).
+                     Retriever ×N: opens every index read-only and runs THE query flow
+                       │          (hxd2_ray.wiring.build_pipeline, the CLI's and the evaluation job's object),
+                       │          in worker threads; dual-level retrieval and the budgeted prompt happen here
+                       ├─► Planner ×N    plan(question)            LogicFormPlanner ─┐
+                       ├─► PlanExecutor  execute(index, plan)      LogicFormExecutor │ (its own index copies)
+                       ├─► Verifier ×N   verify(question, evidence, mode)            ├─► LLM (AsyncVllmEngine:
+                       ├─► Embedder      embed(texts), @serve.batch                   │   continuous batching,
+                       └─► LLM           complete / stream (keywords, answers) ◄──────┘   streaming, abort)
 
-Where the pipeline runs: in the Retriever replicas, in worker threads (see :mod:`serve.handles` for why). The
-pipeline object comes from ``args.pipeline`` (a factory taking a :class:`PipelineContext`); the default builds
-the CLI's ``QueryPipeline``; a multi-stage pipeline only has to offer ``answer(question)`` and
-``answer_stream(question)`` (yielding ``delta`` events then one ``final`` with an ``Answer``-like object).
+The flow reaches every part through the seams of :mod:`hxd2_ray.retrieval.parts` (and the LLM/Embedder seams);
+here those are handle adapters (:mod:`serve.handles`), in the CLI the library objects themselves, so the
+orchestration is one object in both places. ``args.parts: in_replica`` builds the parts inside each Retriever
+replica instead; ``args.embedder: in_replica`` embeds there too (a CPU embedder: the hop costs more than batching
+across requests saves). Each deployment's replicas, ``max_ongoing_requests`` and autoscaling are in
+``configs/serve.yaml`` (and ``cluster/kuberay/rayservice.yaml``).
 
-How streaming flows: vLLM ``AsyncLLM.generate`` (DELTA outputs) ─► ``LLM.stream`` (async generator) ─►
-Serve streaming handle ─► ``HandleLLM.stream`` (sync iterator in the pipeline thread) ─► pipeline
-``answer_stream`` events ─► a queue into the Retriever's event loop ─► ``Retriever.answer_stream`` (async
-generator) ─► Serve streaming handle ─► Ingress SSE ``data: {chunk}`` lines ─► client. When the client hangs up,
-each stage cancels the one below it, down to ``AsyncLLM.abort``.
+How streaming flows: vLLM ``AsyncLLM.generate`` (DELTA outputs) ─► ``LLM.stream`` (async generator) ─► Serve
+streaming handle ─► ``HandleLLM.stream`` (sync iterator in the flow's thread) ─► the flow's ``answer_stream``
+events ─► a queue into the Retriever's event loop ─► ``Retriever.answer_stream`` (async generator) ─► Serve
+streaming handle ─► Ingress SSE ``data: {chunk}`` lines ─► client. When the client hangs up, each step cancels
+the one below it, down to ``AsyncLLM.abort``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import importlib
 import logging
-import re
 import time
-from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, Sequence
 
 import numpy as np
-from fastapi import Request  # module level: FastAPI resolves the routes' string annotations in these globals
 from ray import serve
 
 from hxd2_ray.config import HxdConfig, validate_config
-from hxd2_ray.errors import BackendError, HxdError, IndexNotFoundError
+from hxd2_ray.errors import IndexNotFoundError
 from hxd2_ray.llm.base import LLMRequest, LLMResponse
+from serve.api import ApiSettings, RetrieverBackend, _error, answer_payload, error_of, make_api
 from serve.handles import (
     DeadlineExceeded,
     HandleEmbedder,
     HandleLLM,
-    HandleStage,
-    RequestCancelled,
+    HandlePlanExecutor,
+    HandlePlanner,
+    HandleVerifier,
     RequestScope,
     cancel_soon,
     run_in_thread,
 )
+from serve.metrics import TIMING_PHASES, Metrics, replica_max_ongoing
 
 log = logging.getLogger("hxd2.serve")
 
-STAGES = ("question", "keywords", "embed", "vector_search", "fuzzy", "graph", "budget", "generate", "total")
-_LATENCY_BOUNDARIES_MS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000]
 
-
-# ============================================================================================== metrics
-
-
-class _Null:
-    def inc(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def observe(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-
-class Metrics:
-    """Our counters and histograms (exported by Ray's metrics agent next to Serve's own, prefixed ``ray_``).
-
-    Outside a Serve replica (unit tests, no Ray) every metric is a no-op.
-    """
-
-    def __init__(self, enabled: bool | None = None):
-        if enabled is None:
-            enabled = _in_replica()
-        self.enabled = enabled
-        if enabled:
-            from ray.serve.metrics import Counter, Histogram
-
-            def counter(name: str, doc: str, tags: Sequence[str]) -> Any:
-                return Counter(name, description=doc, tag_keys=tuple(tags))
-
-            def hist(name: str, doc: str, tags: Sequence[str], bounds: list[float] = _LATENCY_BOUNDARIES_MS) -> Any:
-                return Histogram(name, description=doc, boundaries=bounds, tag_keys=tuple(tags))
-        else:
-            def counter(name: str, doc: str, tags: Sequence[str]) -> Any:
-                return _Null()
-
-            def hist(name: str, doc: str, tags: Sequence[str], bounds: list[float] | None = None) -> Any:
-                return _Null()
-
-        self.http_requests = counter("hxd2_http_requests", "HTTP requests by route and status", ["route", "status"])
-        self.http_latency = hist("hxd2_http_latency_ms", "HTTP request latency (ms; streams: until the end)",
-                                 ["route"])
-        self.answers = counter("hxd2_answers", "Answers by index and path taken", ["index", "path"])
-        self.fallbacks = counter("hxd2_fallbacks", "Answers that fell back (kind: what fell back)",
-                                 ["index", "kind"])
-        self.refusals = counter("hxd2_refusals", "Answers that refused to answer", ["index"])
-        self.errors = counter("hxd2_query_errors", "Queries that failed, by status", ["index", "status"])
-        self.prompt_tokens = counter("hxd2_prompt_tokens", "Prompt tokens of answers", ["index"])
-        self.completion_tokens = counter("hxd2_completion_tokens", "Completion tokens of answers", ["index"])
-        self.stage_latency = hist("hxd2_stage_latency_ms", "Per-stage latency of a query (ms)", ["stage"])
-        self.llm_requests = counter("hxd2_llm_requests", "LLM requests by kind and outcome", ["kind", "outcome"])
-        self.llm_ttft = hist("hxd2_llm_ttft_ms", "LLM time to first streamed token (ms)", [])
-        self.embed_batch = hist("hxd2_embed_batch_texts", "Texts per embedder batch", [],
-                                [1, 2, 4, 8, 16, 32, 64, 128, 256, 512])
-
-
-def _replica_max_ongoing() -> int | None:
-    try:
-        return int(serve.get_replica_context()._deployment_config.max_ongoing_requests)  # noqa: SLF001
-    except Exception:  # noqa: BLE001 - outside a replica, or a Serve version without the field
-        return None
-
-
-def _in_replica() -> bool:
-    try:
-        return serve.get_replica_context() is not None
-    except Exception:  # noqa: BLE001 - RayServeException outside a replica
-        return False
-
-
-# ====================================================================================== pipeline wiring
+# ========================================================================================== flow wiring
 
 
 @dataclass
 class PipelineContext:
-    """What a pipeline factory gets: one open index and the handle adapters, inside a Retriever replica."""
+    """What a pipeline factory gets inside a Retriever replica: one open index, the adapters, the parts."""
 
     index_name: str
     index: Any  # hxd2_ray.retrieval.OpenIndex
     llm: HandleLLM
     embedder: Any  # HandleEmbedder, or the embedder itself when args.embedder is in_replica
     cfg: HxdConfig
-    stages: dict[str, HandleStage] = field(default_factory=dict)  # logic deployments, when deployed
+    parts: Any = None  # FlowParts of handle adapters; None: the parts run in this replica
+    mode: str = "auto"  # the default mode of a request that names none
 
 
 def embedder_for(handle: Any, cfg: HxdConfig) -> Any:
@@ -155,10 +89,22 @@ def embedder_for(handle: Any, cfg: HxdConfig) -> Any:
 
 
 def default_pipeline(ctx: PipelineContext) -> Any:
-    """The CLI's pipeline: dual-level retrieval and a grounded answer."""
-    from hxd2_ray.retrieval import QueryPipeline
+    """The query flow, exactly as the CLI and the evaluation job build it."""
+    from hxd2_ray.wiring import build_pipeline
 
-    return QueryPipeline(ctx.index, ctx.llm, ctx.embedder, ctx.cfg.retrieval)
+    return build_pipeline(ctx.mode, ctx.index, ctx.llm, ctx.embedder, ctx.cfg, ctx.parts)
+
+
+def flow_parts(handles: dict[str, Any] | None, index_name: str) -> Any:
+    """The flow's parts as adapters over the part deployments' handles (None: build them in this replica)."""
+    if not handles:
+        return None
+    from hxd2_ray.retrieval.parts import FlowParts
+
+    verifier = handles["verifier"]
+    return FlowParts(planner=HandlePlanner(handles["planner"]),
+                     executor=HandlePlanExecutor(handles["executor"], index_name),
+                     verifiers={mode: HandleVerifier(verifier, mode) for mode in ("pre", "post")})
 
 
 def import_string(path: str) -> Callable[..., Any]:
@@ -171,199 +117,29 @@ def import_string(path: str) -> Callable[..., Any]:
     return obj
 
 
-def describe_answer(answer: Any) -> dict[str, Any]:
-    """Path taken, fallback and refusal of an answer, from whatever the pipeline recorded.
-
-    A pipeline may set ``path`` (e.g. ``logic_form``, ``dual_level``, ``refused``), ``fallback`` (a reason, or
-    True) and ``refused`` on its answer; for ``QueryPipeline`` (which sets none) the path is ``dual_level``, and a
-    keyword reply that could not be used (the search ran on the question alone) counts as a fallback.
-    """
-    path = getattr(answer, "path", None) or "dual_level"
-    refused = bool(getattr(answer, "refused", False)) or path == "refused"
-    fallback = getattr(answer, "fallback", None)
-    if fallback is True:
-        fallback = "fallback"
-    if not fallback:
-        retrieval = getattr(answer, "retrieval", None)
-        keywords = getattr(retrieval, "keywords", None)
-        if keywords is not None and (not keywords.parsed or keywords.empty):
-            fallback = "keywords"
-        elif retrieval is not None and not (retrieval.entities or retrieval.relations or retrieval.chunks):
-            fallback = "empty_context"
-    return {"path": str(path), "fallback": fallback or None, "refused": refused}
+def fallback_kind(reason: str | None) -> str | None:
+    """A bounded label for the fallbacks metric: the reason up to its first colon ("plan failed", "timeout", "the
+    pre-check verifier said no")."""
+    if not reason:
+        return None
+    return reason.split(":", 1)[0].strip()[:48] or "fallback"
 
 
-def answer_payload(index: str, answer: Any, trace: bool, seconds: float) -> dict[str, Any]:
-    """JSON-ready result of one query (what the Retriever hands the Ingress)."""
-    out = answer.to_dict(trace=trace) if hasattr(answer, "to_dict") else {"answer": str(answer)}
-    out.update(describe_answer(answer))
-    out["index"] = index
-    retrieval = getattr(answer, "retrieval", None)
-    timings = dict(getattr(retrieval, "timings_ms", None) or {})
-    retrieval_total = timings.pop("total", None)
-    total = seconds * 1000
-    if retrieval_total is not None:
-        timings["generate"] = max(0.0, total - retrieval_total)
-    timings["total"] = total
-    out["timings_ms"] = {k: round(v, 2) for k, v in timings.items()}
-    return out
+def _open_indexes(locations: dict[str, str], cfg: HxdConfig) -> dict[str, Any]:
+    from hxd2_ray.retrieval import open_index
 
-
-def _error(status: int, message: str, **extra: Any) -> dict[str, Any]:
-    return {"error": {"status": status, "message": message, **extra}}
-
-
-def error_of(exc: BaseException) -> dict[str, Any] | None:
-    """Known failures as an error payload (the Ingress maps ``status`` to HTTP); None for unexpected ones."""
-    from ray.exceptions import RayActorError
-    from ray.serve.exceptions import BackPressureError
-
-    from hxd2_ray.retrieval import EmptyQuestionError
-
-    if isinstance(exc, EmptyQuestionError):
-        return _error(400, str(exc))
-    if isinstance(exc, DeadlineExceeded):
-        return _error(504, str(exc) or "the request deadline passed")
-    if isinstance(exc, RequestCancelled):
-        return _error(499, "the request was cancelled")
-    if isinstance(exc, BackPressureError):
-        return _error(503, f"a stage is at capacity: {exc}", retry_after=exc.retry_after_s)
-    if isinstance(exc, RayActorError):
-        return _error(503, f"a stage's replica went away: {type(exc).__name__}")
-    if isinstance(exc, BackendError):
-        return _error(502, str(exc))
-    if isinstance(exc, HxdError):
-        return _error(500, str(exc))
-    return None
+    opened: dict[str, Any] = {}
+    try:
+        for name, location in locations.items():
+            opened[name] = open_index(location, cfg)  # s3:// → copied to this replica's disk; manifest checked
+    except BaseException:
+        for index in opened.values():
+            index.close()
+        raise
+    return opened
 
 
 # ========================================================================================== LLM
-
-
-_NAME_RE = re.compile(r"[A-Z][\w'’-]*(?:\s+[A-Z][\w'’-]*)*|[\u4e00-\u9fff]{2,}")
-_STOP = frozenset("A An And As At But By For From How If In Is It Of On Or The What When Where Which Who Why "
-                  "With Does Did Do Are Was Were Tell Give List Name".split())
-
-
-def _names(text: str) -> list[str]:
-    names: dict[str, str] = {}
-    for match in _NAME_RE.finditer(text):
-        words = match.group(0).split()
-        while words and words[0] in _STOP:
-            words = words[1:]
-        if words:
-            name = " ".join(words)
-            names.setdefault(name.casefold(), name)
-    return list(names.values())[:8]
-
-
-def _section(text: str, header: str) -> list[str]:
-    lines = text.split("\n")
-    try:
-        start = next(i for i, line in enumerate(lines) if line.strip() == header) + 1
-    except StopIteration:
-        return []
-    out = []
-    for line in lines[start:]:
-        if line.startswith("## "):
-            break
-        if line.strip():
-            out.append(line)
-    return out
-
-
-def serving_script(req: LLMRequest) -> str:
-    """Deterministic replies for serving with the scripted LLM (tests, load tests, overhead benchmark).
-
-    keywords: the question's capitalised names as low-level keywords; answer: a sentence naming the question
-    and the entities the context holds; anything else: the first allowed choice, or an echo.
-    """
-    import json
-
-    last = req.messages[-1]["content"] if req.messages else ""
-    if req.tag == "keywords":
-        question = last.split(":", 1)[-1] if ":" in last else last
-        question = question.split("：", 1)[-1]
-        return json.dumps({"high_level_keywords": [], "low_level_keywords": _names(question)}, ensure_ascii=False)
-    if req.tag == "answer":
-        question = " ".join(_section(last, "## Question")) or " ".join(_section(last, "## 问题"))
-        rows = _section(last, "## Entities")[1:]  # the first line is the CSV header (or "(none)")
-        entities = [r.split(",")[1] for r in rows if r.count(",") >= 2][:3]
-        known = ", ".join(entities) if entities else "nothing relevant"
-        return f"Scripted answer to: {question.strip()[:200]} The context names {known}."
-    if req.choices:
-        return req.choices[0]
-    return "scripted echo: " + " ".join(last.split()[:32])
-
-
-class ScriptedServing:
-    """The scripted LLM with the async engine's surface (complete / stream / stats) and injectable latency."""
-
-    supports_json_schema = True
-
-    def __init__(self, cfg: Any, options: Any):
-        from hxd2_ray.llm.scripted import ScriptedLLM
-
-        self.options = options
-        self.llm = ScriptedLLM(serving_script, model_id=cfg.model_id, tokens_per_word=cfg.tokens_per_word,
-                               fail_when=cfg.fail_when, record=False)
-        self.model_id = cfg.model_id
-        self.stats = {"started": 0, "finished": 0, "aborted": 0, "failed": 0, "streaming": 0}
-
-    def _delay(self, req: LLMRequest, per_token: bool) -> float:
-        o = self.options
-        base = o.token_delay_s if per_token else o.delay_s
-        if o.slow_marker and any(o.slow_marker in m["content"] for m in req.messages):
-            base += o.slow_delay_s
-        return base
-
-    async def complete(self, requests: Sequence[LLMRequest]) -> list[LLMResponse]:
-        self.stats["started"] += len(requests)
-        delay = max((self._delay(r, False) for r in requests), default=0.0)
-        if delay:
-            await asyncio.sleep(delay)
-        out = self.llm.complete(requests)
-        self.stats["finished"] += len(requests)
-        self.stats["failed"] += sum(1 for r in out if r.error)
-        return out
-
-    async def stream(self, request: LLMRequest) -> AsyncIterator[str]:
-        self.stats["started"] += 1
-        self.stats["streaming"] += 1
-        finished = False
-        try:
-            first = self._delay(request, False)
-            if first:
-                await asyncio.sleep(first)
-            response = self.llm.complete([request])[0]
-            if response.error:
-                self.stats["failed"] += 1
-                raise BackendError(f"the LLM failed: {response.error}")
-            words = response.text.split(" ")
-            per_token = self._delay(request, True)
-            for i, word in enumerate(words):
-                if per_token:
-                    await asyncio.sleep(per_token)
-                yield word if i == 0 else " " + word
-            finished = True
-        finally:
-            self.stats["streaming"] -= 1
-            if finished:
-                self.stats["finished"] += 1
-            else:
-                self.stats["aborted"] += 1
-
-    def count_tokens(self, text: str) -> int:
-        return self.llm.count_tokens(text)
-
-    def snapshot(self) -> dict[str, Any]:
-        return dict(self.stats, backend="scripted", model_id=self.model_id, unfinished=self.stats["streaming"])
-
-    async def check_health(self) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
 
 
 @serve.deployment(
@@ -375,17 +151,18 @@ class ScriptedServing:
 )
 class LLMServer:
     """The generation engine: vLLM's async engine (continuous batching over every in-flight request, streaming,
-    abort on disconnect), or the scripted LLM (``llm.backend: scripted``) for tests and load tests."""
+    abort on disconnect), or the scripted fake (``llm.backend: scripted``) for tests and load tests."""
 
     def __init__(self, llm_cfg: dict[str, Any], scripted: dict[str, Any] | None = None):
         from pydantic import TypeAdapter
 
         from hxd2_ray.config import LLMConfig, ScriptedLLMConfig
-        from serve.schemas import ScriptedServeOptions
 
         cfg = TypeAdapter(LLMConfig).validate_python(llm_cfg)
         if isinstance(cfg, ScriptedLLMConfig):
-            self.backend: Any = ScriptedServing(cfg, ScriptedServeOptions(**(scripted or {})))
+            from hxd2_ray.llm.scripted_async import ScriptedAsyncEngine, ScriptedLatency
+
+            self.backend: Any = ScriptedAsyncEngine(cfg, ScriptedLatency(**(scripted or {})))
         else:
             from hxd2_ray.llm.vllm_async import AsyncVllmEngine
 
@@ -426,12 +203,7 @@ class LLMServer:
             self.metrics.llm_requests.inc(tags={"kind": "stream", "outcome": outcome})
 
     async def stats(self) -> dict[str, Any]:
-        if isinstance(self.backend, ScriptedServing):
-            return self.backend.snapshot()
-        snap = self.backend.stats.to_dict()
-        snap.update(backend="vllm", model_id=self.backend.model_id, unfinished=self.backend.num_unfinished(),
-                    max_model_len=self.backend.max_model_len)
-        return snap
+        return self.backend.snapshot()
 
     async def check_health(self) -> None:
         await self.backend.check_health()
@@ -491,20 +263,6 @@ class EmbedderServer:
 # ===================================================================================== retriever
 
 
-def _open_indexes(locations: dict[str, str], cfg: HxdConfig) -> dict[str, Any]:
-    from hxd2_ray.retrieval import open_index
-
-    opened: dict[str, Any] = {}
-    try:
-        for name, location in locations.items():
-            opened[name] = open_index(location, cfg)  # s3:// → copied to this replica's disk; manifest checked
-    except BaseException:
-        for index in opened.values():
-            index.close()
-        raise
-    return opened
-
-
 @serve.deployment(
     name="Retriever",
     max_ongoing_requests=16,
@@ -513,28 +271,33 @@ def _open_indexes(locations: dict[str, str], cfg: HxdConfig) -> dict[str, Any]:
     health_check_period_s=10,
 )
 class Retriever:
-    """Dual-level retrieval + grounded answers over the read-only indexes: the pipeline object, in threads."""
+    """Orchestrates every query: the query flow over the read-only indexes, in worker threads; its parts are calls
+    to the part deployments (or in-replica objects with ``args.parts: in_replica``)."""
 
     def __init__(self, cfg_json: dict[str, Any], indexes: dict[str, str], llm: Any, embedder: Any,
-                 pipeline: str = "serve.deployments:default_pipeline", threads: int = 16,
-                 stages: dict[str, Any] | None = None):
+                 parts: dict[str, Any] | None = None, pipeline: str | None = None, threads: int = 16,
+                 mode: str = "auto"):
         import sys
 
-        # Pipeline threads hand off to the replica's event loop and the handle router's loop on every stage;
+        # Pipeline threads hand off to the replica's event loop and the handle router's loop on every step;
         # with the default 5 ms GIL switch interval a busy thread can hold those hand-offs up by milliseconds.
         sys.setswitchinterval(0.0005)
-        self.cfg = validate_config(cfg_json, source="serve args")
+        # One thread per request the replica may hold (a Serve config may raise max_ongoing_requests), and every
+        # one of them may be in its logic-form step at once.
+        threads = max(threads, replica_max_ongoing() or 0)
+        cfg = validate_config(cfg_json, source="serve args")
+        ms = cfg.multistage
+        self.cfg = cfg.model_copy(update={"multistage": ms.model_copy(
+            update={"logic_workers": max(ms.logic_workers, threads)})})
         self.llm = HandleLLM(llm, self.cfg.llm)
         self.embedder = embedder_for(embedder, self.cfg)
-        self.stages = {name: HandleStage(h) for name, h in (stages or {}).items()}
-        factory = import_string(pipeline)
+        factory = import_string(pipeline) if pipeline else default_pipeline
         self.indexes = _open_indexes(indexes, self.cfg)
         self.pipelines = {
-            name: factory(PipelineContext(name, index, self.llm, self.embedder, self.cfg, self.stages))
+            name: factory(PipelineContext(name, index, self.llm, self.embedder, self.cfg, flow_parts(parts, name),
+                                          mode))
             for name, index in self.indexes.items()
         }
-        # One thread per request the replica may hold (a Serve config may raise max_ongoing_requests).
-        threads = max(threads, _replica_max_ongoing() or 0)
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hxd2-pipeline")
         self.metrics = Metrics()
         self.served = 0
@@ -551,8 +314,9 @@ class Retriever:
         m = self.metrics
         self.served += 1
         m.answers.inc(tags={"index": index, "path": payload["path"]})
-        if payload.get("fallback"):
-            m.fallbacks.inc(tags={"index": index, "kind": str(payload["fallback"])})
+        kind = fallback_kind(payload.get("fallback_reason"))
+        if kind:
+            m.fallbacks.inc(tags={"index": index, "kind": kind})
         if payload.get("refused"):
             m.refusals.inc(tags={"index": index})
         usage = payload.get("usage") or {}
@@ -560,9 +324,9 @@ class Retriever:
             m.prompt_tokens.inc(usage["prompt_tokens"], tags={"index": index})
         if usage.get("completion_tokens"):
             m.completion_tokens.inc(usage["completion_tokens"], tags={"index": index})
-        for stage, ms in payload.get("timings_ms", {}).items():
-            if stage in STAGES:
-                m.stage_latency.observe(ms, tags={"stage": stage})
+        for phase, ms in payload.get("timings_ms", {}).items():
+            if phase in TIMING_PHASES:
+                m.phase_latency.observe(ms, tags={"phase": phase})
 
     def _failed(self, index: str, exc: BaseException) -> dict[str, Any]:
         if not isinstance(exc, Exception):
@@ -576,8 +340,8 @@ class Retriever:
 
     # -- API -------------------------------------------------------------------------------------------
 
-    async def answer(self, index: str, question: str, trace: bool = False,
-                     deadline: float | None = None) -> dict[str, Any]:
+    async def answer(self, index: str, question: str, trace: bool = False, deadline: float | None = None,
+                     mode: str | None = None) -> dict[str, Any]:
         """One whole answer as a JSON-ready dict, or ``{"error": {"status", "message"}}`` for known failures."""
         try:
             pipeline = self._pipeline(index)
@@ -586,7 +350,7 @@ class Retriever:
         scope = RequestScope(deadline)
         started = time.perf_counter()
         try:
-            answer = await run_in_thread(self.pool, scope, pipeline.answer, question)
+            answer = await run_in_thread(self.pool, scope, functools.partial(pipeline.answer, question, mode=mode))
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - mapped to a status
@@ -595,8 +359,8 @@ class Retriever:
         self._record(index, payload)
         return payload
 
-    async def answer_stream(self, index: str, question: str, trace: bool = False,
-                            deadline: float | None = None) -> AsyncIterator[dict[str, Any]]:
+    async def answer_stream(self, index: str, question: str, trace: bool = False, deadline: float | None = None,
+                            mode: str | None = None) -> AsyncIterator[dict[str, Any]]:
         """``{"type": "delta", "text"}`` events, then one ``{"type": "final", **payload}`` (or ``"error"``)."""
         try:
             pipeline = self._pipeline(index)
@@ -612,12 +376,13 @@ class Retriever:
             loop.call_soon_threadsafe(queue.put_nowait, (kind, item))
 
         def pump() -> None:
-            events = pipeline.answer_stream(question)
+            events = pipeline.answer_stream(question, mode=mode)
             try:
                 for event in events:
                     if scope.cancelled:
                         break
-                    put("event", event)
+                    if event.kind != "progress":
+                        put("event", event)
             except BaseException as exc:  # noqa: BLE001 - handed to the async side
                 put("error", exc)
             finally:
@@ -666,6 +431,7 @@ class Retriever:
                                "created_at": ix.manifest.created_at}
                         for name, ix in self.indexes.items()},
             "served": self.served,
+            "modes": {name: list(getattr(p, "modes", ())) for name, p in self.pipelines.items()},
         }
 
     def check_health(self) -> None:
@@ -676,6 +442,10 @@ class Retriever:
         pool = getattr(self, "pool", None)
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+        for pipeline in getattr(self, "pipelines", {}).values():
+            close = getattr(pipeline, "close", None)
+            if callable(close):
+                close()
         for index in getattr(self, "indexes", {}).values():
             try:
                 index.close()
@@ -683,438 +453,110 @@ class Retriever:
                 pass
 
 
-# ========================================================================================= logic
+# ======================================================================================= flow parts
 
 
-@serve.deployment(name="LogicPlanner", max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.1})
-class LogicPlanner:
-    """``plan(question)`` → ``PlanResult.to_dict()`` (LogicFormPlanner over the LLM deployment)."""
+class _Part:
+    """What the part deployments share: a thread pool for the library object's sync calls, each bounded by the
+    request's deadline (which also bounds the part's own calls to the LLM), and a call counter per outcome."""
+
+    part = ""
+
+    def _setup(self, threads: int) -> None:
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"hxd2-{self.part}")
+        self.metrics = Metrics()
+        self.calls = {"ok": 0, "error": 0}
+
+    async def _run(self, deadline: float | None, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            out = await run_in_thread(self.pool, RequestScope(deadline), functools.partial(fn, *args, **kwargs))
+        except BaseException:
+            self.calls["error"] += 1
+            self.metrics.part_calls.inc(tags={"part": self.part, "outcome": "error"})
+            raise
+        self.calls["ok"] += 1
+        self.metrics.part_calls.inc(tags={"part": self.part, "outcome": "ok"})
+        self.metrics.part_latency.observe((time.perf_counter() - started) * 1000, tags={"part": self.part})
+        return out
+
+    async def stats(self) -> dict[str, Any]:
+        return {"part": self.part, "calls": dict(self.calls)}
+
+
+@serve.deployment(name="Planner", max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.1})
+class PlannerServer(_Part):
+    """``plan(question, language, relations)`` → ``PlanResult``: the logic-form planner over the LLM deployment."""
+
+    part = "planner"
 
     def __init__(self, cfg_json: dict[str, Any], llm: Any):
-        from hxd2_ray.logic import LogicFormPlanner
+        from hxd2_ray.wiring import build_planner
 
         cfg = validate_config(cfg_json, source="serve args")
-        self.planner = LogicFormPlanner(HandleLLM(llm, cfg.llm))
-        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="hxd2-plan")
+        self.planner = build_planner(HandleLLM(llm, cfg.llm), cfg)
+        self._setup(max(16, replica_max_ongoing() or 0))
 
     async def plan(self, question: str, language: str | None = None, relations: Sequence[str] = (),
-                   deadline: float | None = None) -> dict[str, Any]:
-        result = await run_in_thread(self.pool, RequestScope(deadline), self.planner.plan, question,
-                                     language=language, relations=tuple(relations))
-        return result.to_dict()
+                   deadline: float | None = None) -> Any:
+        return await self._run(deadline, self.planner.plan, question, language=language, relations=tuple(relations))
 
 
-@serve.deployment(name="LogicExecutor", max_ongoing_requests=8, ray_actor_options={"num_cpus": 0.1})
-class LogicExecutor:
-    """``execute(index, plan, question)`` → evidence (LogicFormExecutor over the index's graph, read-only)."""
+@serve.deployment(name="PlanExecutor", max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.1})
+class PlanExecutorServer(_Part):
+    """``execute(index, plan, question)`` → ``LogicFormEvidence``: the executor over its own read-only copies of
+    the indexes (Kùzu allows many read-only openers)."""
+
+    part = "executor"
 
     def __init__(self, cfg_json: dict[str, Any], indexes: dict[str, str], llm: Any, embedder: Any):
-        import threading
-
-        from hxd2_ray.logic import EntityLinker, GraphQueries, LogicFormExecutor
+        from hxd2_ray.wiring import build_plan_executor
 
         cfg = validate_config(cfg_json, source="serve args")
         self.indexes = _open_indexes(indexes, cfg)
         llm_adapter, emb = HandleLLM(llm, cfg.llm), embedder_for(embedder, cfg)
-        self.executors = {}
-        for name, index in self.indexes.items():
-            queries = GraphQueries(index.graph)
-            linker = EntityLinker(queries, embedder=emb, name_index=index.family("entity_name"))
-            self.executors[name] = LogicFormExecutor(queries, linker, llm_adapter)
-        # An executor keeps per-run trace state: one run at a time per index.
-        self.locks = {name: threading.Lock() for name in self.executors}
-        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="hxd2-exec")
+        self.executors = {name: build_plan_executor(index, llm_adapter, emb) for name, index in self.indexes.items()}
+        self._setup(max(16, replica_max_ongoing() or 0))
 
-    async def execute(self, index: str, plan: Any, question: str = "",
-                      deadline: float | None = None) -> dict[str, Any]:
+    async def execute(self, index: str, plan: Any, question: str = "", deadline: float | None = None) -> Any:
         from hxd2_ray.logic import Plan, validate_plan
 
         if index not in self.executors:
-            return _error(404, f"unknown index {index!r}; served: {', '.join(self.executors)}")
-        checked = validate_plan(plan)
+            raise IndexNotFoundError(f"unknown index {index!r}; served: {', '.join(self.executors)}")
+        checked = plan if isinstance(plan, Plan) else validate_plan(plan)
         if not isinstance(checked, Plan):
-            return _error(400, f"invalid plan: {checked}")
+            raise ValueError(f"invalid plan: {checked}")
+        return await self._run(deadline, self.executors[index].execute, checked, question)
 
-        def run() -> Any:
-            with self.locks[index]:
-                return self.executors[index].execute(checked, question)
+    def __del__(self) -> None:
+        for index in getattr(self, "indexes", {}).values():
+            try:
+                index.close()
+            except Exception:  # noqa: BLE001
+                pass
 
-        evidence = await run_in_thread(self.pool, RequestScope(deadline), run)
-        return {"ok": evidence.ok, "evidence": evidence.to_dict(), "text": evidence.format()}
 
+@serve.deployment(name="Verifier", max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.1})
+class VerifierServer(_Part):
+    """``verify(question, evidence, answer, language, mode)`` → ``Verdict``: pre- or post-check over the LLM."""
 
-@serve.deployment(name="LogicVerifier", max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.1})
-class LogicVerifier:
-    """``verify(question, evidence, answer=None, mode="pre")`` → verdict (EvidenceVerifier over the LLM)."""
+    part = "verifier"
 
     def __init__(self, cfg_json: dict[str, Any], llm: Any):
-        from hxd2_ray.logic import EvidenceVerifier
+        from hxd2_ray.wiring import build_verifiers
 
         cfg = validate_config(cfg_json, source="serve args")
-        adapter = HandleLLM(llm, cfg.llm)
-        self.verifiers = {mode: EvidenceVerifier(adapter, mode) for mode in ("pre", "post")}
-        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="hxd2-verify")
+        self.verifiers = build_verifiers(HandleLLM(llm, cfg.llm))
+        self._setup(max(16, replica_max_ongoing() or 0))
 
-    async def verify(self, question: str, evidence: str, answer: str | None = None, mode: str = "pre",
-                     deadline: float | None = None) -> dict[str, Any]:
+    async def verify(self, question: str, evidence: Any, answer: str | None = None, language: str | None = None,
+                     mode: str = "pre", deadline: float | None = None) -> Any:
         if mode not in self.verifiers:
-            return _error(400, f"mode must be 'pre' or 'post', got {mode!r}")
-        verdict = await run_in_thread(self.pool, RequestScope(deadline), self.verifiers[mode].verify, question,
-                                      evidence, answer)
-        return {"supported": verdict.supported, "reason": verdict.reason, "raw": verdict.raw, "mode": verdict.mode}
+            raise ValueError(f"verifier mode must be one of {sorted(self.verifiers)}, got {mode!r}")
+        return await self._run(deadline, self.verifiers[mode].verify, question, evidence, answer, language=language)
 
 
-# ===================================================================================== HTTP API
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, type_: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type_ or _ERROR_TYPES.get(status, "server_error")
-        self.code = code
-        self.headers = headers or {}
-
-
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-                413: "invalid_request_error", 422: "invalid_request_error", 499: "cancelled",
-                502: "upstream_error", 503: "overloaded_error", 504: "timeout_error"}
-
-
-@dataclass(frozen=True)
-class ApiSettings:
-    indexes: tuple[str, ...]
-    default_index: str
-    request_deadline_s: float = 120.0
-    retry_after_s: int = 1
-    max_body_bytes: int = 1 << 20
-    max_question_chars: int = 32_000
-    model_created: int = field(default_factory=lambda: int(time.time()))
-
-
-DEADLINE_HEADER = "x-hxd2-deadline-s"
-
-
-class RetrieverBackend:
-    """The Ingress's view of the Retriever deployment: deadlines, one retry on a dead replica, status mapping."""
-
-    def __init__(self, handle: Any, retry_after_s: int):
-        self.handle = handle
-        self.stream_handle = handle.options(stream=True)
-        self.retry_after_s = retry_after_s
-
-    def _overloaded(self, message: str, retry_after: float | None = None) -> ApiError:
-        seconds = self.retry_after_s if retry_after is None else max(0, int(-(-retry_after // 1)))
-        return ApiError(503, message, code="overloaded", headers={"Retry-After": str(seconds)})
-
-    def _raise_payload_error(self, payload: dict[str, Any]) -> None:
-        err = payload["error"]
-        status = int(err.get("status", 500))
-        if status == 503:
-            raise self._overloaded(err.get("message", "overloaded"), err.get("retry_after"))
-        raise ApiError(status, err.get("message", "error"))
-
-    async def answer(self, index: str, question: str, trace: bool, deadline: float) -> dict[str, Any]:
-        from ray.exceptions import RayActorError
-        from ray.serve.exceptions import BackPressureError
-
-        for attempt in (0, 1):
-            response = self.handle.answer.remote(index, question, trace, deadline)
-            try:
-                # A little beyond the deadline: the retriever answers 504 itself, with its reason, when it can.
-                result = await asyncio.wait_for(response, max(0.0, deadline - time.time()) + 1.0)
-            except asyncio.TimeoutError:
-                response.cancel()
-                raise ApiError(504, "the request deadline passed") from None
-            except asyncio.CancelledError:
-                response.cancel()  # the client went away: stop the work downstream
-                raise
-            except BackPressureError as exc:
-                raise self._overloaded(f"the retriever is at capacity ({exc})", exc.retry_after_s) from None
-            except RayActorError as exc:
-                # The replica died under this (read-only, idempotent) query: retry once on another replica.
-                if attempt == 0 and time.time() < deadline:
-                    log.warning("retriever replica failed (%s); retrying once", type(exc).__name__)
-                    continue
-                raise self._overloaded(f"the retriever replica went away ({type(exc).__name__})") from None
-            except Exception as exc:  # noqa: BLE001 - a JSON 500 rather than a bare one
-                log.error("retriever call failed", exc_info=exc)
-                raise ApiError(500, f"internal error: {type(exc).__name__}") from None
-            if "error" in result:
-                self._raise_payload_error(result)
-            return result
-        raise AssertionError("unreachable")
-
-    async def answer_stream(self, index: str, question: str, trace: bool,
-                            deadline: float) -> AsyncIterator[dict[str, Any]]:
-        """Events from the retriever. Errors before the first event raise :class:`ApiError` (a real status);
-        later ones arrive as ``{"type": "error"}`` events. Closing this generator cancels the stream below."""
-        from ray.exceptions import RayActorError
-        from ray.serve.exceptions import BackPressureError
-
-        gen = self.stream_handle.answer_stream.remote(index, question, trace, deadline)
-        first = True
-        done = False
-        try:
-            while True:
-                timeout = max(0.0, deadline - time.time()) + 1.0
-                try:
-                    event = await asyncio.wait_for(gen.__anext__(), timeout)
-                except StopAsyncIteration:
-                    done = True
-                    return
-                except asyncio.TimeoutError:
-                    if first:
-                        raise ApiError(504, "the request deadline passed") from None
-                    yield {"type": "error", "error": {"status": 504, "message": "the request deadline passed"}}
-                    return
-                except BackPressureError as exc:
-                    raise self._overloaded(f"the retriever is at capacity ({exc})", exc.retry_after_s) from None
-                except RayActorError as exc:
-                    if first:
-                        raise self._overloaded(f"the retriever replica went away ({type(exc).__name__})") from None
-                    yield {"type": "error", "error": {"status": 503, "message": "the retriever replica went away"}}
-                    return
-                except ApiError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - a JSON error rather than a broken stream
-                    log.error("retriever stream failed", exc_info=exc)
-                    message = f"internal error: {type(exc).__name__}"
-                    if first:
-                        raise ApiError(500, message) from None
-                    yield {"type": "error", "error": {"status": 500, "message": message}}
-                    return
-                if first and event.get("type") == "error":
-                    done = True
-                    self._raise_payload_error(event)
-                first = False
-                if event.get("type") in ("final", "error"):
-                    done = True
-                yield event
-        finally:
-            if not done:
-                gen.cancel()
-
-    async def health(self) -> dict[str, Any]:
-        return await asyncio.wait_for(self.handle.info.remote(), 5.0)
-
-
-def _sse(data: Any) -> bytes:
-    import json
-
-    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return f"data: {text}\n\n".encode()
-
-
-class HttpMetricsMiddleware:
-    """Counts every HTTP request by route and status and times it (streams: until their last byte)."""
-
-    def __init__(self, app: Any, metrics: Metrics, routes: Iterable[str]):
-        self.app = app
-        self.metrics = metrics
-        self.routes = frozenset(routes)
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        path = scope.get("path", "")
-        root = scope.get("root_path", "")
-        if root and path.startswith(root):
-            path = path[len(root):] or "/"
-        route = path if path in self.routes else "other"
-        status = {"code": 500}
-        started = time.perf_counter()
-
-        async def send_wrapper(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            self.metrics.http_requests.inc(tags={"route": route, "status": str(status["code"])})
-            self.metrics.http_latency.observe((time.perf_counter() - started) * 1000, tags={"route": route})
-
-
-ROUTES = ("/v1/chat/completions", "/v1/query", "/v1/models", "/healthz")
-
-
-def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | None = None) -> Any:
-    """The ASGI app: FastAPI routes behind the auth/size guard and the HTTP metrics.
-
-    ``backend`` offers ``answer(index, question, trace, deadline)``, ``answer_stream(...)`` (async iterator of
-    events) and ``health()``: a :class:`RetrieverBackend` in Serve, a fake in unit tests.
-    """
-    import json
-
-    from fastapi import FastAPI
-    from fastapi.responses import JSONResponse, StreamingResponse
-    from pydantic import ValidationError
-
-    from serve.auth import GuardMiddleware
-    from serve.schemas import (
-        AssistantMessage,
-        ChatCompletion,
-        ChatCompletionChunk,
-        ChatCompletionRequest,
-        Choice,
-        ChunkChoice,
-        Delta,
-        ModelCard,
-        ModelList,
-        QueryRequest,
-        QueryResponse,
-        Usage,
-        completion_id,
-        error_body,
-    )
-
-    metrics = metrics or Metrics(enabled=False)
-    api = FastAPI(title="hxd2", docs_url=None, redoc_url=None, openapi_url=None)
-
-    @api.exception_handler(ApiError)
-    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(error_body(exc.message, exc.type, exc.code), status_code=exc.status,
-                            headers=exc.headers)
-
-    async def parse(request: Request, model: Any) -> Any:
-        raw = await request.body()
-        try:
-            data = json.loads(raw or b"")
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ApiError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
-        if not isinstance(data, dict):
-            raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
-        try:
-            return model.model_validate(data)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}"
-                                 for e in exc.errors()[:10])
-            raise ApiError(422, f"invalid request: {problems}", code="invalid_request") from None
-
-    def deadline_of(request: Request) -> float:
-        seconds = settings.request_deadline_s
-        asked = request.headers.get(DEADLINE_HEADER)
-        if asked:
-            try:
-                seconds = min(seconds, max(0.001, float(asked)))
-            except ValueError:
-                raise ApiError(400, f"{DEADLINE_HEADER} must be a number of seconds") from None
-        return time.time() + seconds
-
-    def check_question(index: str, question: str) -> None:
-        if index not in settings.indexes:
-            raise ApiError(404, f"unknown model/index {index!r}; served: {', '.join(settings.indexes)}",
-                           code="model_not_found")
-        if not question.strip():
-            raise ApiError(400, "the question is empty: send a user message with text", code="empty_question")
-        if len(question) > settings.max_question_chars:
-            raise ApiError(413, f"the question has {len(question):,} characters, over the limit of "
-                                f"{settings.max_question_chars:,}", code="question_too_long")
-
-    @api.get("/healthz")
-    async def healthz(deep: bool = False) -> dict[str, Any]:
-        out: dict[str, Any] = {"status": "ok", "indexes": list(settings.indexes)}
-        if deep:
-            try:
-                info = await backend.health()
-                out["served"] = info.get("served")
-            except Exception as exc:  # noqa: BLE001
-                raise ApiError(503, f"the retriever is not answering: {type(exc).__name__}",
-                               headers={"Retry-After": str(settings.retry_after_s)}) from None
-        return out
-
-    @api.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        cards = [ModelCard(id=name, created=settings.model_created) for name in settings.indexes]
-        return ModelList(data=cards).model_dump()
-
-    @api.post("/v1/query")
-    async def query(request: Request) -> dict[str, Any]:
-        req = await parse(request, QueryRequest)
-        index = req.index or settings.default_index
-        check_question(index, req.question)
-        result = await backend.answer(index, req.question, req.trace, deadline_of(request))
-        return QueryResponse(
-            index=index, question=result.get("question", req.question), answer=result.get("answer", ""),
-            path=result.get("path", "dual_level"), references=result.get("references", []),
-            notices=result.get("notices", []), usage=result.get("usage", {}),
-            timings_ms=result.get("timings_ms", {}), trace=result.get("trace") if req.trace else None,
-        ).model_dump(exclude_none=True)
-
-    @api.post("/v1/chat/completions")
-    async def chat(request: Request) -> Any:
-        req = await parse(request, ChatCompletionRequest)
-        question = req.question()
-        check_question(req.model, question)
-        deadline = deadline_of(request)
-        cid = completion_id()
-        if not req.stream:
-            result = await backend.answer(req.model, question, req.trace, deadline)
-            usage = result.get("usage", {})
-            return ChatCompletion(
-                id=cid, model=req.model,
-                choices=[Choice(message=AssistantMessage(content=result.get("answer", "")),
-                                finish_reason=_finish_reason(usage.get("finish_reason")))],
-                usage=Usage.of(usage), path=result.get("path"), references=result.get("references"),
-                notices=result.get("notices") or None, trace=result.get("trace") if req.trace else None,
-            ).model_dump(exclude_none=True)
-
-        events = backend.answer_stream(req.model, question, req.trace, deadline)
-        try:
-            first = await events.__anext__()  # errors before the first event still get a real status
-        except StopAsyncIteration:
-            raise ApiError(502, "the answer stream ended without an answer") from None
-        created = int(time.time())
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
-
-        def chunk(delta: Delta, finish: str | None = None, **extra: Any) -> bytes:
-            body = ChatCompletionChunk(id=cid, created=created, model=req.model,
-                                       choices=[ChunkChoice(delta=delta, finish_reason=finish)], **extra)
-            return _sse(body.model_dump(exclude_none=True))
-
-        async def sse() -> AsyncIterator[bytes]:
-            try:
-                yield chunk(Delta(role="assistant", content=""))
-                event: dict[str, Any] | None = first
-                while event is not None:
-                    kind = event.get("type")
-                    if kind == "delta":
-                        yield chunk(Delta(content=event["text"]))
-                    elif kind == "final":
-                        usage = event.get("usage", {})
-                        yield chunk(Delta(), _finish_reason(usage.get("finish_reason")),
-                                    path=event.get("path"), references=event.get("references"))
-                        if include_usage:
-                            yield _sse(ChatCompletionChunk(id=cid, created=created, model=req.model, choices=[],
-                                                           usage=Usage.of(usage)).model_dump(exclude_none=True))
-                    elif kind == "error":
-                        err = event["error"]
-                        yield _sse(error_body(err.get("message", "error"),
-                                              _ERROR_TYPES.get(int(err.get("status", 500)), "server_error"),
-                                              err.get("status")))
-                        break
-                    event = await events.__anext__() if kind not in ("final",) else None
-                yield _sse("[DONE]")
-            except StopAsyncIteration:
-                yield _sse("[DONE]")
-            finally:
-                await events.aclose()  # on a client disconnect too: cancels the retriever stream → engine abort
-
-        return StreamingResponse(sse(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-    guarded = GuardMiddleware(api, keys=keys, max_body_bytes=settings.max_body_bytes,
-                              on_reject=lambda status, path: None)
-    return HttpMetricsMiddleware(guarded, metrics, ROUTES)
-
-
-def _finish_reason(reason: str | None) -> str:
-    return reason if reason in ("stop", "length", "content_filter") else "stop"
+# ===================================================================================== ingress
 
 
 @serve.deployment(

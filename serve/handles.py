@@ -1,6 +1,7 @@
-"""Adapters that make Serve ``DeploymentHandle``s look like the library's sync LLMClient / Embedder protocols, so
-the very pipeline object the CLI builds (``QueryPipeline(index, llm, embedder, cfg)``) runs inside a replica
-unchanged: ``QueryPipeline(index, HandleLLM(llm_handle, cfg.llm), HandleEmbedder(emb_handle, cfg.embedding), …)``.
+"""Adapters that make Serve ``DeploymentHandle``s satisfy the library's seams — the LLM and Embedder protocols and
+the query flow's parts (:mod:`hxd2_ray.retrieval.parts`: Planner, PlanExecutor, Verifier) — so the very flow the
+CLI builds runs inside a Retriever replica unchanged: ``build_pipeline(mode, index, HandleLLM(...),
+HandleEmbedder(...), cfg, parts=FlowParts(planner=HandlePlanner(...), ...))``.
 
 Threads, not async adapters (the design choice)
 -----------------------------------------------
@@ -173,13 +174,14 @@ class HandleLLM:
     """
 
     supports_json_schema = True
+    thread_safe = True  # every call is its own Serve request; the engine batches them
 
     def __init__(self, handle: Any, cfg: LLMConfig, count_tokens: Callable[[str], int] | None = None):
         self._handle = handle
         self._stream_handle = handle.options(stream=True)
         self.model_id = llm_model_id(cfg)
-        if isinstance(cfg, VllmLLMConfig):
-            self.max_model_len = cfg.max_model_len  # budgets the context like the in-process engine would
+        # Budgets the context like the in-process engine would.
+        self.max_model_len: int | None = cfg.max_model_len if isinstance(cfg, VllmLLMConfig) else None
         if count_tokens is None:
             from hxd2_ray.llm.tokens import build_token_counter
 
@@ -235,14 +237,38 @@ class HandleEmbedder:
         return np.ascontiguousarray(out, dtype=np.float32)
 
 
-class HandleStage:
-    """Sync call-through to any deployment method from a pipeline thread: ``stage.call("plan", question)``.
+def _deadline() -> float | None:
+    scope = current_scope()
+    return None if scope is None else scope.deadline
 
-    For the logic-form stages (planner, executor, verifier) a multi-stage pipeline may run as deployments.
-    """
+
+class HandlePlanner:
+    """:class:`~hxd2_ray.retrieval.parts.Planner` over the Planner deployment (returns its ``PlanResult``)."""
 
     def __init__(self, handle: Any):
         self._handle = handle
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return _wait(getattr(self._handle, method).remote(*args, **kwargs))
+    def plan(self, question: str, *, language: str | None = None, relations: Sequence[str] = ()) -> Any:
+        return _wait(self._handle.plan.remote(question, language, list(relations), _deadline()))
+
+
+class HandlePlanExecutor:
+    """:class:`~hxd2_ray.retrieval.parts.PlanExecutor` over the PlanExecutor deployment, for one index."""
+
+    def __init__(self, handle: Any, index: str):
+        self._handle = handle
+        self.index = index
+
+    def execute(self, plan: Any, question: str = "") -> Any:
+        return _wait(self._handle.execute.remote(self.index, plan, question, _deadline()))
+
+
+class HandleVerifier:
+    """:class:`~hxd2_ray.retrieval.parts.Verifier` over the Verifier deployment, in one check mode."""
+
+    def __init__(self, handle: Any, mode: str):
+        self._handle = handle
+        self.mode = mode
+
+    def verify(self, question: str, evidence: Any, answer: str | None = None, *, language: str | None = None) -> Any:
+        return _wait(self._handle.verify.remote(question, evidence, answer, language, self.mode, _deadline()))

@@ -15,6 +15,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hxd2_ray.retrieval.flow import MODES
+
+
+def _check_mode(value: str | None) -> str | None:
+    if value is not None and value not in MODES:
+        raise ValueError(f"unknown mode {value!r}; valid: {', '.join(MODES)}")
+    return value
+
 # ------------------------------------------------------------------------------------------ requests
 
 
@@ -61,7 +69,11 @@ class ChatCompletionRequest(BaseModel):
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     user: str | None = None
-    trace: bool = Field(False, description="Extension: include the retrieval trace in the response.")
+    trace: bool = Field(False, description="Extension: include the query's trace in the response.")
+    mode: str | None = Field(None, description=f"Extension: the query mode ({', '.join(MODES)}); default: the "
+                                               "server's (auto).")
+
+    _mode = field_validator("mode")(_check_mode)
 
     def question(self) -> str:
         """The question is the last user message (earlier turns are not used for retrieval)."""
@@ -77,6 +89,9 @@ class QueryRequest(BaseModel):
     question: str = Field(..., min_length=1)
     index: str | None = Field(None, description="Index name; the default index when omitted.")
     trace: bool = False
+    mode: str | None = Field(None, description=f"Query mode ({', '.join(MODES)}); default: the server's (auto).")
+
+    _mode = field_validator("mode")(_check_mode)
 
 
 # ----------------------------------------------------------------------------------------- responses
@@ -118,6 +133,8 @@ class ChatCompletion(BaseModel):
     usage: Usage
     # extensions
     path: str | None = None
+    mode: str | None = None
+    fallback_reason: str | None = None
     references: list[dict[str, Any]] | None = None
     notices: list[str] | None = None
     trace: dict[str, Any] | None = None
@@ -142,7 +159,10 @@ class ChatCompletionChunk(BaseModel):
     choices: list[ChunkChoice]
     usage: Usage | None = None
     path: str | None = None
+    mode: str | None = None
+    fallback_reason: str | None = None
     references: list[dict[str, Any]] | None = None
+    trace: dict[str, Any] | None = None
 
 
 class QueryResponse(BaseModel):
@@ -150,6 +170,9 @@ class QueryResponse(BaseModel):
     question: str
     answer: str
     path: str
+    mode: str | None = None
+    fallback_reason: str | None = None
+    refused: bool = False
     references: list[dict[str, Any]]
     notices: list[str] = []
     usage: dict[str, Any] = {}
@@ -209,7 +232,9 @@ class ServeAppArgs(BaseModel):
         ..., min_length=1, description="Index name (the OpenAI 'model') -> local folder or s3:// URI."
     )
     default_index: str | None = Field(None, description="Index used by /v1/query without 'index' (default: first).")
-    config: str | None = Field(None, description="hxd2 YAML config (llm, embedding, retrieval, s3 sections).")
+    config: str | None = Field(
+        None, description="hxd2 YAML config (llm, embedding, retrieval, s3 sections); None (and no config_data): the "
+                          "config the first index was built with, from its manifest.")
     overrides: list[str] = Field(default_factory=list, description="section.key=value overrides of the config.")
     config_data: dict[str, Any] | None = Field(
         None, description="The config itself, as a mapping (instead of a file); overrides still apply."
@@ -224,16 +249,23 @@ class ServeAppArgs(BaseModel):
     retry_after_s: int = Field(1, ge=0, description="Retry-After of our 503 answers.")
     max_question_chars: int = Field(32_000, gt=0, description="Longer questions get 413.")
     # query flow
-    pipeline: str = Field(
-        "serve.deployments:default_pipeline",
-        description="module:function(ctx: PipelineContext) -> pipeline object with answer()/answer_stream().",
+    mode: str = Field("auto", description=f"Default query mode of a request that names none ({', '.join(MODES)}).")
+    pipeline: str | None = Field(
+        None,
+        description="module:function(ctx: PipelineContext) -> an object with answer()/answer_stream() like the "
+                    "query flow (benchmarks: the Serve floor); None: the query flow of hxd2_ray.wiring.build_pipeline.",
     )
     pipeline_threads: int = Field(16, gt=0, description="Threads running pipelines per retriever replica.")
-    logic: bool = Field(False, description="Also deploy the logic-form planner, executor and verifier.")
+    parts: Literal["deployments", "in_replica"] = Field(
+        "deployments",
+        description="deployments: the planner, plan executor and verifier run as their own deployments (Planner, "
+                    "PlanExecutor, Verifier), each sized and scaled on its own; in_replica: inside each Retriever "
+                    "replica (one process, no hops).",
+    )
     embedder: Literal["deployment", "in_replica"] = Field(
         "deployment",
         description="deployment: one Embedder deployment batching every replica's texts (@serve.batch; GPU models). "
-                    "in_replica: each Retriever / LogicExecutor replica embeds in-process, one hop less per query "
+                    "in_replica: each Retriever / PlanExecutor replica embeds in-process, one hop less per query "
                     "(CPU embedders, where a hop costs more than cross-request batching saves).",
     )
     embed_batch: EmbedBatchOptions = EmbedBatchOptions()
@@ -241,6 +273,8 @@ class ServeAppArgs(BaseModel):
     deployment_options: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Deployment name -> Deployment.options(...) keys, applied in code."
     )
+
+    _mode = field_validator("mode")(_check_mode)
 
     @field_validator("indexes")
     @classmethod

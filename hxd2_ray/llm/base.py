@@ -1,9 +1,21 @@
-"""LLM protocol: a batch of chat requests in, one response per request out, in order."""
+"""The LLM seam: a batch of chat requests in, one response per request out, in order.
+
+Three protocols, from what every backend offers to what some do:
+
+* :class:`LLMClient`: ``complete`` a batch, ``count_tokens`` with the serving model's tokenizer, and the declared
+  facts callers plan with (``thread_safe``, ``max_model_len``) — declared, never probed;
+* :class:`StreamingLLM`: also ``stream`` one reply as text deltas (answers reach a client while they are written);
+* :class:`AsyncLLMEngine`: the async surface of a serving engine (vLLM's ``AsyncLLM``, the scripted fake) that a
+  Serve deployment awaits.
+
+:class:`LLMWrapper` is the base of the wrappers in :mod:`hxd2_ray.llm.wrappers` that add one behaviour around a
+client (a lock with cancellation, an error tally); it streams exactly when the wrapped client does.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Protocol, Sequence
+from typing import Any, AsyncIterator, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 Message = Mapping[str, str]  # {"role": "system"|"user"|"assistant", "content": ...}
 
@@ -46,6 +58,11 @@ class LLMUsage:
 class LLMClient(Protocol):
     model_id: str
     supports_json_schema: bool
+    # True: ``complete``/``stream`` may be called from many threads at once and are batched together (vLLM's async
+    # engine behind a thread-safe facade, a Serve handle); False: callers serialize (the offline engine).
+    thread_safe: bool
+    # The model's context in tokens (prompt + completion), or None when the backend has no limit (the fake).
+    max_model_len: int | None
 
     def complete(self, requests: Sequence[LLMRequest]) -> list[LLMResponse]:
         """Answer every request; one failing request sets its ``error`` instead of raising for the batch."""
@@ -54,6 +71,32 @@ class LLMClient(Protocol):
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` under the serving model's tokenizer."""
         ...
+
+
+@runtime_checkable
+class StreamingLLM(Protocol):
+    """An :class:`LLMClient` that can also yield one reply as it is generated."""
+
+    def stream(self, request: LLMRequest) -> Iterator[str]:
+        """Text deltas of the reply to ``request``; raise on failure. Closing the iterator early aborts it."""
+        ...
+
+
+class AsyncLLMEngine(Protocol):
+    """The async surface a serving deployment awaits (continuous batching over every request in flight)."""
+
+    model_id: str
+    max_model_len: int | None
+
+    async def complete(self, requests: Sequence[LLMRequest]) -> list[LLMResponse]: ...
+
+    def stream(self, request: LLMRequest) -> AsyncIterator[str]: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+    async def check_health(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class LLMWrapper:
@@ -66,7 +109,7 @@ class LLMWrapper:
 
     def __init__(self, inner: LLMClient):
         self.inner = inner
-        if callable(getattr(inner, "stream", None)):
+        if isinstance(inner, StreamingLLM):
             self.stream = self._stream
 
     def __getattr__(self, name: str) -> Any:
@@ -84,7 +127,11 @@ class LLMWrapper:
 
     @property
     def thread_safe(self) -> bool:
-        return bool(getattr(self.inner, "thread_safe", False))
+        return self.inner.thread_safe
+
+    @property
+    def max_model_len(self) -> int | None:
+        return self.inner.max_model_len
 
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)

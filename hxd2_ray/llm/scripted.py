@@ -3,8 +3,10 @@
 Used by unit tests (exact replies), integration tests that count entities exactly (the built-in extraction
 mode) and pipeline-overhead benchmarks (``record=False``). Script modes, picked by the ``script`` argument:
 
-* ``None`` (default, and what :meth:`ScriptedLLM.from_config` builds): built-in extraction mode, see
-  :meth:`ScriptedLLM._extraction_reply`;
+* ``None`` (default, and what :meth:`ScriptedLLM.from_config` builds): the built-in mode, which follows every
+  protocol of the project by request tag — extraction (:meth:`ScriptedLLM._extraction_reply`) and querying
+  (:meth:`ScriptedLLM._query_reply`: keywords, plans, verifier checks, answers) — so the CLI, the evaluation job
+  and Serve give the same answers over the same index;
 * a sequence of replies, consumed in order (running out raises :class:`ScriptExhausted` naming the prompt);
 * a mapping substring -> reply: the first key found in the last message wins, else the first key found
   anywhere in the conversation (no match raises :class:`ScriptExhausted`);
@@ -55,6 +57,8 @@ def _describe(req: LLMRequest) -> str:
 
 class ScriptedLLM:
     supports_json_schema = True
+    thread_safe = False  # replies in arrival order (list mode) need one caller at a time
+    max_model_len: int | None = None
 
     def __init__(
         self,
@@ -65,6 +69,7 @@ class ScriptedLLM:
         record: bool = True,
         fail_first_n: int = 0,
         fail_when: Iterable[str] = (),
+        reject_when: Iterable[str] = (),
         entity_types: Sequence[str] = DEFAULT_ENTITY_TYPES,
     ) -> None:
         self.model_id = model_id
@@ -72,6 +77,7 @@ class ScriptedLLM:
         self.record = record
         self.fail_first_n = fail_first_n
         self.fail_when = tuple(fail_when)
+        self.reject_when = tuple(reject_when)
         self.entity_types = tuple(entity_types)
         self.requests: list[LLMRequest] = []  # every request received, when record=True
         self.batch_sizes: list[int] = []  # one entry per complete() call, when record=True
@@ -82,7 +88,7 @@ class ScriptedLLM:
         self._by_substring: Mapping[str, str] | None = None
         self._handler: Handler | None = None
         if script is None:
-            self._handler = self._extraction_reply
+            self._handler = self._builtin_reply
         elif callable(script):
             self._handler = script
         elif isinstance(script, Mapping):
@@ -95,7 +101,8 @@ class ScriptedLLM:
 
     @classmethod
     def from_config(cls, cfg: ScriptedLLMConfig, **kwargs) -> "ScriptedLLM":
-        return cls(model_id=cfg.model_id, tokens_per_word=cfg.tokens_per_word, fail_when=cfg.fail_when, **kwargs)
+        return cls(model_id=cfg.model_id, tokens_per_word=cfg.tokens_per_word, fail_when=cfg.fail_when,
+                   reject_when=cfg.reject_when, **kwargs)
 
     # ----------------------------------------------------------------- protocol
 
@@ -156,7 +163,46 @@ class ScriptedLLM:
                 return reply
         raise ScriptExhausted(f"ScriptedLLM has no reply matching the request; {_describe(req)}")
 
-    # ------------------------------------------------------ built-in extraction
+    # ------------------------------------------------------------ built-in mode
+
+    def _builtin_reply(self, req: LLMRequest) -> str:
+        kind = req.tag or _guess_kind(req)
+        if kind in QUERY_TAGS:
+            return self._query_reply(kind, req)
+        return self._extraction_reply(req)
+
+    def _query_reply(self, kind: str, req: LLMRequest) -> str:
+        """Deterministic replies of the query side, from the question (the last thing of every user message):
+
+        * keywords: the question's capitalised names (question words dropped) as low-level keywords;
+        * logic_plan / logic_repair: retrieve everything about the first name, output it (an empty plan when the
+          question names nothing);
+        * logic_verify_pre / _post: "yes", or "no" when the question contains one of ``reject_when``;
+        * logic_answer, answer: a sentence naming the question and what the evidence or context holds;
+        * logic_deduce: "cannot be determined".
+        """
+        question = question_of(req)
+        names = question_names(question)
+        if kind == "keywords":
+            return json.dumps({"high_level_keywords": [], "low_level_keywords": names}, ensure_ascii=False)
+        if kind in ("logic_plan", "logic_repair"):
+            if not names:
+                return json.dumps({"steps": []})
+            steps = [{"step": question[:200], "action": {"op": "retrieval", "alias": "found",
+                                                         "args": {"s": names[0], "p": None, "o": None}}},
+                     {"step": "Answer.", "action": {"op": "output", "args": {"aliases": ["$found"]}}}]
+            return json.dumps({"steps": steps}, ensure_ascii=False)
+        if kind.startswith("logic_verify"):
+            return "no" if any(marker in question for marker in self.reject_when) else "yes"
+        if kind == "logic_answer":
+            found = _section(_last(req), "## Answer candidates") or ["none"]
+            return f"Scripted logic-form answer to: {question[:200]} The evidence gives {found[0].strip()[:200]}."
+        if kind == "answer":
+            rows = _section(_last(req), "## Entities")[1:]  # the first line is the CSV header (or "(none)")
+            entities = [r.split(",")[1] for r in rows if r.count(",") >= 2][:3]
+            known = ", ".join(entities) if entities else "nothing relevant"
+            return f"Scripted answer to: {question[:200]} The context names {known}."
+        return "cannot be determined"  # logic_deduce
 
     def _extraction_reply(self, req: LLMRequest) -> str:
         """Deterministic answers that follow the extraction protocol (same request -> same reply).
@@ -223,6 +269,59 @@ class ScriptedLLM:
         if keywords:
             records.append(f'("content_keywords"<|>{", ".join(keywords)})')
         return "##\n".join(records) + "<|COMPLETE|>"
+
+
+QUERY_TAGS = frozenset({"keywords", "logic_plan", "logic_repair", "logic_verify_pre", "logic_verify_post",
+                        "logic_answer", "answer", "logic_deduce"})
+# Where the question starts in a user message (prompts put it last): the last of these markers wins.
+_QUESTION_MARKERS = ("## Question\n", "## 问题\n", "Sub-question:", "Question:", "问题：", "问题:", "Message:")
+_QUESTION_WORDS = frozenset("A An And As At But By For From How If In Is It Of On Or The What When Where Which Who "
+                            "Whom Whose Why With Does Did Do Are Was Were Tell Give List Name Can Could Should Would"
+                            .split())
+_QUESTION_NAME_RE = re.compile(r"[A-Z][\w'’-]*(?:\s+[A-Z][\w'’-]*)*|[\u4e00-\u9fff]{2,}")
+
+
+def _last(req: LLMRequest) -> str:
+    return req.messages[-1]["content"] if req.messages else ""
+
+
+def question_of(req: LLMRequest) -> str:
+    """The question of a query-side request: the text after the last question marker of the last message."""
+    last = _last(req)
+    cut = max(((last.rfind(m), m) for m in _QUESTION_MARKERS), key=lambda x: x[0])
+    if cut[0] < 0:
+        return last.strip()
+    return last[cut[0] + len(cut[1]):].strip()
+
+
+def question_names(question: str, limit: int = 8) -> list[str]:
+    """Capitalised word runs and CJK runs of a question, leading question words dropped, first occurrence order."""
+    names: dict[str, str] = {}
+    for match in _QUESTION_NAME_RE.finditer(question):
+        words = match.group(0).split()
+        while words and words[0] in _QUESTION_WORDS:
+            words = words[1:]
+        if words:
+            name = " ".join(words).rstrip("?.!,;:")
+            if name:
+                names.setdefault(name.casefold(), name)
+    return list(names.values())[:limit]
+
+
+def _section(text: str, header: str) -> list[str]:
+    """Lines of a ``## header`` section of a prompt, up to the next ``## ``."""
+    lines = text.split("\n")
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() == header) + 1
+    except StopIteration:
+        return []
+    out = []
+    for line in lines[start:]:
+        if line.startswith("## "):
+            break
+        if line.strip():
+            out.append(line)
+    return out
 
 
 def _guess_kind(req: LLMRequest) -> str:

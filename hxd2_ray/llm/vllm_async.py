@@ -121,6 +121,11 @@ class AsyncVllmEngine:
     def num_unfinished(self) -> int:
         return int(self.engine.get_num_unfinished_requests()) if self.engine is not None else 0
 
+    def snapshot(self) -> dict[str, Any]:
+        """Counters for the deployment's ``stats`` call."""
+        return {**self.stats.to_dict(), "backend": "vllm", "model_id": self.model_id,
+                "unfinished": self.num_unfinished(), "max_model_len": self.max_model_len}
+
     # ---------------------------------------------------------------- tokens
 
     def count_tokens(self, text: str) -> int:

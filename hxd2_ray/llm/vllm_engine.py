@@ -58,6 +58,7 @@ class VllmEngineLLM:
     """:class:`LLMClient` backed by an in-process ``vllm.LLM`` (CPU or one GPU / tensor-parallel group)."""
 
     supports_json_schema = True
+    thread_safe = False  # one blocking batch at a time: callers serialize (ThreadedVllmLLM is the concurrent one)
 
     def __init__(self, cfg: VllmLLMConfig, *, compact_json: bool = True) -> None:
         self.cfg = cfg

@@ -1,9 +1,10 @@
 """The query pipeline: question -> keywords -> dual-level matches -> graph context -> budgeted prompt -> answer.
 
-One object serves the CLI, the evaluation job and Serve. Retrieval and generation are separate calls
-(:meth:`QueryPipeline.retrieve`, :meth:`QueryPipeline.generate`) so a logic-form or multi-stage pipeline can
-wrap this one: retrieve with one question text, generate with another (the reference retrieves on the bare
-stem and generates with instruction + stem), or build its own context and reuse generation.
+The dual-level part of the query flow (:mod:`hxd2_ray.retrieval.flow`, built by
+:func:`hxd2_ray.wiring.build_pipeline` for every mode and entry point). Retrieval and generation are separate calls
+(:meth:`QueryPipeline.retrieve`, :meth:`QueryPipeline.generate`) so the flow can retrieve with one question text
+and generate with another (the reference retrieves on the bare stem and generates with instruction + stem), or
+build its own context and reuse generation.
 
 Dual-level retrieval (paper 3.2.2; reference ``KnowledgeRetriever.explore``, with its bug fixed: the
 reference extracted keywords and then searched with the raw question):
@@ -39,7 +40,7 @@ from hxd2_ray.retrieval.budget import (
     fit_total,
     table_tokens,
 )
-from hxd2_ray.retrieval.generation import StreamOutcome, complete_one, stream_completion
+from hxd2_ray.llm.streaming import StreamOutcome, complete_one, stream_completion
 from hxd2_ray.retrieval.index import DUAL_LEVEL_FAMILIES, OpenIndex
 from hxd2_ray.retrieval.keywords import keyword_request, parse_keywords
 from hxd2_ray.retrieval.query_prompts import QueryLanguagePrompts, QueryPromptSet, load_query_prompts
@@ -64,7 +65,7 @@ from hxd2_ray.retrieval.render import (
 from hxd2_ray.retrieval.results import (
     SECTIONS,
     Answer,
-    AnswerEvent,
+    QueryEvent,
     ChannelHit,
     ContextChunk,
     ContextEntity,
@@ -115,7 +116,7 @@ class QueryPipeline:
         self.embedder = embedder
         self.cfg = cfg
         self.prompts = prompts or load_query_prompts()
-        context_length = cfg.context_length or getattr(llm, "max_model_len", None) or DEFAULT_CONTEXT_LENGTH
+        context_length = cfg.context_length or llm.max_model_len or DEFAULT_CONTEXT_LENGTH
         self.limits: ContextLimits = context_limits(int(context_length), cfg.answer_reserve_tokens,
                                                     cfg.answer_max_tokens)
         self._instruction_tokens: dict[str, int] = {}
@@ -170,16 +171,8 @@ class QueryPipeline:
         assert final is not None
         return final
 
-    def generate_stream(self, question: str | None, context: RetrievalResult) -> Iterator[AnswerEvent]:
+    def generate_stream(self, question: str | None, context: RetrievalResult) -> Iterator[QueryEvent]:
         return self._generate_events(question, context, stream=True)
-
-    def answer(self, question: str, stream: bool = False, on_delta: Callable[[str], None] | None = None) -> Answer:
-        return self.generate(None, self.retrieve(question), stream=stream, on_delta=on_delta)
-
-    def answer_stream(self, question: str) -> Iterator[AnswerEvent]:
-        """Text deltas, then one ``final`` event with the whole answer, references and trace."""
-        context = self.retrieve(question)
-        yield from self._generate_events(None, context, stream=True)
 
     def extract_keywords(self, question: str, prompts: QueryLanguagePrompts) -> tuple[Keywords, list[str]]:
         cfg = self.cfg
@@ -364,7 +357,7 @@ class QueryPipeline:
 
     # -------------------------------------------------------------------------------- generation
 
-    def _generate_events(self, question: str | None, context: RetrievalResult, stream: bool) -> Iterator[AnswerEvent]:
+    def _generate_events(self, question: str | None, context: RetrievalResult, stream: bool) -> Iterator[QueryEvent]:
         notices = list(context.notices)
         if question is None or question == context.question:
             q, language = context.question, context.language
@@ -379,7 +372,7 @@ class QueryPipeline:
         outcome = StreamOutcome()
         if stream:
             for delta in stream_completion(self.llm, request, outcome):
-                yield AnswerEvent(kind="delta", text=delta)
+                yield QueryEvent(kind="delta", text=delta)
         else:
             response = complete_one(self.llm, request)
             outcome.text, outcome.finish_reason = response.text, response.finish_reason
@@ -390,4 +383,4 @@ class QueryPipeline:
             completion_tokens=outcome.completion_tokens, finish_reason=outcome.finish_reason,
             notices=tuple(notices),
         )
-        yield AnswerEvent(kind="final", answer=answer)
+        yield QueryEvent(kind="final", answer=answer)

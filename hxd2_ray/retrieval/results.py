@@ -12,7 +12,7 @@ Channels name where a match came from, so a trace can say why a row is in the co
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 from hxd2_ray.errors import HxdError
 
@@ -178,37 +178,57 @@ class RetrievalResult:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
+    """The one answer type of every query mode: the text, what it rests on, and how it was reached.
+
+    ``path`` says which part of the flow answered (``dual_level``, ``logic_form``, ``direct``, ``refused``,
+    ``logic_form_failed``, ``llm_only``, a retrieval-only mode's name, ``graphflow``); ``fallback_reason`` says why
+    the flow fell back to dual-level retrieval (None when it did not); ``trace`` is the JSON-ready record of the
+    run (intent, refusal score, plan, each step's template and result, verifier decision, retrieval, timings).
+    """
+
     question: str  # the generation question, as the prompt carried it
     text: str
     language: str
     references: tuple[Reference, ...]
-    retrieval: RetrievalResult  # the context the prompt held (after the final fit)
+    retrieval: RetrievalResult  # the context the prompt held (after the final fit); empty rows on other paths
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str = "stop"
     notices: tuple[str, ...] = ()
+    path: str = "dual_level"
+    mode: str = "dual"
+    fallback_reason: str | None = None
+    refused: bool = False
+    trace: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def to_dict(self, trace: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {
             "question": self.question,
             "answer": self.text,
             "language": self.language,
+            "path": self.path,
+            "mode": self.mode,
+            "fallback_reason": self.fallback_reason,
+            "refused": self.refused,
             "references": [r.to_dict() for r in self.references],
             "notices": list(self.notices),
             "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                       "finish_reason": self.finish_reason},
         }
         if trace:
-            out["trace"] = self.retrieval.trace()
+            out["trace"] = dict(self.trace) if self.trace else {"retrieval": self.retrieval.trace()}
         return out
 
 
 @dataclass(frozen=True, slots=True)
-class AnswerEvent:
-    """One streaming event: text deltas, then exactly one ``final`` carrying the whole :class:`Answer`."""
+class QueryEvent:
+    """One event of a streamed query: ``progress`` when a step of the flow finished (``step``, ``detail``),
+    ``delta`` with answer text, then exactly one ``final`` carrying the whole :class:`Answer`."""
 
-    kind: Literal["delta", "final"]
+    kind: Literal["progress", "delta", "final"]
     text: str = ""
+    step: str = ""
+    detail: Mapping[str, Any] | None = None
     answer: Answer | None = None
 
 

@@ -333,8 +333,9 @@ def test_calibrate_command(tiny, tmp_path, capsys):
     assert report["n_good"] == 3 and report["n_bad"] == 2 and len(report["questions"]) == 5
     assert {q["label"] for q in report["questions"]} == {"good", "bad"}
     assert all("score" in q and "basis" in q for q in report["questions"])
-    # the scripted LLM's keyword reply is unreadable: every question was scored by its own embedding
-    assert {q["basis"] for q in report["questions"]} == {"question"}
+    # the scripted LLM's keywords are the questions' capitalised names, so every question is scored by its
+    # low-level keywords (the reference's rule)
+    assert {q["basis"] for q in report["questions"]} == {"low"}
     assert -1 <= report["threshold"] <= 1 and report["f1"] > 0
     assert (out / "calibration.png").read_bytes()[:4] == b"\x89PNG"
 

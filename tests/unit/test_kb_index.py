@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hxd2_ray.config import HashingEmbeddingConfig, HxdConfig, MultiStageConfig, ScriptedLLMConfig, VectorsConfig
+from hxd2_ray.config import HashingEmbeddingConfig, HxdConfig, ScriptedLLMConfig, VectorsConfig
 from hxd2_ray.embedding.hashing import HashingEmbedder
 from hxd2_ray.errors import HxdError, IndexNotFoundError
 from hxd2_ray.indexing.kb_index import KB_PROMPT_VERSION, build_kb_index, file_sha256, kb_fingerprint
@@ -19,7 +19,7 @@ from hxd2_ray.logic.executor import EntityLinker, GraphQueries, LogicFormExecuto
 from hxd2_ray.logic.metaqa import read_triples, triples_to_tables
 from hxd2_ray.logic.plan import Plan, validate_plan
 from hxd2_ray.retrieval import QueryPipeline, open_index
-from hxd2_ray.retrieval.multistage import build_multistage
+from hxd2_ray.wiring import build_pipeline
 from tests.unit.retrieval_fixtures import keyword_reply, scripted_llm
 
 KB = Path(__file__).resolve().parents[1] / "data" / "eval" / "metaqa" / "kb.txt"
@@ -146,8 +146,8 @@ def test_multistage_logic_mode_over_the_kb_index(built, index):
     llm = scripted_llm(keyword_reply(["Walking, Walking"], ["written by"]), answer="unused",
                        replies={"intent": "question", "logic_plan": plan, "logic_verify_pre": "yes",
                                 "logic_answer": "Ermanno Olmi"})
-    with build_multistage(index, llm, embedder(cfg), cfg, MultiStageConfig()) as pipeline:
-        answer = pipeline.answer("who wrote Walking, Walking", mode="logic")
+    with build_pipeline("logic", index, llm, embedder(cfg), cfg) as pipeline:
+        answer = pipeline.answer("who wrote Walking, Walking")
     assert answer.path == "logic_form", answer.trace.get("fallback_reason")
     evidence = llm.requests_by_tag("logic_answer")[0].messages[-1]["content"]
     assert "Walking, Walking --written_by--> Ermanno Olmi" in evidence

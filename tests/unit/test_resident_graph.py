@@ -161,7 +161,8 @@ def test_pipeline_answers_the_same_either_way(tmp_path):
             for q in QUESTIONS:
                 names = [w for w in q.rstrip("?").split() if w[:1].isupper()][1:]
                 llm = scripted_llm(keyword_reply(names, ["award", "employment"]))
-                answer = QueryPipeline(idx, llm, HashingEmbedder(dim=DIM), cfg.retrieval).answer(q)
+                dual = QueryPipeline(idx, llm, HashingEmbedder(dim=DIM), cfg.retrieval)
+                answer = dual.generate(None, dual.retrieve(q))
                 r = answer.retrieval
                 out.append((r.entities, r.relations, r.chunks, llm.requests_by_tag("answer")[0].messages))
             return out

@@ -36,13 +36,16 @@ def test_json_with_trace(tiny, config_file, capsys):
     out = capsys.readouterr().out
     assert rc == 0
     data = json.loads(out)
-    assert data["path"] == "dual_level"
-    assert data["answer"].startswith("scripted echo")  # the built-in scripted mode echoes the prompt
+    assert data["path"] == "dual_level" and data["mode"] == "dual" and data["fallback_reason"] is None
+    # the built-in scripted mode answers with the question and the context's first entities
+    assert data["answer"].startswith(f"Scripted answer to: {QUESTION}")
     assert data["references"][0]["source_id"] == "brian_kobilka.txt"
     trace = data["trace"]
-    assert trace["keywords"]["parsed"] is False  # the echo is no JSON: question channel only
-    assert trace["entities"] and trace["entities"][0]["hits"][0]["channel"].startswith("question:")
-    assert set(trace["tokens"]) >= {"instructions", "question", "entities", "relations", "chunks", "total"}
+    assert trace["path"] == "dual_level" and trace["path_reason"] == "mode dual: dual-level retrieval only"
+    retrieval = trace["retrieval"]
+    assert retrieval["keywords"]["low_level"] == ["Brian Kobilka", "Nobel Prize", "Stanford"]
+    assert retrieval["entities"][0]["name"] == "Brian Kobilka"
+    assert set(retrieval["tokens"]) >= {"instructions", "question", "entities", "relations", "chunks", "total"}
 
 
 def test_plain_stream_and_trace(tiny, config_file, capsys):
@@ -50,10 +53,10 @@ def test_plain_stream_and_trace(tiny, config_file, capsys):
                      QUESTION])
     captured = capsys.readouterr()
     assert rc == 0
-    assert captured.out.startswith("scripted echo")
+    assert captured.out.startswith("Scripted answer to:")
     assert "References:" in captured.out and "brian_kobilka.txt" in captured.out
     assert "Trace (en)" in captured.out and "tokens  instructions" in captured.out
-    assert "could not be read" in captured.err  # notices go to stderr
+    assert "path: dual_level (mode dual: dual-level retrieval only)" in captured.err  # the path goes to stderr
 
 
 def test_auto_mode_reports_the_path_taken_and_its_trace(tiny, config_file, capsys):
@@ -61,9 +64,28 @@ def test_auto_mode_reports_the_path_taken_and_its_trace(tiny, config_file, capsy
     assert rc == 0
     data = json.loads(capsys.readouterr().out)
     assert data["answer"].strip()
-    # The scripted echo is no plan, so the logic form fails and the multi-stage pipeline falls back.
-    assert data["mode"] == "auto" and data["path"] in {"dual_level", "refused", "direct"}
-    assert data["trace"]["path"] == data["path"] and data["trace"]["path_reason"]
+    # The scripted plan retrieves the question's first name; the verifier says yes: answered by the logic form.
+    assert data["mode"] == "auto" and data["path"] == "logic_form", data["trace"]["path_reason"]
+    assert data["trace"]["path"] == data["path"] and data["trace"]["path_reason"] == "pre-check verifier said yes"
+    steps = data["trace"]["logic"]["evidence"]["steps"]
+    assert steps[0]["op"] == "retrieval" and steps[0]["queries"], steps
+
+
+@pytest.mark.parametrize("mode", ["llm_only", "chunk_vector", "dual_retrieval", "logic", "auto_post"])
+def test_every_mode_answers_through_the_cli(tiny, config_file, mode, capsys):
+    rc = query.main(["--index", str(tiny.root), "--config", config_file, QUESTION, "--json", "--mode", mode])
+    assert rc == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["mode"] == mode
+    expected = {"llm_only": "llm_only", "chunk_vector": "chunk_vector", "dual_retrieval": "dual_retrieval",
+                "logic": "logic_form", "auto_post": "logic_form"}[mode]
+    assert data["path"] == expected
+    if mode in ("chunk_vector", "dual_retrieval"):
+        assert data["answer"] == "" and data["references"][0]["source_id"] == "brian_kobilka.txt"
+    elif mode == "llm_only":
+        assert data["answer"] and data["references"] == []
+    else:
+        assert data["answer"].startswith("Scripted logic-form answer")
 
 
 def test_greetings_take_the_direct_path(tiny, config_file, capsys):

@@ -1,24 +1,16 @@
-"""Streaming seam for answer generation.
+"""One call to the LLM seam, streamed when the backend can and whole when it cannot.
 
-:class:`StreamingLLM` is the optional extension of :class:`~hxd2_ray.llm.base.LLMClient` that yields the
-answer as it is generated. Backends without ``stream`` (ScriptedLLM, a batch-only engine) still work:
-:func:`stream_completion` falls back to one ``complete`` call and yields the whole text at once.
+Backends without ``stream`` (the scripted fake, the offline engine) still work: :func:`stream_completion` falls
+back to one ``complete`` call and yields the whole text at once, so callers are written once, for streaming.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Protocol, runtime_checkable
+from typing import Iterator
 
 from hxd2_ray.errors import BackendError
-from hxd2_ray.llm.base import LLMClient, LLMRequest, LLMResponse
-
-
-@runtime_checkable
-class StreamingLLM(Protocol):
-    def stream(self, request: LLMRequest) -> Iterator[str]:
-        """Yield text deltas of the reply to ``request``; raise on failure."""
-        ...
+from hxd2_ray.llm.base import LLMClient, LLMRequest, LLMResponse, StreamingLLM
 
 
 @dataclass
@@ -33,7 +25,7 @@ class StreamOutcome:
 
 
 def supports_streaming(llm: object) -> bool:
-    return callable(getattr(llm, "stream", None))
+    return isinstance(llm, StreamingLLM)
 
 
 def stream_completion(llm: LLMClient, request: LLMRequest, outcome: StreamOutcome | None = None) -> Iterator[str]:
@@ -45,14 +37,13 @@ def stream_completion(llm: LLMClient, request: LLMRequest, outcome: StreamOutcom
     if supports_streaming(llm):
         outcome.streamed = True
         parts: list[str] = []
-        for delta in llm.stream(request):  # type: ignore[attr-defined]
+        assert isinstance(llm, StreamingLLM)
+        for delta in llm.stream(request):
             if delta:
                 parts.append(delta)
                 yield delta
         outcome.text = "".join(parts)
-        count = getattr(llm, "count_tokens", None)
-        if callable(count):
-            outcome.completion_tokens = int(count(outcome.text))
+        outcome.completion_tokens = int(llm.count_tokens(outcome.text))
         return
     response = complete_one(llm, request)
     outcome.text = response.text

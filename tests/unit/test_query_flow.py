@@ -1,4 +1,4 @@
-"""The multi-stage pipeline over the tiny index with a scripted LLM (handler mode, keyed by request tag):
+"""The query flow (``build_pipeline``) over the tiny index with a scripted LLM (handler mode, keyed by request tag):
 every path (direct, refused, logic_form, dual_level fallbacks, logic_form_failed), the modes, the post-check
 ablation, the trace, streaming, never-empty answers, one keyword call per query, timeouts and injection."""
 
@@ -11,21 +11,16 @@ from typing import Any, Iterator
 
 import pytest
 
+from hxd2_ray.config import MultiStageConfig
 from hxd2_ray.embedding.hashing import HashingEmbedder
 from hxd2_ray.llm.base import LLMRequest, LLMResponse
 from hxd2_ray.llm.scripted import ScriptedLLM
-from hxd2_ray.retrieval import EmptyQuestionError, open_index
+from hxd2_ray.llm.wrappers import SerializedLLM
+from hxd2_ray.retrieval import Answer, EmptyQuestionError, ModeUnavailableError, QueryEvent, QueryFlow, open_index
+from hxd2_ray.retrieval.flow import PATHS
 from hxd2_ray.retrieval.intent import load_multistage_prompts
-from hxd2_ray.retrieval.multistage import (
-    PATHS,
-    MultiStageAnswer,
-    MultiStageConfig,
-    MultiStagePipeline,
-    SerializedLLM,
-    StageEvent,
-    build_multistage,
-    relation_hints,
-)
+from hxd2_ray.retrieval.parts import FlowParts
+from hxd2_ray.wiring import build_parts, build_pipeline
 from tests.unit.retrieval_fixtures import DIM, HOSTILE, build_tiny_index, key, keyword_reply
 
 QUESTION = "Which prize did Thomas Südhof win?"
@@ -94,14 +89,18 @@ def tiny(tmp_path_factory):
     index.close()
 
 
+def with_multistage(cfg, **ms):
+    return cfg.model_copy(update={"multistage": MultiStageConfig(**ms)})
+
+
 @pytest.fixture
 def make(tiny):
-    """make(llm, **MultiStageConfig fields) -> MultiStagePipeline over the tiny index (closed afterwards)."""
+    """make(llm, **MultiStageConfig fields) -> the query flow over the tiny index (closed afterwards)."""
     t, index, embedder = tiny
-    built: list[MultiStagePipeline] = []
+    built: list[QueryFlow] = []
 
-    def _make(llm, **ms) -> MultiStagePipeline:
-        pipeline = build_multistage(index, llm, embedder, t.cfg, MultiStageConfig(**ms))
+    def _make(llm, **ms) -> QueryFlow:
+        pipeline = build_pipeline("auto", index, llm, embedder, with_multistage(t.cfg, **ms))
         built.append(pipeline)
         return pipeline
 
@@ -110,12 +109,12 @@ def make(tiny):
         p.close()
 
 
-def run(pipeline: MultiStagePipeline, question: str = QUESTION, **kwargs) -> tuple[list[StageEvent], MultiStageAnswer]:
+def run(pipeline: QueryFlow, question: str = QUESTION, **kwargs) -> tuple[list[QueryEvent], Answer]:
     events = list(pipeline.answer_stream(question, **kwargs))
     finals = [e for e in events if e.kind == "final"]
     assert len(finals) == 1 and events[-1].kind == "final"
     answer = finals[0].answer
-    assert isinstance(answer, MultiStageAnswer)
+    assert isinstance(answer, Answer)
     deltas = "".join(e.text for e in events if e.kind == "delta")
     # never empty, and the streamed text is the answer
     assert answer.text.strip()
@@ -173,7 +172,7 @@ def test_a_cut_stream_keeps_what_went_out(make):
     llm = BrokenStream(lambda req: {**DEFAULT_REPLIES}[req.tag])
     _, answer = run(make(llm), "hi")  # run() checks that the deltas are the final text
     assert answer.path == "direct" and answer.text == "Hello! Ask"
-    assert any("stream cut" in n for n in answer.notices) and answer.answer.finish_reason == "error"
+    assert any("stream cut" in n for n in answer.notices) and answer.finish_reason == "error"
     _, answer = run(make(llm))
     assert answer.path == "logic_form" and answer.text == "Thomas Südhof"
     assert any("cut by an error" in n for n in answer.notices)
@@ -199,7 +198,7 @@ def test_off_topic_question_below_threshold_is_refused(make):
     assert refusal["basis"] == "both"
     assert "threshold" in answer.trace["path_reason"]
     assert tags(llm) == ["intent", "keywords"]  # nothing after the gate
-    assert any(e.kind == "stage" and e.stage == "refusal" and e.detail["refused"] for e in events)
+    assert any(e.kind == "progress" and e.step == "refusal" and e.detail["refused"] for e in events)
     assert answer.trace["keywords"]["low_level"] == ["weather", "Paris"]
 
 
@@ -279,15 +278,15 @@ def test_logic_form_path_and_trace(make):
     assert out["path"] == "logic_form" and out["mode"] == "auto" and out["answer"] == answer.text
     json.dumps(out, ensure_ascii=False)  # JSON-ready
     assert "trace" not in answer.to_dict()
-    stages = [e.stage for e in events if e.kind == "stage"]
-    assert stages == ["intent", "refusal", "logic_form", "verifier"]
+    steps = [e.step for e in events if e.kind == "progress"]
+    assert steps == ["intent", "refusal", "logic_form", "verifier"]
 
 
 def test_relation_names_reach_the_planner(make, tiny):
     llm = scripted()
     pipeline = make(llm)
-    assert set(pipeline.relations) == {"employment", "award", "research topic", "discovery"}
-    assert relation_hints(tiny[1].graph, 2) == ["employment", "award"]  # most frequent first (3, 2)
+    assert set(pipeline.logic.relations) == {"employment", "award", "research topic", "discovery"}
+    assert tiny[1].graph.top_relation_keywords(2) == ["employment", "award"]  # most frequent first (3, 2)
     run(pipeline)
     plan_prompt = llm.requests_by_tag("logic_plan")[0].messages[-1]["content"]
     assert "employment" in plan_prompt and "research topic" in plan_prompt
@@ -379,28 +378,30 @@ def test_failed_llm_call_in_planning_falls_back(make):
 
 def test_timeout_falls_back_and_cancels_the_worker(make):
     release = threading.Event()
+    plan_returned = threading.Event()
 
     def slow_plan(req):
-        release.wait(5)
+        release.wait(60)
+        plan_returned.set()
         return BAD_PLAN  # invalid: a live worker would now ask for a repair
 
     llm = scripted(logic_plan=slow_plan)
     pipeline = make(llm, logic_timeout_s=0.3)
-    started = time.monotonic()
-    events = pipeline.answer_stream(QUESTION)
     collected = []
-    for event in events:
+    for event in pipeline.answer_stream(QUESTION):
         collected.append(event)
-        if event.kind == "stage" and event.stage == "fallback":
+        if event.kind == "progress" and event.step == "fallback":
+            # The flow fell back while the planner's LLM call was still stuck: it did not wait for the worker.
+            assert not plan_returned.is_set()
             # the fallback answer waits for the guarded LLM: let the stuck call finish now
             release.set()
     answer = collected[-1].answer
     assert answer.path == "dual_level" and answer.text == DEFAULT_REPLIES["answer"]
     assert answer.trace["fallback_reason"].startswith("timeout")
     assert answer.trace["logic"]["timed_out"] is True
-    assert 250 <= answer.trace["timings_ms"]["logic_total"] < 2000
-    assert time.monotonic() - started < 5
-    time.sleep(0.3)  # the abandoned worker has had time to go on
+    assert answer.trace["timings_ms"]["logic_total"] >= 250  # never before the deadline
+    pipeline.logic._pool.shutdown(wait=True)  # the abandoned worker has finished
+    assert plan_returned.is_set()
     assert "logic_repair" not in tags(llm)  # its next LLM call was cancelled
     assert tags(llm).count("answer") == 1
 
@@ -462,8 +463,8 @@ def test_post_check_yes(make):
     assert DEFAULT_REPLIES["logic_answer"] in verify  # the answer is checked together with the evidence
     assert answer.trace["verifier"]["mode"] == "post" and answer.trace["path_reason"] == "post-check verifier said yes"
     # nothing is streamed before the check passed: one delta, after the verifier stage
-    kinds = [(e.kind, e.stage) for e in events]
-    assert kinds.index(("stage", "verifier")) < kinds.index(("delta", ""))
+    kinds = [(e.kind, e.step) for e in events]
+    assert kinds.index(("progress", "verifier")) < kinds.index(("delta", ""))
     assert len([e for e in events if e.kind == "delta"]) == 1
 
 
@@ -482,19 +483,26 @@ def test_no_verifier(make):
     assert answer.trace["verifier"] == {"mode": "none", "ran": False}
 
 
-def test_verifier_mode_must_match(tiny):
-    from hxd2_ray.logic import EvidenceVerifier
-
+def test_modes_need_their_parts(tiny):
     t, index, embedder = tiny
-    p = build_multistage(index, scripted(), embedder, t.cfg, MultiStageConfig())
-    try:
-        with pytest.raises(ValueError, match="mode 'pre'"):
-            MultiStagePipeline(p.dual, p.planner, p.executor, EvidenceVerifier(p.llm, "pre"), None, None,
-                               MultiStageConfig(verifier_mode="post"))
-        with pytest.raises(ValueError, match="needs a verifier"):
-            MultiStagePipeline(p.dual, p.planner, p.executor, None, None, None, MultiStageConfig())
-    finally:
-        p.close()
+    llm = scripted()
+    full = build_parts(index, llm, embedder, t.cfg)
+    # Without a post-check verifier the post-check modes are unavailable, and they say what they lack.
+    pre_only = FlowParts(planner=full.planner, executor=full.executor, verifiers={"pre": full.verifiers["pre"]})
+    with build_pipeline("auto", index, llm, embedder, t.cfg, pre_only) as flow:
+        assert "auto_post" not in flow.modes and "auto" in flow.modes
+        with pytest.raises(ModeUnavailableError, match="auto_post.*post-check verifier"):
+            flow.answer(QUESTION, mode="auto_post")
+    with pytest.raises(ModeUnavailableError, match="pre-check verifier"):
+        build_pipeline("auto", index, llm, embedder, t.cfg, FlowParts(planner=full.planner, executor=full.executor))
+    # Without an index only llm_only can run; without an LLM only chunk_vector.
+    with build_pipeline("llm_only", None, llm, None, t.cfg) as flow:
+        assert flow.modes == ("llm_only",)
+        with pytest.raises(ModeUnavailableError, match="needs an index"):
+            flow.answer(QUESTION, mode="dual")
+    with build_pipeline("chunk_vector", index, None, embedder, t.cfg) as flow:
+        assert flow.modes == ("chunk_vector",)
+        assert flow.answer(QUESTION).references
 
 
 # --------------------------------------------------------------------------------------------- modes
@@ -506,7 +514,7 @@ def test_mode_dual(make):
     assert answer.path == "dual_level" and answer.mode == "dual"
     assert tags(llm) == ["keywords", "answer"]
     assert answer.trace["path_reason"] == "mode dual: dual-level retrieval only"
-    assert answer.trace["fallback_reason"] is None and not [e for e in events if e.kind == "stage"]
+    assert answer.trace["fallback_reason"] is None and not [e for e in events if e.kind == "progress"]
 
 
 def test_mode_logic_success_records_the_verifier_without_gating(make):
@@ -573,7 +581,7 @@ def test_cypher_injection_through_the_whole_pipeline(tmp_path):
             ({"keywords": keyword_reply([HOSTILE], [])}, "dual"),
         ):
             llm = scripted(**overrides)
-            pipeline = build_multistage(index, llm, embedder, tiny.cfg, MultiStageConfig(refusal_threshold=-1.0))
+            pipeline = build_pipeline("auto", index, llm, embedder, with_multistage(tiny.cfg, refusal_threshold=-1.0))
             try:
                 _, answer = run(pipeline, HOSTILE, mode=mode)
             finally:
@@ -645,19 +653,13 @@ def test_close_is_safe(make):
     assert answer.path == "dual_level" and answer.trace["fallback_reason"].startswith("exception")
 
 
-def test_callable_reply_helper_is_used():
-    seen: list[str] = []
-    llm = scripted(direct=lambda req: seen.append(req.tag) or "hey")
-    assert llm.complete([LLMRequest(messages=({"role": "user", "content": "hi"},), tag="direct")])[0].text == "hey"
-    assert seen == ["direct"]
-
-
 class _CountingLLM:
     """Records the most calls in flight at once. Each call waits a little so overlaps can happen; a thread-safe
     one waits until all four calls are inside at once (which a lock would make impossible)."""
 
     model_id = "counting"
     supports_json_schema = False
+    max_model_len = None
 
     def __init__(self, thread_safe: bool):
         self.thread_safe = thread_safe

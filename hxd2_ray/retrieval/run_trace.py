@@ -1,0 +1,75 @@
+"""The record of one query as the flow builds it: what each step decided, its timings, tokens and LLM calls.
+
+JSON-ready from the start (it is what ``--trace``, ``/v1/query`` with ``trace`` and the evaluation traces show).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Callable, Iterator
+
+from hxd2_ray.retrieval.results import Keywords
+
+
+class RunTrace:
+    """Mutable trace of one query under construction (one per query; never shared between threads)."""
+
+    def __init__(self, question: str, mode: str, language: str, generation_question: str,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.clock = clock
+        self.started = clock()
+        self.data: dict[str, Any] = {
+            "mode": mode,
+            "question": question,
+            "generation_question": generation_question,
+            "language": language,
+            "intent": None,
+            "refusal": None,
+            "keywords": None,
+            "logic": None,
+            "graphflow": None,
+            "verifier": None,
+            "fallback_reason": None,
+            "path": None,
+            "path_reason": None,
+            "timings_ms": {},
+            "tokens": {},
+            "llm_calls": {},
+            "notices": [],
+        }
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.data[key] = value
+
+    @contextlib.contextmanager
+    def timed(self, step: str) -> Iterator[None]:
+        t0 = self.clock()
+        try:
+            yield
+        finally:
+            self.data["timings_ms"][step] = round((self.clock() - t0) * 1000, 2)
+
+    def tokens(self, step: str, prompt: int, completion: int, calls: int = 1) -> None:
+        self.data["tokens"][step] = {"prompt": int(prompt), "completion": int(completion)}
+        self.data["llm_calls"][step] = int(calls)
+
+    def keywords(self, kw: Keywords) -> None:
+        self.data["keywords"] = {"low_level": list(kw.low_level), "high_level": list(kw.high_level),
+                                 "parsed": kw.parsed, "raw": kw.raw}
+        self.data["llm_calls"]["keywords"] = self.data["llm_calls"].get("keywords", 0) + 1
+
+    def notice(self, text: str) -> None:
+        self.data["notices"].append(text)
+
+    def finish(self, path: str, prompt_versions: dict[str, str]) -> dict[str, Any]:
+        data = self.data
+        data["path"] = path
+        data["timings_ms"]["total"] = round((self.clock() - self.started) * 1000, 2)
+        data["prompt_versions"] = prompt_versions
+        data["tokens_total"] = {"prompt": sum(t["prompt"] for t in data["tokens"].values()),
+                                "completion": sum(t["completion"] for t in data["tokens"].values())}
+        return data

@@ -1,0 +1,473 @@
+"""The HTTP API of the app: OpenAI-compatible chat completions (SSE streaming), ``/v1/query``, ``/v1/models``,
+``/healthz``; request validation at the edge, error and status mapping, and the Ingress's client of the Retriever.
+
+``make_api`` builds the ASGI app over a backend (:class:`RetrieverBackend` in Serve, a fake in unit tests), so
+everything here is tested without Ray. Every text that enters (a question, a message, a header) is checked once,
+here, before any work: what cannot be processed gets a 4xx with a reason, never a 500 after the pipeline ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Iterable
+
+from fastapi import Request  # module level: FastAPI resolves the routes' string annotations in these globals
+
+from hxd2_ray.errors import BackendError, HxdError
+from serve.handles import DeadlineExceeded, RequestCancelled
+from serve.metrics import Metrics
+
+log = logging.getLogger("hxd2.serve")
+
+DEADLINE_HEADER = "x-hxd2-deadline-s"
+
+
+# ============================================================================================ payloads
+
+
+def answer_payload(index: str, answer: Any, trace: bool, seconds: float) -> dict[str, Any]:
+    """JSON-ready result of one query (what the Retriever hands the Ingress)."""
+    out = answer.to_dict(trace=trace)
+    out["index"] = index
+    timings = dict(answer.trace.get("timings_ms") or {}) if answer.trace else {}
+    retrieval = dict(answer.retrieval.timings_ms or {})
+    for key, value in retrieval.items():
+        if key != "total":
+            timings.setdefault(key, value)
+    timings["total"] = seconds * 1000
+    out["timings_ms"] = {k: round(float(v), 2) for k, v in timings.items()}
+    return out
+
+
+def _error(status: int, message: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"status": status, "message": message, **extra}}
+
+
+def error_of(exc: BaseException) -> dict[str, Any] | None:
+    """Known failures as an error payload (the Ingress maps ``status`` to HTTP); None for unexpected ones."""
+    from ray.exceptions import RayActorError
+    from ray.serve.exceptions import BackPressureError
+
+    from hxd2_ray.retrieval import EmptyQuestionError, ModeUnavailableError
+
+    if isinstance(exc, (EmptyQuestionError, ModeUnavailableError)):
+        return _error(400, str(exc))
+    if isinstance(exc, DeadlineExceeded):
+        return _error(504, str(exc) or "the request deadline passed")
+    if isinstance(exc, RequestCancelled):
+        return _error(499, "the request was cancelled")
+    if isinstance(exc, BackPressureError):
+        return _error(503, f"a deployment is at capacity: {exc}", retry_after=exc.retry_after_s)
+    if isinstance(exc, RayActorError):
+        return _error(503, f"a deployment's replica went away: {type(exc).__name__}")
+    if isinstance(exc, BackendError):
+        return _error(502, str(exc))
+    if isinstance(exc, HxdError):
+        return _error(500, str(exc))
+    return None
+
+
+# ============================================================================================ HTTP API
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, type_: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_ or _ERROR_TYPES.get(status, "server_error")
+        self.code = code
+        self.headers = headers or {}
+
+
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+                413: "invalid_request_error", 422: "invalid_request_error", 499: "cancelled",
+                502: "upstream_error", 503: "overloaded_error", 504: "timeout_error"}
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    indexes: tuple[str, ...]
+    default_index: str
+    request_deadline_s: float = 120.0
+    retry_after_s: int = 1
+    max_body_bytes: int = 1 << 20
+    max_question_chars: int = 32_000
+    model_created: int = field(default_factory=lambda: int(time.time()))
+
+
+DEADLINE_HEADER = "x-hxd2-deadline-s"
+
+
+class RetrieverBackend:
+    """The Ingress's view of the Retriever deployment: deadlines, one retry on a dead replica, status mapping."""
+
+    def __init__(self, handle: Any, retry_after_s: int):
+        self.handle = handle
+        self.stream_handle = handle.options(stream=True)
+        self.retry_after_s = retry_after_s
+
+    def _overloaded(self, message: str, retry_after: float | None = None) -> ApiError:
+        seconds = self.retry_after_s if retry_after is None else max(0, int(-(-retry_after // 1)))
+        return ApiError(503, message, code="overloaded", headers={"Retry-After": str(seconds)})
+
+    def _raise_payload_error(self, payload: dict[str, Any]) -> None:
+        err = payload["error"]
+        status = int(err.get("status", 500))
+        if status == 503:
+            raise self._overloaded(err.get("message", "overloaded"), err.get("retry_after"))
+        raise ApiError(status, err.get("message", "error"))
+
+    async def answer(self, index: str, question: str, trace: bool, deadline: float,
+                     mode: str | None = None) -> dict[str, Any]:
+        from ray.exceptions import RayActorError
+        from ray.serve.exceptions import BackPressureError
+
+        for attempt in (0, 1):
+            response = self.handle.answer.remote(index, question, trace, deadline, mode)
+            try:
+                # A little beyond the deadline: the retriever answers 504 itself, with its reason, when it can.
+                result = await asyncio.wait_for(response, max(0.0, deadline - time.time()) + 1.0)
+            except asyncio.TimeoutError:
+                _cancel_quietly(response)
+                raise ApiError(504, "the request deadline passed") from None
+            except asyncio.CancelledError:
+                _cancel_quietly(response)  # the client went away: stop the work downstream
+                raise
+            except BackPressureError as exc:
+                raise self._overloaded(f"the retriever is at capacity ({exc})", exc.retry_after_s) from None
+            except RayActorError as exc:
+                # The replica died under this (read-only, idempotent) query: retry once on another replica.
+                if attempt == 0 and time.time() < deadline:
+                    log.warning("retriever replica failed (%s); retrying once", type(exc).__name__)
+                    continue
+                raise self._overloaded(f"the retriever replica went away ({type(exc).__name__})") from None
+            except Exception as exc:  # noqa: BLE001 - a JSON 500 rather than a bare one
+                log.error("retriever call failed", exc_info=exc)
+                raise ApiError(500, f"internal error: {type(exc).__name__}") from None
+            if "error" in result:
+                self._raise_payload_error(result)
+            return result
+        raise AssertionError("unreachable")
+
+    async def answer_stream(self, index: str, question: str, trace: bool, deadline: float,
+                            mode: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Events from the retriever. Errors before the first event raise :class:`ApiError` (a real status);
+        later ones arrive as ``{"type": "error"}`` events. Closing this generator cancels the stream below."""
+        from ray.exceptions import RayActorError
+        from ray.serve.exceptions import BackPressureError
+
+        gen = self.stream_handle.answer_stream.remote(index, question, trace, deadline, mode)
+        first = True
+        done = False
+        try:
+            while True:
+                timeout = max(0.0, deadline - time.time()) + 1.0
+                try:
+                    event = await asyncio.wait_for(gen.__anext__(), timeout)
+                except StopAsyncIteration:
+                    done = True
+                    return
+                except asyncio.TimeoutError:
+                    if first:
+                        raise ApiError(504, "the request deadline passed") from None
+                    yield {"type": "error", "error": {"status": 504, "message": "the request deadline passed"}}
+                    return
+                except BackPressureError as exc:
+                    # The request never started downstream: nothing to cancel (cancelling would re-raise this).
+                    done = True
+                    raise self._overloaded(f"the retriever is at capacity ({exc})", exc.retry_after_s) from None
+                except RayActorError as exc:
+                    if first:
+                        raise self._overloaded(f"the retriever replica went away ({type(exc).__name__})") from None
+                    yield {"type": "error", "error": {"status": 503, "message": "the retriever replica went away"}}
+                    return
+                except ApiError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a JSON error rather than a broken stream
+                    log.error("retriever stream failed", exc_info=exc)
+                    message = f"internal error: {type(exc).__name__}"
+                    if first:
+                        raise ApiError(500, message) from None
+                    yield {"type": "error", "error": {"status": 500, "message": message}}
+                    return
+                if first and event.get("type") == "error":
+                    done = True
+                    self._raise_payload_error(event)
+                first = False
+                if event.get("type") in ("final", "error"):
+                    done = True
+                yield event
+        finally:
+            if not done:
+                _cancel_quietly(gen)
+
+    async def health(self) -> dict[str, Any]:
+        return await asyncio.wait_for(self.handle.info.remote(), 5.0)
+
+
+def _cancel_quietly(response: Any) -> None:
+    """Cancel a downstream call; a call that already failed re-raises its error from ``cancel()``, and that error
+    was (or is being) answered already."""
+    try:
+        response.cancel()
+    except Exception:  # noqa: BLE001 - see the docstring
+        pass
+
+
+def _sse(data: Any) -> bytes:
+    import json
+
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return f"data: {text}\n\n".encode()
+
+
+class HttpMetricsMiddleware:
+    """Counts every HTTP request by route and status and times it (streams: until their last byte)."""
+
+    def __init__(self, app: Any, metrics: Metrics, routes: Iterable[str]):
+        self.app = app
+        self.metrics = metrics
+        self.routes = frozenset(routes)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        root = scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root):] or "/"
+        route = path if path in self.routes else "other"
+        status = {"code": 500}
+        started = time.perf_counter()
+
+        async def send_wrapper(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            self.metrics.http_requests.inc(tags={"route": route, "status": str(status["code"])})
+            self.metrics.http_latency.observe((time.perf_counter() - started) * 1000, tags={"route": route})
+
+
+ROUTES = ("/v1/chat/completions", "/v1/query", "/v1/models", "/healthz")
+
+
+def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | None = None) -> Any:
+    """The ASGI app: FastAPI routes behind the auth/size guard and the HTTP metrics.
+
+    ``backend`` offers ``answer(index, question, trace, deadline, mode)``, ``answer_stream(...)`` (async iterator
+    of events) and ``health()``: a :class:`RetrieverBackend` in Serve, a fake in unit tests.
+    """
+    import json
+
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse, StreamingResponse
+    from pydantic import ValidationError
+
+    from serve.auth import GuardMiddleware
+    from serve.schemas import (
+        AssistantMessage,
+        ChatCompletion,
+        ChatCompletionChunk,
+        ChatCompletionRequest,
+        Choice,
+        ChunkChoice,
+        Delta,
+        ModelCard,
+        ModelList,
+        QueryRequest,
+        QueryResponse,
+        Usage,
+        completion_id,
+        error_body,
+    )
+
+    metrics = metrics or Metrics(enabled=False)
+    api = FastAPI(title="hxd2", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @api.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(error_body(exc.message, exc.type, exc.code), status_code=exc.status,
+                            headers=exc.headers)
+
+    async def parse(request: Request, model: Any) -> Any:
+        raw = await request.body()
+        try:
+            data = json.loads(raw or b"")
+        except RecursionError:
+            raise ApiError(400, "the request body is nested too deeply", code="invalid_json") from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+        if not isinstance(data, dict):
+            raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+        check_text(data)
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}"
+                                 for e in exc.errors()[:10])
+            raise ApiError(422, f"invalid request: {problems}", code="invalid_request") from None
+
+    def deadline_of(request: Request) -> float:
+        seconds = settings.request_deadline_s
+        asked = request.headers.get(DEADLINE_HEADER)
+        if asked:
+            try:
+                value = float(asked)
+            except ValueError:
+                value = math.nan
+            if not math.isfinite(value) or value <= 0:
+                raise ApiError(400, f"{DEADLINE_HEADER} must be a positive, finite number of seconds; got "
+                                    f"{asked[:40]!r}", code="invalid_deadline")
+            seconds = min(seconds, value)
+        return time.time() + seconds
+
+    def check_question(index: str, question: str) -> None:
+        if index not in settings.indexes:
+            raise ApiError(404, f"unknown model/index {index!r}; served: {', '.join(settings.indexes)}",
+                           code="model_not_found")
+        if not question.strip():
+            raise ApiError(400, "the question is empty: send a user message with text", code="empty_question")
+        if len(question) > settings.max_question_chars:
+            raise ApiError(413, f"the question has {len(question):,} characters, over the limit of "
+                                f"{settings.max_question_chars:,}", code="question_too_long")
+
+    @api.get("/healthz")
+    async def healthz(deep: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": "ok", "indexes": list(settings.indexes)}
+        if deep:
+            try:
+                info = await backend.health()
+                out["served"] = info.get("served")
+            except Exception as exc:  # noqa: BLE001
+                raise ApiError(503, f"the retriever is not answering: {type(exc).__name__}",
+                               headers={"Retry-After": str(settings.retry_after_s)}) from None
+        return out
+
+    @api.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        cards = [ModelCard(id=name, created=settings.model_created) for name in settings.indexes]
+        return ModelList(data=cards).model_dump()
+
+    @api.post("/v1/query")
+    async def query(request: Request) -> dict[str, Any]:
+        req = await parse(request, QueryRequest)
+        index = req.index or settings.default_index
+        check_question(index, req.question)
+        result = await backend.answer(index, req.question, req.trace, deadline_of(request), req.mode)
+        return QueryResponse(
+            index=index, question=result.get("question", req.question), answer=result.get("answer", ""),
+            path=result.get("path", "dual_level"), mode=result.get("mode"),
+            fallback_reason=result.get("fallback_reason"), refused=bool(result.get("refused")),
+            references=result.get("references", []), notices=result.get("notices", []),
+            usage=result.get("usage", {}), timings_ms=result.get("timings_ms", {}),
+            trace=result.get("trace") if req.trace else None,
+        ).model_dump(exclude_none=True)
+
+    @api.post("/v1/chat/completions")
+    async def chat(request: Request) -> Any:
+        req = await parse(request, ChatCompletionRequest)
+        question = req.question()
+        check_question(req.model, question)
+        deadline = deadline_of(request)
+        cid = completion_id()
+        if not req.stream:
+            result = await backend.answer(req.model, question, req.trace, deadline, req.mode)
+            usage = result.get("usage", {})
+            return ChatCompletion(
+                id=cid, model=req.model,
+                choices=[Choice(message=AssistantMessage(content=result.get("answer", "")),
+                                finish_reason=_finish_reason(usage.get("finish_reason")))],
+                usage=Usage.of(usage), path=result.get("path"), mode=result.get("mode"),
+                fallback_reason=result.get("fallback_reason"), references=result.get("references"),
+                notices=result.get("notices") or None, trace=result.get("trace") if req.trace else None,
+            ).model_dump(exclude_none=True)
+
+        events = backend.answer_stream(req.model, question, req.trace, deadline, req.mode)
+        try:
+            first = await events.__anext__()  # errors before the first event still get a real status
+        except StopAsyncIteration:
+            raise ApiError(502, "the answer stream ended without an answer") from None
+        created = int(time.time())
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+        def chunk(delta: Delta, finish: str | None = None, **extra: Any) -> bytes:
+            body = ChatCompletionChunk(id=cid, created=created, model=req.model,
+                                       choices=[ChunkChoice(delta=delta, finish_reason=finish)], **extra)
+            return _sse(body.model_dump(exclude_none=True))
+
+        async def sse() -> AsyncIterator[bytes]:
+            try:
+                yield chunk(Delta(role="assistant", content=""))
+                event: dict[str, Any] | None = first
+                while event is not None:
+                    kind = event.get("type")
+                    if kind == "delta":
+                        yield chunk(Delta(content=event["text"]))
+                    elif kind == "final":
+                        usage = event.get("usage", {})
+                        yield chunk(Delta(), _finish_reason(usage.get("finish_reason")),
+                                    path=event.get("path"), mode=event.get("mode"),
+                                    fallback_reason=event.get("fallback_reason"),
+                                    references=event.get("references"),
+                                    trace=event.get("trace") if req.trace else None)
+                        if include_usage:
+                            yield _sse(ChatCompletionChunk(id=cid, created=created, model=req.model, choices=[],
+                                                           usage=Usage.of(usage)).model_dump(exclude_none=True))
+                    elif kind == "error":
+                        err = event["error"]
+                        yield _sse(error_body(err.get("message", "error"),
+                                              _ERROR_TYPES.get(int(err.get("status", 500)), "server_error"),
+                                              err.get("status")))
+                        break
+                    event = await events.__anext__() if kind not in ("final",) else None
+                yield _sse("[DONE]")
+            except StopAsyncIteration:
+                yield _sse("[DONE]")
+            finally:
+                await events.aclose()  # on a client disconnect too: cancels the retriever stream → engine abort
+
+        return StreamingResponse(sse(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    guarded = GuardMiddleware(api, keys=keys, max_body_bytes=settings.max_body_bytes,
+                              on_reject=lambda status, path: None)
+    return HttpMetricsMiddleware(guarded, metrics, ROUTES)
+
+
+def check_text(data: Any) -> None:
+    """Every string of a request body must be encodable text: a lone surrogate (JSON allows ``\\ud800``) is
+    refused here, once, for every route, rather than failing at the end of the pipeline. Bounded: the body
+    parsed, so its depth is what the JSON parser accepted."""
+    stack: list[tuple[Any, str]] = [(data, "body")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                bad = value[exc.start]
+                raise ApiError(400, f"{where} holds a character that is not text (U+{ord(bad):04X}, a lone "
+                                    "surrogate)", code="invalid_text") from None
+        elif isinstance(value, dict):
+            stack.extend((v, f"{where}.{k}") for k, v in value.items())
+            for key in value:
+                stack.append((key, f"{where} (a key)"))
+        elif isinstance(value, list):
+            stack.extend((v, f"{where}.{i}") for i, v in enumerate(value))
+
+
+def _finish_reason(reason: str | None) -> str:
+    return reason if reason in ("stop", "length", "content_filter") else "stop"
+
+
