@@ -44,6 +44,9 @@ def stream_completion(llm: LLMClient, request: LLMRequest, outcome: StreamOutcom
                 yield delta
         outcome.text = "".join(parts)
         outcome.completion_tokens = int(llm.count_tokens(outcome.text))
+        # A stream reports no usage: the prompt is counted here, with the serving model's tokenizer (the chat
+        # template's few role tokens are not seen).
+        outcome.prompt_tokens = sum(int(llm.count_tokens(m["content"])) for m in request.messages)
         return
     response = complete_one(llm, request)
     outcome.text = response.text

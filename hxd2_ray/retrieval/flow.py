@@ -470,7 +470,10 @@ class QueryFlow:
                       finish_reason=outcome.finish_reason, notices=notices)
 
     def _final(self, trace: RunTrace, answer: Answer, path: str) -> QueryEvent:
+        """The answer with its path and trace; its usage is the whole query's (every LLM call it made)."""
         data = trace.finish(path, self.prompt_versions)
+        totals = data["tokens_total"]
         answer = replace(answer, path=path, mode=data["mode"], fallback_reason=data["fallback_reason"],
-                         trace=data, notices=(*answer.notices, *data["notices"]))
+                         trace=data, notices=(*answer.notices, *data["notices"]), prompt_tokens=totals["prompt"],
+                         completion_tokens=totals["completion"])
         return QueryEvent("final", answer=answer)

@@ -181,7 +181,8 @@ class QueryPipeline:
             response = complete_one(self.llm, request)
         except BackendError as exc:
             return Keywords(parsed=False), [f"keyword extraction failed ({exc}); searched with the question only"]
-        keywords = parse_keywords(response.text, cfg.max_keywords)
+        keywords = replace(parse_keywords(response.text, cfg.max_keywords), prompt_tokens=response.prompt_tokens,
+                           completion_tokens=response.completion_tokens)
         if not keywords.parsed:
             return keywords, ["the keyword reply could not be read; searched with the question only"]
         if keywords.empty:

@@ -29,6 +29,8 @@ class Keywords:
     high_level: tuple[str, ...] = ()  # relations, themes
     parsed: bool = True  # False when nothing could be read from the reply (or the call failed)
     raw: str = ""  # the reply as the LLM gave it
+    prompt_tokens: int = 0  # of the keyword call
+    completion_tokens: int = 0
 
     @property
     def empty(self) -> bool:

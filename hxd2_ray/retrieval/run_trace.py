@@ -58,9 +58,10 @@ class RunTrace:
         self.data["llm_calls"][step] = int(calls)
 
     def keywords(self, kw: Keywords) -> None:
+        """The keyword call of dual-level retrieval (one per query: the fallback reuses the gate's)."""
         self.data["keywords"] = {"low_level": list(kw.low_level), "high_level": list(kw.high_level),
                                  "parsed": kw.parsed, "raw": kw.raw}
-        self.data["llm_calls"]["keywords"] = self.data["llm_calls"].get("keywords", 0) + 1
+        self.tokens("keywords", kw.prompt_tokens, kw.completion_tokens)
 
     def notice(self, text: str) -> None:
         self.data["notices"].append(text)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow.parquet as pq
 import pytest
 
 from tests.unit.retrieval_fixtures import DIM, build_tiny_index
@@ -30,7 +31,9 @@ APP = "hxd2"
 KEY = "sk-serve-test-7Hq2"
 SLOW = "[slow]"
 SLOW_DELAY_S = 0.4
-TINY_CONFIG = {"llm": {"backend": "scripted"}, "embedding": {"backend": "hashing", "dim": DIM},
+# The scripted LLM's verifier says "no" to questions carrying REJECT: how a test makes the flow fall back.
+REJECT = "[no]"
+TINY_CONFIG = {"llm": {"backend": "scripted", "reject_when": [REJECT]}, "embedding": {"backend": "hashing", "dim": DIM},
                "retrieval": {"context_length": 4096, "answer_reserve_tokens": 1024}}
 RETRIEVER_ONGOING = 16
 RETRIEVER_QUEUED = 16
@@ -96,7 +99,6 @@ def served(ray_local, s3_server, tmp_path_factory) -> Served:
         "max_body_bytes": 64 * 1024,
         "request_deadline_s": 30,
         "pipeline_threads": RETRIEVER_ONGOING,
-        "logic": True,
         "scripted": {"slow_marker": SLOW, "slow_delay_s": SLOW_DELAY_S},
         "deployment_options": {
             "Ingress": _small(0.1, max_ongoing_requests=64, max_queued_requests=64),
@@ -104,9 +106,9 @@ def served(ray_local, s3_server, tmp_path_factory) -> Served:
                                 health_check_period_s=2, ray_actor_options={"num_cpus": 0.2, **s3_env}),
             "LLM": _small(0.1, max_ongoing_requests=128),
             "Embedder": _small(0.1),
-            "LogicPlanner": _small(0.05),
-            "LogicExecutor": {"ray_actor_options": {"num_cpus": 0.05, **s3_env}},
-            "LogicVerifier": _small(0.05),
+            "Planner": _small(0.05),
+            "PlanExecutor": {"ray_actor_options": {"num_cpus": 0.05, **s3_env}},
+            "Verifier": _small(0.05),
         },
     })
     serve.run(app, name=APP, route_prefix="/")
@@ -136,13 +138,19 @@ def test_health_models_and_openai_chat(served):
         model="tiny", messages=[{"role": "system", "content": "Be brief."},
                                 {"role": "user", "content": "Where does Robert Malenka work?"}])
     text = completion.choices[0].message.content
-    assert text.startswith("Scripted answer to: Where does Robert Malenka work?")
-    assert "Robert Malenka" in text.split("names", 1)[1]
+    # The default mode is the multi-stage flow: the scripted plan looks Malenka up, the verifier says yes.
+    assert text.startswith("Scripted logic-form answer to: Where does Robert Malenka work?")
+    assert "Stanford University" in text
     assert completion.choices[0].finish_reason == "stop"
     assert completion.usage.prompt_tokens > 0 and completion.usage.completion_tokens > 0
     extra = completion.model_extra
-    assert extra["path"] == "dual_level"
+    assert extra["path"] == "logic_form" and extra["mode"] == "auto" and extra.get("fallback_reason") is None
     assert any(ref["source_id"] == "robert_malenka.txt" for ref in extra["references"])
+    dual = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Where does Robert Malenka work?"}],
+        extra_body={"mode": "dual"})
+    assert dual.choices[0].message.content.startswith("Scripted answer to: Where does Robert Malenka work?")
+    assert dual.model_extra["path"] == "dual_level" and dual.model_extra["mode"] == "dual"
 
 
 def test_openai_streaming_matches_the_whole_answer(served):
@@ -169,13 +177,13 @@ def test_openai_streaming_matches_the_whole_answer(served):
 
 def test_query_endpoint_returns_path_references_and_trace(served):
     with served.client() as c:
-        r = c.post("/v1/query", json={"question": "Where does Robert Malenka work?", "trace": True})
+        r = c.post("/v1/query", json={"question": "Where does Robert Malenka work?", "trace": True, "mode": "dual"})
         assert r.status_code == 200, r.text
         body = r.json()
-        assert body["index"] == "tiny" and body["path"] == "dual_level"
+        assert body["index"] == "tiny" and body["path"] == "dual_level" and body["mode"] == "dual"
         assert body["answer"].startswith("Scripted answer")
         assert {ref["source_id"] for ref in body["references"]} >= {"robert_malenka.txt"}
-        assert body["trace"]["keywords"]["low_level"] == ["Robert Malenka"]
+        assert body["trace"]["retrieval"]["keywords"]["low_level"] == ["Robert Malenka"]
         assert set(body["timings_ms"]) >= {"keywords", "embed", "vector_search", "graph", "generate", "total"}
         plain = c.post("/v1/query", json={"question": "Where does Robert Malenka work?", "index": "tiny-copy"})
         assert plain.status_code == 200 and "trace" not in plain.json()
@@ -277,8 +285,10 @@ def test_burst_beyond_capacity_gets_503_with_retry_after_then_recovers(served):
     burst = 64  # > Retriever max_ongoing (16) + max_queued (16)
 
     def slow(i: int) -> tuple[str, dict[str, Any]]:
-        return "/v1/query", {"question": f"{SLOW} Where does Robert Malenka work? ({i})"}
+        return "/v1/query", {"question": f"{SLOW} Where does Robert Malenka work? ({i})", "mode": "dual"}
 
+    llm = _handle("LLM")
+    before = llm.stats.remote().result(timeout_s=10)
     results = asyncio.run(_fire(served.base, burst, burst, slow))
     statuses = [s for s, _, _ in results]
     rejected = [h for s, _, h in results if s == 503]
@@ -286,8 +296,9 @@ def test_burst_beyond_capacity_gets_503_with_retry_after_then_recovers(served):
     assert all(h.get("retry-after") == "1" for h in rejected)
     assert set(statuses) <= {200, 503}
     assert statuses.count(200) >= RETRIEVER_ONGOING
-    # Rejections are immediate (no queueing behind the slow ones).
-    assert min(t for s, t, _ in results if s == 503) < SLOW_DELAY_S
+    # A rejected request did no work: the LLM saw exactly the calls of the answered ones (keywords + answer each).
+    after = llm.stats.remote().result(timeout_s=10)
+    assert after["started"] - before["started"] == 2 * statuses.count(200)
     with served.client() as c:
         assert c.post("/v1/query", json={"question": "Where does Robert Malenka work?"}).status_code == 200
 
@@ -295,7 +306,7 @@ def test_burst_beyond_capacity_gets_503_with_retry_after_then_recovers(served):
 def test_client_disconnect_mid_stream_cancels_generation(served):
     llm = _handle("LLM")
     before = llm.stats.remote().result(timeout_s=10)
-    body = {"model": "tiny", "stream": True,
+    body = {"model": "tiny", "stream": True, "mode": "dual",
             "messages": [{"role": "user", "content": f"{SLOW} Which prize did Thomas Südhof win?"}]}
     got = []
     with served.client() as c:
@@ -349,33 +360,144 @@ def test_retriever_replica_killed_mid_load_is_replaced(served):
             assert c.post("/v1/query", json={"question": q}).status_code == 200
 
 
-# -------------------------------------------------------------------------------------- logic stages
+# ------------------------------------------------------------------------------- the flow's deployments
 
 
-def test_logic_stages_as_deployments(served):
-    plan = {"steps": [
-        {"step": "Which prize did Südhof win?",
-         "action": {"op": "retrieval", "args": {"s": "Thomas Südhof", "p": "award", "o": None}, "alias": "prize"}},
-        {"step": "Answer", "action": {"op": "output", "args": {"aliases": ["$prize"]}}}]}
-    executed = _handle("LogicExecutor").execute.remote("tiny", plan, "Which prize did Südhof win?").result(
-        timeout_s=30)
-    assert executed["ok"] and executed["evidence"]["answers"] == ["Nobel Prize"]
-    verdict = _handle("LogicVerifier").verify.remote("Which prize did Südhof win?", executed["text"]).result(
-        timeout_s=30)
-    assert verdict["mode"] == "pre" and verdict["reason"] in ("yes", "no", "unclear reply")
-    planned = _handle("LogicPlanner").plan.remote("Which prize did Südhof win?").result(timeout_s=30)
-    # The scripted LLM does not write plans: the planner reports why, after its one repair round.
-    assert planned["ok"] is False and planned["calls"] == 2 and planned["error"]
-    bad = _handle("LogicExecutor").execute.remote("tiny", {"steps": []}).result(timeout_s=30)
-    assert bad["error"]["status"] == 400
+PARTS = ("Planner", "PlanExecutor", "Verifier")
+
+
+def _untimed(value: Any) -> Any:
+    """A trace record without its timings (they differ between two runs of the same work)."""
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if k not in ("seconds", "ms", "timings_ms")}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+def _part_calls() -> dict[str, dict[str, int]]:
+    return {name: _handle(name).stats.remote().result(timeout_s=10)["calls"] for name in PARTS}
+
+
+def test_auto_mode_calls_the_planner_executor_and_verifier_deployments(served):
+    """Over real HTTP with the OpenAI client: each part deployment counts the calls it received itself."""
+    client = served.openai()
+    before = _part_calls()
+    completion = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Which prize did Thomas Südhof win?"}],
+        extra_body={"mode": "auto", "trace": True})
+    after = _part_calls()
+    assert {name: after[name]["ok"] - before[name]["ok"] for name in PARTS} == {n: 1 for n in PARTS}
+    assert all(after[n]["error"] == before[n]["error"] for n in PARTS)
+    extra = completion.model_extra
+    assert extra["path"] == "logic_form" and extra["mode"] == "auto"
+    assert "Nobel Prize" in completion.choices[0].message.content
+    trace = extra["trace"]
+    step = trace["logic"]["evidence"]["steps"][0]
+    assert trace["logic"]["plan"]["plan"]["steps"][0]["action"]["args"]["s"] == "Thomas Südhof"
+    assert step["queries"] and step["queries"][0]["template"].startswith("lf_")  # each step's template
+    assert "Nobel Prize" in step["value"]["names"]  # ... and its result
+    assert trace["verifier"]["ran"] is True and trace["verifier"]["supported"] is True
+
+    # Streaming in auto mode: the same answer, word by word, and the last chunk carries the path and the trace.
+    deltas, last = [], None
+    for chunk in client.chat.completions.create(
+            model="tiny", stream=True, messages=[{"role": "user", "content": "Which prize did Thomas Südhof win?"}],
+            extra_body={"trace": True}):
+        for choice in chunk.choices:
+            deltas.append(choice.delta.content or "")
+            if choice.finish_reason:
+                last = chunk.model_extra
+    assert "".join(deltas) == completion.choices[0].message.content
+    assert last["path"] == "logic_form" and last["trace"]["verifier"]["supported"] is True
+
+
+def test_a_verifier_no_falls_back_with_the_reason_in_the_response(served):
+    before = _part_calls()
+    with served.client() as c:
+        r = c.post("/v1/query", json={"question": f"Which prize did Thomas Südhof win? {REJECT}", "trace": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["path"] == "dual_level" and body["mode"] == "auto"
+    assert body["fallback_reason"] == "the pre-check verifier said no"
+    assert body["trace"]["verifier"] == {**body["trace"]["verifier"], "ran": True, "supported": False, "raw": "no"}
+    assert body["answer"].startswith("Scripted answer to:")  # the dual-level answer
+    after = _part_calls()
+    assert {name: after[name]["ok"] - before[name]["ok"] for name in PARTS} == {n: 1 for n in PARTS}
+
+
+def test_mode_dual_skips_the_parts_and_every_mode_streams(served):
+    client = served.openai()
+    before = _part_calls()
+    expected = {"dual": "dual_level", "llm_only": "llm_only", "chunk_vector": "chunk_vector",
+                "dual_retrieval": "dual_retrieval"}
+    for mode, path in expected.items():
+        whole = client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "Which prize did Thomas Südhof win?"}],
+            extra_body={"mode": mode})
+        assert whole.model_extra["path"] == path and whole.model_extra["mode"] == mode, mode
+        text, finish = "", None
+        for chunk in client.chat.completions.create(
+                model="tiny", stream=True, messages=[{"role": "user", "content": "Which prize did Thomas Südhof win?"}],
+                extra_body={"mode": mode}):
+            for choice in chunk.choices:
+                text += choice.delta.content or ""
+                if choice.finish_reason:
+                    finish = chunk.model_extra
+        assert text == whole.choices[0].message.content and finish["path"] == path, mode
+        if mode in ("chunk_vector", "dual_retrieval"):
+            assert text == "" and any(ref["source_id"] == "thomas_sudhof.md" for ref in finish["references"])
+    assert _part_calls() == before  # none of these modes plans, executes or verifies
+    with served.client() as c:
+        r = c.post("/v1/query", json={"question": "q?", "mode": "nonsense"})
+        assert r.status_code == 422 and "dual_retrieval" in r.json()["error"]["message"]
+
+
+def test_cli_eval_and_serve_answer_alike(served, tmp_path, capsys):
+    """The same questions through `hxd2 query`, `hxd2 eval run` and the served app, scripted LLM: one flow, so the
+    same answers, paths and references."""
+    import yaml
+
+    from jobs import evaluate, query
+
+    questions = ["Which prize did Thomas Südhof win?", "Where does Robert Malenka work?",
+                 f"What does Brian Kobilka study? {REJECT}"]
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY_CONFIG, allow_unicode=True), encoding="utf-8")
+    cli_answers = []
+    for q in questions:
+        assert query.main(["--index", str(served.index_root), "--config", str(config), "--json", q]) == 0
+        cli_answers.append(json.loads(capsys.readouterr().out))
+    qfile = tmp_path / "questions.jsonl"
+    qfile.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answers": ["x"]}) + "\n"
+                             for i, q in enumerate(questions)), encoding="utf-8")
+    out = tmp_path / "eval"
+    assert evaluate.main(["run", "--benchmark", "generic", "--questions", str(qfile), "--index",
+                          str(served.index_root), "--config", str(config), "--output", str(out), "--mode", "auto",
+                          "--cpus-per-worker", "0.1", "--json"]) == 0
+    capsys.readouterr()
+    traces = pq.read_table(out / "shards" / "auto").to_pylist()
+    eval_answers = {t["id"]: t for t in traces}
+    with served.client() as c:
+        served_answers = [c.post("/v1/query", json={"question": q}).json() for q in questions]
+    for i, (cli_a, served_a) in enumerate(zip(cli_answers, served_answers)):
+        ev = eval_answers[f"q{i}"]
+        assert cli_a["answer"] == served_a["answer"] == ev["answer"], questions[i]
+        assert cli_a["path"] == served_a["path"] == ev["path"]
+        assert cli_a["fallback_reason"] == served_a.get("fallback_reason")
+        sources = [r["source_id"] for r in cli_a["references"]]
+        assert sources == [r["source_id"] for r in served_a["references"]]
+        assert ev["evidence_ids"] == list(dict.fromkeys(sources))
+    assert [a["path"] for a in cli_answers] == ["logic_form", "logic_form", "dual_level"]
 
 
 # ----------------------------------------------------------------------------------------- real vLLM
 
 
-def test_in_replica_embedder_answers_like_the_embedder_deployment(served):
-    """``args.embedder: in_replica``: no Embedder deployment; the Retriever embeds in-process, with the same
-    embedder settings, so the answers, references and prompt sizes equal the main app's."""
+def test_in_replica_embedder_and_parts_answer_like_the_deployments(served):
+    """``args.embedder: in_replica`` and ``args.parts: in_replica``: no Embedder, Planner, PlanExecutor or Verifier
+    deployment; the Retriever embeds, plans, executes and verifies in-process, with the same settings, so the
+    answers, references, paths and prompt sizes equal the main app's."""
     from ray import serve
 
     from serve.app import build_app
@@ -383,13 +505,13 @@ def test_in_replica_embedder_answers_like_the_embedder_deployment(served):
     name, prefix = "hxd2-local-embed", "/local-embed"
     app = build_app({
         "indexes": {"tiny": str(served.index_root)}, "config_data": TINY_CONFIG, "auth": False,
-        "embedder": "in_replica",
+        "embedder": "in_replica", "parts": "in_replica",
         "deployment_options": {"Ingress": _small(0.05), "Retriever": _small(0.05), "LLM": _small(0.05)},
     })
     serve.run(app, name=name, route_prefix=prefix)
     try:
-        deployments = serve.status().applications[name].deployments
-        assert "Embedder" not in deployments and {"Ingress", "Retriever", "LLM"} <= set(deployments)
+        deployments = set(serve.status().applications[name].deployments)
+        assert deployments == {"Ingress", "Retriever", "LLM"}
         questions = ["Where does Robert Malenka work?", "Which prize did Thomas Südhof win?", "What is Neurexin?"]
         with served.client() as main, httpx.Client(base_url=served.base + prefix, timeout=30) as local:
             for q in questions:
@@ -398,8 +520,9 @@ def test_in_replica_embedder_answers_like_the_embedder_deployment(served):
                 assert a.status_code == b.status_code == 200, (a.text, b.text)
                 a, b = a.json(), b.json()
                 assert b["answer"] == a["answer"] and b["references"] == a["references"]
-                assert b["usage"] == a["usage"]
+                assert b["usage"] == a["usage"] and b["path"] == a["path"]
                 assert b["trace"]["keywords"] == a["trace"]["keywords"]
+                assert _untimed(b["trace"]["logic"]["evidence"]) == _untimed(a["trace"]["logic"]["evidence"])
     finally:
         serve.delete(name)
 
@@ -417,7 +540,7 @@ def test_vllm_streamed_chat_returns_tokens_and_disconnect_aborts(served):
                                     "max_model_len": 2048, "cpu_kv_cache_gb": 1, "max_num_seqs": 8})
     config["retrieval"] = {"keyword_max_tokens": 48, "answer_max_tokens": 256, "answer_reserve_tokens": 512}
     app = build_app({
-        "indexes": {"tiny": str(served.index_root)}, "config_data": config, "auth": False,
+        "indexes": {"tiny": str(served.index_root)}, "config_data": config, "auth": False, "parts": "in_replica",
         "deployment_options": {"Ingress": _small(0.05), "Retriever": _small(0.05), "Embedder": _small(0.05),
                                "LLM": _small(0.5)},
     })
@@ -426,7 +549,8 @@ def test_vllm_streamed_chat_returns_tokens_and_disconnect_aborts(served):
         client = served.openai(key="unused", prefix=prefix)
         t0 = time.perf_counter()
         stream = client.chat.completions.create(
-            model="tiny", stream=True, messages=[{"role": "user", "content": "Which prize did Thomas Südhof win?"}])
+            model="tiny", stream=True, messages=[{"role": "user", "content": "Which prize did Thomas Südhof win?"}],
+            extra_body={"mode": "dual"})
         tokens: list[str] = []
         first_token_s = None
         for chunk in stream:
@@ -452,7 +576,7 @@ def test_vllm_streamed_chat_returns_tokens_and_disconnect_aborts(served):
 
         # The same app answers a whole (non-streamed) /v1/query after the abort.
         with httpx.Client(base_url=served.base + prefix, timeout=120) as c:
-            r = c.post("/v1/query", json={"question": "Where does Robert Malenka work?"})
+            r = c.post("/v1/query", json={"question": "Where does Robert Malenka work?", "mode": "dual"})
             assert r.status_code == 200 and r.json()["answer"]
             assert json.dumps(r.json()["references"])
     finally:
