@@ -53,7 +53,7 @@ def main() -> int:
     from jobs import evaluate as eval_job
     from jobs import index as index_job
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)

@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                                        "TOKENIZERS_PARALLELISM": "false"}})
     try:

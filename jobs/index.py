@@ -68,7 +68,9 @@ def init_ray(cfg: HxdConfig) -> None:
     if address:
         ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
         return
-    kwargs: dict[str, Any] = {"include_dashboard": False, "runtime_env": {"env_vars": env_vars}}
+    # "local": a new Ray of this process, even when a `ray start` cluster runs on this machine (joining one is
+    # explicit: ray.address or RAY_ADDRESS).
+    kwargs: dict[str, Any] = {"address": "local", "include_dashboard": False, "runtime_env": {"env_vars": env_vars}}
     if cfg.ray.num_cpus is not None:
         kwargs["num_cpus"] = cfg.ray.num_cpus
     if cfg.ray.object_store_mb is not None:

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.address:
         ray.init(address=ns.address)
     else:
-        ray.init(num_cpus=ns.num_cpus, include_dashboard=False)
+        ray.init(address="local", num_cpus=ns.num_cpus, include_dashboard=False)
     stop = {"now": False}
 
     def _stop(*_: Any) -> None:

@@ -4,8 +4,8 @@
 (``map_batches(AnswerQuestions, fn_constructor_args=..., compute=ActorPoolStrategy(...))``) and tests can call
 it directly. Its constructor opens the index read-only and builds the LLM, the embedder and the pipeline once
 per actor. An input row is a whole shard (``shard``, ``benchmark``, ``items_json``: the shard's
-``EvalItem.to_dict()`` list), so a shard's file is always written by one call, complete or not at all:
-``<out_root>/shards/<mode>/shard-<NNNN>.parquet`` (atomic: temp + rename locally, one PUT on S3).
+``EvalItem.to_dict()`` list), so a shard's file is always written by one call, complete or not at all
+(:mod:`hxd2_ray.evaluation.traces`). :func:`answer_in_process` runs it without Ray.
 
 Modes: every mode of the query flow (:data:`hxd2_ray.retrieval.flow.MODES`), built by
 :func:`hxd2_ray.wiring.build_pipeline` exactly as the CLI and Serve build it: ``llm_only`` (the paper's baseline),
@@ -21,7 +21,6 @@ questions' calls together instead of decoding one sequence at a time. Rows keep 
 from __future__ import annotations
 
 import json
-import posixpath
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -29,45 +28,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from hxd2_ray.evaluation.traces import SHARD_STATS, TRACES, shard_path
 from hxd2_ray.llm.wrappers import ErrorTally
 from hxd2_ray.retrieval.flow import MODES as EVAL_MODES
 from hxd2_ray.retrieval.flow import RETRIEVAL_ONLY_MODES
 from hxd2_ray.stages import staging as st
 
-__all__ = ["EVAL_MODES", "RETRIEVAL_ONLY_MODES", "SHARD_STATS", "TRACES", "AnswerQuestions", "shard_path"]
-
-TRACES = pa.schema([
-    ("id", pa.string()),
-    ("position", pa.int64()),
-    ("shard", pa.int64()),
-    ("mode", pa.string()),
-    ("path", pa.string()),
-    ("answer", pa.string()),
-    ("scores", pa.string()),  # JSON {metric: float}
-    ("correct", pa.bool_()),
-    ("latency_s", pa.float64()),
-    ("prompt_tokens", pa.int64()),
-    ("completion_tokens", pa.int64()),
-    ("verifier", pa.string()),  # "yes" / "no" / "" (did not run)
-    ("evidence_ids", pa.list_(pa.string())),  # source ids of the referenced documents, in order
-    ("llm_errors", pa.int64()),
-    ("error", pa.string()),
-    # Why the answer took its path (e.g. "fallback: invalid plan: ..."); null in shards written before it existed.
-    ("path_reason", pa.string()),
-])
-
-SHARD_STATS = pa.schema([
-    ("mode", pa.string()),
-    ("shard", pa.int64()),
-    ("questions", pa.int64()),
-    ("errors", pa.int64()),
-    ("seconds", pa.float64()),
-])
-
-
-def shard_path(out_root: str, mode: str, shard: int) -> str:
-    return posixpath.join(out_root, "shards", mode, f"shard-{shard:04d}.parquet")
-
+__all__ = ["EVAL_MODES", "RETRIEVAL_ONLY_MODES", "SHARD_STATS", "TRACES", "AnswerQuestions", "answer_in_process",
+           "shard_path"]
 
 def item_from_dict(d: dict[str, Any]):
     from hxd2_ray.evaluation.datasets import EvalItem
@@ -176,3 +144,13 @@ class AnswerQuestions:
         self.pipeline.close()
         if self.index is not None:
             self.index.close()
+
+
+def answer_in_process(job: Any) -> pa.Table:
+    """A :class:`~hxd2_ray.evaluation.runs.ShardRunner` without Ray: one :class:`AnswerQuestions` in this process
+    answers the job's shards one after another (unit tests, and a laptop run of a small benchmark)."""
+    answerer = AnswerQuestions(job.cfg, job.index, job.mode, job.fs, job.root, None, job.concurrency)
+    try:
+        return pa.concat_tables([answerer(pa.Table.from_pylist([row])) for row in job.rows])
+    finally:
+        answerer.close()

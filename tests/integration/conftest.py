@@ -108,6 +108,7 @@ def ray_local() -> Iterator[None]:
 
     if not ray.is_initialized():
         ray.init(
+            address="local",  # never a `ray start` cluster that happens to run on this machine
             num_cpus=2,
             include_dashboard=False,
             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from hxd2_ray.config import load_config
+from hxd2_ray.config import MultiStageConfig, load_config
 from hxd2_ray.embedding.hashing import HashingEmbedder
 from hxd2_ray.retrieval import open_index
-from hxd2_ray.retrieval.multistage import PATHS, MultiStageConfig, build_multistage
+from hxd2_ray.retrieval.flow import PATHS
+from hxd2_ray.wiring import build_pipeline
 from tests.unit.retrieval_fixtures import DIM, build_tiny_index
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
@@ -51,13 +52,13 @@ def _run(pipeline, question, **kwargs):
 def test_multistage_end_to_end_with_vllm(tmp_path, engine):
     cfg, llm = engine
     tiny = build_tiny_index(tmp_path / "index")
-    run_cfg = tiny.cfg.model_copy(update={"retrieval": cfg.retrieval})
-    embedder = HashingEmbedder(dim=DIM, model_id=tiny.cfg.embedding.model_id)
     ms_cfg = MultiStageConfig(refusal_threshold=0.0, logic_timeout_s=300, plan_max_tokens=384, direct_max_tokens=48,
                               logic_answer_max_tokens=64)
+    run_cfg = tiny.cfg.model_copy(update={"retrieval": cfg.retrieval, "multistage": ms_cfg})
+    embedder = HashingEmbedder(dim=DIM, model_id=tiny.cfg.embedding.model_id)
     with open_index(tiny.root, run_cfg) as index:
         before = index.graph.counts()
-        with build_multistage(index, llm, embedder, run_cfg, ms_cfg) as pipeline:
+        with build_pipeline("auto", index, llm, embedder, run_cfg) as pipeline:
             answer, seconds = _run(pipeline, "Which prize did Thomas Südhof win?")
             trace = answer.trace
             assert trace["intent"]["label"] in ("question", "greeting", "identity", "off_topic")
@@ -74,6 +75,7 @@ def test_multistage_end_to_end_with_vllm(tmp_path, engine):
 
             greeting, g_seconds = _run(pipeline, "hello")
             assert greeting.path == "direct" and greeting.trace["llm_calls"] == {"answer": 1}
+            assert greeting.prompt_tokens > 0 and greeting.completion_tokens > 0
             print(f"[multistage vllm] greeting {g_seconds:.1f}s: {greeting.text[:120]!r}", file=sys.stderr)
 
             dual, d_seconds = _run(pipeline, "Which prize did Thomas Südhof win?", mode="dual")

@@ -94,7 +94,8 @@ def test_s3_index_is_cached_locally(tmp_path, s3_server, s3_bucket):
         assert index.location == uri and index.root.parent == cache
         assert index.graph.counts() == tiny.counts
         llm = scripted_llm(keyword_reply(["Brian Kobilka"], []))
-        answer = QueryPipeline(index, llm, HashingEmbedder(dim=DIM), cfg.retrieval).answer("Who is Brian Kobilka?")
+        dual = QueryPipeline(index, llm, HashingEmbedder(dim=DIM), cfg.retrieval)
+        answer = dual.generate(None, dual.retrieve("Who is Brian Kobilka?"))
         assert answer.references[0].source_id == "brian_kobilka.txt"
         first_root = index.root
     with open_index(uri, cfg) as again:  # the cached copy is reused
@@ -126,6 +127,24 @@ def test_hxd2_query_end_to_end_with_vllm(minilm_index, capsys):
     data = json.loads(captured.out)
     assert data["answer"].strip()
     assert data["references"] and data["references"][0]["source_id"]
-    trace = data["trace"]
+    trace = data["trace"]["retrieval"]
     assert trace["tokens"]["total"] <= trace["tokens"]["input_cap"]
     assert trace["entities"] or trace["chunks"]
+
+
+def test_hxd2_query_without_config_uses_the_index_config(minilm_index, tmp_path, capsys):
+    """An index built with configs/local.yaml (MiniLM) is queried without --config: the config its manifest
+    records is used (no vLLM is loaded: chunk_vector needs no LLM); a config that contradicts the index still
+    fails with the clear message."""
+    from jobs import query
+
+    root, cfg, _embedder = minilm_index
+    rc = query.main(["--index", str(root), "--json", "--mode", "chunk_vector", "Which prize did Südhof receive?"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    data = json.loads(captured.out)
+    assert data["references"][0]["source_id"] == "thomas_sudhof.md"  # MiniLM matched by meaning
+    rc = query.main(["--index", str(root), "--set", "embedding={backend: hashing, dim: 384}", "--mode",
+                     "chunk_vector", "q?"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "all-MiniLM-L6-v2" in err and "hashing" in err

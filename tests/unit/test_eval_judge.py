@@ -368,13 +368,13 @@ def test_cli_reloads_questions_for_runs_without_questions_file(tmp_path, capsys,
 def test_write_questions_round_trip(tmp_path):
     import pyarrow.fs as pafs
 
+    from hxd2_ray.evaluation import runs
     from hxd2_ray.evaluation.datasets import EvalItem
-    from jobs import evaluate as eval_job
 
     fs = pafs.LocalFileSystem()
     items = [EvalItem("a", "Pick one: A. x B. y", ("B",), choices=(("A", "x"), ("B", "y")), task="qa1"),
              EvalItem("b", "Why?", ("because",))]
-    eval_job._write_questions(fs, str(tmp_path), items)
-    got = eval_job.load_questions(fs, str(tmp_path), {"benchmark": "generic"})
+    runs.write_questions(fs, str(tmp_path), items)
+    got = runs.load_questions(fs, str(tmp_path), {"benchmark": "generic"})
     assert list(got) == ["a", "b"]
     assert reference_text(got["a"]) == "B. y" and got["b"]["position"] == 1
