@@ -87,7 +87,7 @@ class LogicFormExecutor:
                 value = self._run(step, values, trace, ev)
             except (StepError, MathError) as exc:
                 trace.error = str(exc)
-            except Exception as exc:  # a bug or a backend failure must not take the query down
+            except Exception as exc:  # noqa: BLE001 - a bug or a backend failure fails this evidence, not the query
                 trace.error = f"internal error: {type(exc).__name__}: {exc}"
             finally:
                 self.queries.trace = None

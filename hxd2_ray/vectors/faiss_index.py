@@ -347,17 +347,17 @@ class FaissFamilyIndex:
         q = normalized(q, self.dim, "queries")
         results = [ix.search(q, k) for ix in self._shards]
         if len(results) == 1:
-            D, I = results[0]
+            scores, ids = results[0]
         else:
-            D, I = faiss.merge_knn_results(
+            scores, ids = faiss.merge_knn_results(
                 np.stack([r[0] for r in results]), np.stack([r[1] for r in results]), keep_max=True
             )
         # Missing results come back as id -1; an id absent from the id map would be a corrupt family,
         # so both are dropped rather than mapped to a neighbouring key.
-        pos = np.minimum(np.searchsorted(self._ids, I), len(self._ids) - 1)
-        valid = (I >= 0) & (self._ids[pos] == I)
+        pos = np.minimum(np.searchsorted(self._ids, ids), len(self._ids) - 1)
+        valid = (ids >= 0) & (self._ids[pos] == ids)
         out: SearchHits = []
-        for row_ok, row_d, row_p in zip(valid, D, pos):
+        for row_ok, row_d, row_p in zip(valid, scores, pos):
             out.append([(self._keys[p], float(d)) for ok, d, p in zip(row_ok, row_d, row_p) if ok])
         return out
 
