@@ -47,7 +47,7 @@ def read_prompt_set(package: str, kind: str, version: str) -> bytes:
     return resource.read_bytes()
 
 
-def parse_prompt_languages(raw: bytes, kind: str) -> dict:
+def parse_prompt_languages(raw: bytes, kind: str) -> dict[str, Any]:
     """The YAML of a prompt set: a mapping of language codes to sections, with an ``en`` section."""
     data = yaml.safe_load(raw.decode("utf-8"))
     if not isinstance(data, dict) or "en" not in data:

@@ -388,6 +388,13 @@ def prepare_tables(
 # ---------------------------------------------------------------------------------------------------
 
 
+def _one_result(result: kuzu.QueryResult | list[kuzu.QueryResult]) -> kuzu.QueryResult:
+    """``Connection.execute`` gives a list only for text holding several statements; every template is one."""
+    if isinstance(result, list):
+        raise TypeError(f"expected one statement's result, got {len(result)}: the query text holds several")
+    return result
+
+
 def _open_database(path: Path, read_only: bool, max_threads: int, buffer_pool_bytes: int) -> kuzu.Database:
     return kuzu.Database(
         str(path), read_only=read_only, max_num_threads=max_threads, buffer_pool_size=buffer_pool_bytes
@@ -406,7 +413,7 @@ class KuzuGraphWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db: kuzu.Database | None = _open_database(self.path, False, max_threads, buffer_pool_bytes)
         self._conn: kuzu.Connection | None = kuzu.Connection(self._db)
-        existing = [row[0] for row in self._conn.execute(Q_SHOW_TABLES).get_all()]
+        existing = _one_result(self._conn.execute(Q_SHOW_TABLES)).get_as_arrow()["name"].to_pylist()
         if existing:
             self.close()
             raise ValueError(
@@ -569,7 +576,7 @@ class KuzuGraphStore:
     def _rows(self, query: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         check_params(query, params)
         conn, stmt = self._prepared(query)
-        res = conn.execute(stmt, dict(params))
+        res = _one_result(conn.execute(stmt, dict(params)))
         try:
             cols = res.get_column_names()
             return [dict(zip(cols, row)) for row in res.get_all()]
@@ -595,7 +602,7 @@ class KuzuGraphStore:
             if table not in self._columns:
                 query, names = _COLUMN_LOADS[table]
                 check_params(query, {})
-                res = self._conn().execute(query)
+                res = _one_result(self._conn().execute(query))
                 try:
                     data = res.get_as_arrow(chunk_size=1_000_000)
                 finally:
@@ -639,7 +646,7 @@ class KuzuGraphStore:
         out = {}
         for name, query in Q_SCAN.items():
             check_params(query, {})
-            res = self._conn().execute(query)
+            res = _one_result(self._conn().execute(query))
             try:
                 out[name] = res.get_as_arrow(chunk_size=1_000_000)
             finally:
