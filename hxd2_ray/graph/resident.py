@@ -242,8 +242,8 @@ class ResidentGraph:
         return self.store.scan_tables()
 
     def warm(self) -> None:
-        """Nothing to load: every read held here was loaded with the graph (the store's own caches serve only
-        reads that are answered here, so they stay cold)."""
+        """Nothing to load: what this object answers was loaded with it, and the Kùzu store's node columns would
+        only hold memory for reads that never reach the store."""
 
     def close(self) -> None:
         self.store.close()
