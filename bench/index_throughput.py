@@ -129,9 +129,9 @@ def _sentence(rng: random.Random, vocab: Vocabulary) -> str:
     while q == p:
         q = vocab.draw(rng, "person")
     o, o2 = vocab.draw(rng, "org"), vocab.draw(rng, "org")
-    l, l2 = vocab.draw(rng, "place"), vocab.draw(rng, "place")
+    place, place2 = vocab.draw(rng, "place"), vocab.draw(rng, "place")
     return rng.choice(_TEMPLATES).format(
-        p=p, q=q, o=o, o2=o2, l=l, l2=l2, r=vocab.draw(rng, "project"), t=rng.choice(_TOPICS_L),
+        p=p, q=q, o=o, o2=o2, l=place, l2=place2, r=vocab.draw(rng, "project"), t=rng.choice(_TOPICS_L),
         c=rng.choice(_CLAUSES), year=rng.randint(1950, 2024),
     )
 
@@ -232,11 +232,11 @@ class CollectSpy:
         import jobs.index as job
 
         self._job = job
-        self._orig = job._collect
+        self._orig = job._collect  # noqa: SLF001 - the spy wraps the job's private collector
         self.want_ray_stats = want_ray_stats
         self.tables: list[Any] = []
         self.ray_stats: list[tuple[str, str]] = []
-        job._collect = self._collect
+        job._collect = self._collect  # noqa: SLF001 - as above
 
     def reset(self) -> None:
         self.tables, self.ray_stats = [], []

@@ -78,7 +78,7 @@ class GraphTimer:
                 slot[1] += 1
                 return rows(*a, **k)
 
-            graph._rows = counted
+            graph._rows = counted  # noqa: SLF001 - counts the store's statements, which all go through _rows
 
     def next_question(self, keep: bool) -> None:
         if keep:

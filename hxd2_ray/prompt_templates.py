@@ -3,11 +3,21 @@ packaged set, parsing its language sections, hashing its version, and filling pl
 
 from __future__ import annotations
 
+import hashlib
 import re
+from importlib import resources
+from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence, TypeVar
+
+import yaml
 
 TemplateFiller = Callable[..., str]
 T = TypeVar("T")
+
+# The line right before the chunk text in every extraction user message (the extraction prompt files must end
+# with it). The text comes last so that all chunks share the instruction prefix (vLLM prefix caching); the LLM
+# fakes find the chunk text after this marker, which is why it lives here and not in extraction/.
+TEXT_MARKER = "######## Text ########"
 
 
 def placeholder_filler(placeholders: Sequence[str]) -> TemplateFiller:
@@ -29,8 +39,6 @@ def read_prompt_set(package: str, kind: str, version: str) -> bytes:
 
     A missing version raises FileNotFoundError naming the path looked at.
     """
-    from importlib import resources
-
     name = f"{kind}_{version}.yaml"
     resource = resources.files(package).joinpath("prompts", name)
     if not resource.is_file():
@@ -39,10 +47,8 @@ def read_prompt_set(package: str, kind: str, version: str) -> bytes:
     return resource.read_bytes()
 
 
-def parse_prompt_languages(raw: bytes, kind: str) -> dict:
+def parse_prompt_languages(raw: bytes, kind: str) -> dict[str, Any]:
     """The YAML of a prompt set: a mapping of language codes to sections, with an ``en`` section."""
-    import yaml
-
     data = yaml.safe_load(raw.decode("utf-8"))
     if not isinstance(data, dict) or "en" not in data:
         raise ValueError(f"{kind} prompt file must map language codes to templates and have an 'en' section")
@@ -51,15 +57,11 @@ def parse_prompt_languages(raw: bytes, kind: str) -> dict:
 
 def prompt_version_hash(raw: bytes, version: str) -> str:
     """``"<version>-<12 hex of sha256(yaml bytes)>"``: names exactly which prompt text produced an output."""
-    import hashlib
-
     return f"{version}-{hashlib.sha256(raw).hexdigest()[:12]}"
 
 
 def parse_languages(raw: bytes, kind: str, parse_language: Callable[[str, Any], T]) -> Mapping[str, T]:
     """Every language section of a prompt set, each parsed by ``parse_language(lang, section)``; read-only."""
-    from types import MappingProxyType
-
     data = parse_prompt_languages(raw, kind)
     return MappingProxyType({str(lang): parse_language(str(lang), section) for lang, section in data.items()})
 

@@ -7,14 +7,16 @@ FlagEmbedding are imported inside the class so that importing this module stays 
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from hxd2_ray import models
 from hxd2_ray.config import FlagEmbeddingConfig, embedding_model_id
 from hxd2_ray.embedding.base import empty_embeddings, l2_normalize
 from hxd2_ray.errors import ConfigError
@@ -22,13 +24,12 @@ from hxd2_ray.errors import ConfigError
 log = logging.getLogger(__name__)
 
 _POOLING_KEYS = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens"}
+_SILENT_WRAPPERS: set[Callable[..., Any]] = set()  # the tqdm stand-ins already installed (rebinding is once)
 
 
 def resolve_embedding_path(model: str) -> str:
     """``builtin:minilm`` → the bundled folder; anything else must be a local folder."""
-    from hxd2_ray.models import resolve_embedding_path as resolve
-
-    path = resolve(model)
+    path = models.resolve_embedding_path(model)
     if not Path(path).is_dir():
         raise FileNotFoundError(f"embedding model folder not found: {model!r} (give a local folder or builtin:minilm)")
     return path
@@ -41,8 +42,6 @@ def _silence_flag_progress() -> None:
     least ``batch_size`` texts, and takes no argument to turn them off; in Ray actors they flood the
     driver's log. The module-level names are rebound once, to wrappers that pass ``disable=True``.
     """
-    import importlib
-
     for module_name in (
         "FlagEmbedding.inference.embedder.encoder_only.base",
         "FlagEmbedding.abc.inference.AbsEmbedder",  # the multi-device pool's "initial target device" bar
@@ -50,14 +49,14 @@ def _silence_flag_progress() -> None:
         module = importlib.import_module(module_name)
         for name in ("tqdm", "trange"):
             original = getattr(module, name, None)
-            if original is None or getattr(original, "_hxd2_silenced", False):
+            if original is None or original in _SILENT_WRAPPERS:
                 continue
 
             def silent(*args: Any, _orig: Any = original, **kwargs: Any) -> Any:
                 kwargs["disable"] = True
                 return _orig(*args, **kwargs)
 
-            silent._hxd2_silenced = True  # type: ignore[attr-defined]
+            _SILENT_WRAPPERS.add(silent)
             setattr(module, name, silent)
 
 

@@ -69,8 +69,8 @@ class _ChunkState:
     history: tuple[Message, ...] = ()
     # dicts keep first-seen order and drop the exact repeats gleaning tends to produce, which would
     # otherwise inflate mention counts and summed relation weights.
-    entities: dict[tuple, EntityMention] = field(default_factory=dict)
-    relations: dict[tuple, RelationMention] = field(default_factory=dict)
+    entities: dict[tuple[str, str, str], EntityMention] = field(default_factory=dict)
+    relations: dict[tuple[str, str, str, tuple[str, ...], float], RelationMention] = field(default_factory=dict)
     keywords: dict[str, None] = field(default_factory=dict)
     malformed: int = 0
     llm_calls: int = 0

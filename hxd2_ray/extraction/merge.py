@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Callable, Iterable, Sequence
 
 from hxd2_ray.config import ExtractionConfig
-from hxd2_ray.types import Extraction, EntityMention, MergedEntity, MergedRelation, RelationMention
+from hxd2_ray.types import EntityMention, Extraction, MergedEntity, MergedRelation, RelationMention
 
 TokenCounter = Callable[[str], int]
 

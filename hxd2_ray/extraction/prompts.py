@@ -12,17 +12,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from hxd2_ray.prompt_templates import (
+    TEXT_MARKER,
     parse_languages,
     placeholder_filler,
     prompt_version_hash,
     read_prompt_set,
     section_text,
 )
-
-# The line right before the chunk text in every extraction user message. The text comes last so that all
-# chunks share the instruction prefix (vLLM prefix caching); fakes find the chunk text after this marker.
-TEXT_MARKER = "######## Text ########"
-
 
 PLACEHOLDERS = ("entity_types", "input_text", "entity_name", "description_list")
 

@@ -1,13 +1,17 @@
 """Graph store protocol and the plain value types it returns (no engine objects cross this line).
 
 Rows are TypedDicts, i.e. ordinary dicts: they pickle cheaply across Ray and serialise to JSON as is.
-``kuzu_store`` is the only implementation today; keeping the protocol here lets the query engine and
-its tests depend on the shape, not on Kùzu.
+Two stores implement it: ``kuzu_store.KuzuGraphStore`` (the store of record) and
+``resident.ResidentGraph`` (a read-only graph held in memory over it); keeping the protocol here lets the
+query engine and its tests depend on the shape, not on Kùzu.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypedDict
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence, TypedDict, TypeVar
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # Bump when the DDL in kuzu_store changes; recorded in the manifest so an old index is rebuilt, not misread.
 GRAPH_SCHEMA_VERSION = 1
@@ -92,10 +96,28 @@ class GraphStore(Protocol):
         """The ``limit`` most frequent relation keywords, most frequent first (the planner's relation hint)."""
         ...
 
+    def run_template(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """A named read of :mod:`hxd2_ray.graph.templates` with exactly its parameters bound (``KeyError`` for
+        an unknown name, ``ValueError`` for missing or extra parameters); rows as that module lists them."""
+        ...
+
+    def scan_tables(self) -> dict[str, pa.Table]:
+        """Every table as Arrow, for a copy held elsewhere: ``Entity``, ``Chunk`` and ``Document`` with each
+        node's offset ``o`` and its properties, ``RELATED`` (``a``, ``b``) and ``MENTIONS`` (``c``, ``e``) as
+        node-offset pairs with the relationship's properties."""
+        ...
+
+    def warm(self) -> None:
+        """Load now whatever the reads resolve against (idempotent), so the first question does not pay for it."""
+        ...
+
     def close(self) -> None: ...
 
 
-def unique_in_order(items: Iterable[str]) -> list[str]:
+_T = TypeVar("_T")
+
+
+def unique_in_order(items: Iterable[_T]) -> list[_T]:
     """Drop repeats but keep the caller's order (queries return rows in the order they were asked)."""
     return list(dict.fromkeys(items))
 

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hxd2_ray.errors import IndexMismatchError, IndexNotFoundError
+from hxd2_ray.graph import schema
 from hxd2_ray.graph.base import (
     COUNT_NAMES,
     GRAPH_SCHEMA_VERSION,
@@ -43,7 +44,15 @@ from hxd2_ray.graph.base import (
     rank_neighbors,
     unique_in_order,
 )
-from hxd2_ray.indexing import tables
+from hxd2_ray.graph.templates import (
+    LF_EDGES,
+    LF_EDGES_BETWEEN,
+    LF_ENTITY_NAMES,
+    LF_NAMES_OF,
+    LF_PATHS_2HOP,
+    LF_PATHS_BETWEEN,
+    check_template,
+)
 
 __all__ = [
     "GRAPH_SCHEMA_VERSION",
@@ -198,8 +207,9 @@ Q_SCAN = {
     "MENTIONS": "MATCH (c:Chunk)-[:MENTIONS]->(e:Entity) RETURN offset(id(c)) AS c, offset(id(e)) AS e",
 }
 
-# Logic-form templates (``hxd2_ray.logic.executor.LOGIC_TEMPLATES`` names), per key / per pair. The
-# batched originals LIMIT the whole UNWIND; here the limit is what is left after the earlier keys.
+# The named reads of :mod:`hxd2_ray.graph.templates`, per key / per pair (a batched ``UNWIND $keys`` form
+# scans the table, see above). ``LIMIT $limit`` caps a named read's whole result, so each key's query is
+# limited to what is left after the earlier keys.
 _LF_EDGE = (
     "a.key AS a_key, a.name AS a_name, b.key AS b_key, b.name AS b_name,"
     " r.description AS description, r.keywords AS keywords"
@@ -311,11 +321,11 @@ def _canonical_relations(rel: pa.Table) -> pa.Table:
 def prepare_tables(
     documents: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table
 ) -> dict[str, pa.Table]:
-    """Turn the staging tables (``indexing.tables`` schemas) into the six COPY inputs, keyed by graph table."""
-    _require_columns(documents, tables.DOCUMENTS, "documents")
-    _require_columns(chunks, tables.CHUNKS.remove(tables.CHUNKS.get_field_index("shard")), "chunks")
-    _require_columns(entities, tables.ENTITIES, "entities")
-    _require_columns(relations, tables.RELATIONS, "relations")
+    """Turn the staging tables (:mod:`hxd2_ray.graph.schema`) into the six COPY inputs, keyed by graph table."""
+    _require_columns(documents, schema.DOCUMENTS, "documents")
+    _require_columns(chunks, schema.CHUNKS.remove(schema.CHUNKS.get_field_index("shard")), "chunks")
+    _require_columns(entities, schema.ENTITIES, "entities")
+    _require_columns(relations, schema.RELATIONS, "relations")
 
     docs = _select(documents, DOCUMENT_COLUMNS.names, DOCUMENT_COLUMNS, "documents")
     _check_no_null(documents, "id", "documents")
@@ -378,6 +388,13 @@ def prepare_tables(
 # ---------------------------------------------------------------------------------------------------
 
 
+def _one_result(result: kuzu.QueryResult | list[kuzu.QueryResult]) -> kuzu.QueryResult:
+    """``Connection.execute`` gives a list only for text holding several statements; every template is one."""
+    if isinstance(result, list):
+        raise TypeError(f"expected one statement's result, got {len(result)}: the query text holds several")
+    return result
+
+
 def _open_database(path: Path, read_only: bool, max_threads: int, buffer_pool_bytes: int) -> kuzu.Database:
     return kuzu.Database(
         str(path), read_only=read_only, max_num_threads=max_threads, buffer_pool_size=buffer_pool_bytes
@@ -396,7 +413,7 @@ class KuzuGraphWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db: kuzu.Database | None = _open_database(self.path, False, max_threads, buffer_pool_bytes)
         self._conn: kuzu.Connection | None = kuzu.Connection(self._db)
-        existing = [row[0] for row in self._conn.execute(Q_SHOW_TABLES).get_all()]
+        existing = _one_result(self._conn.execute(Q_SHOW_TABLES)).get_as_arrow()["name"].to_pylist()
         if existing:
             self.close()
             raise ValueError(
@@ -559,7 +576,7 @@ class KuzuGraphStore:
     def _rows(self, query: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         check_params(query, params)
         conn, stmt = self._prepared(query)
-        res = conn.execute(stmt, dict(params))
+        res = _one_result(conn.execute(stmt, dict(params)))
         try:
             cols = res.get_column_names()
             return [dict(zip(cols, row)) for row in res.get_all()]
@@ -585,7 +602,7 @@ class KuzuGraphStore:
             if table not in self._columns:
                 query, names = _COLUMN_LOADS[table]
                 check_params(query, {})
-                res = self._conn().execute(query)
+                res = _one_result(self._conn().execute(query))
                 try:
                     data = res.get_as_arrow(chunk_size=1_000_000)
                 finally:
@@ -629,7 +646,7 @@ class KuzuGraphStore:
         out = {}
         for name, query in Q_SCAN.items():
             check_params(query, {})
-            res = self._conn().execute(query)
+            res = _one_result(self._conn().execute(query))
             try:
                 out[name] = res.get_as_arrow(chunk_size=1_000_000)
             finally:
@@ -684,7 +701,7 @@ class KuzuGraphStore:
         return rank_neighbors(seeds, self._rows_each(Q_NEIGHBORS_OF, "k", seeds), limit_per_entity)
 
     def get_relations(self, pairs: Iterable[tuple[str, str]]) -> list[EdgeRow]:
-        wanted = unique_in_order(canonical_pair(a, b) for a, b in pairs)  # type: ignore[arg-type]
+        wanted = unique_in_order(canonical_pair(a, b) for a, b in pairs)
         found: list[EdgeRow] = []
         for s, t in wanted:
             rows = self._rows(Q_RELATION, {"s": s, "t": t})
@@ -745,21 +762,26 @@ class KuzuGraphStore:
         rows = self._rows(Q_RELATION_KEYWORDS, {"limit": max(0, int(limit))})
         return [str(r["keyword"]) for r in rows if r["keyword"]]
 
-    # -- logic-form templates (hxd2_ray.logic.executor.GraphQueries) -------------------------------
+    # -- named reads (hxd2_ray.graph.templates) ----------------------------------------------------
 
     def run_template(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """A ``LOGIC_TEMPLATES`` read by name, run per key/pair so every lookup uses the primary-key index.
-
-        Same rows as the batched templates; where they ``LIMIT $limit`` the whole result, at most ``limit``
-        rows come back in all (keys in the order given, each key's rows in engine order).
-        """
-        runner = _LF_RUNNERS.get(name)
-        if runner is None:
-            raise KeyError(f"unknown query template {name!r}")
-        expected = _LF_PARAMS[name]
-        if set(params) != expected:
-            raise ValueError(f"template {name!r} takes parameters {sorted(expected)}, got {sorted(params)}")
-        return runner(self, params)
+        """A named read of :data:`~hxd2_ray.graph.templates.LOGIC_TEMPLATES`, run per key/pair so every lookup
+        uses the primary-key index: at most ``limit`` rows in all where the read has one (keys in the order
+        given, each key's rows in engine order)."""
+        check_template(name, params)
+        if name == LF_EDGES:
+            return self._lf_per_key(Q_LF_EDGES_OF, params["keys"], _limit(params))
+        if name == LF_PATHS_2HOP:
+            return self._lf_per_key(Q_LF_PATHS_2HOP_OF, params["keys"], _limit(params))
+        if name == LF_EDGES_BETWEEN:
+            return self._lf_per_pair(Q_LF_EDGES_BETWEEN_PAIR, params["pairs"], None)
+        if name == LF_PATHS_BETWEEN:
+            return self._lf_per_pair(Q_LF_PATHS_BETWEEN_PAIR, params["pairs"], _limit(params))
+        if name == LF_ENTITY_NAMES:
+            return self._rows(Q_LF_ENTITY_NAMES, {"skip": params["skip"], "limit": params["limit"]})
+        if name == LF_NAMES_OF:
+            return self._lf_per_key(Q_LF_NAME_OF, params["keys"], None)
+        raise NotImplementedError(f"the named read {name!r} has no Kùzu template yet")
 
     def _lf_per_key(self, query: str, keys: Iterable[str], limit: int | None) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
@@ -812,21 +834,3 @@ _COLUMN_LOADS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 def _limit(params: Mapping[str, Any]) -> int:
     return max(0, int(params["limit"]))
-
-
-_LF_RUNNERS: dict[str, Callable[[KuzuGraphStore, Mapping[str, Any]], list[dict[str, Any]]]] = {
-    "lf_edges": lambda g, p: g._lf_per_key(Q_LF_EDGES_OF, p["keys"], _limit(p)),
-    "lf_paths_2hop": lambda g, p: g._lf_per_key(Q_LF_PATHS_2HOP_OF, p["keys"], _limit(p)),
-    "lf_edges_between": lambda g, p: g._lf_per_pair(Q_LF_EDGES_BETWEEN_PAIR, p["pairs"], None),
-    "lf_paths_between": lambda g, p: g._lf_per_pair(Q_LF_PATHS_BETWEEN_PAIR, p["pairs"], _limit(p)),
-    "lf_entity_names": lambda g, p: g._rows(Q_LF_ENTITY_NAMES, {"skip": p["skip"], "limit": p["limit"]}),
-    "lf_names_of": lambda g, p: g._lf_per_key(Q_LF_NAME_OF, p["keys"], None),
-}
-_LF_PARAMS: dict[str, frozenset[str]] = {
-    "lf_edges": frozenset({"keys", "limit"}),
-    "lf_paths_2hop": frozenset({"keys", "limit"}),
-    "lf_edges_between": frozenset({"pairs"}),
-    "lf_paths_between": frozenset({"pairs", "limit"}),
-    "lf_entity_names": frozenset({"skip", "limit"}),
-    "lf_names_of": frozenset({"keys"}),
-}

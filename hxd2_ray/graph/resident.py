@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -29,12 +29,16 @@ from hxd2_ray.graph.base import (
     ChunkRow,
     EdgeRow,
     EntityRow,
+    GraphStore,
     canonical_pair,
     edge_row,
     entity_row,
     rank_neighbors,
     unique_in_order,
 )
+
+if TYPE_CHECKING:
+    from hxd2_ray.graph.kuzu_store import KuzuGraphStore
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +83,7 @@ class ResidentGraph:
     kept for the reads not held here and closed with this object.
     """
 
-    def __init__(self, store: Any, tables: Mapping[str, pa.Table]):
+    def __init__(self, store: GraphStore, tables: Mapping[str, pa.Table]):
         self.store = store
         # One chunk per column: ``take`` on a multi-chunk column costs time in proportion to the whole table.
         tables = {name: t.combine_chunks() for name, t in tables.items()}
@@ -179,7 +183,7 @@ class ResidentGraph:
 
     def get_relations(self, pairs: Iterable[tuple[str, str]]) -> list[EdgeRow]:
         found: list[tuple[int, int, int]] = []
-        for s, t in unique_in_order(canonical_pair(a, b) for a, b in pairs):  # type: ignore[arg-type]
+        for s, t in unique_in_order(canonical_pair(a, b) for a, b in pairs):
             i, j = self._entity_of.get(s), self._entity_of.get(t)
             if i is None or j is None:
                 continue
@@ -234,6 +238,13 @@ class ResidentGraph:
     def top_relation_keywords(self, limit: int) -> list[str]:
         return self.store.top_relation_keywords(limit)
 
+    def scan_tables(self) -> dict[str, pa.Table]:
+        return self.store.scan_tables()
+
+    def warm(self) -> None:
+        """Nothing to load: what this object answers was loaded with it, and the Kùzu store's node columns would
+        only hold memory for reads that never reach the store."""
+
     def close(self) -> None:
         self.store.close()
 
@@ -244,7 +255,7 @@ class ResidentGraph:
         self.close()
 
 
-def open_resident(store: Any, mode: str, max_mb: int) -> Any:
+def open_resident(store: KuzuGraphStore, mode: str, max_mb: int) -> GraphStore:
     """``store`` held in memory (a :class:`ResidentGraph` over it) when ``mode`` is ``on``, or ``auto`` and the
     database file is at most ``max_mb``; otherwise ``store`` itself. ``off`` always reads through Kùzu."""
     if mode == "off":

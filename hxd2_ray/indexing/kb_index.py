@@ -34,6 +34,10 @@ import pyarrow.compute as pc
 from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id
 from hxd2_ray.errors import HxdError
 from hxd2_ray.indexing import tables
+from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, write_manifest
+from hxd2_ray.logic.metaqa import empty_chunks, empty_documents, read_triples, triples_to_tables
+from hxd2_ray.stages.embed_stage import embedding_inputs
+from hxd2_ray.wiring import build_embedder
 
 __all__ = ["KB_PROMPT_VERSION", "build_kb_index", "embed_texts", "kb_fingerprint"]
 
@@ -172,9 +176,6 @@ def build_kb_index(
     ``wiring.build_embedder(cfg.embedding)``).
     """
     from hxd2_ray.graph.kuzu_store import load_graph
-    from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, write_manifest
-    from hxd2_ray.logic.metaqa import empty_chunks, empty_documents, read_triples, triples_to_tables
-    from hxd2_ray.stages.embed_stage import embedding_inputs
     from hxd2_ray.vectors.faiss_index import write_family
 
     say = progress or (lambda _msg: None)
@@ -188,8 +189,6 @@ def build_kb_index(
         raise HxdError(f"no triple file at {triples_path}")
     _check_output(output, overwrite)
     if embedder is None:
-        from hxd2_ray.wiring import build_embedder
-
         embedder = build_embedder(cfg.embedding)
     if int(embedder.dim) != cfg.embedding.dim:
         raise HxdError(f"the embedder's dimension {embedder.dim} differs from embedding.dim {cfg.embedding.dim}")

@@ -1,33 +1,28 @@
-"""Arrow schemas of the staging tables an index is built from (and the graph store bulk-loads)."""
+"""The index job's staging tables: the graph's inputs and the job's own intermediate tables.
+
+The four tables the graph is loaded from (documents, chunks, entities, relations) are defined by the graph,
+in :mod:`hxd2_ray.graph.schema`, and named here too so the job's stages find every staging schema in one
+place; quarantine, extractions and embeddings never reach the graph and are defined here.
+"""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-DOCUMENTS = pa.schema(
-    [
-        ("id", pa.string()),  # sha256 of the text
-        ("source_id", pa.string()),  # the source's own id, else the path (plus #n for records)
-        ("source_path", pa.string()),
-        ("title", pa.string()),
-        ("n_chars", pa.int64()),
-    ]
-)
+from hxd2_ray.graph.schema import CHUNKS, DOCUMENTS, ENTITIES, RELATIONS
+
+__all__ = [
+    "CHUNKS",
+    "DOCUMENTS",
+    "EMBEDDINGS",
+    "ENTITIES",
+    "EXTRACTIONS",
+    "QUARANTINE",
+    "RELATIONS",
+    "VECTOR_FAMILIES",
+]
 
 QUARANTINE = pa.schema([("source_path", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
-
-CHUNKS = pa.schema(
-    [
-        ("id", pa.string()),
-        ("doc_id", pa.string()),
-        ("order", pa.int64()),
-        ("start", pa.int64()),
-        ("text", pa.string()),
-        ("header_path", pa.string()),
-        ("language", pa.string()),
-        ("shard", pa.int64()),  # extraction shard: the unit a rerun skips when finished
-    ]
-)
 
 _ENTITY_MENTION = pa.struct([("name", pa.string()), ("type", pa.string()), ("description", pa.string())])
 _RELATION_MENTION = pa.struct(
@@ -51,30 +46,6 @@ EXTRACTIONS = pa.schema(
         ("prompt_tokens", pa.int64()),
         ("completion_tokens", pa.int64()),
         ("error", pa.string()),
-    ]
-)
-
-ENTITIES = pa.schema(
-    [
-        ("key", pa.string()),  # normalized name, the graph primary key
-        ("name", pa.string()),
-        ("type", pa.string()),
-        ("description", pa.string()),
-        ("source_chunk_ids", pa.list_(pa.string())),
-        ("mention_count", pa.int64()),
-        ("name_truncated", pa.bool_()),
-    ]
-)
-
-RELATIONS = pa.schema(
-    [
-        ("source_key", pa.string()),
-        ("target_key", pa.string()),
-        ("description", pa.string()),
-        ("keywords", pa.list_(pa.string())),
-        ("weight", pa.float64()),
-        ("source_chunk_ids", pa.list_(pa.string())),
-        ("mention_count", pa.int64()),
     ]
 )
 

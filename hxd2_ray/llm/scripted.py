@@ -24,8 +24,8 @@ import zlib
 from typing import Callable, Iterable, Mapping, Sequence
 
 from hxd2_ray.config import DEFAULT_ENTITY_TYPES, ScriptedLLMConfig
-from hxd2_ray.extraction.prompts import TEXT_MARKER
 from hxd2_ray.llm.base import LLMRequest, LLMResponse, LLMUsage
+from hxd2_ray.prompt_templates import TEXT_MARKER
 
 Handler = Callable[[LLMRequest], "str | LLMResponse"]
 Script = Sequence[str] | Mapping[str, str] | Handler | None

@@ -2,12 +2,12 @@
 
 No NER: every subject and object becomes an entity with ``key = entity_key(name)`` (the merge stage's
 normaliser, so a question's name links exactly), and every triple becomes a fact on the ``RELATED`` edge of
-its (unordered) pair, written in the ENTITIES / RELATIONS staging schemas of :mod:`hxd2_ray.indexing.tables`
+its (unordered) pair, written in the ENTITIES / RELATIONS staging schemas of :mod:`hxd2_ray.graph.schema`
 and loaded with the project's own :func:`~hxd2_ray.graph.kuzu_store.load_graph`.
 
 Direction. ``RELATED`` keeps one edge per unordered pair (``source_key < target_key``), but MetaQA relations
 are directional ("movie directed_by person"). The loader keeps the direction in the edge description, one
-line per triple in the form ``"Subject --relation--> Object"`` (:func:`~hxd2_ray.logic.executor.directed_fact_line`);
+line per triple in the form ``"Subject --relation--> Object"`` (:func:`~hxd2_ray.logic.facts.directed_fact_line`);
 the relation name itself goes into ``keywords`` (what the relation_keywords vector family and predicate
 matching see), and several triples between the same pair (a movie directed *and* written by one person)
 merge into one edge whose keywords are the union and whose description has one line per triple. The
@@ -17,7 +17,7 @@ marker keywords because it needs no schema change, survives the canonical re-ori
 stays readable in the dual-level context tables, and keeps the keywords clean for embedding.
 
 Numbers are entities too: "release_year" points at the entity "1971"; the executor parses numbers from
-entity names (:func:`~hxd2_ray.logic.executor.parse_number`). The hand-made numeric test graph uses the
+entity names (:func:`~hxd2_ray.logic.facts.parse_number`). The hand-made numeric test graph uses the
 same convention ("Zhefu 802" --height_cm--> "85").
 """
 
@@ -34,8 +34,8 @@ import pyarrow as pa
 
 from hxd2_ray.config import ExtractionConfig
 from hxd2_ray.extraction.merge import entity_key
-from hxd2_ray.indexing import tables
-from hxd2_ray.logic.executor import directed_fact_line
+from hxd2_ray.graph import schema as tables
+from hxd2_ray.logic.facts import directed_fact_line
 
 __all__ = [
     "METAQA_OBJECT_TYPES",

@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.llm.base import LLMClient, LLMRequest
+from hxd2_ray.logic.plan import MAX_STEPS, MAX_TEXT_CHARS, Plan, PlanError, plan_json_schema, validate_plan
 from hxd2_ray.prompt_templates import (
     parse_languages,
     placeholder_filler,
@@ -25,7 +26,6 @@ from hxd2_ray.prompt_templates import (
     read_prompt_set,
     section_text,
 )
-from hxd2_ray.logic.plan import MAX_STEPS, MAX_TEXT_CHARS, Plan, PlanError, plan_json_schema, validate_plan
 
 __all__ = [
     "LogicFormPlanner",

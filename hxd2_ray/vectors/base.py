@@ -85,6 +85,10 @@ class VectorIndex(Protocol):
         """Top-k (key, cosine) per query row, best first; fewer when the index holds fewer."""
         ...
 
+    def close(self) -> None:
+        """Let go of what the index holds; the index is not searched afterwards."""
+        ...
+
 
 def normalized(vectors: np.ndarray, dim: int | None = None, what: str = "vectors", *, copy: bool = True) -> np.ndarray:
     """L2-normalised float32, C-contiguous rows (Faiss needs exactly this); a copy unless ``copy=False``

@@ -38,3 +38,6 @@ class ExactVectorIndex:
             order = np.argsort(-row, kind="stable")[:k]
             out.append([(self.keys[i], float(row[i])) for i in order])
         return out
+
+    def close(self) -> None:
+        """Nothing to release: the vectors are plain NumPy, freed with the object."""

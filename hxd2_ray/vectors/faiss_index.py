@@ -22,7 +22,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import faiss
 import numpy as np
@@ -86,6 +86,7 @@ def _build_index(vectors: np.ndarray, ids: np.ndarray, spec: ShardSpec) -> faiss
     labels = np.ascontiguousarray(ids, dtype=np.int64)
     if vecs.ndim != 2 or vecs.shape[1] != spec.dim or vecs.shape[0] != labels.shape[0]:
         raise ValueError(f"shard input mismatch: vectors {vecs.shape}, ids {labels.shape}, dim {spec.dim}")
+    index: faiss.Index
     if spec.kind == "flat":
         index = faiss.IndexIDMap2(faiss.IndexFlatIP(spec.dim))
     elif spec.kind == "hnsw":
@@ -102,6 +103,11 @@ def _build_index(vectors: np.ndarray, ids: np.ndarray, spec: ShardSpec) -> faiss
     if len(labels):
         index.add_with_ids(vecs, labels)
     return index
+
+
+# build_shard's arguments for one shard, and a map of build_shard over them (e.g. fanned out as Ray tasks).
+ShardArgs = tuple[np.ndarray, np.ndarray, ShardSpec]
+ShardMap = Callable[[Callable[..., bytes], Iterable[ShardArgs]], Iterable[bytes]]
 
 
 def build_shard(vectors: np.ndarray, ids: np.ndarray, spec: ShardSpec) -> bytes:
@@ -173,7 +179,7 @@ def plan_family(
     bounds = np.concatenate([[0], np.cumsum(shard_counts)]).astype(np.int64)
     kind = _resolve_kind(cfg, int(shard_counts.max(initial=0)))
 
-    params: dict = {"requested_index_type": cfg.index_type}
+    params: dict[str, Any] = {"requested_index_type": cfg.index_type}
     trained = None
     if kind == "hnsw":
         params.update(M=cfg.hnsw_m, ef_construction=cfg.hnsw_ef_construction, ef_search=cfg.hnsw_ef_search)
@@ -199,7 +205,7 @@ def commit_family(root: str | Path, plan: FamilyPlan, shard_blobs: Sequence[byte
     def write_blobs(folder: Path) -> None:
         for s, blob in enumerate(shard_blobs):
             with open(folder / shard_file(s), "wb") as fh:
-                fh.write(memoryview(blob))
+                fh.write(blob if isinstance(blob, bytes) else blob.data)  # .data: the array's buffer, no copy
 
     return _commit(root, plan, write_blobs)
 
@@ -248,7 +254,7 @@ def write_family(
     vectors: np.ndarray,
     cfg: VectorsConfig,
     seed: int = 0,
-    map_fn: Callable[[Callable[..., bytes], Iterable[tuple]], Iterable[bytes]] | None = None,
+    map_fn: ShardMap | None = None,
     ids: np.ndarray | None = None,
 ) -> FamilyInfo:
     """Plan, build every shard and commit; returns what family.json records.
@@ -291,7 +297,10 @@ def _apply_search_params(index: faiss.Index, info: FamilyInfo) -> None:
     if info.index_type == "ivf":
         faiss.extract_index_ivf(index).nprobe = int(info.params["nprobe"])
     elif info.index_type == "hnsw":
-        faiss.downcast_index(index.index).hnsw.efSearch = int(info.params["ef_search"])
+        inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else index
+        if not isinstance(inner, faiss.IndexHNSW):
+            raise IndexMismatchError(f"family {info.family!r} is hnsw but a shard holds {type(inner).__name__}")
+        inner.hnsw.efSearch = int(info.params["ef_search"])
 
 
 class FaissFamilyIndex:
@@ -347,17 +356,17 @@ class FaissFamilyIndex:
         q = normalized(q, self.dim, "queries")
         results = [ix.search(q, k) for ix in self._shards]
         if len(results) == 1:
-            D, I = results[0]
+            scores, ids = results[0]
         else:
-            D, I = faiss.merge_knn_results(
+            scores, ids = faiss.merge_knn_results(
                 np.stack([r[0] for r in results]), np.stack([r[1] for r in results]), keep_max=True
             )
         # Missing results come back as id -1; an id absent from the id map would be a corrupt family,
         # so both are dropped rather than mapped to a neighbouring key.
-        pos = np.minimum(np.searchsorted(self._ids, I), len(self._ids) - 1)
-        valid = (I >= 0) & (self._ids[pos] == I)
+        pos = np.minimum(np.searchsorted(self._ids, ids), len(self._ids) - 1)
+        valid = (ids >= 0) & (self._ids[pos] == ids)
         out: SearchHits = []
-        for row_ok, row_d, row_p in zip(valid, D, pos):
+        for row_ok, row_d, row_p in zip(valid, scores, pos):
             out.append([(self._keys[p], float(d)) for ok, d, p in zip(row_ok, row_d, row_p) if ok])
         return out
 

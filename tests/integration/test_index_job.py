@@ -7,7 +7,6 @@ functions produce in one process (the oracle), and a rerun, a resumed run and an
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -174,9 +173,9 @@ def test_a_corpus_with_no_valid_document_fails_clearly_and_leaves_no_index(ray_l
 
 
 def test_index_from_and_to_s3(ray_local, s3_server, s3_client, s3_bucket, capsys):
+    from hxd2_ray.config import S3Config
     from hxd2_ray.indexing.manifest import read_manifest
     from hxd2_ray.ingest.sources import resolve_filesystem
-    from hxd2_ray.config import S3Config
 
     for path in sorted(SAMPLE.iterdir()):
         s3_client.put_object(Bucket=s3_bucket, Key=f"corpus/{path.name}", Body=path.read_bytes())

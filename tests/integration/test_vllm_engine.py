@@ -225,9 +225,9 @@ def test_same_structure_as_scripted_llm(engine):
 
 def test_zz_close_releases_and_a_new_engine_starts(engine):
     """Runs last: close the shared engine, then a second one must start in the same process."""
-    from hxd2_ray.llm.vllm_engine import VllmEngineLLM
-
     import torch
+
+    from hxd2_ray.llm.vllm_engine import VllmEngineLLM
 
     engine.close()
     engine.close()  # idempotent

@@ -357,12 +357,14 @@ def test_cli_reloads_questions_for_runs_without_questions_file(tmp_path, capsys,
     base = ["judge", str(run), "--mode-a", "dual", "--mode-b", "auto", "--json"]
     assert eval_job.main([*base, "--data-root", str(tmp_path / "no-data")]) == 2
     assert "has no questions.json" in capsys.readouterr().err
-    code = eval_job.main([*base, "--questions", str(HOTPOT / "questions.json"), "--corpus", str(HOTPOT / "corpus.json")])
+    code = eval_job.main([*base, "--questions", str(HOTPOT / "questions.json"),
+                          "--corpus", str(HOTPOT / "corpus.json")])
     out = capsys.readouterr()
     assert code == 0, out.err
     assert json.loads(out.out)["totals"]["overall"]["wins_a"] == 3
     first = scripted_judge[-1].requests[0].messages[1]["content"]
-    assert f"Question: {items[0].question}" in first and f"Reference answer (treat it as correct): {items[0].answers[0]}" in first
+    assert f"Question: {items[0].question}" in first
+    assert f"Reference answer (treat it as correct): {items[0].answers[0]}" in first
 
 
 def test_write_questions_round_trip(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from concurrent.futures import ThreadPoolExecutor
 
@@ -35,6 +36,14 @@ def _clustered(seed=0, n=2000, d=32, clusters=20):
 def _recall(got, want, k):
     hits = sum(len({key for key, _ in g[:k]} & {key for key, _ in w[:k]}) for g, w in zip(got, want))
     return hits / (k * len(want))
+
+
+@pytest.mark.parametrize("index_class", [FaissFamilyIndex, ExactVectorIndex])
+def test_index_declares_the_protocol(index_class):
+    members = [n for n, m in vars(vbase.VectorIndex).items() if callable(m) and not n.startswith("_")]
+    assert sorted(members) == ["close", "search"]
+    for name in members:
+        assert inspect.signature(getattr(index_class, name)) == inspect.signature(getattr(vbase.VectorIndex, name))
 
 
 def test_flat_matches_exact_oracle(tmp_path):

@@ -15,7 +15,7 @@ from hxd2_ray.errors import HxdError, IndexNotFoundError
 from hxd2_ray.indexing.kb_index import KB_PROMPT_VERSION, build_kb_index, file_sha256, kb_fingerprint
 from hxd2_ray.indexing.manifest import read_manifest
 from hxd2_ray.indexing.tables import VECTOR_FAMILIES
-from hxd2_ray.logic.executor import EntityLinker, GraphQueries, LogicFormExecutor
+from hxd2_ray.logic import EntityLinker, GraphQueries, LogicFormExecutor
 from hxd2_ray.logic.metaqa import read_triples, triples_to_tables
 from hxd2_ray.logic.plan import Plan, validate_plan
 from hxd2_ray.retrieval import QueryPipeline, open_index

@@ -14,7 +14,8 @@ from hxd2_ray.graph.kuzu_store import (
     load_graph,
     prepare_tables,
 )
-from hxd2_ray.indexing import tables
+from hxd2_ray.graph.schema import CHUNKS, DOCUMENTS, ENTITIES, RELATIONS
+from hxd2_ray.graph.templates import LOGIC_TEMPLATES
 
 HOSTILE_NAMES = [
     "O'Brien \"x\"",
@@ -28,19 +29,19 @@ LONG_DESCRIPTION = ("αβγ'\"\\\n😀" * 2000)[:10_000]  # quotes, backslash, n
 
 
 def _docs(rows):
-    return pa.Table.from_pylist(rows, schema=tables.DOCUMENTS)
+    return pa.Table.from_pylist(rows, schema=DOCUMENTS)
 
 
 def _chunks(rows):
-    return pa.Table.from_pylist(rows, schema=tables.CHUNKS)
+    return pa.Table.from_pylist(rows, schema=CHUNKS)
 
 
 def _ents(rows):
-    return pa.Table.from_pylist(rows, schema=tables.ENTITIES)
+    return pa.Table.from_pylist(rows, schema=ENTITIES)
 
 
 def _rels(rows):
-    return pa.Table.from_pylist(rows, schema=tables.RELATIONS)
+    return pa.Table.from_pylist(rows, schema=RELATIONS)
 
 
 def _doc(i, title=None):
@@ -206,7 +207,7 @@ def test_missing_columns_and_null_keys():
     ents = _ents([_ent("a")]).drop_columns(["description"])
     with pytest.raises(ValueError, match="description"):
         prepare_tables(_docs([]), _chunks([]), ents, _rels([]))
-    bad = pa.Table.from_pylist([{**_ent("a"), "key": None}], schema=tables.ENTITIES)
+    bad = pa.Table.from_pylist([{**_ent("a"), "key": None}], schema=ENTITIES)
     with pytest.raises(ValueError, match="null 'key'"):
         prepare_tables(_docs([]), _chunks([]), bad, _rels([]))
 
@@ -367,9 +368,36 @@ def _canon_rows(rows):
     return sorted(repr(sorted(r.items())) for r in rows)
 
 
-def test_run_template_matches_logic_templates(richer_store):
-    from hxd2_ray.logic.executor import LOGIC_TEMPLATES
+# The named reads as single batched statements (how the logic form first ran them): the reference rows.
+_OLD_LF_EDGE = (
+    "a.key AS a_key, a.name AS a_name, b.key AS b_key, b.name AS b_name,"
+    " r.description AS description, r.keywords AS keywords"
+)
+_OLD_LF_PATH = (
+    " RETURN a.key AS a_key, a.name AS a_name, m.key AS m_key, m.name AS m_name, b.key AS b_key, b.name AS b_name,"
+    " r1.description AS d1, r1.keywords AS k1, r2.description AS d2, r2.keywords AS k2 LIMIT $limit"
+)
+_OLD_LF = {
+    "lf_edges": (
+        f"UNWIND $keys AS k MATCH (a:Entity {{key: k}})-[r:RELATED]-(b:Entity) RETURN {_OLD_LF_EDGE} LIMIT $limit"
+    ),
+    "lf_paths_2hop": (
+        "UNWIND $keys AS k MATCH (a:Entity {key: k})-[r1:RELATED]-(m:Entity)-[r2:RELATED]-(b:Entity)"
+        " WHERE b.key <> k" + _OLD_LF_PATH
+    ),
+    "lf_edges_between": (
+        f"UNWIND $pairs AS p MATCH (a:Entity {{key: p.s}})-[r:RELATED]-(b:Entity {{key: p.t}}) RETURN {_OLD_LF_EDGE}"
+    ),
+    "lf_paths_between": (
+        "UNWIND $pairs AS p MATCH (a:Entity {key: p.s})-[r1:RELATED]-(m:Entity)-[r2:RELATED]-(b:Entity {key: p.t})"
+        + _OLD_LF_PATH
+    ),
+    "lf_entity_names": "MATCH (e:Entity) RETURN e.key AS key, e.name AS name ORDER BY e.key SKIP $skip LIMIT $limit",
+    "lf_names_of": "UNWIND $keys AS k MATCH (e:Entity {key: k}) RETURN e.key AS key, e.name AS name",
+}
 
+
+def test_run_template_matches_batched_statements(richer_store):
     s = richer_store
     keys = ["h", "ghost", "w", HOSTILE_NAMES[2]]
     pairs = [{"s": "h", "t": "x"}, {"s": "x", "t": "h"}, {"s": "y", "t": "w"}, {"s": "ghost", "t": "h"}]
@@ -381,10 +409,10 @@ def test_run_template_matches_logic_templates(richer_store):
         ("lf_entity_names", {"skip": 1, "limit": 3}),
         ("lf_names_of", {"keys": keys + ["ghost"]}),
     ]
-    assert {name for name, _ in cases} == set(LOGIC_TEMPLATES)
+    assert {name for name, _ in cases} == set(LOGIC_TEMPLATES) == set(_OLD_LF)
     for name, params in cases:
         new = s.run_template(name, params)
-        old = s._rows(LOGIC_TEMPLATES[name], params)
+        old = s._rows(_OLD_LF[name], params)
         assert _canon_rows(new) == _canon_rows(old), name
         assert new, name
     # LIMIT caps the whole result, as in the batched template.

@@ -10,17 +10,11 @@ import pytest
 
 from hxd2_ray.embedding.hashing import HashingEmbedder
 from hxd2_ray.graph.kuzu_store import KuzuGraphStore
+from hxd2_ray.graph.templates import LOGIC_TEMPLATES
 from hxd2_ray.llm.base import LLMResponse
 from hxd2_ray.llm.scripted import ScriptedLLM
-from hxd2_ray.logic.executor import (
-    LOGIC_TEMPLATES,
-    EntityLinker,
-    GraphQueries,
-    LogicFormExecutor,
-    PredicateMatcher,
-    edge_facts,
-    parse_number,
-)
+from hxd2_ray.logic import EntityLinker, GraphQueries, LogicFormExecutor, PredicateMatcher
+from hxd2_ray.logic.facts import edge_facts, parse_number
 from hxd2_ray.logic.metaqa import (
     MetaQAQuestion,
     Triple,
@@ -343,6 +337,22 @@ def test_numeric_lookup_and_math(rice_graph):
     assert [s.sub_answer for s in ev.steps[:4]] == ["Simei 2", "85", "70", "15"]
     assert ev.answers == ["15"]
     assert "85 - 70 = 15" in ev.steps[3].facts
+
+
+def test_seconds_are_read_from_the_injected_clock(rice_graph):
+    readings: list[float] = []
+
+    def clock() -> float:  # every reading is 0.25 s after the one before
+        readings.append(len(readings) * 0.25)
+        return readings[-1]
+
+    ev = run(rice_graph, [R("Zhefu 802", "has_parent", None, "p"), R("$p", "height_cm", None, "h"), OUT("h")],
+             clock=clock)
+    assert ev.answers == ["70"]
+    reads = [q for st in ev.steps for q in st.queries]
+    assert len(reads) >= 3 and all(q.seconds == 0.25 for q in reads)  # one reading before and after each read
+    assert ev.seconds == (len(readings) - 1) * 0.25  # the run's first and last readings bracket everything
+    assert len(readings) == 2 * len(reads) + 2
 
 
 def test_count_and_sum(rice_graph):

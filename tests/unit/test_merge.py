@@ -41,7 +41,8 @@ def test_normalize_name(raw, key):
 
 
 def test_surface_forms_group_under_one_key_and_most_frequent_wins():
-    mentions = [ent("Marie Curie", chunk="c2"), ent("MARIE CURIE", chunk="c1"), ent("Ｍａｒｉｅ Ｃｕｒｉｅ", chunk="c3"),
+    mentions = [ent("Marie Curie", chunk="c2"), ent("MARIE CURIE", chunk="c1"),
+                ent("Ｍａｒｉｅ Ｃｕｒｉｅ", chunk="c3"),  # full-width letters
                 ent("marie  curie", chunk="c1"), ent("Marie Curie", chunk="c4")]
     assert {entity_key(m.name, CFG) for m in mentions} == {"marie curie"}
     m = merge_entity_mentions("marie curie", mentions, CFG, words)
