@@ -8,8 +8,8 @@
     hxd2 eval compare DIR1 DIR2    per-question differences between two runs
     hxd2 eval judge DIR_A [DIR_B] --mode-a M --mode-b M   pairwise LLM-as-judge of two runs or two modes
 
-This module parses arguments into the typed requests of :mod:`hxd2_ray.evaluation.requests`, starts Ray and hands
-the library functions (:mod:`hxd2_ray.evaluation.runs`, :mod:`hxd2_ray.evaluation.judging`) a shard runner: each
+This module parses arguments into the typed requests of :mod:`hxd2_ray.runs.requests`, starts Ray and hands
+the library functions (:mod:`hxd2_ray.runs.evaluation`, :mod:`hxd2_ray.runs.judging`) a shard runner: each
 shard of each mode is answered by an actor of a Ray Data actor pool (``--workers``) and persisted as
 ``<output>/shards/<mode>/shard-NNNN.parquet``. A rerun skips the shards whose file exists, so a killed run resumes
 where it stopped. Without ``--config`` the index's own recorded config is used.
@@ -26,8 +26,8 @@ from typing import Any
 import pyarrow as pa
 
 from hxd2_ray.errors import HxdError
-from hxd2_ray.evaluation.requests import GRID_DEFAULT_MODES
 from hxd2_ray.retrieval.flow import MODES
+from hxd2_ray.runs.requests import GRID_DEFAULT_MODES
 from jobs.cli import run_and_report
 
 SUBCOMMANDS = ("run", "grid", "report", "compare", "judge", "corpus")
@@ -60,7 +60,7 @@ def ray_shard_runner(job: Any) -> pa.Table:
 
 
 def _run_request(args: argparse.Namespace) -> Any:
-    from hxd2_ray.evaluation.requests import EvalRunRequest
+    from hxd2_ray.runs.requests import EvalRunRequest
 
     return EvalRunRequest(
         benchmark=args.benchmark, output=args.output, index=args.index, modes=tuple(args.modes),
@@ -71,7 +71,7 @@ def _run_request(args: argparse.Namespace) -> Any:
 
 
 def _grid_request(args: argparse.Namespace) -> Any:
-    from hxd2_ray.evaluation.requests import EvalGridRequest
+    from hxd2_ray.runs.requests import EvalGridRequest
 
     return EvalGridRequest(
         benchmark=args.benchmark, output=args.output, indexes=tuple(args.indexes), axes=tuple(args.axes),
@@ -82,7 +82,7 @@ def _grid_request(args: argparse.Namespace) -> Any:
 
 
 def _judge_request(args: argparse.Namespace) -> Any:
-    from hxd2_ray.evaluation.requests import JudgeRequest
+    from hxd2_ray.runs.requests import JudgeRequest
 
     return JudgeRequest(
         a=args.a, b=args.b, mode_a=args.mode_a, mode_b=args.mode_b, limit=args.limit, output=args.output,
@@ -156,7 +156,7 @@ def build_judge_parser() -> argparse.ArgumentParser:
 
 def _main_judge(argv: list[str]) -> int:
     from hxd2_ray.evaluation.judge import format_totals
-    from hxd2_ray.evaluation.judging import judge_runs
+    from hxd2_ray.runs.judging import judge_runs
 
     args = build_judge_parser().parse_args(argv)
     if args.batch_size < 1 or args.max_tokens < 1 or (args.limit is not None and args.limit < 1):
@@ -213,7 +213,7 @@ def _main_run(argv: list[str]) -> int:
     if args.workers < 1 or args.concurrency < 1 or (args.shards is not None and args.shards < 1):
         print("error: --workers, --concurrency and --shards must be >= 1", file=sys.stderr)
         return 2
-    from hxd2_ray.evaluation.runs import run_evaluation
+    from hxd2_ray.runs.evaluation import run_evaluation
 
     return run_and_report(lambda: run_evaluation(_run_request(args), ray_shard_runner, _log), as_json=args.json,
                           format_text=format_summary, errors=_EXPECTED)
@@ -224,7 +224,7 @@ def _main_grid(argv: list[str]) -> int:
     if args.workers < 1 or args.concurrency < 1 or (args.shards is not None and args.shards < 1):
         print("error: --workers, --concurrency and --shards must be >= 1", file=sys.stderr)
         return 2
-    from hxd2_ray.evaluation.runs import run_grid
+    from hxd2_ray.runs.evaluation import run_grid
 
     return run_and_report(lambda: run_grid(_grid_request(args), ray_shard_runner, _log), as_json=args.json,
                           format_text=format_grid, errors=_EXPECTED)
@@ -237,7 +237,7 @@ def _main_report(argv: list[str]) -> int:
     p.add_argument("--set", dest="overrides", action="append", default=[])
     args = p.parse_args(argv)
     try:
-        from hxd2_ray.evaluation.runs import rebuild_report
+        from hxd2_ray.runs.evaluation import rebuild_report
 
         paths = rebuild_report(args.output, args.config, tuple(args.overrides))
     except (HxdError, FileNotFoundError) as exc:
@@ -280,7 +280,7 @@ def _main_compare(argv: list[str]) -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     try:
-        from hxd2_ray.evaluation.runs import compare_dirs
+        from hxd2_ray.runs.evaluation import compare_dirs
 
         cmp = compare_dirs(args.a, args.b, args.metric, args.config)
     except (HxdError, FileNotFoundError) as exc:

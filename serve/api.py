@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Iterable
 from fastapi import Request  # module level: FastAPI resolves the routes' string annotations in these globals
 
 from hxd2_ray.errors import BackendError, HxdError
-from serve.handles import DeadlineExceeded, RequestCancelled
+from serve.handles import DeadlineExceeded, RequestCancelled, cancel_quietly
 from serve.metrics import Metrics
 
 log = logging.getLogger("hxd2.serve")
@@ -134,10 +134,10 @@ class RetrieverBackend:
                 # A little beyond the deadline: the retriever answers 504 itself, with its reason, when it can.
                 result = await asyncio.wait_for(response, max(0.0, deadline - time.time()) + 1.0)
             except asyncio.TimeoutError:
-                _cancel_quietly(response)
+                cancel_quietly(response)
                 raise ApiError(504, "the request deadline passed") from None
             except asyncio.CancelledError:
-                _cancel_quietly(response)  # the client went away: stop the work downstream
+                cancel_quietly(response)  # the client went away: stop the work downstream
                 raise
             except BackPressureError as exc:
                 raise self._overloaded(f"the retriever is at capacity ({exc})", exc.retry_after_s) from None
@@ -205,19 +205,10 @@ class RetrieverBackend:
                 yield event
         finally:
             if not done:
-                _cancel_quietly(gen)
+                cancel_quietly(gen)
 
     async def health(self) -> dict[str, Any]:
         return await asyncio.wait_for(self.handle.info.remote(), 5.0)
-
-
-def _cancel_quietly(response: Any) -> None:
-    """Cancel a downstream call; a call that already failed re-raises its error from ``cancel()``, and that error
-    was (or is being) answered already."""
-    try:
-        response.cancel()
-    except Exception:  # noqa: BLE001 - see the docstring
-        pass
 
 
 def _sse(data: Any) -> bytes:

@@ -40,8 +40,9 @@ from serve.deployments import (
 )
 from serve.schemas import ServeAppArgs
 
-DEPLOYMENTS: dict[str, Any] = {d.name: d for d in (Ingress, Retriever, LLMServer, EmbedderServer, PlannerServer,
-                                                    PlanExecutorServer, VerifierServer)}
+_ALL: tuple[Any, ...] = (Ingress, Retriever, LLMServer, EmbedderServer, PlannerServer, PlanExecutorServer,
+                         VerifierServer)
+DEPLOYMENTS: dict[str, Any] = {d.name: d for d in _ALL}
 PART_DEPLOYMENTS = ("Planner", "PlanExecutor", "Verifier")
 
 
@@ -86,7 +87,7 @@ def _options(deployment: Any, args: ServeAppArgs, extra: dict[str, Any] | None =
     return deployment.options(**opts) if opts else deployment
 
 
-def build_app(args: Union[ServeAppArgs, dict]) -> Application:
+def build_app(args: Union[ServeAppArgs, dict[str, Any]]) -> Application:
     """The hxd2 Serve application (see the module docstring)."""
     if not isinstance(args, ServeAppArgs):
         args = ServeAppArgs.model_validate(args)

@@ -23,14 +23,15 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable, MutableMapping
 
 from serve.schemas import error_body
 
 log = logging.getLogger("hxd2.serve.auth")
 
-Scope = dict[str, Any]
-Message = dict[str, Any]
+# The ASGI types as Starlette declares them (MutableMapping), so a FastAPI app is one of them.
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]

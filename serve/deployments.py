@@ -238,7 +238,7 @@ class EmbedderServer:
         if "batch_wait_timeout_s" in batch:
             self._embed_batch.set_batch_wait_timeout_s(float(batch["batch_wait_timeout_s"]))
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.001)
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.001)  # type: ignore[untyped-decorator]  # Serve's is
     async def _embed_batch(self, batches: list[list[str]]) -> list[np.ndarray]:
         flat = [t for texts in batches for t in texts]
         self.batches += 1

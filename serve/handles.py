@@ -88,7 +88,7 @@ class RequestScope:
         with self._lock:
             self._inflight.add(response)
         if self._cancelled.is_set():
-            self._cancel_one(response)
+            cancel_quietly(response)
 
     def untrack(self, response: Any) -> None:
         with self._lock:
@@ -100,14 +100,17 @@ class RequestScope:
         with self._lock:
             inflight, self._inflight = list(self._inflight), set()
         for response in inflight:
-            self._cancel_one(response)
+            cancel_quietly(response)
 
-    @staticmethod
-    def _cancel_one(response: Any) -> None:
-        try:
-            response.cancel()
-        except Exception:  # noqa: BLE001 - already finished, or the replica is gone
-            pass
+
+
+def cancel_quietly(response: Any) -> None:
+    """Cancel a handle call; one that already finished or failed may re-raise its error from ``cancel()``, and
+    that error was (or is being) answered already."""
+    try:
+        response.cancel()
+    except Exception:  # noqa: BLE001 - already finished, or the replica is gone
+        pass
 
 
 _scope: contextvars.ContextVar[RequestScope | None] = contextvars.ContextVar("hxd2_request_scope", default=None)
@@ -218,7 +221,7 @@ class HandleLLM:
             if scope is not None:
                 scope.untrack(gen)
             if not finished:
-                RequestScope._cancel_one(gen)
+                cancel_quietly(gen)
 
 
 class HandleEmbedder:

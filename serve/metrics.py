@@ -12,7 +12,7 @@ from ray import serve
 # Phases of a query whose latency is recorded (the flow's and the dual-level retrieval's timing keys).
 TIMING_PHASES = ("question", "keywords", "embed", "vector_search", "fuzzy", "graph", "budget", "intent", "retrieve",
                  "refusal", "logic_plan", "logic_execute", "logic_total", "verify", "generate", "total")
-_LATENCY_BOUNDARIES_MS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000]
+_LATENCY_BOUNDARIES_MS: list[float] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000]
 
 
 class _Null:
@@ -36,8 +36,9 @@ class Metrics:
             def counter(name: str, doc: str, tags: Sequence[str]) -> Any:
                 return Counter(name, description=doc, tag_keys=tuple(tags))
 
-            def hist(name: str, doc: str, tags: Sequence[str], bounds: list[float] = _LATENCY_BOUNDARIES_MS) -> Any:
-                return Histogram(name, description=doc, boundaries=bounds, tag_keys=tuple(tags))
+            def hist(name: str, doc: str, tags: Sequence[str], bounds: list[float] | None = None) -> Any:
+                return Histogram(name, description=doc, boundaries=bounds or _LATENCY_BOUNDARIES_MS,
+                                 tag_keys=tuple(tags))
         else:
             def counter(name: str, doc: str, tags: Sequence[str]) -> Any:
                 return _Null()

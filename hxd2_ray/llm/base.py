@@ -56,13 +56,22 @@ class LLMUsage:
 
 
 class LLMClient(Protocol):
-    model_id: str
-    supports_json_schema: bool
-    # True: ``complete``/``stream`` may be called from many threads at once and are batched together (vLLM's async
-    # engine behind a thread-safe facade, a Serve handle); False: callers serialize (the offline engine).
-    thread_safe: bool
-    # The model's context in tokens (prompt + completion), or None when the backend has no limit (the fake).
-    max_model_len: int | None
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def supports_json_schema(self) -> bool: ...
+
+    @property
+    def thread_safe(self) -> bool:
+        """True: ``complete``/``stream`` may be called from many threads at once and are batched together (vLLM's
+        async engine behind a thread-safe facade, a Serve handle); False: callers serialize (the offline engine)."""
+        ...
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The model's context in tokens (prompt + completion), or None when the backend has no limit (the fake)."""
+        ...
 
     def complete(self, requests: Sequence[LLMRequest]) -> list[LLMResponse]:
         """Answer every request; one failing request sets its ``error`` instead of raising for the batch."""
@@ -85,8 +94,11 @@ class StreamingLLM(Protocol):
 class AsyncLLMEngine(Protocol):
     """The async surface a serving deployment awaits (continuous batching over every request in flight)."""
 
-    model_id: str
-    max_model_len: int | None
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def max_model_len(self) -> int | None: ...
 
     async def complete(self, requests: Sequence[LLMRequest]) -> list[LLMResponse]: ...
 

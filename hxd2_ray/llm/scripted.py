@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from hxd2_ray.config import DEFAULT_ENTITY_TYPES, ScriptedLLMConfig
 from hxd2_ray.llm.base import LLMRequest, LLMResponse, LLMUsage
@@ -100,7 +100,7 @@ class ScriptedLLM:
         self._next_reply = 0
 
     @classmethod
-    def from_config(cls, cfg: ScriptedLLMConfig, **kwargs) -> "ScriptedLLM":
+    def from_config(cls, cfg: ScriptedLLMConfig, **kwargs: Any) -> "ScriptedLLM":
         return cls(model_id=cfg.model_id, tokens_per_word=cfg.tokens_per_word, fail_when=cfg.fail_when,
                    reject_when=cfg.reject_when, **kwargs)
 
@@ -249,7 +249,7 @@ class ScriptedLLM:
             {"name": n, "type": self._entity_type(req, n), "description": f"{n} is mentioned in the text."}
             for n in names
         ]
-        rels = []
+        rels: list[dict[str, Any]] = []
         if relations:
             rels = [
                 {"source": a, "target": b, "description": f"{a} appears together with {b}.",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from hxd2_ray.config import ScriptedLLMConfig, VllmLLMConfig
+from hxd2_ray.models import resolve_llm_path
 
 TokenCounter = Callable[[str], int]
 
@@ -15,8 +16,6 @@ def build_token_counter(cfg: ScriptedLLMConfig | VllmLLMConfig) -> TokenCounter:
             per_word = cfg.tokens_per_word
             return lambda text: int(len(text.split()) * per_word + 0.5)
         case VllmLLMConfig():
-            from hxd2_ray.models import resolve_llm_path
-
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(resolve_llm_path(cfg.model))

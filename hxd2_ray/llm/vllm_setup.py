@@ -13,12 +13,11 @@ from typing import Any, Iterator
 
 from hxd2_ray.config import VllmLLMConfig
 from hxd2_ray.llm.base import LLMRequest
+from hxd2_ray.models import resolve_llm_path
 
 
 def resolve_model_path(model: str) -> str:
     """``builtin:smollm2-135m-instruct`` → the converted local folder; anything else must be a local folder."""
-    from hxd2_ray.models import resolve_llm_path
-
     path = resolve_llm_path(model)
     if not Path(path).is_dir():
         # No hub downloads at run time: a model is a folder baked into the image or fetched beforehand.

@@ -131,7 +131,7 @@ class QueryFlow:
 
     def _missing(self, mode: str) -> str:
         """What ``mode`` needs that this flow lacks ("" when it can run)."""
-        needs = {
+        parts: dict[str, list[tuple[str, object]]] = {
             "llm_only": [("an LLM", self.llm)],
             "chunk_vector": [("an index", self.index), ("an embedder", self.embedder)],
             "dual": [("an index", self.dual)],
@@ -139,8 +139,8 @@ class QueryFlow:
             "logic": [("an index", self.dual), ("the logic-form parts", self.logic)],
             "auto": [("an index", self.dual), ("the logic-form parts", self.logic)],
             "auto_post": [("an index", self.dual), ("the logic-form parts", self.logic)],
-        }[mode]
-        missing = [what for what, part in needs if part is None]
+        }
+        missing = [what for what, part in parts[mode] if part is None]
         if mode in ("auto", "auto_post", "logic") and self.logic is not None:
             check = "post" if mode == "auto_post" else self.cfg.verifier_mode
             if check != "none" and check not in self.logic.verifiers:

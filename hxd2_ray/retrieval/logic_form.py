@@ -114,7 +114,7 @@ class LogicFormStep:
                 t0 = clock()
                 plan = self.planner.plan(q, language=language, relations=self.relations)
                 box.plan, box.plan_s = plan, clock() - t0
-                if cancel.is_set() or not plan.ok:
+                if cancel.is_set() or not plan.ok or plan.plan is None:
                     return
                 steps = plan.plan.steps
                 if not steps or len(steps) > self.cfg.max_plan_steps:

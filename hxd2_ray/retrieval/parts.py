@@ -30,7 +30,10 @@ class PlanExecutor(Protocol):
 
 
 class Verifier(Protocol):
-    mode: str  # "pre": question + evidence; "post": question + evidence + answer
+    @property
+    def mode(self) -> str:
+        """"pre": question + evidence; "post": question + evidence + answer."""
+        ...
 
     def verify(self, question: str, evidence: Any, answer: str | None = None, *,
                language: str | None = None) -> "Verdict":

@@ -8,10 +8,12 @@ is given wins, and one that contradicts the index still fails when the index is 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from hxd2_ray.config import HxdConfig, config_from_data, load_config
 from hxd2_ray.errors import ConfigError
+from hxd2_ray.indexing.manifest import read_manifest
+from hxd2_ray.ingest.sources import resolve_filesystem
 
 
 def load_query_config(index_location: str, config_path: str | None = None,
@@ -23,9 +25,6 @@ def load_query_config(index_location: str, config_path: str | None = None,
     """
     if config_path is not None:
         return load_config(config_path, overrides)
-    from hxd2_ray.indexing.manifest import read_manifest
-    from hxd2_ray.ingest.sources import resolve_filesystem
-
     bootstrap = load_config(None, overrides)
     fs, path = resolve_filesystem(str(index_location), bootstrap.s3)
     manifest = read_manifest(path, filesystem=fs)
@@ -57,8 +56,6 @@ def _section_model(section: str, values: Any) -> Any:
     """The pydantic model of a section (for a discriminated union: the member named by ``backend``)."""
     default = getattr(HxdConfig(), section)
     if section in ("llm", "embedding") and isinstance(values, dict):
-        from typing import get_args
-
         for member in get_args(HxdConfig.model_fields[section].annotation):
             tag = member.model_fields.get("backend")
             if tag is not None and tag.default == values.get("backend"):

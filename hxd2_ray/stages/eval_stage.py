@@ -5,7 +5,7 @@
 it directly. Its constructor opens the index read-only and builds the LLM, the embedder and the pipeline once
 per actor. An input row is a whole shard (``shard``, ``benchmark``, ``items_json``: the shard's
 ``EvalItem.to_dict()`` list), so a shard's file is always written by one call, complete or not at all
-(:mod:`hxd2_ray.evaluation.traces`). :func:`answer_in_process` runs it without Ray.
+(:mod:`hxd2_ray.stages.eval_traces`). :func:`answer_in_process` runs it without Ray.
 
 Modes: every mode of the query flow (:data:`hxd2_ray.retrieval.flow.MODES`), built by
 :func:`hxd2_ray.wiring.build_pipeline` exactly as the CLI and Serve build it: ``llm_only`` (the paper's baseline),
@@ -28,18 +28,19 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from hxd2_ray.evaluation.traces import SHARD_STATS, TRACES, shard_path
+from hxd2_ray.evaluation.datasets import EvalItem, Prediction, get_benchmark, score_item
 from hxd2_ray.llm.wrappers import ErrorTally
 from hxd2_ray.retrieval.flow import MODES as EVAL_MODES
 from hxd2_ray.retrieval.flow import RETRIEVAL_ONLY_MODES
+from hxd2_ray.retrieval.index import open_index
 from hxd2_ray.stages import staging as st
+from hxd2_ray.stages.eval_traces import SHARD_STATS, TRACES, shard_path
+from hxd2_ray.wiring import build_embedder, build_llm, build_pipeline
 
 __all__ = ["EVAL_MODES", "RETRIEVAL_ONLY_MODES", "SHARD_STATS", "TRACES", "AnswerQuestions", "answer_in_process",
            "shard_path"]
 
-def item_from_dict(d: dict[str, Any]):
-    from hxd2_ray.evaluation.datasets import EvalItem
-
+def item_from_dict(d: dict[str, Any]) -> EvalItem:
     return EvalItem(id=str(d["id"]), question=d["question"], answers=tuple(d.get("answers") or ()),
                     gold_passages=tuple(d.get("gold_passages") or ()),
                     choices=tuple(tuple(c) for c in d.get("choices") or ()), task=d.get("task", "generic"),
@@ -55,8 +56,6 @@ class AnswerQuestions:
             raise ValueError(f"unknown eval mode {mode!r}; valid: {', '.join(EVAL_MODES)}")
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        from hxd2_ray.wiring import build_embedder, build_llm, build_pipeline
-
         # Every concurrent question may be in its logic-form step at once; none should queue for a worker.
         ms = cfg.multistage
         cfg = cfg.model_copy(update={"multistage": ms.model_copy(update={"logic_workers": max(ms.logic_workers,
@@ -72,8 +71,6 @@ class AnswerQuestions:
         self.index = None
         embedder = None
         if mode != "llm_only":
-            from hxd2_ray.retrieval.index import open_index
-
             self.index = open_index(index_location, cfg)
             embedder = build_embedder(cfg.embedding)
         self.pipeline = build_pipeline(mode, self.index, self.llm, embedder, cfg)
@@ -92,8 +89,6 @@ class AnswerQuestions:
                 "evidence_ids": evidence, "error": "", "path_reason": str(trace.get("path_reason") or "")}
 
     def answer_item(self, spec: Any, item: Any, position: int, shard: int) -> dict[str, Any]:
-        from hxd2_ray.evaluation.datasets import Prediction, score_item
-
         t0 = time.perf_counter()
         with ErrorTally.collect() as llm_errors:
             try:
@@ -116,8 +111,6 @@ class AnswerQuestions:
     # ------------------------------------------------------------------ one batch of shards
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        from hxd2_ray.evaluation.datasets import get_benchmark
-
         stats = []
         for shard, bench, items_json in zip(batch.column("shard").to_pylist(), batch.column("benchmark").to_pylist(),
                                             batch.column("items_json").to_pylist(), strict=True):
@@ -147,7 +140,7 @@ class AnswerQuestions:
 
 
 def answer_in_process(job: Any) -> pa.Table:
-    """A :class:`~hxd2_ray.evaluation.runs.ShardRunner` without Ray: one :class:`AnswerQuestions` in this process
+    """A :class:`~hxd2_ray.runs.evaluation.ShardRunner` without Ray: one :class:`AnswerQuestions` in this process
     answers the job's shards one after another (unit tests, and a laptop run of a small benchmark)."""
     answerer = AnswerQuestions(job.cfg, job.index, job.mode, job.fs, job.root, None, job.concurrency)
     try:

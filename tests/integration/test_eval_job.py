@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hxd2_ray.evaluation.datasets import Prediction, get_benchmark, load_corpus_hotpotqa, write_corpus_jsonl
-from hxd2_ray.evaluation.traces import load_traces
+from hxd2_ray.stages.eval_traces import load_traces
 from jobs import evaluate as eval_job
 from jobs import index as index_job
 

@@ -279,9 +279,9 @@ def scripted_judge(monkeypatch):
         made.append(ScriptedLLM(prefers("GOOD")))
         return made[-1]
 
-    import hxd2_ray.wiring
+    import hxd2_ray.runs.judging
 
-    monkeypatch.setattr(hxd2_ray.wiring, "build_llm", build)
+    monkeypatch.setattr(hxd2_ray.runs.judging, "build_llm", build)
     return made
 
 
@@ -370,8 +370,8 @@ def test_cli_reloads_questions_for_runs_without_questions_file(tmp_path, capsys,
 def test_write_questions_round_trip(tmp_path):
     import pyarrow.fs as pafs
 
-    from hxd2_ray.evaluation import runs
     from hxd2_ray.evaluation.datasets import EvalItem
+    from hxd2_ray.runs import evaluation as runs
 
     fs = pafs.LocalFileSystem()
     items = [EvalItem("a", "Pick one: A. x B. y", ("B",), choices=(("A", "x"), ("B", "y")), task="qa1"),

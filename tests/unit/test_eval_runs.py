@@ -8,10 +8,10 @@ import json
 import pyarrow.fs as pafs
 import pytest
 
-from hxd2_ray.evaluation.requests import EvalGridRequest, EvalRunRequest
-from hxd2_ray.evaluation.runs import run_evaluation, run_grid
-from hxd2_ray.evaluation.traces import load_traces
+from hxd2_ray.runs.evaluation import run_evaluation, run_grid
+from hxd2_ray.runs.requests import EvalGridRequest, EvalRunRequest
 from hxd2_ray.stages.eval_stage import answer_in_process
+from hxd2_ray.stages.eval_traces import load_traces
 from tests.unit.retrieval_fixtures import build_tiny_index
 
 QUESTIONS = ["Which prize did Thomas Südhof win?", "Where does Robert Malenka work?", "What is Neurexin?"]

@@ -6,14 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from typing import Any, AsyncIterator
 
 import httpx
 import pytest
 
-from serve.auth import ApiKeys, AuthConfigError, GuardMiddleware, bearer_token, load_api_keys
 from serve.api import ApiError, ApiSettings, make_api
+from serve.auth import ApiKeys, AuthConfigError, GuardMiddleware, bearer_token, load_api_keys
 from serve.schemas import ChatCompletionRequest, ServeAppArgs
 
 KEY = "sk-unit-Zq8w1"

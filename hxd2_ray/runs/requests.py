@@ -1,7 +1,7 @@
 """Typed requests of the evaluation runs (``hxd2 eval run``, ``eval grid``, ``eval judge``).
 
 ``jobs/evaluate.py`` parses arguments into these and hands them to the library functions of
-:mod:`hxd2_ray.evaluation.runs` and :mod:`hxd2_ray.evaluation.judging`; a notebook or another job builds them
+:mod:`hxd2_ray.runs.evaluation` and :mod:`hxd2_ray.runs.judging`; a notebook or another job builds them
 directly. Frozen, and checked where they are built: a bad value fails before anything runs.
 """
 

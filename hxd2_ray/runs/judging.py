@@ -9,9 +9,17 @@ from typing import Any
 
 from hxd2_ray.config import load_config
 from hxd2_ray.errors import HxdError
-from hxd2_ray.evaluation.requests import JudgeRequest
-from hxd2_ray.evaluation.runs import Log, load_questions, open_run_folder, publish, read_run
-from hxd2_ray.evaluation.traces import load_traces
+from hxd2_ray.evaluation.judge import (
+    PairwiseJudge,
+    load_judge_prompts,
+    load_judge_prompts_file,
+    pair_items,
+    write_judge_report,
+)
+from hxd2_ray.runs.evaluation import Log, load_questions, open_run_folder, publish, read_run
+from hxd2_ray.runs.requests import JudgeRequest
+from hxd2_ray.stages.eval_traces import load_traces
+from hxd2_ray.wiring import build_llm
 
 
 def judge_modes(run_a: dict[str, Any], run_b: dict[str, Any], mode_a: str | None, mode_b: str | None,
@@ -43,14 +51,6 @@ def judge_runs(req: JudgeRequest, llm: Any = None, log: Log = lambda _: None) ->
 
     ``llm``: the judge (default: the config's LLM, built and closed here).
     """
-    from hxd2_ray.evaluation.judge import (
-        PairwiseJudge,
-        load_judge_prompts,
-        load_judge_prompts_file,
-        pair_items,
-        write_judge_report,
-    )
-
     cfg = load_config(req.config, req.overrides)
     one_run = req.b is None
     sides = []
@@ -75,8 +75,6 @@ def judge_runs(req: JudgeRequest, llm: Any = None, log: Log = lambda _: None) ->
     prompts = load_judge_prompts_file(req.prompts) if req.prompts else load_judge_prompts(req.prompt_version)
     own_llm = llm is None
     if own_llm:
-        from hxd2_ray.wiring import build_llm
-
         llm = build_llm(cfg.llm)
     try:
         judge = PairwiseJudge(llm, criteria=list(req.criteria), prompts=prompts, language=req.language,

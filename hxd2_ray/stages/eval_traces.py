@@ -11,6 +11,7 @@ import posixpath
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from hxd2_ray.stages import staging as st
 
@@ -51,8 +52,6 @@ def load_traces(fs: Any, root: str, modes: list[str] | None = None) -> list[dict
     """All trace rows under ``<root>/shards``, modes in the given order (else by name), rows by position."""
     folder = posixpath.join(root, "shards")
     if modes is None:
-        from pyarrow import fs as pafs
-
         infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
         modes = sorted(posixpath.basename(i.path) for i in infos if i.type == pafs.FileType.Directory)
     out: list[dict[str, Any]] = []

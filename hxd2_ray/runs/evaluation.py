@@ -20,12 +20,28 @@ from typing import Any, Callable, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
-from hxd2_ray.config import HxdConfig, load_config
+from hxd2_ray.config import HxdConfig, embedding_model_id, load_config
 from hxd2_ray.errors import HxdError
-from hxd2_ray.evaluation.requests import EvalGridRequest, EvalRunRequest
-from hxd2_ray.evaluation.traces import SHARD_STATS, load_traces, shard_path
+from hxd2_ray.evaluation.datasets import get_benchmark
+from hxd2_ray.evaluation.grid import (
+    describe_extraction,
+    grid_rows,
+    parse_axis,
+    parse_index_variant,
+    plan_cells,
+    write_grid,
+)
+from hxd2_ray.evaluation.report import aggregate, compare_runs, write_report
+from hxd2_ray.indexing.manifest import check_compatible, read_manifest
+from hxd2_ray.ingest.sources import open_output_filesystem, resolve_filesystem
+from hxd2_ray.retrieval.index import open_index
+from hxd2_ray.retrieval.query_config import load_query_config
+from hxd2_ray.runs.requests import EvalGridRequest, EvalRunRequest
 from hxd2_ray.stages import staging as st
+from hxd2_ray.stages.eval_traces import SHARD_STATS, load_traces, shard_path
 
 QUESTIONS_FILE = "questions.json"
 
@@ -71,16 +87,12 @@ def items_hash(ids: list[str]) -> str:
 
 
 def open_run_folder(uri: str, cfg: HxdConfig) -> tuple[Any, str]:
-    from hxd2_ray.ingest.sources import open_output_filesystem
-
     return open_output_filesystem(uri, cfg.s3)
 
 
 def run_config(req: EvalRunRequest | EvalGridRequest, index: str | None) -> HxdConfig:
     """The request's config, else the one the index was built with (its manifest), else the defaults."""
     if req.config is None and index:
-        from hxd2_ray.retrieval.query_config import load_query_config
-
         return load_query_config(index, None, req.overrides)
     return load_config(req.config, req.overrides)
 
@@ -94,16 +106,12 @@ def run_evaluation(req: EvalRunRequest, answer_shards: ShardRunner, log: Log = l
 
     ``cfg``: the config already resolved from the request (a grid resolves each cell's); None resolves it here.
     """
-    from hxd2_ray.evaluation.datasets import get_benchmark
-
     spec = get_benchmark(req.benchmark)  # ValueError listing the valid names
     modes = list(req.modes)
     if any(m != "llm_only" for m in modes) and not req.index:
         raise HxdError("--index is required for every mode except llm_only")
     cfg = cfg or run_config(req, req.index)
     if req.index and any(m != "llm_only" for m in modes):
-        from hxd2_ray.retrieval.index import open_index
-
         open_index(req.index, cfg).close()  # a missing or incompatible index fails here, before any answering
     report = spec.load(req.data_root, questions=req.questions, corpus=req.corpus)
     items = report.items[: req.limit] if req.limit is not None else list(report.items)
@@ -123,7 +131,7 @@ def run_evaluation(req: EvalRunRequest, answer_shards: ShardRunner, log: Log = l
         raise HxdError(f"{req.output} holds a run with another benchmark, question set, shard count or config "
                        f"({ {k: previous.get(k) for k in identity} }); use a new --output")
 
-    shard_rows = []
+    shard_rows: list[dict[str, Any]] = []
     for s, (a, b) in enumerate(bounds):
         dicts = [{**items[i].to_dict(), "position": i} for i in range(a, b)]
         shard_rows.append({"shard": s, "benchmark": spec.name,
@@ -162,8 +170,6 @@ def run_evaluation(req: EvalRunRequest, answer_shards: ShardRunner, log: Log = l
     st.write_json_atomic(fs, run_path, run)
     write_questions(fs, root, items)
     paths = write_run_report(fs, root, traces, run)
-    from hxd2_ray.evaluation.report import aggregate
-
     agg = aggregate(traces, list(spec.metrics), spec.primary_metric)
     summary = {
         "benchmark": spec.name, "output": req.output, "questions": len(items), "modes": modes,
@@ -183,8 +189,6 @@ def run_evaluation(req: EvalRunRequest, answer_shards: ShardRunner, log: Log = l
 
 def _finished_shards(fs: Any, root: str, mode: str, n_shards: int, log: Log) -> set[int]:
     """Shards of ``mode`` whose trace file is readable; an unreadable one (a crash mid-write) is removed."""
-    import pyarrow.parquet as pq
-
     done = set()
     for s in range(n_shards):
         path = shard_path(root, mode, s)
@@ -207,19 +211,6 @@ def run_grid(req: EvalGridRequest, answer_shards: ShardRunner, log: Log = lambda
     Every cell's config is checked and every index manifest read before the first answer, so a typo in the last
     axis value fails at once rather than after hours of the earlier cells.
     """
-    from hxd2_ray.config import embedding_model_id
-    from hxd2_ray.evaluation.datasets import get_benchmark
-    from hxd2_ray.evaluation.grid import (
-        describe_extraction,
-        grid_rows,
-        parse_axis,
-        parse_index_variant,
-        plan_cells,
-        write_grid,
-    )
-    from hxd2_ray.indexing.manifest import check_compatible, read_manifest
-    from hxd2_ray.ingest.sources import resolve_filesystem
-
     spec = get_benchmark(req.benchmark)  # ValueError listing the valid names
     axes = [parse_axis(a) for a in req.axes]
     variants = [parse_index_variant(x) for x in req.indexes]
@@ -271,8 +262,6 @@ def run_grid(req: EvalGridRequest, answer_shards: ShardRunner, log: Log = lambda
 
 def write_run_report(fs: Any, root: str, traces: list[dict[str, Any]], run: dict[str, Any]) -> dict[str, str]:
     """The report of a run (markdown, JSON, plots) into its folder."""
-    from hxd2_ray.evaluation.report import write_report
-
     kwargs = dict(title=f"Evaluation: {run['benchmark']}", metrics=run.get("metrics"),
                   primary_metric=run.get("primary_metric"), skipped_rows=run.get("skipped_rows", []),
                   run_info={k: v for k, v in run.items() if k not in ("skipped_rows", "metrics")})
@@ -281,8 +270,6 @@ def write_run_report(fs: Any, root: str, traces: list[dict[str, Any]], run: dict
 
 def publish(fs: Any, root: str, write: Callable[[str], dict[str, Any]]) -> dict[str, str]:
     """``write(folder) -> {name: Path}`` into ``root``: directly when local, else through a temp folder."""
-    from pyarrow import fs as pafs
-
     if isinstance(fs, pafs.LocalFileSystem):
         return {k: str(p) for k, p in write(root).items()}
     with tempfile.TemporaryDirectory() as tmp:
@@ -311,8 +298,6 @@ def rebuild_report(out: str, config: str | None = None, overrides: tuple[str, ..
 
 
 def compare_dirs(a: str, b: str, metric: str | None = None, config: str | None = None) -> Any:
-    from hxd2_ray.evaluation.report import compare_runs
-
     cfg = load_config(config, [])
     traces = []
     for d in (a, b):
@@ -339,8 +324,6 @@ def load_questions(fs: Any, root: str, run: dict[str, Any], data_root: str | Non
     saved = st.read_json(fs, posixpath.join(root, QUESTIONS_FILE))
     if saved is not None and questions is None:
         return {str(q["id"]): q for q in saved}
-    from hxd2_ray.evaluation.datasets import get_benchmark
-
     spec = get_benchmark(run["benchmark"])
     try:
         items = spec.load(data_root, questions=questions, corpus=corpus).items
