@@ -156,6 +156,49 @@ class RayConfig(_Frozen):
     embed_batch_size: int = Field(512, gt=0)
     extraction_shards: int = Field(16, ge=1, description="Chunk shards whose extraction files make the job resumable.")
     max_batch_retries: int = Field(2, ge=0, description="Retries of a failed LLM/embedding batch before recording it.")
+    stage_resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Custom Ray resources every LLM and embedding actor asks for, e.g. {gpu_node: 1}: pins the "
+                    "stages to the nodes that offer them (`ray start --resources`).",
+    )
+    check_nodes: bool = Field(
+        True, description="On a cluster of several nodes, check before the first stage that every node reaches the "
+                          "output and the inputs (one task per node); refuse early when one does not.",
+    )
+
+
+class LLMCacheConfig(_Frozen):
+    """The indexing job's cache of LLM responses (``hxd2_ray.llm.cache``); never part of the index fingerprint."""
+
+    enabled: bool = Field(True, description="Reuse stored responses; False (--no-llm-cache) calls the LLM for all.")
+    location: str | None = Field(
+        None, description="Folder or s3:// URI of the cache; None: <output>/_llm_cache (kept by --overwrite)."
+    )
+
+
+class ModelPrice(_Frozen):
+    input_usd_per_million: float = Field(0.0, ge=0, description="USD per million prompt (input) tokens.")
+    output_usd_per_million: float = Field(0.0, ge=0, description="USD per million completion (output) tokens.")
+    gpu_hour_usd: float = Field(
+        0.0, ge=0, description="Self-hosted: USD per GPU-hour, charged for the GPU-seconds the model's actors work."
+    )
+
+
+class CostConfig(_Frozen):
+    """Prices for the token and cost accounting of the indexing job (``hxd2_ray.indexing.cost``)."""
+
+    prices: dict[str, ModelPrice] = Field(
+        default_factory=dict,
+        description="Model id (the manifest's llm_model_id / embedding_model_id) -> price; unpriced models cost 0.",
+    )
+    dry_run_sample_chunks: int = Field(32, gt=0, description="Chunks extracted by `hxd2 index --dry-run`.")
+
+
+class GenerationsConfig(_Frozen):
+    keep: int = Field(
+        2, ge=1, description="Index generations kept on disk (the current one and the ones before it), so readers "
+                             "of an older generation keep working until they reopen.",
+    )
 
 
 class RetrievalConfig(_Frozen):
@@ -164,15 +207,20 @@ class RetrievalConfig(_Frozen):
     top_k_entities: int = Field(6, ge=0, description="Entities kept from the low-level matches (reference: 6).")
     top_k_relations: int = Field(5, ge=0, description="Relations kept from the high-level matches (reference: 5).")
     top_k_chunks: int = Field(5, ge=0, description="Chunks kept from the raw-question chunk channel.")
-    search_k: int = Field(30, gt=0, description="Faiss hits fetched per query text before threshold and cut (reference: 30).")
+    search_k: int = Field(
+        30, gt=0, description="Faiss hits fetched per query text before threshold and cut (reference: 30)."
+    )
     similarity_threshold: float = Field(
         0.3, ge=-1, le=1,
         description="Minimum cosine similarity of a vector hit (the reference's 0.2 on its own scale is cos ~0.43).",
     )
     fuzzy_score_cutoff: float = Field(
-        85, ge=0, le=100, description="Minimum rapidfuzz ratio (0-100) of a near-miss entity name (100: exact folded names only)."
+        85, ge=0, le=100,
+        description="Minimum rapidfuzz ratio (0-100) of a near-miss entity name (100: exact folded names only).",
     )
-    fuzzy_limit: int = Field(5, ge=0, description="Fuzzy name matches kept per low-level keyword (0 disables the channel).")
+    fuzzy_limit: int = Field(
+        5, ge=0, description="Fuzzy name matches kept per low-level keyword (0 disables the channel)."
+    )
     question_channel: bool = Field(
         True, description="Also embed the raw question and search entity_mix, relation_mix and chunk families."
     )
@@ -248,7 +296,9 @@ class MultiStageConfig(_Frozen):
                            "answer too; none: trust any executed plan."
     )
     logic_timeout_s: float = Field(60.0, gt=0, description="Deadline of planning + execution, then fall back.")
-    max_plan_steps: int = Field(8, ge=2, le=12, description="Longest plan accepted (output step included; the planner caps plans at 12).")
+    max_plan_steps: int = Field(
+        8, ge=2, le=12, description="Longest plan accepted (output step included; the planner caps plans at 12)."
+    )
     plan_max_tokens: int = Field(1024, gt=0, description="Completion cap of the planning (and repair) call.")
     plan_max_text_chars: int = Field(512, ge=8, le=512, description=(
         "Longest string the plan schema allows while decoding (names, predicates, step texts); lower it for "
@@ -279,6 +329,9 @@ class HxdConfig(_Frozen):
     ray: RayConfig = RayConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
     multistage: MultiStageConfig = MultiStageConfig()
+    llm_cache: LLMCacheConfig = LLMCacheConfig()
+    cost: CostConfig = CostConfig()
+    generations: GenerationsConfig = GenerationsConfig()
 
     def index_fingerprint(self, prompt_version: str) -> str:
         """Hash of everything that shapes the index: chunking, extraction, prompts, models, vector layout."""
@@ -298,6 +351,7 @@ class HxdConfig(_Frozen):
 def llm_model_id(cfg: ScriptedLLMConfig | VllmLLMConfig) -> str:
     if cfg.model_id:
         return cfg.model_id
+    assert isinstance(cfg, VllmLLMConfig)  # the scripted LLM always has a model_id
     return cfg.model.removeprefix("builtin:").rstrip("/").rsplit("/", 1)[-1]
 
 

@@ -23,3 +23,11 @@ class IndexMismatchError(HxdError):
 
 class BackendError(HxdError):
     """An external service (LLM, embedder, store) failed after its bounded retries."""
+
+
+class ClusterStorageError(HxdError):
+    """A path the job writes or reads is not the same on every node of the Ray cluster (a node-local disk)."""
+
+
+class BudgetReached(HxdError):
+    """The run's token or cost budget is spent; what finished is kept and a rerun continues."""

@@ -47,6 +47,7 @@ def ray_shard_runner(job: Any) -> pa.Table:
     from jobs.index import _collect, init_ray
 
     init_ray(job.cfg)
+    _check_nodes(job)
     ds = ray.data.from_arrow([pa.Table.from_pylist([r]) for r in job.rows])
     return _collect(ds.map_batches(
         AnswerQuestions,
@@ -57,6 +58,25 @@ def ray_shard_runner(job: Any) -> pa.Table:
         num_cpus=job.cpus_per_worker,
         num_gpus=job.gpus_per_worker,
     ))
+
+
+_NODES_CHECKED: set[tuple[str, str]] = set()
+
+
+def _check_nodes(job: Any) -> None:
+    """Once per run folder and index: every node writes the run folder the driver reads, and reads the index."""
+    if not job.cfg.ray.check_nodes or (job.root, job.index) in _NODES_CHECKED:
+        return
+    from hxd2_ray.indexing.cluster_storage import ReadCheck
+    from hxd2_ray.ingest.sources import resolve_filesystem
+    from jobs.cluster_check import check_every_node
+
+    reads = []
+    if job.index:
+        index_fs, index_path = resolve_filesystem(job.index, job.cfg.s3)
+        reads.append(ReadCheck(index_fs, (f"{index_path.rstrip('/')}/manifest.json",), "index"))
+    check_every_node(job.fs, job.root, job.root, reads=reads, what="evaluation output and index", log=_log)
+    _NODES_CHECKED.add((job.root, job.index))
 
 
 def _run_request(args: argparse.Namespace) -> Any:

@@ -20,16 +20,23 @@ import time
 import uuid
 from collections import Counter
 from contextlib import contextmanager
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, load_config
-from hxd2_ray.errors import EmptyCorpusError, HxdError
+from hxd2_ray.errors import BudgetReached, EmptyCorpusError, HxdError
 from hxd2_ray.indexing import tables
 from hxd2_ray.stages import staging as st
+from jobs.index_run import RunOptions, RunServices
+
+if TYPE_CHECKING:
+    from hxd2_ray.indexing.corpus import ParsedCorpus
+    from hxd2_ray.indexing.generations import CorpusState
+    from hxd2_ray.indexing.manifest import IndexManifest
 
 STAGES = ("ingest", "extract", "merge", "embed", "write")
 
@@ -78,7 +85,7 @@ def init_ray(cfg: HxdConfig) -> None:
     ray.init(**kwargs)
 
 
-def _collect(ds) -> pa.Table:
+def _collect(ds: Any) -> pa.Table:
     import ray
 
     blocks = [b for b in ray.get(ds.to_arrow_refs()) if b.num_rows]
@@ -107,32 +114,49 @@ def _parse_with(batch: pa.Table, cfg: HxdConfig, scheme: str) -> pa.Table:
     return ParseAndChunk(cfg)(batch)
 
 
+@dataclass(frozen=True)
+class InputListing:
+    files: list[str]  # in the input's form (s3://bucket/key or an absolute path)
+    fs: pafs.FileSystem
+    paths: list[str]  # in-filesystem paths
+    fingerprint: str  # paths, sizes, modification times
+    prechecked: list[Any]  # quarantined from the listing alone (too large, unsupported)
+    readable: list[str]
+
+
 class IndexBuild:
     """One run of the indexing job over ``input_uri`` into ``output_uri``."""
 
-    def __init__(self, cfg: HxdConfig, input_uri: str, output_uri: str) -> None:
+    def __init__(self, cfg: HxdConfig, input_uri: str, output_uri: str, options: RunOptions | None = None) -> None:
         from hxd2_ray.extraction.prompts import load_prompts
         from hxd2_ray.ingest.sources import open_output_filesystem
 
         self.cfg = cfg
         self.input_uri = input_uri
         self.output_uri = output_uri
+        self.options = options or RunOptions()
         self.fs, self.root = open_output_filesystem(output_uri, cfg.s3)
         self.staging = posixpath.join(self.root, "_staging")
         self.prompts = load_prompts()
         self.fingerprint = cfg.index_fingerprint(self.prompts.version_hash)
         self.clock = StageClock()
         self.counters: Counter[str] = Counter()
+        self.services: RunServices  # started by run(), once Ray is up
+        self.generation = ""  # the generation this run writes
+        self.sources = tables.SOURCES.empty_table()
+        self.stop: dict[str, Any] = {}  # where a budget stopped the run
+        # Entities whose per-entity derived data (synonym edges, ...) the write stage must redo; None: all of them.
+        self.changed_entity_keys: set[str] | None = None
 
     # ------------------------------------------------------------------ helpers
 
     def _stage_path(self, *parts: str) -> str:
         return posixpath.join(self.staging, *parts)
 
-    def _marker(self, stage: str) -> dict | None:
+    def _marker(self, stage: str) -> dict[str, Any] | None:
         return st.read_json(self.fs, self._stage_path("_stages", f"{stage}.json"))
 
-    def _mark(self, stage: str, payload: dict) -> None:
+    def _mark(self, stage: str, payload: dict[str, Any]) -> None:
         st.write_json_atomic(self.fs, self._stage_path("_stages", f"{stage}.json"), payload)
 
     def _check_staging_fingerprint(self) -> None:
@@ -147,14 +171,12 @@ class IndexBuild:
 
     # ------------------------------------------------------------------ stages
 
-    def ingest(self) -> tuple[pa.Table, pa.Table, pa.Table]:
-        import ray
-
+    def list_input(self, input_uri: str) -> InputListing:
         from hxd2_ray.ingest.sources import list_input_files, precheck, resolve_filesystem
 
-        files = list_input_files(self.input_uri, self.cfg.ingest, self.cfg.s3)
+        files = list_input_files(input_uri, self.cfg.ingest, self.cfg.s3)
         if not files:
-            raise EmptyCorpusError(f"no input files under {self.input_uri}")
+            raise EmptyCorpusError(f"no input files under {input_uri}")
         in_fs, _ = resolve_filesystem(files[0], self.cfg.s3)
         paths = [resolve_filesystem(f, self.cfg.s3)[1] for f in files]
         infos = in_fs.get_file_info(paths)
@@ -164,17 +186,18 @@ class IndexBuild:
         for uri, info in zip(files, infos, strict=True):
             verdict = precheck(uri, info.size, self.cfg.ingest)
             (prechecked.append(verdict) if verdict else readable.append(uri))
-        marker = self._marker("ingest")
-        if marker and marker.get("input") == input_fp:
-            self.clock.status["ingest"] = "skipped: finished earlier"
-            docs = st.read_staged(self.fs, self._stage_path("documents"), tables.DOCUMENTS).table
-            quarantine = st.read_staged(self.fs, self._stage_path("quarantine"), tables.QUARANTINE).table
-            chunks = st.read_staged(self.fs, self._stage_path("chunks"), tables.CHUNKS).table
-            return docs, quarantine, chunks
+        return InputListing(files, in_fs, paths, input_fp, prechecked, readable)
 
+    def read_input(self, listing: InputListing) -> ParsedCorpus:
+        """Parse the listed files on Ray: their documents, quarantined files and chunks."""
+        import ray
+
+        from hxd2_ray.indexing.corpus import corpus_from_parsed
+        from hxd2_ray.ingest.sources import resolve_filesystem
         from hxd2_ray.stages.columns import PARSED, parsed_rows
 
-        parts = [parsed_rows([], prechecked)]
+        in_fs, readable = listing.fs, listing.readable
+        parts = [parsed_rows([], listing.prechecked)]
         if readable:
             ds = ray.data.read_binary_files([resolve_filesystem(u, self.cfg.s3)[1] for u in readable],
                                             include_paths=True, filesystem=in_fs)
@@ -183,58 +206,46 @@ class IndexBuild:
             parts.append(_collect(ds.map_batches(_parse_with, fn_kwargs=fn_kwargs, batch_format="pyarrow",
                                                  batch_size=32)))
         parsed = pa.concat_tables([_conform(p, PARSED) for p in parts])
-        parsed = parsed.sort_by([("source_path", "ascending")])
-        is_doc = pc.equal(parsed.column("kind"), "document")
-        quarantine = _conform(parsed.filter(pc.invert(is_doc)).select(tables.QUARANTINE.names), tables.QUARANTINE)
-        doc_rows = parsed.filter(is_doc)
+        # The same text in two files is one document (its id is the content hash): sources keep both, the
+        # documents table the first in path order (hxd2_ray.indexing.corpus).
+        return corpus_from_parsed(parsed, self.cfg.ray.extraction_shards, paths=listing.files)
 
-        # The same text in two files is one document (its id is the content hash); keep the first path's metadata.
-        seen: set[str] = set()
-        keep = []
-        for i, doc_id in enumerate(doc_rows.column("doc_id").to_pylist()):
-            if doc_id not in seen:
-                seen.add(doc_id)
-                keep.append(i)
-        self.counters["duplicate_documents"] = doc_rows.num_rows - len(keep)
-        doc_rows = doc_rows.take(pa.array(keep, pa.int64()))
-        docs = pa.table(
-            {
-                "id": doc_rows.column("doc_id"),
-                "source_id": doc_rows.column("source_id"),
-                "source_path": doc_rows.column("source_path"),
-                "title": doc_rows.column("title"),
-                "n_chars": doc_rows.column("n_chars"),
-            },
-            schema=tables.DOCUMENTS,
-        )
-        flat = pc.list_flatten(doc_rows.column("chunks"))
-        if len(flat):
-            chunk_struct = flat.combine_chunks() if isinstance(flat, pa.ChunkedArray) else flat
-            chunks = pa.Table.from_struct_array(chunk_struct)
-        else:
-            chunks = tables.CHUNKS.empty_table().drop_columns(["shard"])
+    def ingest(self, listing: InputListing) -> tuple[pa.Table, pa.Table, pa.Table]:
+        from hxd2_ray.indexing.corpus import derive_documents, sources_from_documents
+
+        marker = self._marker("ingest")
+        if marker and marker.get("input") == listing.fingerprint:
+            self.clock.status["ingest"] = "skipped: finished earlier"
+            docs = st.read_staged(self.fs, self._stage_path("documents"), tables.DOCUMENTS).table
+            quarantine = st.read_staged(self.fs, self._stage_path("quarantine"), tables.QUARANTINE).table
+            chunks = st.read_staged(self.fs, self._stage_path("chunks"), tables.CHUNKS).table
+            self.sources = st.read_staged(self.fs, self._stage_path("sources"), tables.SOURCES).table
+            if self.sources.num_rows == 0:  # staged by a version that did not record sources
+                self.sources = sources_from_documents(docs)
+            self.counters["duplicate_documents"] = self.sources.num_rows - docs.num_rows
+            return docs, quarantine, chunks
+
+        corpus = self.read_input(listing)
+        self.sources, quarantine, chunks = corpus.sources, corpus.quarantine, corpus.chunks
+        docs = derive_documents(self.sources)
+        self.counters["duplicate_documents"] = self.sources.num_rows - docs.num_rows
         n_shards = self.cfg.ray.extraction_shards
-        shard = [int(cid[:8], 16) % n_shards for cid in chunks.column("id").to_pylist()]
-        chunks = _conform(chunks.append_column("shard", pa.array(shard, pa.int64())), tables.CHUNKS)
 
         # Replace whatever an interrupted ingest left, then mark the stage done.
-        for sub in ("documents", "quarantine", "chunks"):
+        for sub in ("sources", "documents", "quarantine", "chunks"):
             st.remove_files(self.fs, st.list_parquet(self.fs, self._stage_path(sub)))
+        st.write_table_atomic(self.fs, self._stage_path("sources", "part-0000.parquet"), self.sources)
         st.write_table_atomic(self.fs, self._stage_path("documents", "part-0000.parquet"), docs)
         st.write_table_atomic(self.fs, self._stage_path("quarantine", "part-0000.parquet"), quarantine)
         for s in range(n_shards):
             part = chunks.filter(pc.equal(chunks.column("shard"), s))
             if part.num_rows:
                 st.write_table_atomic(self.fs, self._stage_path("chunks", f"shard-{s:04d}.parquet"), part)
-        self._mark("ingest", {"input": input_fp, "documents": docs.num_rows, "chunks": chunks.num_rows})
-        self.clock.status["ingest"] = f"ran on {len(files)} files"
+        self._mark("ingest", {"input": listing.fingerprint, "documents": docs.num_rows, "chunks": chunks.num_rows})
+        self.clock.status["ingest"] = f"ran on {len(listing.files)} files"
         return docs, quarantine, chunks
 
     def extract(self, chunks: pa.Table) -> pa.Table:
-        import ray
-
-        from hxd2_ray.stages.extract_stage import ExtractAndPersist
-
         folder = self._stage_path("extractions")
         existing = st.read_staged(self.fs, folder, tables.EXTRACTIONS, columns=["chunk_id", "error"])
         if existing.unreadable:
@@ -245,24 +256,49 @@ class IndexBuild:
         pending = chunks.filter(pc.invert(pc.is_in(chunks.column("id"), value_set=done)))
         if pending.num_rows:
             self.clock.status["extract"] = f"ran on {pending.num_rows} of {chunks.num_rows} chunks"
-            batch = self.cfg.ray.ner_batch_size
-            ds = ray.data.from_arrow(_blocks(pending.drop_columns(["shard"]), batch))
-            stats = _collect(
-                ds.map_batches(
-                    ExtractAndPersist,
-                    fn_constructor_args=(self.cfg, self.fs, self.staging),
-                    batch_size=batch,
-                    batch_format="pyarrow",
-                    compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.ner_actors),
-                    num_cpus=self.cfg.ray.cpus_per_ner_actor,
-                    num_gpus=self.cfg.ray.gpus_per_ner_actor,
-                )
-            )
+            stats = self.run_extraction(pending)
             self.counters["extraction_batches"] = stats.num_rows
+            self.counters["extract_skipped_chunks"] = int(pc.sum(stats.column("skipped")).as_py() or 0)
         else:
             self.clock.status["extract"] = "skipped: every chunk extracted earlier"
-        extractions = st.read_staged(self.fs, folder, tables.EXTRACTIONS).table
-        return _latest_per_chunk(extractions, chunks)
+        extractions = self.read_extractions(chunks)
+        if self.counters["extract_skipped_chunks"]:
+            extracted = int(pc.sum(pc.equal(extractions.column("error"), "")).as_py() or 0)
+            self.stop = {"stage": "extract", "chunks": chunks.num_rows, "chunks_extracted": extracted,
+                         "chunks_left": chunks.num_rows - extracted}
+            self.clock.status["extract"] += f", stopped: {self.counters['extract_skipped_chunks']} chunks not started"
+            raise BudgetReached(f"{self.services.exhausted()}; {chunks.num_rows - extracted} of {chunks.num_rows} "
+                                "chunks still to extract")
+        return extractions
+
+    def read_extractions(self, chunks: pa.Table) -> pa.Table:
+        """One staged extraction per chunk of ``chunks`` (a successful one where any exists)."""
+        staged = st.read_staged(self.fs, self._stage_path("extractions"), tables.EXTRACTIONS).table
+        return _latest_per_chunk(staged, chunks)
+
+    def run_extraction(self, pending: pa.Table) -> pa.Table:
+        """Extract ``pending`` chunks on the NER actor pool; every file an actor reports is checked here."""
+        import ray
+
+        from hxd2_ray.stages.extract_stage import ExtractAndPersist
+
+        batch = self.cfg.ray.ner_batch_size
+        ds = ray.data.from_arrow(_blocks(pending.drop_columns(["shard"]), batch))
+        stats = _collect(
+            ds.map_batches(
+                ExtractAndPersist,
+                fn_constructor_args=(self.cfg, self.fs, self.staging),
+                fn_constructor_kwargs={"run": self.services.stage_run},
+                batch_size=batch,
+                batch_format="pyarrow",
+                compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.ner_actors),
+                num_cpus=self.cfg.ray.cpus_per_ner_actor,
+                num_gpus=self.cfg.ray.gpus_per_ner_actor,
+                resources=self.cfg.ray.stage_resources or None,
+            )
+        )
+        self.services.check_reported(stats, "extract")
+        return stats
 
     def merge(self, extractions: pa.Table) -> tuple[pa.Table, pa.Table]:
         import ray
@@ -275,7 +311,6 @@ class IndexBuild:
             ExplodeRelationMentions,
             MergeEntityGroups,
             MergeRelationGroups,
-            SummarizeLongDescriptions,
             entities_to_table,
         )
 
@@ -317,14 +352,7 @@ class IndexBuild:
             long_rows = merged.filter(merged.column("needs_summary"))
             if not long_rows.num_rows:
                 continue
-            _log(f"summarising {long_rows.num_rows} {name} descriptions over the token budget")
-            summaries = _conform(_collect(
-                ray.data.from_arrow(_blocks(long_rows, self.cfg.ray.ner_batch_size)).map_batches(
-                    SummarizeLongDescriptions, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
-                    batch_size=self.cfg.ray.ner_batch_size,
-                    compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.ner_actors),
-                    num_cpus=self.cfg.ray.cpus_per_ner_actor, num_gpus=self.cfg.ray.gpus_per_ner_actor)
-            ), schema)
+            summaries = self.summarize(long_rows, schema, name)
             summarized += summaries.num_rows
             rest = merged.filter(pc.invert(merged.column("needs_summary")))
             merged = pa.concat_tables([rest, summaries])
@@ -364,58 +392,113 @@ class IndexBuild:
         self.clock.status["merge"] = f"merged {ok.num_rows} chunk extractions"
         return ents, rels
 
-    def embed(self, entities: pa.Table, relations: pa.Table, chunks: pa.Table) -> pa.Table:
+    def summarize(self, long_rows: pa.Table, schema: pa.Schema, name: str) -> pa.Table:
+        """LLM summaries of merged rows over the description budget (entities or relations), on the NER actors.
+
+        Raises :class:`BudgetReached` when the run's budget stopped some batches: nothing merged is staged then,
+        and the rerun finds the summaries made so far in the LLM cache."""
         import ray
 
-        from hxd2_ray.stages.embed_stage import EMBED_INPUTS, EmbedAndPersist, embedding_inputs
+        from hxd2_ray.stages.merge_stage import SummarizeLongDescriptions
+
+        if not long_rows.num_rows:
+            return schema.empty_table()
+        _log(f"summarising {long_rows.num_rows} {name} descriptions over the token budget")
+        summaries = _conform(_collect(
+            ray.data.from_arrow(_blocks(long_rows, self.cfg.ray.ner_batch_size)).map_batches(
+                SummarizeLongDescriptions, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
+                fn_constructor_kwargs={"run": self.services.stage_run},
+                batch_size=self.cfg.ray.ner_batch_size,
+                compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.ner_actors),
+                num_cpus=self.cfg.ray.cpus_per_ner_actor, num_gpus=self.cfg.ray.gpus_per_ner_actor,
+                resources=self.cfg.ray.stage_resources or None)
+        ), schema)
+        if summaries.num_rows < long_rows.num_rows:
+            self.stop = {"stage": "merge", "summaries": long_rows.num_rows, "summaries_done": summaries.num_rows,
+                         "summaries_left": long_rows.num_rows - summaries.num_rows}
+            raise BudgetReached(f"{self.services.exhausted()}; {long_rows.num_rows - summaries.num_rows} of "
+                                f"{long_rows.num_rows} {name} summaries still to write")
+        return summaries
+
+    def embed(self, entities: pa.Table, relations: pa.Table, chunks: pa.Table) -> pa.Table:
+        """The vector of every (family, key) of these tables (``EMBEDDINGS``). Vectors are stored by the text they
+        embed, so only texts never embedded before are: a changed description gets a new vector, and keys that
+        are gone simply have none to return."""
+        import ray
+
+        from hxd2_ray.stages.embed_stage import (
+            TEXT_VECTORS_FOLDER,
+            TEXTS_TO_EMBED,
+            EmbedAndPersist,
+            embedding_inputs,
+            text_key,
+        )
+        from hxd2_ray.types import vector_id
 
         inputs = embedding_inputs(entities, relations, chunks)
-        folder = self._stage_path("embeddings")
-        existing = st.read_staged(self.fs, folder, tables.EMBEDDINGS, columns=["family", "key"])
+        texts = inputs.column("text").to_pylist()
+        keys = [text_key(t) for t in texts]
+        folder = self._stage_path(TEXT_VECTORS_FOLDER)
+        existing = st.read_staged(self.fs, folder, tables.TEXT_VECTORS, columns=["text_key"])
         if existing.unreadable:
             st.remove_files(self.fs, existing.unreadable)
-        done = pa.array(
-            sorted({f"{f}\x1f{k}" for f, k in zip(existing.table.column("family").to_pylist(),
-                                                  existing.table.column("key").to_pylist(), strict=True)}),
-            pa.string(),
-        )
-        ident = pc.binary_join_element_wise(inputs.column("family"), inputs.column("key"), "\x1f")
-        pending = _conform(inputs.filter(pc.invert(pc.is_in(ident, value_set=done))), EMBED_INPUTS)
+        stored = set(existing.table.column("text_key").to_pylist())
+        missing: dict[str, str] = {}
+        for k, t in zip(keys, texts, strict=True):
+            if k not in stored:
+                missing.setdefault(k, t)
+        pending = pa.table({"text_key": list(missing), "text": list(missing.values())}, schema=TEXTS_TO_EMBED)
         if pending.num_rows:
-            self.clock.status["embed"] = f"ran on {pending.num_rows} of {inputs.num_rows} texts"
+            self.clock.status["embed"] = (f"ran on {pending.num_rows} of {len(set(keys))} distinct texts "
+                                          f"({inputs.num_rows} vectors)")
             batch = self.cfg.ray.embed_batch_size
             stats = _collect(
                 ray.data.from_arrow(_blocks(pending, batch)).map_batches(
                     EmbedAndPersist, fn_constructor_args=(self.cfg, self.fs, self.staging), batch_size=batch,
+                    fn_constructor_kwargs={"run": self.services.stage_run},
                     batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.embed_actors),
-                    num_cpus=self.cfg.ray.cpus_per_embed_actor, num_gpus=self.cfg.ray.gpus_per_embed_actor)
+                    num_cpus=self.cfg.ray.cpus_per_embed_actor, num_gpus=self.cfg.ray.gpus_per_embed_actor,
+                    resources=self.cfg.ray.stage_resources or None)
             )
+            self.services.check_reported(stats, "embed")
+            self.counters["embedded_texts"] = int(pc.sum(stats.column("vectors")).as_py() or 0)
             failed = int(pc.sum(stats.column("failed")).as_py() or 0) if stats.num_rows else 0
             if failed:
                 errors = sorted({e for e in stats.column("error").to_pylist() if e})
                 raise HxdError(f"{failed} texts could not be embedded after retries ({'; '.join(errors[:3])}); "
                                "they are recorded and a rerun embeds only what is missing")
+            skipped = int(pc.sum(stats.column("skipped")).as_py() or 0)
+            if skipped:
+                self.stop = {"stage": "embed", "texts": pending.num_rows, "texts_left": skipped}
+                raise BudgetReached(f"{self.services.exhausted()}; {skipped} of {pending.num_rows} texts still "
+                                    "to embed")
         else:
             self.clock.status["embed"] = "skipped: every text embedded earlier"
-        vectors = st.read_staged(self.fs, folder, tables.EMBEDDINGS).table
-        ident = pc.binary_join_element_wise(vectors.column("family"), vectors.column("key"), "\x1f")
-        _, first = _unique_first(ident.to_pylist())
-        return vectors.take(pa.array(first, pa.int64()))
+        stored_vectors = st.read_staged(self.fs, folder, tables.TEXT_VECTORS).table
+        row_of: dict[str, int] = {}
+        for i, k in enumerate(stored_vectors.column("text_key").to_pylist()):
+            row_of.setdefault(k, i)
+        picked = stored_vectors.column("vector").take(pa.array([row_of[k] for k in keys], pa.int64()))
+        return pa.table({"family": inputs.column("family"), "key": inputs.column("key"),
+                         "vector_id": pa.array([vector_id(k) for k in inputs.column("key").to_pylist()], pa.int64()),
+                         "vector": picked}, schema=tables.EMBEDDINGS)
 
-    def write(self, docs: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table,
-              vectors: pa.Table) -> dict[str, Any]:
+    def write(self, state: CorpusState, vectors: pa.Table) -> dict[str, Any]:
+        """Write generation ``self.generation`` (graph, vector families, corpus tables) beside the current one; the
+        switch to it is :meth:`commit`'s manifest write."""
         import numpy as np
 
         from hxd2_ray.graph.kuzu_store import KuzuGraphWriter
+        from hxd2_ray.indexing.generations import GENERATIONS_DIR, publish, write_state
         from hxd2_ray.vectors.faiss_index import write_family
 
         local = isinstance(self.fs, pafs.LocalFileSystem)
-        build_dir = (os.path.join(self.root, f".building-{uuid.uuid4().hex[:8]}") if local
-                     else tempfile.mkdtemp(prefix="hxd2-build-"))
+        build_dir = (os.path.join(self.root, GENERATIONS_DIR, f".building-{self.generation}-{uuid.uuid4().hex[:8]}")
+                     if local else tempfile.mkdtemp(prefix="hxd2-build-"))
         os.makedirs(build_dir, exist_ok=True)
         try:
             KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu")).bulk_load(
-                docs, chunks.drop_columns(["shard"]), entities, relations)
+                state.documents, state.chunks.drop_columns(["shard"]), state.entities, state.relations)
             families = {}
             for family in tables.VECTOR_FAMILIES:
                 part = vectors.filter(pc.equal(vectors.column("family"), family))
@@ -425,44 +508,88 @@ class IndexBuild:
                     np.zeros((0, self.cfg.embedding.dim), np.float32)
                 info = write_family(build_dir, family, keys, arr, self.cfg.vectors)
                 families[family] = _as_dict(info)
-            self._publish(build_dir)
+            write_state(build_dir, state)
+            publish(self.fs, self.root, build_dir, self.generation)
         finally:
             shutil.rmtree(build_dir, ignore_errors=True)
         return families
 
-    def _publish(self, build_dir: str) -> None:
-        """Swap the new graph and vectors in (the manifest was removed before the build started)."""
-        for name in ("graph.kuzu", "vectors"):
-            target = posixpath.join(self.root, name)
-            info = self.fs.get_file_info(target)
-            if info.type == pafs.FileType.Directory:
-                self.fs.delete_dir(target)
-            elif info.type == pafs.FileType.File:
-                self.fs.delete_file(target)
-            for extra in (target + ".wal",):
-                if self.fs.get_file_info(extra).type == pafs.FileType.File:
-                    self.fs.delete_file(extra)
-        if isinstance(self.fs, pafs.LocalFileSystem):
-            for name in os.listdir(build_dir):
-                os.replace(os.path.join(build_dir, name), os.path.join(self.root, name))
-        else:
-            pafs.copy_files(build_dir, self.root, source_filesystem=pafs.LocalFileSystem(),
-                            destination_filesystem=self.fs)
+    def commit(self, summary: dict[str, Any], families: dict[str, Any], current: IndexManifest | None, kind: str,
+               change: dict[str, Any]) -> None:
+        """Switch readers to the written generation (one manifest write), then remove generations past
+        ``generations.keep``."""
+        from hxd2_ray.indexing.generations import history, prune
+        from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, write_manifest
+
+        manifest_path = posixpath.join(self.root, "manifest.json")
+        manifest = IndexManifest.create(
+            fingerprint=self.fingerprint,
+            prompt_version=self.prompts.version_hash,
+            llm_model_id=llm_model_id(self.cfg.llm),
+            embedding_model_id=embedding_model_id(self.cfg.embedding),
+            embedding_dim=self.cfg.embedding.dim,
+            counts={k: summary[k] for k in ("documents", "chunks", "entities", "relations")},
+            vector_families=families,
+            config=self.cfg.model_dump(mode="json"),
+            generation=self.generation,
+            parent_generation=current.generation if current is not None else "",
+            generations=history(current, self.generation, kind, change),
+        )
+        st.write_json_atomic(self.fs, posixpath.join(self.root, "index_summary.json"), summary)
+        write_manifest(manifest_path, manifest, filesystem=self.fs)
+        read_manifest(manifest_path, filesystem=self.fs)  # the index is complete only if this reads back
+        removed = prune(self.fs, self.root, manifest, self.cfg.generations.keep)
+        if removed:
+            _log(f"removed {', '.join(removed)} (generations.keep={self.cfg.generations.keep})")
 
     # ------------------------------------------------------------------ the run
 
+    def current_manifest(self) -> IndexManifest | None:
+        from hxd2_ray.indexing.manifest import read_manifest
+
+        if not st.exists(self.fs, posixpath.join(self.root, "manifest.json")):
+            return None
+        return read_manifest(posixpath.join(self.root, "manifest.json"), filesystem=self.fs)
+
     def run(self) -> dict[str, Any]:
-        from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, write_manifest
+        """Build the index, or change it when the output already holds one (``jobs.index_update``)."""
+        from hxd2_ray.indexing.generations import next_generation_id
 
         started = time.perf_counter()
-        manifest_path = posixpath.join(self.root, "manifest.json")
+        current = self.current_manifest()
+        if current is not None and current.fingerprint != self.fingerprint:
+            raise HxdError(
+                f"{self.output_uri} holds an index built with another configuration (fingerprint "
+                f"{current.fingerprint}, this run {self.fingerprint}); use a new --output or --overwrite")
         self._check_staging_fingerprint()
-        # A stale manifest must not vouch for files this run is about to replace.
-        if st.exists(self.fs, manifest_path):
-            self.fs.delete_file(manifest_path)
+        self.services = RunServices(self.cfg, self.options, self.fs, self.root, self.output_uri,
+                                    self.prompts.version_hash)
+        self.generation = next_generation_id(current)
+        listing = self.list_input(self.input_uri)
+        self.services.check_nodes(self.staging, listing.fs, listing.paths)
+        try:
+            if self.options.dry_run:
+                from jobs.index_dry_run import dry_run
+
+                return dry_run(self, listing, current)
+            if current is not None:
+                from jobs.index_update import IndexUpdate
+
+                summary = IndexUpdate(self, current).upsert(listing)
+            else:
+                summary = self.build(listing)
+        except BudgetReached as exc:
+            return self.stopped_summary(exc, current, started)
+        summary["seconds_total"] = round(time.perf_counter() - started, 3)
+        self.services.compact_cache()
+        return summary
+
+    def build(self, listing: InputListing) -> dict[str, Any]:
+        """A build from scratch (the output holds no index): every stage over the whole input."""
+        from hxd2_ray.indexing.generations import CorpusState
 
         with self.clock.stage("ingest"):
-            docs, quarantine, chunks = self.ingest()
+            docs, quarantine, chunks = self.ingest(listing)
         if docs.num_rows == 0:
             reasons = Counter(quarantine.column("reason").to_pylist())
             raise EmptyCorpusError(
@@ -475,45 +602,43 @@ class IndexBuild:
             entities, relations = self.merge(extractions)
         with self.clock.stage("embed"):
             vectors = self.embed(entities, relations, chunks)
+        ok = extractions.filter(pc.equal(extractions.column("error"), "")).column("chunk_id")
+        state = CorpusState(sources=self.sources, documents=docs, chunks=chunks, quarantine=quarantine,
+                            entities=entities, relations=relations,
+                            merged_chunks=pa.table({"chunk_id": ok}, schema=tables.MERGED_CHUNKS))
         with self.clock.stage("write"):
-            families = self.write(docs, chunks, entities, relations, vectors)
-
-        summary = self._summary(docs, quarantine, chunks, extractions, entities, relations, families)
-        summary["seconds_total"] = round(time.perf_counter() - started, 3)
-        st.write_json_atomic(self.fs, posixpath.join(self.root, "index_summary.json"), summary)
-        manifest = IndexManifest.create(
-            fingerprint=self.fingerprint,
-            prompt_version=self.prompts.version_hash,
-            llm_model_id=llm_model_id(self.cfg.llm),
-            embedding_model_id=embedding_model_id(self.cfg.embedding),
-            embedding_dim=self.cfg.embedding.dim,
-            counts={k: summary[k] for k in ("documents", "chunks", "entities", "relations")},
-            vector_families=families,
-            config=self.cfg.model_dump(mode="json"),
-        )
-        write_manifest(manifest_path, manifest, filesystem=self.fs)
-        read_manifest(manifest_path, filesystem=self.fs)  # the index is complete only if this reads back
+            families = self.write(state, vectors)
+        summary = self.summary(state, extractions, families, kind="build")
+        self.commit(summary, families, None, "build", {"documents": docs.num_rows, "chunks": chunks.num_rows})
         return summary
 
-    def _summary(self, docs, quarantine, chunks, extractions, entities, relations, families) -> dict[str, Any]:
+    def summary(self, state: CorpusState, extractions: pa.Table, families: dict[str, Any], kind: str,
+                change: dict[str, Any] | None = None) -> dict[str, Any]:
         def total(col: str) -> int:
             return int(pc.sum(extractions.column(col)).as_py() or 0) if extractions.num_rows else 0
 
+        docs, quarantine, chunks = state.documents, state.quarantine, state.chunks
         failed = extractions.filter(pc.not_equal(extractions.column("error"), ""))
         return {
+            "status": "complete",
+            "kind": kind,
             "input": self.input_uri,
             "output": self.output_uri,
+            "generation": self.generation,
+            "change": change or {},
             "fingerprint": self.fingerprint,
             "prompt_version": self.prompts.version_hash,
             "llm_model": llm_model_id(self.cfg.llm),
             "embedding_model": embedding_model_id(self.cfg.embedding),
             "documents": docs.num_rows,
             "chunks": chunks.num_rows,
-            "entities": entities.num_rows,
-            "relations": relations.num_rows,
+            "entities": state.entities.num_rows,
+            "relations": state.relations.num_rows,
             "quarantined_files": quarantine.num_rows,
             "quarantine_reasons": dict(sorted(Counter(quarantine.column("reason").to_pylist()).items())),
             "duplicate_documents": self.counters["duplicate_documents"],
+            # What the corpus' extractions cost, whenever they ran (recorded per chunk); this run's own usage,
+            # per stage and priced, is under "run".
             "llm_calls": total("llm_calls"),
             "prompt_tokens": total("prompt_tokens"),
             "completion_tokens": total("completion_tokens"),
@@ -522,9 +647,35 @@ class IndexBuild:
             "failed_chunk_errors": sorted(set(failed.column("error").to_pylist()))[:5],
             "endpoint_only_entities": self.counters["endpoint_only_entities"],
             "summarized_descriptions": self.counters["summarized_descriptions"],
+            "embedded_texts": self.counters["embedded_texts"],
             "vectors": {f: info.get("count", 0) for f, info in families.items()},
+            "run": self.services.totals(),
+            "llm_cache": self.services.cache_summary(),
+            "cluster": {"nodes_checked": self.services.nodes_checked, "files_checked": self.services.files_checked,
+                        "writer_nodes": sorted(self.services.writer_nodes)},
             "seconds_per_stage": dict(self.clock.seconds),
             "stage_status": dict(self.clock.status),
+        }
+
+    def stopped_summary(self, exc: BudgetReached, current: IndexManifest | None, started: float) -> dict[str, Any]:
+        """What a run stopped by its budget did and left; everything finished is on disk for the rerun."""
+        stages = list(STAGES)
+        stage = self.stop.get("stage", "extract")
+        return {
+            "status": "stopped",
+            "reason": str(exc),
+            "input": self.input_uri,
+            "output": self.output_uri,
+            "generation": current.generation if current is not None else "",
+            "index": "unchanged" if current is not None else "not written yet",
+            "done": {"stages": stages[:stages.index(stage)], **{k: v for k, v in self.stop.items() if k != "stage"}},
+            "left": {"stages": stages[stages.index(stage):]},
+            "resume": "run the same command again (with a larger or no budget): finished work is kept",
+            "run": self.services.totals(),
+            "llm_cache": self.services.cache_summary(),
+            "seconds_per_stage": dict(self.clock.seconds),
+            "stage_status": dict(self.clock.status),
+            "seconds_total": round(time.perf_counter() - started, 3),
         }
 
 
@@ -557,28 +708,64 @@ def _as_dict(info: Any) -> dict[str, Any]:
         return info.model_dump(mode="json")
     from dataclasses import asdict, is_dataclass
 
-    return asdict(info) if is_dataclass(info) else dict(vars(info))
+    return asdict(info) if is_dataclass(info) and not isinstance(info, type) else dict(vars(info))
 
 
-def run_index(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool = False) -> dict[str, Any]:
+def run_index(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool = False,
+              options: RunOptions | None = None) -> dict[str, Any]:
     if overwrite:
         from hxd2_ray.ingest.sources import resolve_filesystem
+        from jobs.index_run import LLM_CACHE_FOLDER
 
         fs, root = resolve_filesystem(output_uri, cfg.s3)
         if fs.get_file_info(root).type == pafs.FileType.Directory:
-            fs.delete_dir_contents(root, missing_dir_ok=True)
+            # The LLM cache survives: its replies are keyed by model, prompt and sampling, so never stale.
+            for info in fs.get_file_info(pafs.FileSelector(root)):
+                if posixpath.basename(info.path) == LLM_CACHE_FOLDER:
+                    continue
+                (fs.delete_dir if info.type == pafs.FileType.Directory else fs.delete_file)(info.path)
     init_ray(cfg)
-    return IndexBuild(cfg, input_uri, output_uri).run()
+    return IndexBuild(cfg, input_uri, output_uri, options).run()
+
+
+def _run_line(summary: dict[str, Any]) -> str:
+    run = summary.get("run") or {}
+    if not run:
+        return "  this run: -"
+    cache = f"  LLM cache hits {run['llm_cache_hits']:,}" if (summary.get("llm_cache") or {}).get("enabled") else ""
+    return (f"  this run: LLM calls {run['llm_calls']:,}, prompt tokens {run['prompt_tokens']:,}, completion tokens "
+            f"{run['completion_tokens']:,}, embedding tokens {run['embedding_tokens']:,}, ${run['usd']:.4f}{cache}")
 
 
 def format_summary(summary: dict[str, Any]) -> str:
+    if summary.get("status") == "stopped":
+        return "\n".join([
+            f"stopped: {summary['reason']}",
+            f"  index at {summary['output']}: {summary['index']}",
+            f"  done: {summary['done']}",
+            f"  left: {summary['left']}",
+            _run_line(summary),
+            f"  to continue: {summary['resume']}",
+        ])
+    if summary.get("status") == "estimate":
+        from jobs.index_dry_run import format_estimate
+
+        return format_estimate(summary)
+    if summary.get("status") == "unchanged":
+        return "\n".join([f"index at {summary['output']} unchanged (generation {summary['generation']}): "
+                          f"{summary['reason']}", _run_line(summary)])
+    change = summary.get("change") or {}
+    what = (f"generation {summary['generation']} ({summary.get('kind', 'build')}"
+            + (f": +{change.get('added', 0)} ~{change.get('updated', 0)} -{change.get('deleted', 0)} documents"
+               if summary.get("kind") in ("update", "delete") else "") + ")")
     lines = [
-        f"index written to {summary['output']} (fingerprint {summary['fingerprint']})",
+        f"index written to {summary['output']}, {what} (fingerprint {summary['fingerprint']})",
         f"  documents {summary['documents']:>10,}   chunks {summary['chunks']:>10,}",
         f"  entities  {summary['entities']:>10,}   relations {summary['relations']:>7,}",
         f"  quarantined files {summary['quarantined_files']:,} {summary['quarantine_reasons'] or ''}",
-        f"  LLM calls {summary['llm_calls']:,}  prompt tokens {summary['prompt_tokens']:,}  "
+        f"  corpus extraction: LLM calls {summary['llm_calls']:,}  prompt tokens {summary['prompt_tokens']:,}  "
         f"completion tokens {summary['completion_tokens']:,}",
+        _run_line(summary),
         f"  malformed records skipped {summary['malformed_records']:,}  failed chunks {summary['failed_chunks']:,}",
         "  seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in summary["seconds_per_stage"].items()),
     ]
@@ -586,25 +773,67 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hxd2 index", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="hxd2 index", description=__doc__.split("\n\n")[0],
+                                     epilog="hxd2 index delete --output INDEX --doc-id ID... | --source PATH: "
+                                            "remove documents from an index (hxd2 index delete --help)")
     parser.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
-    parser.add_argument("--input", required=True, help="folder, file, glob or s3:// URI of the corpus")
+    parser.add_argument("--input", required=True, help="folder, file, glob or s3:// URI of the corpus; when the "
+                                                       "output holds an index, the documents to add or update")
     parser.add_argument("--output", required=True, help="index folder or s3:// URI")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a config value (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    parser.add_argument("--overwrite", action="store_true", help="delete what the output holds first")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="delete what the output holds first (but its LLM cache) and build from scratch")
+    add_run_options(parser)
+    parser.add_argument("--dry-run", action="store_true",
+                        help="estimate tokens, time and cost from a sample of the chunks to extract; build nothing")
     return parser
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The LLM cache and budget flags of every command that changes an index (build, update, delete)."""
+    parser.add_argument("--no-llm-cache", action="store_true", help="call the LLM for every request (llm_cache)")
+    parser.add_argument("--llm-cache", default=None, metavar="DIR_OR_S3",
+                        help="LLM response cache to use (default: <output>/_llm_cache)")
+    parser.add_argument("--budget-tokens", type=int, default=None, metavar="N",
+                        help="stop cleanly once this run has spent N LLM tokens (prompt + completion); rerun to go on")
+    parser.add_argument("--budget-usd", type=float, default=None, metavar="USD",
+                        help="stop cleanly once this run has cost USD dollars (cost.prices); rerun to go on")
+
+
+def config_with_run_options(args: argparse.Namespace) -> HxdConfig:
+    overrides = list(args.overrides)
+    if args.no_llm_cache:
+        overrides.append("llm_cache.enabled=false")
+    if args.llm_cache:
+        overrides.append(f"llm_cache.location={args.llm_cache}")
+    return load_config(args.config, overrides)
+
+
+# Exit status of a run that stopped at its budget: its summary is printed, the work is not finished.
+EXIT_STOPPED = 3
 
 
 def main(argv: list[str] | None = None) -> int:
     from jobs.cli import run_and_report
 
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "delete":  # hxd2 index delete --output DIR --doc-id ID | --source PATH
+        from jobs.index_update import main_delete
+
+        return main_delete(argv[1:])
     args = build_parser().parse_args(argv)
-    return run_and_report(
-        lambda: run_index(load_config(args.config, args.overrides), args.input, args.output,
-                          overwrite=args.overwrite),
-        as_json=args.json, format_text=format_summary)
+    outcome: dict[str, Any] = {}
+
+    def work() -> dict[str, Any]:
+        options = RunOptions(budget_tokens=args.budget_tokens, budget_usd=args.budget_usd, dry_run=args.dry_run)
+        outcome.update(run_index(config_with_run_options(args), args.input, args.output, overwrite=args.overwrite,
+                                 options=options))
+        return outcome
+
+    code = run_and_report(work, as_json=args.json, format_text=format_summary)
+    return EXIT_STOPPED if code == 0 and outcome.get("status") == "stopped" else code
 
 
 if __name__ == "__main__":

@@ -143,6 +143,20 @@ def deployment_failures(app_status: Any) -> list[str]:
     return out
 
 
+def check_local_indexes_on_every_node(indexes: dict[str, str]) -> None:
+    """A replica may start on any node: a local index path must hold the index on every node of the cluster."""
+    import pyarrow.fs as pafs
+
+    from hxd2_ray.indexing.cluster_storage import ReadCheck
+    from jobs.cluster_check import check_every_node
+
+    local = [loc.removeprefix("file://") for loc in indexes.values() if "://" not in loc or loc.startswith("file://")]
+    if local:
+        manifests = tuple(os.path.join(os.path.abspath(os.path.expanduser(p)), "manifest.json") for p in local)
+        check_every_node(None, "", ", ".join(local), reads=[ReadCheck(pafs.LocalFileSystem(), manifests, "index")],
+                         what="index path")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -171,6 +185,12 @@ def main(argv: list[str] | None = None) -> int:
         ray.init(address=ns.address)
     else:
         ray.init(address="local", num_cpus=ns.num_cpus, include_dashboard=False)
+    try:
+        check_local_indexes_on_every_node(app_args["indexes"])
+    except HxdError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        ray.shutdown()
+        return 2
     stop = {"now": False}
 
     def _stop(*_: Any) -> None:

@@ -131,7 +131,17 @@ def _open_indexes(locations: dict[str, str], cfg: HxdConfig) -> dict[str, Any]:
     opened: dict[str, Any] = {}
     try:
         for name, location in locations.items():
-            opened[name] = open_index(location, cfg)  # s3:// → copied to this replica's disk; manifest checked
+            try:
+                opened[name] = open_index(location, cfg)  # s3:// → copied to this replica's disk; manifest checked
+            except IndexNotFoundError as exc:
+                if "://" in location:
+                    raise
+                # A replica may start on any node; a local path exists only where it was written.
+                from hxd2_ray.indexing.cluster_storage import advice
+                from hxd2_ray.stages.stage_run import current_node
+
+                raise IndexNotFoundError(f"{exc} (on node {current_node()[:12]}, where this replica runs: "
+                                         f"{advice('index')})") from None
     except BaseException:
         for index in opened.values():
             index.close()

@@ -9,6 +9,7 @@ of mentions (this runs over hundreds of thousands of them).
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from collections import Counter
 from typing import Callable, Iterable, Sequence
@@ -127,7 +128,8 @@ def merge_relation_mentions(
         target_key=target_key,
         description=description,
         keywords=tuple(kw for _, kw in sorted(keywords.items())),
-        weight=float(sum(m.strength for m in mentions)),
+        # fsum is exactly rounded, so the weight does not depend on the order the mentions arrive in.
+        weight=math.fsum(m.strength for m in mentions),
         source_chunk_ids=tuple(sorted({m.chunk_id for m in mentions})),
         mention_count=len(mentions),
         needs_summary=_exceeds_budget(description, cfg.description_token_budget, count_tokens),

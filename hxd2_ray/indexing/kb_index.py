@@ -2,7 +2,7 @@
 
 The triples become ENTITIES / RELATIONS staging tables (:func:`hxd2_ray.logic.metaqa.triples_to_tables`),
 which are bulk-loaded into Kùzu with the project's loader and embedded into the same vector families the
-index job writes (:func:`hxd2_ray.stages.embed_stage.embedding_inputs`; the ``chunk`` family is written empty,
+index job writes (:func:`hxd2_ray.indexing.embedding_texts.embedding_inputs`; the ``chunk`` family is written empty,
 since a KB has no documents). The result is laid out exactly like ``jobs/index.py``'s output, so
 :func:`hxd2_ray.retrieval.index.open_index`, the dual-level ``QueryPipeline`` and the logic-form executor
 query it unchanged::
@@ -34,9 +34,9 @@ import pyarrow.compute as pc
 from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id
 from hxd2_ray.errors import HxdError
 from hxd2_ray.indexing import tables
+from hxd2_ray.indexing.embedding_texts import embedding_inputs
 from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, write_manifest
 from hxd2_ray.logic.metaqa import empty_chunks, empty_documents, read_triples, triples_to_tables
-from hxd2_ray.stages.embed_stage import embedding_inputs
 from hxd2_ray.wiring import build_embedder
 
 __all__ = ["KB_PROMPT_VERSION", "build_kb_index", "embed_texts", "kb_fingerprint"]

@@ -3,6 +3,12 @@
 Readers open ``<root>/manifest.json`` before anything else; a crash mid-build leaves no manifest and the
 index reads as missing rather than half-there. The manifest also records the models, dimension and
 schema versions the query side must match.
+
+Format 2 adds generations: the query files of an index built or changed by the index job live in
+``<root>/generations/<id>/`` and the manifest names the current one (``generation``), its parent and the history,
+so a change publishes a whole new generation and switches to it with one manifest write
+(:mod:`hxd2_ray.indexing.generations`). ``generation == ""`` is the flat layout (files at the root) of format 1
+and of ``hxd2 index-kb``.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id
 from hxd2_ray.errors import IndexMismatchError, IndexNotFoundError
 from hxd2_ray.graph.base import GRAPH_SCHEMA_VERSION
 
-MANIFEST_FORMAT_VERSION = 1
+MANIFEST_FORMAT_VERSION = 2
 MANIFEST_NAME = "manifest.json"
 
 
@@ -42,6 +48,10 @@ class IndexManifest(BaseModel):
     created_at: str = Field(default_factory=lambda: utc_now_iso())
     config: dict[str, Any] = Field(default_factory=dict)  # the HxdConfig used, as JSON
     hxd2_ray_version: str = hxd2_ray.__version__
+    generation: str = ""  # the current generation's id ("" = files at the root)
+    parent_generation: str = ""  # the generation this one was made from ("" for a build from scratch)
+    # Every generation of this index, oldest first: {"id", "parent", "created_at", "kind", "change": {...}}.
+    generations: list[dict[str, Any]] = Field(default_factory=list)
 
     @classmethod
     def create(
@@ -55,6 +65,9 @@ class IndexManifest(BaseModel):
         counts: Mapping[str, int],
         vector_families: Mapping[str, Mapping[str, Any]],
         config: Mapping[str, Any],
+        generation: str = "",
+        parent_generation: str = "",
+        generations: list[dict[str, Any]] | None = None,
     ) -> "IndexManifest":
         """A manifest stamped now, with this version's format, graph schema and package version."""
         return cls(
@@ -66,6 +79,9 @@ class IndexManifest(BaseModel):
             counts=dict(counts),
             vector_families={k: dict(v) for k, v in vector_families.items()},
             config=dict(config),
+            generation=generation,
+            parent_generation=parent_generation,
+            generations=list(generations or []),
         )
 
 

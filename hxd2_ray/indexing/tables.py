@@ -18,9 +18,28 @@ __all__ = [
     "ENTITIES",
     "EXTRACTIONS",
     "QUARANTINE",
+    "MERGED_CHUNKS",
     "RELATIONS",
+    "SOURCES",
+    "TEXT_VECTORS",
     "VECTOR_FAMILIES",
 ]
+
+# Every document read from the input, duplicates included (the documents table keeps one per text): what an
+# incremental change updates by ``source_id`` and deletes by ``source_id`` or ``source_path``.
+SOURCES = pa.schema(
+    [
+        ("source_id", pa.string()),
+        ("source_path", pa.string()),
+        ("position", pa.int64()),  # the record's place in its file: documents keep the first of equal texts
+        ("doc_id", pa.string()),  # sha256 of the text
+        ("title", pa.string()),
+        ("n_chars", pa.int64()),
+    ]
+)
+
+# The chunks whose successful extraction the entities and relations of a generation were merged from.
+MERGED_CHUNKS = pa.schema([("chunk_id", pa.string())])
 
 QUARANTINE = pa.schema([("source_path", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
 
@@ -58,5 +77,9 @@ EMBEDDINGS = pa.schema(
         ("vector", pa.list_(pa.float32())),
     ]
 )
+
+# Staged vectors keyed by the text they embed (sha256): a changed description is a new text, so it is embedded
+# again, and a text shared by two keys or families is embedded once.
+TEXT_VECTORS = pa.schema([("text_key", pa.string()), ("vector", pa.list_(pa.float32()))])
 
 VECTOR_FAMILIES = ("entity_name", "entity_mix", "relation_keywords", "relation_mix", "chunk")

@@ -6,6 +6,10 @@ model or dimension than the query configuration is refused (:class:`IndexMismatc
 
 An ``s3://`` index is copied to a local cache first (Kùzu and Faiss read local files): into a fresh temp
 folder, then renamed into place, with the manifest copied last, so a cache entry is complete or absent.
+
+The graph and the vectors are those of the manifest's current generation (``generations/<id>/``, or the root of
+an index written before generations): an open index keeps reading the generation it opened, whatever the index
+job publishes meanwhile, until it is opened again.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -24,8 +28,11 @@ import pyarrow.parquet as pq
 from hxd2_ray.config import HxdConfig, RetrievalConfig, embedding_model_id
 from hxd2_ray.errors import IndexMismatchError, IndexNotFoundError
 from hxd2_ray.graph.base import GraphStore
+from hxd2_ray.graph.resident import open_resident
+from hxd2_ray.indexing.generations import generation_dir
 from hxd2_ray.indexing.manifest import MANIFEST_NAME, IndexManifest, check_compatible, read_manifest
 from hxd2_ray.indexing.tables import VECTOR_FAMILIES
+from hxd2_ray.ingest.sources import resolve_filesystem
 from hxd2_ray.retrieval.fuzzy import FuzzyNameIndex
 from hxd2_ray.vectors.base import IDMAP_PARQUET, VectorIndex, family_dir
 
@@ -46,7 +53,7 @@ class OpenIndex:
     graph: GraphStore
     families: Mapping[str, VectorIndex]
     names: FuzzyNameIndex  # folded entity keys for near-miss name matching
-    _closers: tuple = field(default=(), repr=False)
+    _closers: tuple[Callable[[], None], ...] = field(default=(), repr=False)
 
     def family(self, name: str) -> VectorIndex:
         try:
@@ -71,8 +78,6 @@ def open_index(
     path_or_s3: str | os.PathLike[str], cfg: HxdConfig, families: Sequence[str] = VECTOR_FAMILIES
 ) -> OpenIndex:
     """Open the index at a local path or ``s3://bucket/prefix`` for querying with ``cfg``'s embedding model."""
-    from hxd2_ray.ingest.sources import resolve_filesystem
-
     location = os.fspath(path_or_s3)
     fs, path = resolve_filesystem(location, cfg.s3)
     if isinstance(fs, pafs.LocalFileSystem):
@@ -97,7 +102,7 @@ def _set_search_threads(threads: int) -> None:
     # Through faiss_index's own module reference: that module stays the only one importing faiss.
     from hxd2_ray.vectors import faiss_index
 
-    faiss_index.faiss.omp_set_num_threads(threads)
+    getattr(faiss_index, "faiss").omp_set_num_threads(threads)
 
 
 def _no_manifest(location: str) -> str:
@@ -109,9 +114,9 @@ def _open_local(
     location: str, root: Path, manifest: IndexManifest, families: Sequence[str], retrieval: RetrievalConfig
 ) -> OpenIndex:
     from hxd2_ray.graph.kuzu_store import KuzuGraphStore
-    from hxd2_ray.graph.resident import open_resident
     from hxd2_ray.vectors.faiss_index import FaissFamilyIndex
 
+    root = root / generation_dir(manifest.generation)  # the current generation's files
     graph_path = root / GRAPH_NAME
     if not graph_path.exists():
         raise IndexNotFoundError(f"index at {location} has a manifest but no {GRAPH_NAME}: copy or rebuild it whole")
@@ -171,8 +176,12 @@ def _cached_copy(fs: pafs.FileSystem, path: str, location: str, manifest: IndexM
     tmp.mkdir()
     local = pafs.LocalFileSystem()
     try:
+        generation = generation_dir(manifest.generation)
         for name in _QUERY_FILES:
+            # The graph and vectors of the current generation only, at the same place as in the index.
+            name = f"{generation}/{name}" if generation and name != "index_summary.json" else name
             src = f"{path.rstrip('/')}/{name}"
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             info = fs.get_file_info(src)
             if info.type == pafs.FileType.NotFound:
                 continue

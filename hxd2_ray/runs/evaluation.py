@@ -35,6 +35,7 @@ from hxd2_ray.evaluation.grid import (
     write_grid,
 )
 from hxd2_ray.evaluation.report import aggregate, compare_runs, write_report
+from hxd2_ray.indexing.cluster_storage import ReportedFile, check_reported_files
 from hxd2_ray.indexing.manifest import check_compatible, read_manifest
 from hxd2_ray.ingest.sources import open_output_filesystem, resolve_filesystem
 from hxd2_ray.retrieval.index import open_index
@@ -157,6 +158,11 @@ def run_evaluation(req: EvalRunRequest, answer_shards: ShardRunner, log: Log = l
         answer_seconds += time.perf_counter() - t0
         if stats.num_rows:
             stats = stats.select(SHARD_STATS.names)
+            # Every shard a worker answered must be readable here: a worker on another node with a local --output
+            # writes its traces where this process never looks.
+            check_reported_files(fs, [ReportedFile(shard_path(root, m, int(s)), int(q)) for m, s, q in zip(
+                stats.column("mode").to_pylist(), stats.column("shard").to_pylist(),
+                stats.column("questions").to_pylist(), strict=True)], "evaluation", req.output)
             answered += int(pc.sum(stats.column("questions")).as_py() or 0)
 
     traces = load_traces(fs, root, modes)

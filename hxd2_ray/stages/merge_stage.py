@@ -8,18 +8,26 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from typing import Any
 
 import pyarrow as pa
 
+from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.config import HxdConfig
+from hxd2_ray.extraction.extractor import Extractor
 from hxd2_ray.extraction.merge import (
     entity_key,
     merge_entity_mentions,
     merge_relation_mentions,
     relation_pair_key,
 )
+from hxd2_ray.extraction.prompts import load_prompts
 from hxd2_ray.indexing import tables
+from hxd2_ray.llm.base import LLMClient
+from hxd2_ray.llm.tokens import build_token_counter
+from hxd2_ray.stages.stage_run import IndexingLLM, StageRun
 from hxd2_ray.types import EntityMention, MergedEntity, MergedRelation, RelationMention
+from hxd2_ray.wiring import build_llm
 
 ENTITY_MENTIONS = pa.schema(
     [("partition", pa.int64()), ("key", pa.string()), ("name", pa.string()), ("type", pa.string()),
@@ -36,7 +44,7 @@ MERGED_RELATIONS = tables.RELATIONS.append(pa.field("needs_summary", pa.bool_())
 _PAIR_SEP = "\x1f"
 
 
-def _successful(extractions: pa.Table) -> list[dict]:
+def _successful(extractions: pa.Table) -> list[dict[str, Any]]:
     return [row for row in extractions.to_pylist() if not row["error"]]
 
 
@@ -124,8 +132,6 @@ class MergeEntityGroups:
     """
 
     def __init__(self, cfg: HxdConfig) -> None:
-        from hxd2_ray.llm.tokens import build_token_counter
-
         self._cfg = cfg.extraction
         self._count_tokens = build_token_counter(cfg.llm)
 
@@ -142,8 +148,6 @@ class MergeRelationGroups:
     """One group = one hash partition of the relation mentions; every unordered pair in it is merged here."""
 
     def __init__(self, cfg: HxdConfig) -> None:
-        from hxd2_ray.llm.tokens import build_token_counter
-
         self._cfg = cfg.extraction
         self._count_tokens = build_token_counter(cfg.llm)
 
@@ -159,19 +163,22 @@ class MergeRelationGroups:
 
 
 class SummarizeLongDescriptions:
-    """LLM summary of descriptions over the token budget; input/output: merged entity or relation rows."""
+    """LLM summary of descriptions over the token budget; input/output: merged entity or relation rows.
 
-    def __init__(self, cfg: HxdConfig, llm=None) -> None:
-        from hxd2_ray.extraction.extractor import Extractor
-        from hxd2_ray.extraction.prompts import load_prompts
-        from hxd2_ray.wiring import build_llm
+    Once the run's budget is spent a batch is not started and comes back empty: the caller sees fewer rows than it
+    sent and stops before publishing (the summaries done so far are in the LLM cache for the rerun)."""
 
-        self._llm = llm if llm is not None else build_llm(cfg.llm)
-        self._extractor = Extractor(self._llm, cfg.extraction, load_prompts(), max_retries=cfg.ray.max_batch_retries)
+    def __init__(self, cfg: HxdConfig, llm: LLMClient | None = None, run: StageRun | None = None) -> None:
+        self._run = run or StageRun()
+        self._llm = IndexingLLM(llm if llm is not None else build_llm(cfg.llm), self._run)
+        self._gpus = cfg.ray.gpus_per_ner_actor
+        self._extractor = Extractor(self._llm.client, cfg.extraction, load_prompts(),
+                                    max_retries=cfg.ray.max_batch_retries)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        from hxd2_ray.chunking.splitter import detect_language
-
+        if self._run.exhausted():
+            self._run.skipped()
+            return batch.schema.empty_table()
         rows = batch.to_pylist()
         items = []
         for r in rows:
@@ -181,4 +188,5 @@ class SummarizeLongDescriptions:
         summaries = self._extractor.summarize(items)
         for r, summary in zip(rows, summaries, strict=True):
             r["description"] = summary
+        self._run.charge(self._llm.payload(self._gpus))
         return pa.Table.from_pylist(rows, schema=batch.schema)

@@ -89,6 +89,7 @@ def test_counts_match_the_in_process_oracle(built, corpus):
 
 def test_graph_vectors_and_manifest_agree_with_the_summary(built):
     from hxd2_ray.graph.kuzu_store import KuzuGraphStore
+    from hxd2_ray.indexing.generations import query_root
     from hxd2_ray.indexing.manifest import read_manifest
     from hxd2_ray.vectors.faiss_index import FaissFamilyIndex
 
@@ -96,7 +97,9 @@ def test_graph_vectors_and_manifest_agree_with_the_summary(built):
     manifest = read_manifest(str(out / "manifest.json"))
     assert manifest.fingerprint == summary["fingerprint"]
     assert manifest.embedding_dim == 64 and manifest.embedding_model_id == "hashing-v1"
-    with KuzuGraphStore(str(out / "graph.kuzu"), read_only=True) as graph:
+    assert manifest.generation == summary["generation"] == "g000001" and manifest.parent_generation == ""
+    files = query_root(str(out), manifest)
+    with KuzuGraphStore(f"{files}/graph.kuzu", read_only=True) as graph:
         counts = graph.counts()
         assert {k: counts[k] for k in ("documents", "chunks", "entities", "relations")} == {
             k: summary[k] for k in ("documents", "chunks", "entities", "relations")}
@@ -106,22 +109,20 @@ def test_graph_vectors_and_manifest_agree_with_the_summary(built):
         chunk_rows = graph.get_chunks(some["source_chunk_ids"])
         assert chunk_rows and all(c["doc_source_id"] for c in chunk_rows)
     for family, n in summary["vectors"].items():
-        index = FaissFamilyIndex.open(str(out), family)
+        index = FaissFamilyIndex.open(files, family)
         assert index.info.count == n
     assert summary["vectors"]["entity_name"] == summary["entities"]
     assert summary["vectors"]["relation_mix"] == summary["relations"]
     assert summary["vectors"]["chunk"] == summary["chunks"]
 
 
-def test_rerun_skips_finished_work_and_gives_identical_counts(built, corpus, capsys):
+def test_rerun_on_a_finished_index_changes_nothing_and_calls_no_llm(built, corpus, capsys):
     out, first = built
     code, second, _ = _run(capsys, "--input", str(corpus), "--output", str(out), *FAST)
     assert code == 0
-    assert second["stage_status"]["ingest"].startswith("skipped")
-    assert second["stage_status"]["extract"].startswith("skipped")
-    assert second["stage_status"]["merge"].startswith("skipped")
-    assert second["stage_status"]["embed"].startswith("skipped")
-    for key in ("documents", "chunks", "entities", "relations", "fingerprint", "vectors"):
+    assert second["status"] == "unchanged" and second["generation"] == first["generation"]
+    assert second["run"]["llm_calls"] == 0
+    for key in ("documents", "chunks", "entities", "relations"):
         assert second[key] == first[key], key
 
 
@@ -184,8 +185,8 @@ def test_index_from_and_to_s3(ray_local, s3_server, s3_client, s3_bucket, capsys
     assert code == 0, err
     assert summary["documents"] == 14 and summary["entities"] > 50
     listed = {o["Key"] for o in s3_client.list_objects_v2(Bucket=s3_bucket, Prefix="index/")["Contents"]}
-    assert {"index/manifest.json", "index/graph.kuzu", "index/index_summary.json"} <= listed
-    assert any(k.startswith("index/vectors/entity_mix/shard-") for k in listed)
+    assert {"index/manifest.json", "index/generations/g000001/graph.kuzu", "index/index_summary.json"} <= listed
+    assert any(k.startswith("index/generations/g000001/vectors/entity_mix/shard-") for k in listed)
     fs, path = resolve_filesystem(f"s3://{s3_bucket}/index/manifest.json", S3Config(endpoint_url=s3_server))
     assert read_manifest(path, filesystem=fs).counts["documents"] == 14
 

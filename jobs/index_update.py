@@ -1,0 +1,231 @@
+"""Incremental maintenance of an index: add or update documents, delete documents; each change a new generation.
+
+    hxd2 index --input NEW --output EXISTING               add new documents, update changed ones (by document id)
+    hxd2 index delete --output EXISTING --doc-id ID ...    remove documents by id
+    hxd2 index delete --output EXISTING --source PATH ...  remove the documents read from a file (or a folder)
+
+A change starts from the current generation's corpus tables (:mod:`hxd2_ray.indexing.generations`), applies the
+document change (:mod:`hxd2_ray.indexing.corpus`), extracts only chunks with no successful extraction (new ones,
+and earlier failures, which an update heals), re-merges only the entities and relations whose provenance the
+change touches (:mod:`hxd2_ray.indexing.incremental`; their summaries through the LLM cache), embeds only texts
+never embedded, then writes a new generation and switches the manifest to it. The result equals a build of the
+final corpus from scratch; readers of the old generation keep working until they reopen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from hxd2_ray.errors import BudgetReached, EmptyCorpusError, HxdError, IndexNotFoundError
+from hxd2_ray.indexing import tables
+from hxd2_ray.indexing.corpus import CorpusChange, delete, upsert
+from hxd2_ray.indexing.generations import CorpusState, read_state
+from hxd2_ray.indexing.incremental import ExtractionIndex, apply, changed_entity_keys, remerge
+
+if TYPE_CHECKING:
+    from hxd2_ray.config import HxdConfig
+    from hxd2_ray.indexing.manifest import IndexManifest
+    from jobs.index import IndexBuild, InputListing
+    from jobs.index_run import RunOptions
+
+
+class IndexUpdate:
+    """One change of the index at ``build.output_uri`` (whose current manifest is ``current``)."""
+
+    def __init__(self, build: IndexBuild, current: IndexManifest) -> None:
+        self.build = build
+        self.current = current
+        self.state = read_state(build.fs, build.root, current)
+
+    def upsert(self, listing: InputListing) -> dict[str, Any]:
+        b = self.build
+        with b.clock.stage("ingest"):
+            incoming = b.read_input(listing)
+            change = upsert(self.state.sources, self.state.quarantine, self.state.chunks, incoming)
+            b.clock.status["ingest"] = (f"read {len(listing.files)} files: {len(change.added)} new and "
+                                        f"{len(change.updated)} changed documents, {change.unchanged} unchanged")
+        return self.apply(change, "update", heal=True)
+
+    def delete(self, doc_ids: list[str], source_paths: list[str]) -> dict[str, Any]:
+        b = self.build
+        with b.clock.stage("ingest"):
+            change = delete(self.state.sources, self.state.quarantine, self.state.chunks, doc_ids, source_paths)
+            b.clock.status["ingest"] = f"{len(change.deleted)} documents to delete"
+        return self.apply(change, "delete", heal=False)
+
+    def apply(self, change: CorpusChange, kind: str, heal: bool) -> dict[str, Any]:
+        """Bring the index to ``change``'s corpus. ``heal``: also extract the chunks whose extraction failed in
+        earlier runs (an update may call the LLM; a delete never does)."""
+        b, state = self.build, self.state
+        if change.documents.num_rows == 0:
+            raise EmptyCorpusError(f"the change would leave {b.output_uri} without any document; nothing was "
+                                   "changed (remove the index folder to drop it whole)")
+        with b.clock.stage("extract"):
+            if heal:
+                extractions = b.extract(change.chunks)
+            else:
+                extractions = b.read_extractions(change.chunks)
+                b.clock.status["extract"] = "skipped: a delete extracts nothing"
+        ok_now = set(extractions.filter(pc.equal(extractions.column("error"), "")).column("chunk_id").to_pylist())
+        merged_before = state.merged_chunk_ids()
+        removed, added = merged_before - ok_now, ok_now - merged_before
+        quarantine_changed = change.quarantine.to_pylist() != state.quarantine.to_pylist()
+        if not (change.changed or removed or added or quarantine_changed):
+            return self.unchanged(change)
+
+        with b.clock.stage("merge"):
+            entities, relations, stats = self.remerge(removed, added, extractions)
+            b.clock.status["merge"] = (f"re-merged {stats['entities_recomputed']} entities and "
+                                       f"{stats['relations_recomputed']} relations touched by {len(removed)} removed "
+                                       f"and {len(added)} added chunks")
+        with b.clock.stage("embed"):
+            vectors = b.embed(entities, relations, change.chunks)
+        new_state = CorpusState(sources=change.sources, documents=change.documents, chunks=change.chunks,
+                                quarantine=change.quarantine, entities=entities, relations=relations,
+                                merged_chunks=pa.table({"chunk_id": sorted(ok_now)}, schema=tables.MERGED_CHUNKS))
+        with b.clock.stage("write"):
+            families = b.write(new_state, vectors)
+        described = {**change.describe(), **stats, "chunks_merged_in": len(added), "chunks_merged_out": len(removed)}
+        summary = b.summary(new_state, extractions, families, kind=kind, change=described)
+        b.commit(summary, families, self.current, kind, {k: v for k, v in described.items() if k != "document_ids"})
+        return summary
+
+    def remerge(self, removed: set[str], added: set[str], extractions: pa.Table
+                ) -> tuple[pa.Table, pa.Table, dict[str, int]]:
+        """The new entity and relation tables: the rows the change touches merged again (and summarized when
+        over the budget), the others as they were."""
+        from hxd2_ray.indexing.incremental import MERGED_ENTITIES, MERGED_RELATIONS
+        from hxd2_ray.llm.tokens import build_token_counter
+
+        b, state = self.build, self.state
+        cfg = b.cfg
+        remerged = remerge(state.entities, state.relations, removed, added, ExtractionIndex(extractions),
+                           cfg.extraction, build_token_counter(cfg.llm))
+        finished = []
+        summarized = 0
+        for name, rows, schema in (("entities", remerged.entities, MERGED_ENTITIES),
+                                   ("relations", remerged.relations, MERGED_RELATIONS)):
+            long_rows = rows.filter(rows.column("needs_summary"))
+            summaries = b.summarize(long_rows, schema, name)
+            summarized += summaries.num_rows
+            finished.append(pa.concat_tables([rows.filter(pc.invert(rows.column("needs_summary"))), summaries]))
+        entities, relations = apply(state.entities, state.relations, remerged, finished[0], finished[1])
+        # Data derived per entity (synonym edges, ...) must be redone for these keys only: the write stage reads
+        # them here (None in a build from scratch: every entity).
+        b.changed_entity_keys = changed_entity_keys(state.entities, entities, remerged)
+        b.counters["summarized_descriptions"] = summarized
+        # Counted as a build cannot here (the rows untouched by the change are not re-derived): untyped entities
+        # without a description, which is what an endpoint-only entity is.
+        b.counters["endpoint_only_entities"] = int(pc.sum(pc.and_(
+            pc.equal(entities.column("type"), "unknown"), pc.equal(entities.column("description"), ""))).as_py() or 0)
+        stats = {**remerged.stats, "extractions_read": remerged.chunks_read,
+                 "entities_changed": len(b.changed_entity_keys)}
+        return entities, relations, stats
+
+    def unchanged(self, change: CorpusChange) -> dict[str, Any]:
+        b = self.build
+        return {
+            "status": "unchanged",
+            "reason": (f"no document was added, changed or removed ({change.unchanged} already indexed) and no "
+                       "chunk is left to extract"),
+            "input": b.input_uri,
+            "output": b.output_uri,
+            "generation": self.current.generation,
+            "documents": self.state.documents.num_rows,
+            "chunks": self.state.chunks.num_rows,
+            "entities": self.state.entities.num_rows,
+            "relations": self.state.relations.num_rows,
+            "run": b.services.totals(),
+            "llm_cache": b.services.cache_summary(),
+            "seconds_per_stage": dict(b.clock.seconds),
+            "stage_status": dict(b.clock.status),
+        }
+
+
+# --------------------------------------------------------------------------------------------- hxd2 index delete
+
+
+def run_delete(cfg: HxdConfig, output_uri: str, doc_ids: list[str], source_paths: list[str],
+               options: RunOptions | None = None) -> dict[str, Any]:
+    from hxd2_ray.indexing.generations import next_generation_id
+    from jobs.index import IndexBuild, init_ray
+    from jobs.index_run import RunServices
+
+    if not doc_ids and not source_paths:
+        raise HxdError("name the documents to delete: --doc-id ID and/or --source PATH")
+    init_ray(cfg)
+    started = time.perf_counter()
+    build = IndexBuild(cfg, "", output_uri, options)
+    current = build.current_manifest()
+    if current is None:
+        raise IndexNotFoundError(f"no index at {output_uri} (no manifest.json): nothing to delete from")
+    if current.fingerprint != build.fingerprint:
+        raise HxdError(f"{output_uri} was built with another configuration (fingerprint {current.fingerprint}, "
+                       f"this one {build.fingerprint}); delete with the index's own config (omit --config)")
+    build.services = RunServices(cfg, build.options, build.fs, build.root, output_uri, build.prompts.version_hash)
+    build.generation = next_generation_id(current)
+    build.services.check_nodes(build.staging, None, [])
+    try:
+        summary = IndexUpdate(build, current).delete(doc_ids, [_as_source(p) for p in source_paths])
+    except BudgetReached as exc:
+        return build.stopped_summary(exc, current, started)
+    summary["seconds_total"] = round(time.perf_counter() - started, 3)
+    build.services.compact_cache()
+    return summary
+
+
+def _as_source(path: str) -> str:
+    """A --source as documents record it: s3:// URIs as given, local paths absolute."""
+    if "://" in path and not path.startswith("file://"):
+        return path.rstrip("/")
+    return os.path.abspath(os.path.expanduser(path.removeprefix("file://")))
+
+
+def build_delete_parser() -> argparse.ArgumentParser:
+    from jobs.index import add_run_options
+
+    parser = argparse.ArgumentParser(prog="hxd2 index delete",
+                                     description="Remove documents from an index (a new generation).")
+    parser.add_argument("--output", required=True, help="the index folder or s3:// URI")
+    parser.add_argument("--doc-id", dest="doc_ids", action="append", default=[], metavar="ID",
+                        help="a document id (the record's id field, else its file path); repeatable")
+    parser.add_argument("--source", dest="sources", action="append", default=[], metavar="PATH",
+                        help="every document read from this file, or from the files under this folder; repeatable")
+    parser.add_argument("--config", default=None, help="YAML config (default: the one the index was built with)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a config value (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    add_run_options(parser)
+    return parser
+
+
+def main_delete(argv: list[str]) -> int:
+    from hxd2_ray.config import load_config
+    from hxd2_ray.retrieval.query_config import load_query_config
+    from jobs.cli import run_and_report
+    from jobs.index import EXIT_STOPPED, format_summary
+    from jobs.index_run import RunOptions
+
+    args = build_delete_parser().parse_args(argv)
+    outcome: dict[str, Any] = {}
+
+    def work() -> dict[str, Any]:
+        overrides = list(args.overrides)
+        if args.no_llm_cache:
+            overrides.append("llm_cache.enabled=false")
+        if args.llm_cache:
+            overrides.append(f"llm_cache.location={args.llm_cache}")
+        cfg = (load_config(args.config, overrides) if args.config
+               else load_query_config(args.output, None, overrides))
+        options = RunOptions(budget_tokens=args.budget_tokens, budget_usd=args.budget_usd)
+        outcome.update(run_delete(cfg, args.output, args.doc_ids, args.sources, options))
+        return outcome
+
+    code = run_and_report(work, as_json=args.json, format_text=format_summary)
+    return EXIT_STOPPED if code == 0 and outcome.get("status") == "stopped" else code
