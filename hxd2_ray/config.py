@@ -266,6 +266,12 @@ class MultiStageConfig(_Frozen):
     )
     prompt_version: str = Field("v1", description="prompts/multistage_<version>.yaml")
     logic_workers: int = Field(4, ge=1, description="Worker threads running plan + execute (per pipeline).")
+    graph_walk: bool = Field(
+        False,
+        description="After a failed or rejected logic form, walk the graph with the GraphFlow policy (graphflow) "
+                    "before falling back to dual-level retrieval; its paths are verified and answered from like a plan's "
+                    "evidence. Needs a policy for the index.",
+    )
 
 
 class HxdConfig(_Frozen):

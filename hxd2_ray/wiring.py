@@ -116,6 +116,7 @@ def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None"
     from hxd2_ray.logic import load_logic_prompts
     from hxd2_ray.retrieval.budget import DEFAULT_CONTEXT_LENGTH, context_limits
     from hxd2_ray.retrieval.flow import QueryFlow
+    from hxd2_ray.retrieval.graph_walk import GraphWalkStep
     from hxd2_ray.retrieval.intent import IntentClassifier, load_multistage_prompts
     from hxd2_ray.retrieval.logic_form import LogicFormStep
     from hxd2_ray.retrieval.pipeline import QueryPipeline
@@ -135,6 +136,7 @@ def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None"
         limits = context_limits(int(context_length), rc.answer_reserve_tokens, rc.answer_max_tokens)
     prompts = load_multistage_prompts(ms.prompt_version)
     logic = intent = gate = None
+    walk = None
     if dual is not None and index is not None and guarded is not None and embedder is not None:
         parts = parts or build_parts(index, guarded, embedder, cfg)
         relations: list[str] = []
@@ -146,6 +148,8 @@ def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None"
         if parts.planner is not None and parts.executor is not None:
             logic = LogicFormStep(parts.planner, parts.executor, parts.verifiers, guarded, index.graph, limits, ms,
                                   prompts, relations=relations, temperature=rc.temperature, guards=[guarded])
+        if parts.graph_retriever is not None:
+            walk = GraphWalkStep(parts.graph_retriever, index.graph)
         if ms.intent_enabled:
             intent = IntentClassifier(guarded, prompts, use_llm=ms.intent_use_llm,
                                       kb_description=ms.knowledge_base_description)
@@ -154,5 +158,5 @@ def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None"
     versions = {"multistage": prompts.version_hash, "logic": load_logic_prompts().version_hash,
                 "query": dual.prompts.version_hash if dual is not None else ""}
     return QueryFlow(mode=mode, llm=guarded, limits=limits, temperature=rc.temperature, dual=dual, index=index,
-                     embedder=embedder, logic=logic, intent=intent, refusal_gate=gate, cfg=ms, prompts=prompts,
-                     prompt_versions=versions)
+                     embedder=embedder, logic=logic, walk=walk, intent=intent, refusal_gate=gate, cfg=ms,
+                     prompts=prompts, prompt_versions=versions)

@@ -202,6 +202,7 @@ class Answer:
     fallback_reason: str | None = None
     refused: bool = False
     trace: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    candidates: tuple[str, ...] = ()  # ranked candidate answers, where the path ranks them (the graph walk)
 
     def to_dict(self, trace: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -212,6 +213,7 @@ class Answer:
             "mode": self.mode,
             "fallback_reason": self.fallback_reason,
             "refused": self.refused,
+            **({"candidates": list(self.candidates)} if self.candidates else {}),
             "references": [r.to_dict() for r in self.references],
             "notices": list(self.notices),
             "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,

@@ -86,7 +86,8 @@ class AnswerQuestions:
         evidence = list(dict.fromkeys(r.source_id for r in ans.references if r.source_id))
         return {"path": ans.path, "answer": ans.text or "", "prompt_tokens": int(totals.get("prompt", 0)),
                 "completion_tokens": int(totals.get("completion", 0)), "verifier": verifier,
-                "evidence_ids": evidence, "error": "", "path_reason": str(trace.get("path_reason") or "")}
+                "evidence_ids": evidence, "error": "", "path_reason": str(trace.get("path_reason") or ""),
+                "candidates": list(ans.candidates)}
 
     def answer_item(self, spec: Any, item: Any, position: int, shard: int) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -99,8 +100,9 @@ class AnswerQuestions:
         latency = time.perf_counter() - t0
         if not row["error"] and llm_errors:
             row["error"] = f"LLM error ({len(llm_errors)} call(s)): {llm_errors[0]}"
+        row.setdefault("candidates", [])
         pred = Prediction(answer_text=row["answer"], retrieved_passage_ids=tuple(row["evidence_ids"]),
-                          error=row["error"])
+                          answers=tuple(row["candidates"]), error=row["error"])
         scores = score_item(spec, item, pred)
         primary = scores.get(spec.primary_metric)
         row.setdefault("path_reason", "")
