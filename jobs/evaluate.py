@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from hxd2_ray.errors import HxdError
 from hxd2_ray.stages import staging as st
+from jobs import telemetry
 from jobs.cli import run_and_report
 
 SUBCOMMANDS = ("run", "grid", "report", "compare", "judge", "corpus")
@@ -184,10 +185,15 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
         workers = max(1, min(args.workers, len(pending)))
         _log(f"mode {mode}: {len(pending)} of {len(bounds)} shards, {workers} worker(s)")
         t0 = time.perf_counter()
+        stage_name = " ".join(x for x in ("answer", getattr(args, "progress_label", ""), mode) if x)
+        stage = telemetry.begin_stage("eval", stage_name)
+        counter = telemetry.for_job("eval").counter(stage_name, unit="questions", score=True, mode=mode, total=sum(
+            bounds[r["shard"]][1] - bounds[r["shard"]][0] for r in pending))
         ds = ray.data.from_arrow([pa.Table.from_pylist([r]) for r in pending])
         stats = _collect(ds.map_batches(
             AnswerQuestions,
             fn_constructor_args=(cfg, args.index or "", mode, fs, root, None, args.concurrency),
+            fn_constructor_kwargs={"counter": counter},
             batch_size=1,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=workers),
@@ -195,6 +201,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
             num_gpus=args.gpus_per_worker,
         ))
         answer_seconds += time.perf_counter() - t0
+        stage.end(f"{len(pending)} shards, {workers} worker(s)")
         if stats.num_rows:
             stats = stats.select(SHARD_STATS.names)
             answered += int(pc.sum(stats.column("questions")).as_py() or 0)
@@ -282,7 +289,8 @@ def run_grid(args: argparse.Namespace) -> dict[str, Any]:
         _log(f"grid cell {i}/{len(cells)}: {cell.name} ({', '.join(cell.modes)})")
         cell_args = argparse.Namespace(**{
             **vars(args), "modes": list(cell.modes), "index": cell.index.location if cell.index else None,
-            "output": f"{base}/cells/{cell.name}", "overrides": [*args.overrides, *cell.overrides]})
+            "output": f"{base}/cells/{cell.name}", "overrides": [*args.overrides, *cell.overrides],
+            "progress_label": cell.name})
         summary = run_eval(cell_args)
         summaries[cell.name] = summary
         cell_reports.append({"cell": cell.name, "output": summary["output"],
@@ -569,6 +577,8 @@ def build_run_parser(prog: str = "hxd2 eval run", grid: bool = False) -> argpars
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a config value (repeatable)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="show Ray, Ray Data and vLLM logs here (default: in <output>/_logs/)")
     return p
 
 
@@ -577,7 +587,10 @@ def _main_run(argv: list[str]) -> int:
     if args.workers < 1 or args.concurrency < 1 or (args.shards is not None and args.shards < 1):
         print("error: --workers, --concurrency and --shards must be >= 1", file=sys.stderr)
         return 2
-    return run_and_report(lambda: run_eval(args), as_json=args.json, format_text=format_summary, errors=_EXPECTED)
+    from jobs.console import log_path_for, run_job
+
+    return run_job(lambda: run_eval(args), command="eval run", log_path=log_path_for("eval-run", args.output),
+                   verbose=args.verbose, as_json=args.json, format_text=format_summary, errors=_EXPECTED)
 
 
 def _main_grid(argv: list[str]) -> int:
@@ -585,7 +598,10 @@ def _main_grid(argv: list[str]) -> int:
     if args.workers < 1 or args.concurrency < 1 or (args.shards is not None and args.shards < 1):
         print("error: --workers, --concurrency and --shards must be >= 1", file=sys.stderr)
         return 2
-    return run_and_report(lambda: run_grid(args), as_json=args.json, format_text=format_grid, errors=_EXPECTED)
+    from jobs.console import log_path_for, run_job
+
+    return run_job(lambda: run_grid(args), command="eval grid", log_path=log_path_for("eval-grid", args.output),
+                   verbose=args.verbose, as_json=args.json, format_text=format_grid, errors=_EXPECTED)
 
 
 def _main_report(argv: list[str]) -> int:

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from hxd2_ray.llm.base import LLMWrapper
+from hxd2_ray.progress import NO_COUNTER, StageCounter
 from hxd2_ray.stages import staging as st
 
 EVAL_MODES = ("llm_only", "dual", "logic", "auto", "auto_post", "chunk_vector", "dual_retrieval")
@@ -115,7 +116,7 @@ class AnswerQuestions:
     """Answer, score and persist whole shards; returns one stats row per shard."""
 
     def __init__(self, cfg: Any, index_location: str, mode: str, staging_fs: pafs.FileSystem, out_root: str,
-                 label: str | None = None, concurrency: int = 1) -> None:
+                 label: str | None = None, concurrency: int = 1, counter: StageCounter = NO_COUNTER) -> None:
         if mode not in EVAL_MODES:
             raise ValueError(f"unknown eval mode {mode!r}; valid: {', '.join(EVAL_MODES)}")
         if concurrency < 1:
@@ -128,6 +129,7 @@ class AnswerQuestions:
         self.fs = staging_fs
         self.out_root = out_root
         self.concurrency = concurrency
+        self.counter = counter  # each answered question: progress and metrics of the job
         # chunk_vector never calls the LLM: do not load one.
         self.llm = None if mode == "chunk_vector" else _ErrorTap(build_llm(cfg.llm, concurrent=concurrency > 1))
         self.index = None
@@ -219,6 +221,8 @@ class AnswerQuestions:
         scores = score_item(spec, item, pred)
         primary = scores.get(spec.primary_metric)
         row.setdefault("path_reason", "")
+        self.counter.add(done=1, correct=int(primary is not None and primary >= 0.5), failed=int(bool(row["error"])),
+                         prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"])
         return {"id": item.id, "position": position, "shard": shard, "mode": self.label, **row,
                 "scores": json.dumps(scores, sort_keys=True), "correct": bool(primary is not None and primary >= 0.5),
                 "latency_s": latency, "llm_errors": len(llm_errors)}
