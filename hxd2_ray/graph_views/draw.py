@@ -1,0 +1,156 @@
+"""A subgraph as a PNG (matplotlib, networkx layout): names on the nodes, relation keywords on the edges.
+
+Legibility rules: node size grows with the entity's degree, colour is its type (legend; the 12 most frequent
+types get a colour each, the rest share grey as "other"), the centre is ringed; names are cut to 28 characters
+on a light box; edges are labelled with their first keyword, strongest first, skipping a label that would
+overlap one already placed or a name (so labels never pile up around a hub); the layout is Kamada-Kawai (even
+spacing) for a connected picture, else a seeded spring layout, so the same graph draws the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from hxd2_ray.graph_views.subgraph import Subgraph
+
+MAX_EDGE_LABELS = 60
+_PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
+            "#17becf", "#8c564b", "#bcbd22")
+OTHER_COLOUR = "#c8c8c8"
+
+
+def short(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def to_networkx(sub: Subgraph) -> Any:
+    import networkx as nx
+
+    graph = nx.Graph()
+    for key, ent in sub.entities.items():
+        graph.add_node(key, name=ent["name"], type=ent["type"] or "unknown", degree=int(ent["degree"]),
+                       description=ent["description"])
+    for e in sub.edges:
+        graph.add_edge(e["source_key"], e["target_key"], keywords=list(e["keywords"] or []),
+                       description=e["description"], weight=float(e["weight"]))
+    return graph
+
+
+def layout(graph: Any) -> dict[str, tuple[float, float]]:
+    import networkx as nx
+
+    if graph.number_of_nodes() == 0:
+        return {}
+    if graph.number_of_nodes() == 1:
+        return {next(iter(graph.nodes)): (0.0, 0.0)}
+    try:
+        # Kamada-Kawai needs a connected graph for its distances; components are laid out side by side.
+        pos = nx.kamada_kawai_layout(graph) if nx.is_connected(graph) else \
+            nx.spring_layout(graph, seed=7, k=1.6 / math.sqrt(graph.number_of_nodes()), iterations=300)
+    except ImportError:  # scipy missing
+        pos = nx.spring_layout(graph, seed=7, k=1.6 / math.sqrt(graph.number_of_nodes()), iterations=300)
+    return {k: (float(x), float(y)) for k, (x, y) in pos.items()}
+
+
+def type_colours(sub: Subgraph) -> dict[str, str]:
+    counts: dict[str, int] = {}
+    for ent in sub.entities.values():
+        t = ent["type"] or "unknown"
+        counts[t] = counts.get(t, 0) + 1
+    ordered = sorted(counts, key=lambda t: (-counts[t], t))
+    return {t: _PALETTE[i] if i < len(_PALETTE) else OTHER_COLOUR for i, t in enumerate(ordered)}
+
+
+def _boxes_overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    return not (a[2] < b[0] or b[2] < a[0] or a[3] < b[1] or b[3] < a[1])
+
+
+def _free_labels(candidates: list[tuple[Any, str, tuple[float, float]]], taken: list[tuple[float, float, float, float]],
+                 font_px: float) -> list[tuple[Any, str, tuple[float, float]]]:
+    """Greedy: keep each candidate (in order) whose text box, centred at its display point, overlaps nothing kept."""
+    kept = []
+    for item, text, (x, y) in candidates:
+        half_w, half_h = 0.3 * font_px * len(text) + 3, 0.75 * font_px
+        box = (x - half_w, y - half_h, x + half_w, y + half_h)
+        if any(_boxes_overlap(box, t) for t in taken):
+            continue
+        taken.append(box)
+        kept.append((item, text, (x, y)))
+    return kept
+
+
+def draw_png(sub: Subgraph, path: str | os.PathLike[str], *, subtitle: str = "") -> dict[str, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import networkx as nx
+    from matplotlib.lines import Line2D
+
+    graph = to_networkx(sub)
+    pos = layout(graph)
+    colours = type_colours(sub)
+    n = graph.number_of_nodes()
+    side = 9 + min(9, n / 8)
+    fig, ax = plt.subplots(figsize=(side * 1.25, side), dpi=130)
+    ax.set_axis_off()
+    degrees = {k: max(1, graph.nodes[k]["degree"]) for k in graph.nodes}
+    top_degree = max(degrees.values(), default=1)
+    sizes = [320 + 1700 * math.log1p(degrees[k]) / math.log1p(top_degree) for k in graph.nodes]
+    widths = [0.8 + 2.2 * min(1.0, graph.edges[e]["weight"] / 10.0) for e in graph.edges]
+    nx.draw_networkx_edges(graph, pos, ax=ax, width=widths, edge_color="#8a8a8a", alpha=0.7)
+    nx.draw_networkx_nodes(graph, pos, ax=ax, node_size=sizes,
+                           node_color=[colours[graph.nodes[k]["type"]] for k in graph.nodes],
+                           edgecolors=["#c0392b" if k in sub.center else "white" for k in graph.nodes],
+                           linewidths=[3.5 if k in sub.center else 1.2 for k in graph.nodes])
+    if pos:
+        xs, ys = zip(*pos.values())
+        pad_x, pad_y = 0.12 * (max(xs) - min(xs) or 1), 0.12 * (max(ys) - min(ys) or 1)
+        ax.set_xlim(min(xs) - pad_x, max(xs) + pad_x)
+        ax.set_ylim(min(ys) - pad_y, max(ys) + pad_y * 1.6)
+    shown = [(t, c) for t, c in colours.items() if c != OTHER_COLOUR]
+    others = len(colours) - len(shown)
+    handles = [Line2D([0], [0], marker="o", color="w", markerfacecolor=c, markersize=10, label=t) for t, c in shown]
+    if others:
+        handles.append(Line2D([0], [0], marker="o", color="w", markerfacecolor=OTHER_COLOUR, markersize=10,
+                              label=f"other ({others} types)"))
+    if handles:
+        ax.legend(handles=handles, title="entity type", loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False,
+                  fontsize=9, title_fontsize=10)
+    ax.set_title(sub.title + (f"\n{subtitle}" if subtitle else ""), fontsize=12, loc="left")
+    fig.text(0.01, 0.01, "node size: degree in the whole graph · edge width: relation weight · "
+             "edge label: the relation's first keyword (where it fits)", fontsize=8, color="#666666")
+    fig.tight_layout()
+    # Labels last, in display coordinates of the final layout: names first, then edge keywords where they fit.
+    to_px = ax.transData.transform
+    points_px = fig.dpi / 72.0
+    name_boxes: list[tuple[float, float, float, float]] = []
+    names = []
+    for k, (x, y) in pos.items():
+        text = short(graph.nodes[k]["name"], 28)
+        lift = 14 + 4 * math.log1p(degrees[k])
+        cx, cy = to_px((x, y))
+        size = 10 if k in sub.center else 8.5
+        half_w = 0.3 * size * points_px * len(text) + 4
+        name_boxes.append((cx - half_w, cy + lift * points_px - 2, cx + half_w, cy + (lift + 1.6 * size) * points_px))
+        names.append((k, text, (x, y), lift, size))
+    ranked = sorted((e for e in graph.edges if graph.edges[e]["keywords"]),
+                    key=lambda e: (-graph.edges[e]["weight"], e))[:MAX_EDGE_LABELS]
+    candidates = [(e, short(graph.edges[e]["keywords"][0], 22),
+                   tuple(to_px(((pos[e[0]][0] + pos[e[1]][0]) / 2, (pos[e[0]][1] + pos[e[1]][1]) / 2))))
+                  for e in ranked]
+    placed = _free_labels(candidates, list(name_boxes), 7.5 * points_px)
+    edge_labels = {e: text for e, text, _xy in placed}
+    nx.draw_networkx_edge_labels(graph, pos, edge_labels=edge_labels, ax=ax, font_size=7.5, font_color="#5d4037",
+                                 bbox={"boxstyle": "round,pad=0.15", "fc": "#fff8e1", "ec": "none", "alpha": 0.9},
+                                 rotate=False)
+    for k, text, (x, y), lift, size in names:
+        ax.annotate(text, (x, y), xytext=(0, lift), textcoords="offset points", ha="center", va="bottom",
+                    fontsize=size, fontweight="bold" if k in sub.center else "normal",
+                    bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "#dddddd", "alpha": 0.9})
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+    return {"nodes": n, "edges": graph.number_of_edges(), "edge_labels": len(edge_labels)}
