@@ -124,11 +124,14 @@ def _ray_data_progress_bars(enabled: bool) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def job_console(command: str, log_path: Path | None, *, verbose: bool = False,
+def job_console(command: str, log_path: Path | None, *, verbose: bool = False, run: str = "",
                 clock: Callable[[], float] = time.monotonic) -> Iterator[Console]:
-    """Run a command's work quietly (logs to ``log_path``) or verbosely, with its progress board active."""
+    """Run a command's work quietly (logs to ``log_path``) or verbosely, with its progress board active;
+    ``run`` labels its metrics (the command's output)."""
     from jobs import telemetry
 
+    telemetry.reset()
+    telemetry.set_run(run)
     is_tty = os.isatty(2)
     quiet = not verbose and log_path is not None
     with contextlib.ExitStack() as stack:
@@ -176,7 +179,7 @@ def _tick(board: progress.ProgressBoard, stop: threading.Event, every_s: float =
 
 def run_job(work: Callable[[], dict[str, Any]], *, command: str, log_path: Path | None, verbose: bool,
             as_json: bool, format_text: Callable[[dict[str, Any]], str],
-            errors: tuple[type[BaseException], ...] | None = None) -> int:
+            errors: tuple[type[BaseException], ...] | None = None, run: str = "") -> int:
     """:func:`jobs.cli.run_and_report` inside a :func:`job_console`: the summary and an expected error are printed
     after the console closes (stdout then holds only the summary with ``--json``); the log's path is repeated
     under an error."""
@@ -185,7 +188,7 @@ def run_job(work: Callable[[], dict[str, Any]], *, command: str, log_path: Path 
     expected = errors or (HxdError, FileNotFoundError)
     used_log: Path | None = None
     try:
-        with job_console(command, log_path, verbose=verbose) as console:
+        with job_console(command, log_path, verbose=verbose, run=run) as console:
             used_log = console.log_path
             with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
                 summary = work()

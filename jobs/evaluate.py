@@ -590,7 +590,8 @@ def _main_run(argv: list[str]) -> int:
     from jobs.console import log_path_for, run_job
 
     return run_job(lambda: run_eval(args), command="eval run", log_path=log_path_for("eval-run", args.output),
-                   verbose=args.verbose, as_json=args.json, format_text=format_summary, errors=_EXPECTED)
+                   verbose=args.verbose, as_json=args.json, format_text=format_summary, errors=_EXPECTED,
+                   run=args.output)
 
 
 def _main_grid(argv: list[str]) -> int:
@@ -601,7 +602,8 @@ def _main_grid(argv: list[str]) -> int:
     from jobs.console import log_path_for, run_job
 
     return run_job(lambda: run_grid(args), command="eval grid", log_path=log_path_for("eval-grid", args.output),
-                   verbose=args.verbose, as_json=args.json, format_text=format_grid, errors=_EXPECTED)
+                   verbose=args.verbose, as_json=args.json, format_text=format_grid, errors=_EXPECTED,
+                   run=args.output)
 
 
 def _main_report(argv: list[str]) -> int:

@@ -620,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_job(
         lambda: run_index(load_config(args.config, args.overrides), args.input, args.output,
                           overwrite=args.overwrite),
-        command="index", log_path=log_path_for("index", args.output), verbose=args.verbose,
+        command="index", log_path=log_path_for("index", args.output), verbose=args.verbose, run=args.output,
         as_json=args.json, format_text=format_summary)
 
 

@@ -3,21 +3,23 @@
 Ray's metrics agent on each node exports them on the node's metrics port (``ray start
 --metrics-export-port``; ``ray.init(_metrics_export_port=...)`` for a local Ray) with a ``ray_`` prefix, and
 counters with a ``_total`` suffix, so a Prometheus scraping the cluster and the Ray dashboard see e.g.
-``ray_hxd2_chunks_processed_total{job="index",stage="extract"}``. They are recorded in one place, the job's
-telemetry actor (``jobs/telemetry.py``), from the counts the stages report.
+``ray_hxd2_chunks_processed_total{job="index",run="runs/idx",stage="extract"}`` (``run``: the command's
+``--output``, so concurrent jobs stay apart). They are recorded in one place, the job's telemetry actor
+(``jobs/telemetry.py``), from the counts the stages report; every metric also has the labels Ray adds
+(``SessionName``, ``NodeAddress``, ``WorkerId``...).
 
 | metric (as exported) | type | labels | what |
 |---|---|---|---|
-| ``ray_hxd2_files_ingested_total`` | counter | job, stage | input files parsed (or quarantined) |
-| ``ray_hxd2_chunks_processed_total`` | counter | job, stage | chunks through loop-NER |
-| ``ray_hxd2_texts_embedded_total`` | counter | job, stage | texts embedded into vectors |
-| ``ray_hxd2_questions_answered_total`` | counter | job, stage, mode | evaluation questions answered and scored |
-| ``ray_hxd2_questions_correct_total`` | counter | job, stage, mode | ... of which scored correct |
-| ``ray_hxd2_llm_calls_total`` | counter | job, stage, mode | LLM requests (extraction rounds, summaries, answers) |
-| ``ray_hxd2_llm_tokens_total`` | counter | job, stage, mode, kind | tokens, ``kind`` = prompt or completion |
-| ``ray_hxd2_malformed_records_total`` | counter | job, stage | LLM output records that could not be parsed (skipped) |
-| ``ray_hxd2_failures_total`` | counter | job, stage, mode | items recorded with an error (failed chunks, texts, questions) |
-| ``ray_hxd2_stage_duration_seconds`` | gauge | job, stage, mode | wall time of the stage's last run |
+| ``ray_hxd2_files_ingested_total`` | counter | job, run, stage | input files parsed (or quarantined) |
+| ``ray_hxd2_chunks_processed_total`` | counter | job, run, stage | chunks through loop-NER |
+| ``ray_hxd2_texts_embedded_total`` | counter | job, run, stage | texts embedded into vectors |
+| ``ray_hxd2_questions_answered_total`` | counter | job, run, stage, mode | evaluation questions answered and scored |
+| ``ray_hxd2_questions_correct_total`` | counter | job, run, stage, mode | ... of which scored correct |
+| ``ray_hxd2_llm_calls_total`` | counter | job, run, stage, mode | LLM requests (extraction rounds, summaries, answers) |
+| ``ray_hxd2_llm_tokens_total`` | counter | job, run, stage, mode, kind | tokens, ``kind`` = prompt or completion |
+| ``ray_hxd2_malformed_records_total`` | counter | job, run, stage | LLM output records that could not be parsed (skipped) |
+| ``ray_hxd2_failures_total`` | counter | job, run, stage, mode | items recorded with an error (failed chunks, texts, questions) |
+| ``ray_hxd2_stage_duration_seconds`` | gauge | job, run, stage, mode | wall time of the stage's last run |
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-TAGS = ("job", "stage", "mode")
+TAGS = ("job", "run", "stage", "mode")
 # The ``done`` count of a stage is exported under the metric of its unit.
 DONE_METRIC_BY_UNIT = {
     "files": "hxd2_files_ingested",

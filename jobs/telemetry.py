@@ -27,28 +27,32 @@ log = logging.getLogger(__name__)
 class TelemetrySink:
     """Actor body: totals per stage and the Prometheus metrics. Created with ``ray.remote(num_cpus=0)``."""
 
-    def __init__(self, job: str) -> None:
+    def __init__(self, job: str, run: str = "") -> None:
         from jobs.job_metrics import JobMetrics
 
         self.job = job
+        self.run = run
         self.metrics = JobMetrics()
         self.totals: dict[str, dict[str, float]] = {}
         self.meta: dict[str, tuple[str, dict[str, str]]] = {}
 
     def register(self, stage: str, unit: str, tags: Mapping[str, str]) -> None:
-        self.meta[stage] = (unit, {"job": self.job, "stage": stage, **tags})
+        self.meta[stage] = (unit, {**self._base(stage), **tags})
         self.totals.setdefault(stage, {})
 
     def add(self, stage: str, counts: Mapping[str, float]) -> None:
         totals = self.totals.setdefault(stage, {})
         for key, value in counts.items():
             totals[key] = totals.get(key, 0) + value
-        unit, tags = self.meta.get(stage, ("items", {"job": self.job, "stage": stage}))
+        unit, tags = self.meta.get(stage, ("items", self._base(stage)))
         self.metrics.record(tags, unit, counts)
 
     def stage_seconds(self, stage: str, seconds: float) -> None:
-        _unit, tags = self.meta.get(stage, ("items", {"job": self.job, "stage": stage}))
+        _unit, tags = self.meta.get(stage, ("items", self._base(stage)))
         self.metrics.stage_seconds(tags, seconds)
+
+    def _base(self, stage: str) -> dict[str, str]:
+        return {"job": self.job, "run": self.run, "stage": stage}
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         return {k: dict(v) for k, v in self.totals.items()}
@@ -70,8 +74,10 @@ class RemoteStageCounter:
 class JobTelemetry:
     """Driver side of a job's telemetry: the sink actor, counters for the stages, and the board poller."""
 
-    def __init__(self, job: str, board: progress.ProgressBoard | None = None, poll_s: float = 0.5) -> None:
+    def __init__(self, job: str, board: progress.ProgressBoard | None = None, poll_s: float = 0.5,
+                 run: str = "") -> None:
         self.job = job
+        self.run = run
         self.board = board or progress.current()
         self.poll_s = poll_s
         self._sink: Any = None
@@ -86,7 +92,7 @@ class JobTelemetry:
                 import ray
 
                 # One call at a time, in order per caller: totals are plain dict updates.
-                self._sink = ray.remote(num_cpus=0)(TelemetrySink).remote(self.job)
+                self._sink = ray.remote(num_cpus=0)(TelemetrySink).remote(self.job, self.run)
                 self._thread = threading.Thread(target=self._poll, name="hxd2-telemetry", daemon=True)
                 self._thread.start()
             return self._sink
@@ -144,6 +150,13 @@ class JobTelemetry:
 
 
 _current: JobTelemetry | None = None
+_run_label = ""
+
+
+def set_run(run: str) -> None:
+    """The ``run`` label of the command being run's metrics (its output), set by the console."""
+    global _run_label
+    _run_label = run
 
 
 class StageRun:
@@ -198,12 +211,13 @@ def for_job(job: str) -> JobTelemetry:
     if _current is None or _current.job != job:
         if _current is not None:
             _current.close()
-        _current = JobTelemetry(job)
+        _current = JobTelemetry(job, run=_run_label)
     return _current
 
 
 def reset() -> None:
-    global _current
+    global _current, _run_label
     if _current is not None:
         _current.close()
     _current = None
+    _run_label = ""
