@@ -68,17 +68,24 @@ def _boxes_overlap(a: tuple[float, float, float, float], b: tuple[float, float, 
     return not (a[2] < b[0] or b[2] < a[0] or a[3] < b[1] or b[3] < a[1])
 
 
-def _free_labels(candidates: list[tuple[Any, str, tuple[float, float]]], taken: list[tuple[float, float, float, float]],
-                 font_px: float) -> list[tuple[Any, str, tuple[float, float]]]:
-    """Greedy: keep each candidate (in order) whose text box, centred at its display point, overlaps nothing kept."""
+# Where along an edge its label may sit (fraction from one end), in order of preference.
+_LABEL_SPOTS = (0.5, 0.38, 0.62, 0.28, 0.72)
+
+
+def _free_labels(candidates: list[tuple[Any, str, tuple[float, float], tuple[float, float]]],
+                 taken: list[tuple[float, float, float, float]], font_px: float) -> list[tuple[Any, str, float]]:
+    """Greedy, strongest edge first: the first spot along each edge (display points ``a`` to ``b``) where the
+    label's box overlaps nothing kept (names, nodes, other labels); an edge with no free spot goes unlabelled."""
     kept = []
-    for item, text, (x, y) in candidates:
+    for item, text, (ax_, ay), (bx, by) in candidates:
         half_w, half_h = 0.3 * font_px * len(text) + 3, 0.75 * font_px
-        box = (x - half_w, y - half_h, x + half_w, y + half_h)
-        if any(_boxes_overlap(box, t) for t in taken):
-            continue
-        taken.append(box)
-        kept.append((item, text, (x, y)))
+        for t in _LABEL_SPOTS:
+            x, y = ax_ + t * (bx - ax_), ay + t * (by - ay)
+            box = (x - half_w, y - half_h, x + half_w, y + half_h)
+            if not any(_boxes_overlap(box, other) for other in taken):
+                taken.append(box)
+                kept.append((item, text, t))
+                break
     return kept
 
 
@@ -129,28 +136,29 @@ def draw_png(sub: Subgraph, path: str | os.PathLike[str], *, subtitle: str = "")
     points_px = fig.dpi / 72.0
     name_boxes: list[tuple[float, float, float, float]] = []
     names = []
-    for k, (x, y) in pos.items():
+    for k, (x, y), node_size in zip(graph.nodes, (pos[k] for k in graph.nodes), sizes, strict=True):
         text = short(graph.nodes[k]["name"], 28)
         lift = 14 + 4 * math.log1p(degrees[k])
         cx, cy = to_px((x, y))
         size = 10 if k in sub.center else 8.5
         half_w = 0.3 * size * points_px * len(text) + 4
         name_boxes.append((cx - half_w, cy + lift * points_px - 2, cx + half_w, cy + (lift + 1.6 * size) * points_px))
+        radius = 0.5 * math.sqrt(node_size) * points_px  # node_size is an area in points squared
+        name_boxes.append((cx - radius, cy - radius, cx + radius, cy + radius))
         names.append((k, text, (x, y), lift, size))
     ranked = sorted((e for e in graph.edges if graph.edges[e]["keywords"]),
                     key=lambda e: (-graph.edges[e]["weight"], e))[:MAX_EDGE_LABELS]
-    candidates = [(e, short(graph.edges[e]["keywords"][0], 22),
-                   tuple(to_px(((pos[e[0]][0] + pos[e[1]][0]) / 2, (pos[e[0]][1] + pos[e[1]][1]) / 2))))
+    candidates = [(e, short(graph.edges[e]["keywords"][0], 22), tuple(to_px(pos[e[0]])), tuple(to_px(pos[e[1]])))
                   for e in ranked]
     placed = _free_labels(candidates, list(name_boxes), 7.5 * points_px)
-    edge_labels = {e: text for e, text, _xy in placed}
-    nx.draw_networkx_edge_labels(graph, pos, edge_labels=edge_labels, ax=ax, font_size=7.5, font_color="#5d4037",
-                                 bbox={"boxstyle": "round,pad=0.15", "fc": "#fff8e1", "ec": "none", "alpha": 0.9},
-                                 rotate=False)
+    for (a, b), text, t in placed:
+        (xa, ya), (xb, yb) = pos[a], pos[b]
+        ax.text(xa + t * (xb - xa), ya + t * (yb - ya), text, fontsize=7.5, color="#5d4037", ha="center",
+                va="center", bbox={"boxstyle": "round,pad=0.15", "fc": "#fff8e1", "ec": "none", "alpha": 0.9})
     for k, text, (x, y), lift, size in names:
         ax.annotate(text, (x, y), xytext=(0, lift), textcoords="offset points", ha="center", va="bottom",
                     fontsize=size, fontweight="bold" if k in sub.center else "normal",
                     bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "#dddddd", "alpha": 0.9})
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
-    return {"nodes": n, "edges": graph.number_of_edges(), "edge_labels": len(edge_labels)}
+    return {"nodes": n, "edges": graph.number_of_edges(), "edge_labels": len(placed)}
