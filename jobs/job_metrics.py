@@ -19,7 +19,10 @@ counters with a ``_total`` suffix, so a Prometheus scraping the cluster and the 
 | ``ray_hxd2_llm_tokens_total`` | counter | job, run, stage, mode, kind | tokens, ``kind`` = prompt or completion |
 | ``ray_hxd2_malformed_records_total`` | counter | job, run, stage | LLM output records that could not be parsed (skipped) |
 | ``ray_hxd2_failures_total`` | counter | job, run, stage, mode | items recorded with an error (failed chunks, texts, questions) |
-| ``ray_hxd2_stage_duration_seconds`` | gauge | job, run, stage, mode | wall time of the stage's last run |
+| ``ray_hxd2_stage_duration_seconds`` | histogram | job, run, stage, mode | wall time of each run of a stage (``_sum``, ``_count``, ``_bucket``) |
+
+Durations are a histogram rather than a gauge: Ray drops a gauge's series once it is not set again within a
+TTL, and a stage that finished an hour ago must still show in the job's metrics.
 """
 
 from __future__ import annotations
@@ -46,9 +49,10 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "hxd2_malformed_records": ("LLM output records that could not be parsed and were skipped", TAGS),
     "hxd2_failures": ("Items recorded with an error (failed chunks, texts, questions)", TAGS),
 }
-GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "hxd2_stage_duration_seconds": ("Wall time of the stage's last run, seconds", TAGS),
+HISTOGRAMS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "hxd2_stage_duration_seconds": ("Wall time of each run of a stage, seconds", TAGS),
 }
+DURATION_BOUNDARIES = [1, 10, 60, 300, 1800, 7200, 36000]
 # counter name reported by a stage -> (metric, extra tags)
 _BY_COUNT: dict[str, tuple[str, dict[str, str]]] = {
     "correct": ("hxd2_questions_correct", {}),
@@ -61,18 +65,19 @@ _BY_COUNT: dict[str, tuple[str, dict[str, str]]] = {
 
 
 def exported_name(metric: str) -> str:
-    """The name Prometheus sees: Ray prefixes ``ray_``; counters get ``_total``."""
-    return f"ray_{metric}_total" if metric in COUNTERS else f"ray_{metric}"
+    """The name Prometheus sees: Ray prefixes ``ray_``; counters get ``_total`` (histograms: their ``_sum``)."""
+    return f"ray_{metric}_total" if metric in COUNTERS else f"ray_{metric}_sum"
 
 
 class JobMetrics:
     """The job's ``ray.util.metrics`` objects; create it inside a Ray worker (the telemetry actor)."""
 
     def __init__(self) -> None:
-        from ray.util.metrics import Counter, Gauge
+        from ray.util.metrics import Counter, Histogram
 
         self.counters = {name: Counter(name, description=desc, tag_keys=tags) for name, (desc, tags) in COUNTERS.items()}
-        self.gauges = {name: Gauge(name, description=desc, tag_keys=tags) for name, (desc, tags) in GAUGES.items()}
+        self.histograms = {name: Histogram(name, description=desc, boundaries=DURATION_BOUNDARIES, tag_keys=tags)
+                           for name, (desc, tags) in HISTOGRAMS.items()}
 
     def record(self, tags: Mapping[str, str], unit: str, counts: Mapping[str, float]) -> None:
         base = {k: str(tags.get(k, "")) for k in TAGS}
@@ -88,7 +93,7 @@ class JobMetrics:
 
     def stage_seconds(self, tags: Mapping[str, str], seconds: float) -> None:
         base = {k: str(tags.get(k, "")) for k in TAGS}
-        self.gauges["hxd2_stage_duration_seconds"].set(float(seconds), tags=base)
+        self.histograms["hxd2_stage_duration_seconds"].observe(float(seconds), tags=base)
 
 
 def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
