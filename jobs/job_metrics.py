@@ -52,7 +52,7 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
 HISTOGRAMS: dict[str, tuple[str, tuple[str, ...]]] = {
     "hxd2_stage_duration_seconds": ("Wall time of each run of a stage, seconds", TAGS),
 }
-DURATION_BOUNDARIES = [1, 10, 60, 300, 1800, 7200, 36000]
+DURATION_BOUNDARIES: list[float] = [1, 10, 60, 300, 1800, 7200, 36000]
 # counter name reported by a stage -> (metric, extra tags)
 _BY_COUNT: dict[str, tuple[str, dict[str, str]]] = {
     "correct": ("hxd2_questions_correct", {}),

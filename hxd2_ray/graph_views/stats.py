@@ -117,14 +117,14 @@ def format_stats(stats: dict[str, Any]) -> str:
     d = stats["degree"]
     comp = stats["components"]
     lines = [
-        f"graph: {c['entities']:,} entities, {c['relations']:,} relations, {c['chunks']:,} chunks, "
-        f"{c['documents']:,} documents, {c['mentions']:,} mentions",
-        f"degree: mean {d['mean']:.2f}, median {d['median']:.0f}, max {d['max']:,}; "
-        f"{d['isolated']:,} entities without a relation",
+        (f"graph: {c['entities']:,} entities, {c['relations']:,} relations, {c['chunks']:,} chunks, "
+         f"{c['documents']:,} documents, {c['mentions']:,} mentions"),
+        (f"degree: mean {d['mean']:.2f}, median {d['median']:.0f}, max {d['max']:,}; "
+         f"{d['isolated']:,} entities without a relation"),
         "  " + "  ".join(f"{b['min']}{'' if b['min'] == b['max'] else '-' + str(b['max'])}: {b['entities']:,}"
                          for b in d["histogram"]),
-        f"components: {comp['count']:,} (largest {', '.join(f'{x:,}' for x in comp['largest'][:5]) or '-'}; "
-        f"{comp['singletons']:,} single entities; the largest holds {100 * comp['largest_share']:.1f}%)",
+        (f"components: {comp['count']:,} (largest {', '.join(f'{x:,}' for x in comp['largest'][:5]) or '-'}; "
+         f"{comp['singletons']:,} single entities; the largest holds {100 * comp['largest_share']:.1f}%)"),
         "most connected: " + ", ".join(f"{e['name']} ({e['degree']})" for e in stats["top_entities"][:8]),
         "entity types: " + ", ".join(f"{t['type']} {t['entities']:,}" for t in stats["entity_types"][:10]),
     ]

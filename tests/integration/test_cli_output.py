@@ -31,7 +31,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _hxd2(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "jobs.cli", *args], cwd=ROOT, env=_env(**env), capture_output=True,
-                          text=True, timeout=900)
+                          text=True, timeout=900, check=False)
 
 
 def _hxd2_on_a_terminal(*args: str, timeout_s: float = 600) -> tuple[int, str]:

@@ -75,7 +75,7 @@ def test_show_writes_png_and_self_contained_html(tiny, tmp_path, capsys):
     html = page.read_text(encoding="utf-8")
     assert "<script src" not in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
     assert "https://" not in html
-    data = json.loads(re.search(r'<script type="application/json" id="graph-data">(.*?)</script>', html, re.S)[1])
+    data = json.loads(re.search(r'<script type="application/json" id="graph-data">(.*?)</script>', html, re.DOTALL)[1])
     assert {n["name"] for n in data["nodes"]} >= {"Thomas Südhof", "Stanford University"}
     assert any(e["keywords"] == ["award"] for e in data["edges"])
 
@@ -84,7 +84,7 @@ def test_html_escapes_hostile_text(tiny, tmp_path, capsys):
     page = tmp_path / "hostile.html"
     assert graph_cli.main(["show", "--index", str(tiny.root), "--entity", HOSTILE, "--output", str(page)]) == 0
     html = page.read_text(encoding="utf-8")
-    data_block = re.search(r'id="graph-data">(.*?)</script>', html, re.S)[1]
+    data_block = re.search(r'id="graph-data">(.*?)</script>', html, re.DOTALL)[1]
     assert "<" not in data_block and ">" not in data_block  # no markup can close the script element
     assert json.loads(data_block)["nodes"][0]["name"] == HOSTILE
     assert HOSTILE not in html.replace(data_block, "")  # the title is HTML-escaped
