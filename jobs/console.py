@@ -107,8 +107,9 @@ def _ray_data_progress_bars(enabled: bool) -> Iterator[None]:
     """Ray Data's own progress bars (and their plain-log form on a pipe) on or off for the block."""
     previous_env = os.environ.get("RAY_DATA_DISABLE_PROGRESS_BARS")
     os.environ["RAY_DATA_DISABLE_PROGRESS_BARS"] = "0" if enabled else "1"
-    ctx = None
-    if "ray.data" in sys.modules:  # already imported: the environment default was read; set the context too
+    was_imported = "ray.data" in sys.modules
+    previous_ctx = previous_env in (None, "", "0")
+    if was_imported:  # the environment default was read at import: set the context too
         ctx = sys.modules["ray.data"].DataContext.get_current()
         previous_ctx = ctx.enable_progress_bars
         ctx.enable_progress_bars = enabled
@@ -119,8 +120,8 @@ def _ray_data_progress_bars(enabled: bool) -> Iterator[None]:
             os.environ.pop("RAY_DATA_DISABLE_PROGRESS_BARS", None)
         else:
             os.environ["RAY_DATA_DISABLE_PROGRESS_BARS"] = previous_env
-        if ctx is not None:
-            ctx.enable_progress_bars = previous_ctx
+        if "ray.data" in sys.modules:  # imported during the block or before: leave the context as it was
+            sys.modules["ray.data"].DataContext.get_current().enable_progress_bars = previous_ctx
 
 
 @contextlib.contextmanager
