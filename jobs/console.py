@@ -158,7 +158,8 @@ def job_console(command: str, log_path: Path | None, *, verbose: bool = False, r
             root.addHandler(file_handler)
         previous = progress.activate(board)
         ticker_stop = threading.Event()
-        ticker = threading.Thread(target=_tick, args=(board, ticker_stop), name="hxd2-progress-tick", daemon=True)
+        ticker = threading.Thread(target=_tick, args=(board, ticker_stop, log_path if quiet else None),
+                                  name="hxd2-progress-tick", daemon=True)
         ticker.start()
         try:
             yield Console(board=board, terminal=terminal, log_path=log_path if quiet else None, verbose=verbose)
@@ -173,9 +174,15 @@ def job_console(command: str, log_path: Path | None, *, verbose: bool = False, r
                 root.removeHandler(file_handler)
 
 
-def _tick(board: progress.ProgressBoard, stop: threading.Event, every_s: float = 1.0) -> None:
+STALL_NOTE_S = 300.0
+
+
+def _tick(board: progress.ProgressBoard, stop: threading.Event, log_path: Path | None, every_s: float = 1.0) -> None:
+    where = f"; its log may say why: {log_path}" if log_path is not None else ""
     while not stop.wait(every_s):
         board.tick()
+        for stage in board.stalled(STALL_NOTE_S):
+            board.note(f"{stage.name}: no progress for {progress.format_duration(STALL_NOTE_S)}{where}")
 
 
 def run_job(work: Callable[[], dict[str, Any]], *, command: str, log_path: Path | None, verbose: bool,

@@ -36,6 +36,8 @@ class StageState:
     counts: dict[str, float] = field(default_factory=dict)
     finished: float | None = None
     status: str = ""
+    last_change: float = 0.0  # when the counts last moved (stall notes)
+    stall_noted: bool = False
 
     @property
     def done(self) -> int:
@@ -140,7 +142,9 @@ class ProgressBoard:
 
     def begin(self, name: str, *, total: int | None = None, unit: str | None = None, score: bool = False) -> None:
         with self.lock:
-            stage = StageState(name=name, started=self.clock(), unit=unit or "items", total=total, score=score)
+            now = self.clock()
+            stage = StageState(name=name, started=now, unit=unit or "items", total=total, score=score,
+                               last_change=now)
             self.stages[name] = stage
             if self.renderer:
                 self.renderer.started(self, stage)
@@ -165,6 +169,7 @@ class ProgressBoard:
                 return
             for key, value in counts.items():
                 stage.counts[key] = stage.counts.get(key, 0) + value
+            stage.last_change = self.clock()
             if self.renderer:
                 self.renderer.changed(self, stage)
 
@@ -175,8 +180,22 @@ class ProgressBoard:
             if stage is None or stage.finished is not None or dict(counts) == stage.counts:
                 return
             stage.counts = dict(counts)
+            stage.last_change = self.clock()
             if self.renderer:
                 self.renderer.changed(self, stage)
+
+    def stalled(self, after_s: float) -> list[StageState]:
+        """Running stages with a total whose counts have not moved for ``after_s`` (each reported once): a job
+        waiting on something only its logs explain (no free CPU for an actor, a model that does not load)."""
+        with self.lock:
+            now = self.clock()
+            out = []
+            for stage in self.stages.values():
+                if (stage.finished is None and stage.total and not stage.stall_noted
+                        and now - stage.last_change >= after_s):
+                    stage.stall_noted = True
+                    out.append(stage)
+            return out
 
     def tick(self) -> None:
         """Let a renderer print its periodic line for running stages whose counts did not move."""

@@ -72,6 +72,21 @@ def test_line_renderer_prints_start_periodic_and_end_lines():
     assert "\x1b" not in out.getvalue()
 
 
+def test_a_stage_whose_counts_stop_moving_is_reported_once():
+    clock = FakeClock()
+    board = progress.ProgressBoard(clock=clock)
+    board.begin("extract", total=10, unit="chunks")
+    board.begin("merge")  # no total: nothing to compare against
+    clock.now += 200
+    board.add("extract", done=1)
+    clock.now += 250
+    assert board.stalled(300) == []
+    clock.now += 60
+    assert [s.name for s in board.stalled(300)] == ["extract"]
+    clock.now += 600
+    assert board.stalled(300) == []  # once
+
+
 def test_close_marks_a_stage_left_running_as_stopped():
     board = progress.ProgressBoard(clock=FakeClock())
     board.begin("merge")
