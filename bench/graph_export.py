@@ -52,7 +52,12 @@ def child(args: argparse.Namespace) -> None:
         counts = load_graph(graph_dir / "graph.kuzu", docs, chunks.drop_columns(["shard"]), ents, rels)
         print(json.dumps(counts))
         return
-    store = open_graph(str(graph_dir))
+    if args.child == "scan_all":  # what holding the whole graph at once takes (Kùzu's default page cache)
+        from hxd2_ray.graph.kuzu_store import KuzuGraphStore
+
+        store = KuzuGraphStore(graph_dir / "graph.kuzu", read_only=True)
+    else:
+        store = open_graph(str(graph_dir))
     opened = _rss_mb()
     started = time.perf_counter()
     result: dict = {}
@@ -115,7 +120,7 @@ def main() -> None:
     print(f"graph file {size_mb:,.0f} MB; load average {os.getloadavg()[0]:.1f}", flush=True)
     rows = []
     skip = set(filter(None, args.skip.split(",")))
-    for fmt in args.formats.split(","):
+    for fmt in filter(None, args.formats.split(",")):
         out = tmp / ("csv" if fmt == "csv" else f"graph.{fmt}")
         r = _run_child(fmt, graph, out, args.entities)
         rows.append((f"export {fmt}", r))

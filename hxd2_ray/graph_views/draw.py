@@ -52,7 +52,27 @@ def layout(graph: Any) -> dict[str, tuple[float, float]]:
             nx.spring_layout(graph, seed=7, k=1.6 / math.sqrt(graph.number_of_nodes()), iterations=300)
     except ImportError:  # scipy missing
         pos = nx.spring_layout(graph, seed=7, k=1.6 / math.sqrt(graph.number_of_nodes()), iterations=300)
-    return {k: (float(x), float(y)) for k, (x, y) in pos.items()}
+    return _spread({k: (float(x), float(y)) for k, (x, y) in pos.items()})
+
+
+def _spread(pos: dict[str, tuple[float, float]], rounds: int = 200) -> dict[str, tuple[float, float]]:
+    """Push apart nodes that sit closer than a disc's width (a hub's ring of leaves piles up in force layouts)."""
+    import numpy as np
+
+    keys = list(pos)
+    xy = np.array([pos[k] for k in keys], dtype=float)
+    span = float(np.ptp(xy, axis=0).max()) or 1.0
+    xy = (xy - xy.mean(axis=0)) / span  # extent ~1
+    min_dist = min(0.12, 0.55 / math.sqrt(len(keys)))
+    for _ in range(rounds):
+        delta = xy[:, None, :] - xy[None, :, :]
+        dist = np.sqrt((delta ** 2).sum(axis=2)) + np.eye(len(keys))
+        close = dist < min_dist
+        if not close.any():
+            break
+        push = np.where(close[..., None], delta / dist[..., None] * (min_dist - dist)[..., None] * 0.5, 0.0)
+        xy += push.sum(axis=1)
+    return {k: (float(x), float(y)) for k, (x, y) in zip(keys, xy, strict=True)}
 
 
 def type_colours(sub: Subgraph) -> dict[str, str]:
@@ -106,7 +126,9 @@ def draw_png(sub: Subgraph, path: str | os.PathLike[str], *, subtitle: str = "")
     ax.set_axis_off()
     degrees = {k: max(1, graph.nodes[k]["degree"]) for k in graph.nodes}
     top_degree = max(degrees.values(), default=1)
-    sizes = [320 + 1700 * math.log1p(degrees[k]) / math.log1p(top_degree) for k in graph.nodes]
+    # Smaller discs when there are many, so a hub's ring of neighbours does not pile up.
+    scale = 1.0 if n <= 20 else max(0.45, 20 / n)
+    sizes = [scale * (320 + 1700 * math.log1p(degrees[k]) / math.log1p(top_degree)) for k in graph.nodes]
     widths = [0.8 + 2.2 * min(1.0, graph.edges[e]["weight"] / 10.0) for e in graph.edges]
     nx.draw_networkx_edges(graph, pos, ax=ax, width=widths, edge_color="#8a8a8a", alpha=0.7)
     nx.draw_networkx_nodes(graph, pos, ax=ax, node_size=sizes,
@@ -134,31 +156,49 @@ def draw_png(sub: Subgraph, path: str | os.PathLike[str], *, subtitle: str = "")
     # Labels last, in display coordinates of the final layout: names first, then edge keywords where they fit.
     to_px = ax.transData.transform
     points_px = fig.dpi / 72.0
-    name_boxes: list[tuple[float, float, float, float]] = []
-    names = []
-    for k, (x, y), node_size in zip(graph.nodes, (pos[k] for k in graph.nodes), sizes, strict=True):
-        text = short(graph.nodes[k]["name"], 28)
-        lift = 14 + 4 * math.log1p(degrees[k])
-        cx, cy = to_px((x, y))
-        size = 10 if k in sub.center else 8.5
-        half_w = 0.3 * size * points_px * len(text) + 4
-        name_boxes.append((cx - half_w, cy + lift * points_px - 2, cx + half_w, cy + (lift + 1.6 * size) * points_px))
+    # Discs first (nothing may cover them), then names: the centre's, then by degree; a name goes above its
+    # disc, else below, else (it would cover another name) is left to the HTML view, which shows every name.
+    taken: list[tuple[float, float, float, float]] = []
+    discs = {}
+    for k, node_size in zip(graph.nodes, sizes, strict=True):
+        cx, cy = to_px(pos[k])
         radius = 0.5 * math.sqrt(node_size) * points_px  # node_size is an area in points squared
-        name_boxes.append((cx - radius, cy - radius, cx + radius, cy + radius))
-        names.append((k, text, (x, y), lift, size))
+        discs[k] = (cx, cy, radius)
+        taken.append((cx - radius, cy - radius, cx + radius, cy + radius))
+    names = []
+    order = sorted(graph.nodes, key=lambda k: (k not in sub.center, -degrees[k], k))
+    for k in order:
+        text = short(graph.nodes[k]["name"], 28)
+        cx, cy, radius = discs[k]
+        size = 10 if k in sub.center else 8.5
+        half_w, height = 0.3 * size * points_px * len(text) + 4, 1.6 * size * points_px
+        gap = radius + 3 * points_px
+        for side in (1, -1):  # above, below
+            y0 = cy + gap if side == 1 else cy - gap - height
+            box = (cx - half_w, y0, cx + half_w, y0 + height)
+            own = (cx - radius, cy - radius, cx + radius, cy + radius)
+            if k in sub.center or not any(_boxes_overlap(box, t) for t in taken if t != own):
+                taken.append(box)
+                names.append((k, text, pos[k], side * (gap / points_px), size))
+                break
+    hidden_names = n - len(names)
     ranked = sorted((e for e in graph.edges if graph.edges[e]["keywords"]),
                     key=lambda e: (-graph.edges[e]["weight"], e))[:MAX_EDGE_LABELS]
     candidates = [(e, short(graph.edges[e]["keywords"][0], 22), tuple(to_px(pos[e[0]])), tuple(to_px(pos[e[1]])))
                   for e in ranked]
-    placed = _free_labels(candidates, list(name_boxes), 7.5 * points_px)
+    placed = _free_labels(candidates, taken, 7.5 * points_px)
     for (a, b), text, t in placed:
         (xa, ya), (xb, yb) = pos[a], pos[b]
         ax.text(xa + t * (xb - xa), ya + t * (yb - ya), text, fontsize=7.5, color="#5d4037", ha="center",
                 va="center", bbox={"boxstyle": "round,pad=0.15", "fc": "#fff8e1", "ec": "none", "alpha": 0.9})
-    for k, text, (x, y), lift, size in names:
-        ax.annotate(text, (x, y), xytext=(0, lift), textcoords="offset points", ha="center", va="bottom",
-                    fontsize=size, fontweight="bold" if k in sub.center else "normal",
+    for k, text, (x, y), offset, size in names:
+        ax.annotate(text, (x, y), xytext=(0, offset), textcoords="offset points", ha="center",
+                    va="bottom" if offset > 0 else "top", fontsize=size,
+                    fontweight="bold" if k in sub.center else "normal", zorder=5,
                     bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "#dddddd", "alpha": 0.9})
+    if hidden_names:
+        fig.text(0.99, 0.01, f"{hidden_names} names left out where they would overlap (the .html view shows all)",
+                 fontsize=8, color="#666666", ha="right")
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
-    return {"nodes": n, "edges": graph.number_of_edges(), "edge_labels": len(placed)}
+    return {"nodes": n, "edges": graph.number_of_edges(), "edge_labels": len(placed), "names_hidden": hidden_names}

@@ -1,9 +1,9 @@
 """The README's quick start, run as it stands: the commands are read from the README's "Quick start" block.
 
-They run in a scratch folder that looks like the repository root to them (``.venv``, ``hxd2_ray/`` with the
-sample data) and whose ``configs/local.yaml`` is a fast configuration (scripted LLM, hashing embedder), so the
-models' minutes are not spent here; the only other change is the HTTP port, 8000 in the README, swapped for a
-free one. The server command (``... &``) runs in the background until the SDK call has been answered.
+They run in a scratch folder that looks like the repository root to them (``.venv/bin/python`` and
+``.venv/bin/hxd2`` on this interpreter, ``hxd2_ray/`` with the sample data) and whose ``configs/local.yaml`` is
+a fast configuration (scripted LLM, hashing embedder), so the models' minutes are not spent here; the only
+other change is the HTTP port, 8000 in the README, swapped for a free one. The server command (``... &``) runs in the background until the SDK call has been answered.
 """
 
 from __future__ import annotations
@@ -95,8 +95,14 @@ def test_quickstart_runs_as_written(tmp_path):
     (work / "configs").mkdir(parents=True)
     (work / "configs" / "local.yaml").write_text(FAST_CONFIG, encoding="utf-8")
     os.symlink(ROOT / "hxd2_ray", work / "hxd2_ray")
-    os.symlink(sys.prefix, work / ".venv")  # this interpreter's environment, with its hxd2 entry point
-    assert (work / ".venv" / "bin" / "hxd2").exists(), "the environment has no hxd2 entry point (pip install -e .)"
+    # .venv/bin holds this interpreter and an hxd2 that is `python -m jobs.cli` on it (what the installed entry
+    # point runs), so the commands run the code under test whatever interpreter path an installed script names.
+    venv_bin = work / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    # Shims, not symlinks: a symlinked venv interpreter outside its venv folder loses the venv's packages.
+    for name, args in (("python", '"$@"'), ("hxd2", '-m jobs.cli "$@"')):
+        (venv_bin / name).write_text(f'#!/bin/sh\nexec "{sys.executable}" {args}\n', encoding="utf-8")
+        (venv_bin / name).chmod(0o755)
     port = str(_free_port())
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "HXD2_API_KEYS")}
     env.update({"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
@@ -116,18 +122,19 @@ def test_quickstart_runs_as_written(tmp_path):
     assert "8000" in serve and "8000" in sdk
     log = tmp_path / "serve.log"
     with open(log, "w") as out:
-        server = subprocess.Popen(["bash", "-c", "exec " + serve.replace("8000", port).rstrip().rstrip("&")],
-                                  cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT)
+        # Its own process group: the stop signal reaches hxd2 serve whether or not bash execs it.
+        server = subprocess.Popen(["bash", "-c", serve.replace("8000", port).rstrip().rstrip("&")], cwd=work,
+                                  env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         _wait_healthy(f"http://127.0.0.1:{port}/healthz", server, log)
         answer = run(sdk.replace("8000", port)).stdout.strip()
         assert answer, "the OpenAI SDK call printed no answer"
     finally:
-        server.send_signal(signal.SIGTERM)
+        os.killpg(server.pid, signal.SIGTERM)
         try:
             server.wait(timeout=120)
         except subprocess.TimeoutExpired:
-            server.kill()
+            os.killpg(server.pid, signal.SIGKILL)
             server.wait(timeout=30)
     assert server.returncode == 0, log.read_text()[-3000:]
 
