@@ -30,6 +30,7 @@ from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, load_co
 from hxd2_ray.errors import EmptyCorpusError, HxdError
 from hxd2_ray.indexing import tables
 from hxd2_ray.stages import staging as st
+from jobs import telemetry
 
 STAGES = ("ingest", "extract", "merge", "embed", "write")
 
@@ -47,7 +48,8 @@ class StageClock:
     def stage(self, name: str) -> Iterator[None]:
         _log(f"stage {name} …")
         started = time.perf_counter()
-        yield
+        with telemetry.stage("index", name, status=lambda: self.status.get(name, "ran")):
+            yield
         self.seconds[name] = round(time.perf_counter() - started, 3)
         _log(f"stage {name} done in {self.seconds[name]:.1f}s ({self.status.get(name, 'ran')})")
 
@@ -98,13 +100,16 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table.select(schema.names).cast(schema)
 
 
-def _parse_with(batch: pa.Table, cfg: HxdConfig, scheme: str) -> pa.Table:
+def _parse_with(batch: pa.Table, cfg: HxdConfig, scheme: str, counter: Any = None) -> pa.Table:
     from hxd2_ray.stages.ingest_stage import ParseAndChunk
 
     if scheme:
         paths = pa.array([scheme + p for p in batch.column("path").to_pylist()], pa.string())
         batch = batch.set_column(batch.schema.get_field_index("path"), "path", paths)
-    return ParseAndChunk(cfg)(batch)
+    parsed = ParseAndChunk(cfg)(batch)
+    if counter is not None:
+        counter.add(done=batch.num_rows)
+    return parsed
 
 
 class IndexBuild:
@@ -179,7 +184,8 @@ class IndexBuild:
             ds = ray.data.read_binary_files([resolve_filesystem(u, self.cfg.s3)[1] for u in readable],
                                             include_paths=True, filesystem=in_fs)
             # Ray hands back in-filesystem paths; documents keep the URI the user gave (s3://bucket/key).
-            fn_kwargs = {"cfg": self.cfg, "scheme": "s3://" if isinstance(in_fs, pafs.S3FileSystem) else ""}
+            fn_kwargs = {"cfg": self.cfg, "scheme": "s3://" if isinstance(in_fs, pafs.S3FileSystem) else "",
+                         "counter": telemetry.for_job("index").counter("ingest", unit="files", total=len(readable))}
             parts.append(_collect(ds.map_batches(_parse_with, fn_kwargs=fn_kwargs, batch_format="pyarrow",
                                                  batch_size=32)))
         parsed = pa.concat_tables([_conform(p, PARSED) for p in parts])
@@ -247,10 +253,12 @@ class IndexBuild:
             self.clock.status["extract"] = f"ran on {pending.num_rows} of {chunks.num_rows} chunks"
             batch = self.cfg.ray.ner_batch_size
             ds = ray.data.from_arrow(_blocks(pending.drop_columns(["shard"]), batch))
+            counter = telemetry.for_job("index").counter("extract", unit="chunks", total=pending.num_rows)
             stats = _collect(
                 ds.map_batches(
                     ExtractAndPersist,
                     fn_constructor_args=(self.cfg, self.fs, self.staging),
+                    fn_constructor_kwargs={"counter": counter},
                     batch_size=batch,
                     batch_format="pyarrow",
                     compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.ner_actors),
@@ -321,6 +329,7 @@ class IndexBuild:
             summaries = _conform(_collect(
                 ray.data.from_arrow(_blocks(long_rows, self.cfg.ray.ner_batch_size)).map_batches(
                     SummarizeLongDescriptions, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
+                    fn_constructor_kwargs={"counter": telemetry.for_job("index").counter("merge")},
                     batch_size=self.cfg.ray.ner_batch_size,
                     compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.ner_actors),
                     num_cpus=self.cfg.ray.cpus_per_ner_actor, num_gpus=self.cfg.ray.gpus_per_ner_actor)
@@ -384,9 +393,11 @@ class IndexBuild:
         if pending.num_rows:
             self.clock.status["embed"] = f"ran on {pending.num_rows} of {inputs.num_rows} texts"
             batch = self.cfg.ray.embed_batch_size
+            counter = telemetry.for_job("index").counter("embed", unit="texts", total=pending.num_rows)
             stats = _collect(
                 ray.data.from_arrow(_blocks(pending, batch)).map_batches(
                     EmbedAndPersist, fn_constructor_args=(self.cfg, self.fs, self.staging), batch_size=batch,
+                    fn_constructor_kwargs={"counter": counter},
                     batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.embed_actors),
                     num_cpus=self.cfg.ray.cpus_per_embed_actor, num_gpus=self.cfg.ray.gpus_per_embed_actor)
             )
@@ -564,9 +575,14 @@ def run_index(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool =
     if overwrite:
         from hxd2_ray.ingest.sources import resolve_filesystem
 
+        from jobs.console import LOG_FOLDER
+
         fs, root = resolve_filesystem(output_uri, cfg.s3)
         if fs.get_file_info(root).type == pafs.FileType.Directory:
-            fs.delete_dir_contents(root, missing_dir_ok=True)
+            for info in fs.get_file_info(pafs.FileSelector(root)):  # all but the logs (this run's is open)
+                if posixpath.basename(info.path) == LOG_FOLDER:
+                    continue
+                (fs.delete_dir if info.type == pafs.FileType.Directory else fs.delete_file)(info.path)
     init_ray(cfg)
     return IndexBuild(cfg, input_uri, output_uri).run()
 
@@ -594,16 +610,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override a config value (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     parser.add_argument("--overwrite", action="store_true", help="delete what the output holds first")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show Ray, Ray Data and vLLM logs here (default: in <output>/_logs/)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jobs.cli import run_and_report
+    from jobs.console import log_path_for, run_job
 
     args = build_parser().parse_args(argv)
-    return run_and_report(
+    return run_job(
         lambda: run_index(load_config(args.config, args.overrides), args.input, args.output,
                           overwrite=args.overwrite),
+        command="index", log_path=log_path_for("index", args.output), verbose=args.verbose, run=args.output,
         as_json=args.json, format_text=format_summary)
 
 

@@ -38,6 +38,7 @@ from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, write_manif
 from hxd2_ray.logic.metaqa import empty_chunks, empty_documents, read_triples, triples_to_tables
 from hxd2_ray.stages.embed_stage import embedding_inputs
 from hxd2_ray.wiring import build_embedder
+from hxd2_ray.progress import NO_BOARD, NO_COUNTER, BoardCounter, StageBoard, StageCounter
 
 __all__ = ["KB_PROMPT_VERSION", "build_kb_index", "embed_texts", "kb_fingerprint"]
 
@@ -85,6 +86,7 @@ def embed_texts(
     log_every: int = 20,
     progress: Progress | None = _log,
     max_retries: int = 2,
+    counter: StageCounter = NO_COUNTER,
 ) -> np.ndarray:
     """Embed ``texts`` (assumed distinct) in batches, shortest first; rows come back in input order.
 
@@ -113,6 +115,7 @@ def embed_texts(
                     raise HxdError(f"embedding batch {b + 1}/{n_batches} failed after {max_retries + 1} "
                                    f"attempts: {type(exc).__name__}: {exc}") from exc
         out[idx] = vectors
+        counter.add(done=len(batch))
         done = b + 1
         if progress is not None and (done % max(1, log_every) == 0 or done == n_batches):
             n = min(done * batch_size, len(texts))
@@ -164,6 +167,7 @@ def build_kb_index(
     batch_size: int = DEFAULT_EMBED_CALL_SIZE,
     log_every: int = 2,
     embedder: Any = None,
+    board: StageBoard = NO_BOARD,
 ) -> dict[str, Any]:
     """Build a queryable index from a triple file at the local folder ``output_dir``; returns the summary
     (also written as ``index_summary.json``).
@@ -173,7 +177,7 @@ def build_kb_index(
     Refuses an ``output_dir`` that holds anything (an index or not) unless ``overwrite``.
     ``batch_size``: texts per embedder call (the embedder splits it into ``embedding.batch_size`` model
     batches); a progress line every ``log_every`` calls. ``embedder``: an already-built embedder (default
-    ``wiring.build_embedder(cfg.embedding)``).
+    ``wiring.build_embedder(cfg.embedding)``). ``board``: the stages (read, embed, graph, vectors) as they run.
     """
     from hxd2_ray.graph.kuzu_store import load_graph
     from hxd2_ray.vectors.faiss_index import write_family
@@ -195,11 +199,14 @@ def build_kb_index(
 
     # ------------------------------------------------------------------ triples -> tables
     t0 = time.perf_counter()
+    board.begin("read", unit="triples")
     digest = file_sha256(triples_path)
     malformed: list[str] = []
     triples = read_triples(triples_path, limit_entities=limit_entities, cfg=cfg.extraction, malformed=malformed)
     entities, relations = triples_to_tables(triples, cfg=cfg.extraction)
     seconds["read"] = round(time.perf_counter() - t0, 3)
+    board.add("read", done=len(triples), malformed=len(malformed))
+    board.end("read", f"{entities.num_rows:,} entities, {relations.num_rows:,} edges")
     say(f"read {len(triples):,} triples ({len(malformed):,} malformed lines skipped) -> "
         f"{entities.num_rows:,} entities, {relations.num_rows:,} edges in {seconds['read']:.1f}s")
     if entities.num_rows == 0:
@@ -217,19 +224,25 @@ def build_kb_index(
     del position
     say(f"embedding {len(distinct):,} distinct texts for {len(all_texts):,} vectors "
         f"({embedding_model_id(cfg.embedding)}, dim {cfg.embedding.dim})")
-    vectors = embed_texts(embedder, distinct, batch_size=batch_size, log_every=log_every, progress=progress)
+    board.begin("embed", total=len(distinct), unit="texts")
+    vectors = embed_texts(embedder, distinct, batch_size=batch_size, log_every=log_every, progress=progress,
+                          counter=BoardCounter(board, "embed"))
     seconds["embed"] = round(time.perf_counter() - t0, 3)
+    board.end("embed", f"for {len(all_texts):,} vectors")
 
     # ------------------------------------------------------------------ write into a temp folder
     t0 = time.perf_counter()
     output.parent.mkdir(parents=True, exist_ok=True)
     build_dir = Path(tempfile.mkdtemp(prefix=f".{output.name}.building-", dir=output.parent))
     try:
+        board.begin("graph")
         counts = load_graph(build_dir / "graph.kuzu", empty_documents(), empty_chunks(), entities, relations)
+        board.end("graph", f"{counts['entities']:,} entities, {counts['relations']:,} edges")
         seconds["graph"] = round(time.perf_counter() - t0, 3)
         say(f"graph loaded: {counts['entities']:,} entities, {counts['relations']:,} edges "
             f"in {seconds['graph']:.1f}s")
         t0 = time.perf_counter()
+        board.begin("vectors", total=len(tables.VECTOR_FAMILIES), unit="families")
         families: dict[str, dict[str, Any]] = {}
         fam_col = inputs.column("family")
         for family in tables.VECTOR_FAMILIES:
@@ -240,6 +253,8 @@ def build_kb_index(
             info = write_family(build_dir, family, keys, arr, cfg.vectors)
             families[family] = info.to_dict()
             say(f"vector family {family}: {info.count:,} vectors ({info.index_type}, {info.num_shards} shards)")
+            board.add("vectors", done=1)
+        board.end("vectors")
         seconds["vectors"] = round(time.perf_counter() - t0, 3)
 
         fingerprint = kb_fingerprint(cfg, digest, limit_entities)

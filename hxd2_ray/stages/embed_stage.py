@@ -11,6 +11,7 @@ import pyarrow.fs as pafs
 
 from hxd2_ray.config import HxdConfig
 from hxd2_ray.indexing import tables
+from hxd2_ray.progress import NO_COUNTER, StageCounter
 from hxd2_ray.stages.staging import batch_file_name, write_table_atomic
 from hxd2_ray.types import vector_id
 
@@ -52,13 +53,15 @@ def embedding_inputs(entities: pa.Table, relations: pa.Table, chunks: pa.Table) 
 class EmbedAndPersist:
     """Embeds a batch and writes ``embeddings/part-<hash>.parquet`` (family, key, vector_id, vector)."""
 
-    def __init__(self, cfg: HxdConfig, staging_fs: pafs.FileSystem, staging_root: str, embedder=None) -> None:
+    def __init__(self, cfg: HxdConfig, staging_fs: pafs.FileSystem, staging_root: str, embedder=None,
+                 counter: StageCounter = NO_COUNTER) -> None:
         from hxd2_ray.wiring import build_embedder
 
         self._max_retries = cfg.ray.max_batch_retries
         self._fs = staging_fs
         self._folder = posixpath.join(staging_root, "embeddings")
         self._embedder = embedder if embedder is not None else build_embedder(cfg.embedding)
+        self._counter = counter
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         started = time.perf_counter()
@@ -77,6 +80,7 @@ class EmbedAndPersist:
         else:
             row = {"file": "", "vectors": 0, "failed": len(keys), "error": error, "chars": sum(map(len, texts)),
                    "seconds": time.perf_counter() - started}
+            self._counter.add(failed=len(keys))
             return pa.Table.from_pylist([row], schema=EMBED_STATS)
         flat = pa.array(vectors.reshape(-1), type=pa.float32())
         offsets = pa.array(np.arange(0, vectors.size + 1, vectors.shape[1], dtype=np.int32))
@@ -93,4 +97,5 @@ class EmbedAndPersist:
         write_table_atomic(self._fs, posixpath.join(self._folder, name), table)
         row = {"file": name, "vectors": len(keys), "failed": 0, "error": "", "chars": sum(map(len, texts)),
                "seconds": time.perf_counter() - started}
+        self._counter.add(done=len(keys))
         return pa.Table.from_pylist([row], schema=EMBED_STATS)

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from hxd2_ray.config import HxdConfig
+from hxd2_ray.progress import NO_COUNTER, CountingLLM, StageCounter
 from hxd2_ray.stages.columns import chunks_from_table, extractions_to_table
 from hxd2_ray.stages.staging import batch_file_name, write_table_atomic
 
@@ -35,7 +36,8 @@ class ExtractAndPersist:
     rerun extracts only the chunks with no successful extraction on disk.
     """
 
-    def __init__(self, cfg: HxdConfig, staging_fs: pafs.FileSystem, staging_root: str, llm=None) -> None:
+    def __init__(self, cfg: HxdConfig, staging_fs: pafs.FileSystem, staging_root: str, llm=None,
+                 counter: StageCounter = NO_COUNTER) -> None:
         from hxd2_ray.extraction.extractor import Extractor
         from hxd2_ray.extraction.prompts import load_prompts
         from hxd2_ray.wiring import build_llm
@@ -43,7 +45,8 @@ class ExtractAndPersist:
         self._fs = staging_fs
         self._folder = posixpath.join(staging_root, "extractions")
         self._llm = llm if llm is not None else build_llm(cfg.llm)
-        self._extractor = Extractor(self._llm, cfg.extraction, load_prompts(), max_retries=cfg.ray.max_batch_retries)
+        self._counter = counter  # LLM calls and tokens as each round returns; chunks when the batch is persisted
+        self._extractor = Extractor(CountingLLM(self._llm, counter), cfg.extraction, load_prompts(), max_retries=cfg.ray.max_batch_retries)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         started = time.perf_counter()
@@ -64,4 +67,5 @@ class ExtractAndPersist:
             "completion_tokens": sum(e.completion_tokens for e in extractions),
             "seconds": time.perf_counter() - started,
         }
+        self._counter.add(done=row["chunks"], malformed=row["malformed_records"], failed=row["failed_chunks"])
         return pa.Table.from_pylist([row], schema=EXTRACT_STATS)

@@ -19,6 +19,7 @@ from hxd2_ray.extraction.merge import (
     relation_pair_key,
 )
 from hxd2_ray.indexing import tables
+from hxd2_ray.progress import NO_COUNTER, CountingLLM, StageCounter
 from hxd2_ray.types import EntityMention, MergedEntity, MergedRelation, RelationMention
 
 ENTITY_MENTIONS = pa.schema(
@@ -161,13 +162,14 @@ class MergeRelationGroups:
 class SummarizeLongDescriptions:
     """LLM summary of descriptions over the token budget; input/output: merged entity or relation rows."""
 
-    def __init__(self, cfg: HxdConfig, llm=None) -> None:
+    def __init__(self, cfg: HxdConfig, llm=None, counter: StageCounter = NO_COUNTER) -> None:
         from hxd2_ray.extraction.extractor import Extractor
         from hxd2_ray.extraction.prompts import load_prompts
         from hxd2_ray.wiring import build_llm
 
         self._llm = llm if llm is not None else build_llm(cfg.llm)
-        self._extractor = Extractor(self._llm, cfg.extraction, load_prompts(), max_retries=cfg.ray.max_batch_retries)
+        self._extractor = Extractor(CountingLLM(self._llm, counter), cfg.extraction, load_prompts(),
+                                    max_retries=cfg.ray.max_batch_retries)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from hxd2_ray.chunking.splitter import detect_language
