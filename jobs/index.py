@@ -29,6 +29,7 @@ import pyarrow.fs as pafs
 from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, load_config
 from hxd2_ray.errors import EmptyCorpusError, HxdError
 from hxd2_ray.indexing import tables
+from hxd2_ray.indexing.faults import crash_point, worker_env
 from hxd2_ray.stages import staging as st
 
 STAGES = ("ingest", "extract", "merge", "embed", "write")
@@ -219,6 +220,7 @@ class IndexBuild:
         for sub in ("documents", "quarantine", "chunks"):
             st.remove_files(self.fs, st.list_parquet(self.fs, self._stage_path(sub)))
         st.write_table_atomic(self.fs, self._stage_path("documents", "part-0000.parquet"), docs)
+        crash_point("driver:ingest")
         st.write_table_atomic(self.fs, self._stage_path("quarantine", "part-0000.parquet"), quarantine)
         for s in range(n_shards):
             part = chunks.filter(pc.equal(chunks.column("shard"), s))
@@ -357,6 +359,7 @@ class IndexBuild:
         for sub, table in (("entities", ents), ("relations", rels)):
             st.remove_files(self.fs, st.list_parquet(self.fs, self._stage_path(sub)))
             st.write_table_atomic(self.fs, self._stage_path(sub, "part-0000.parquet"), table)
+            crash_point("driver:merge")
         self._mark("merge", {"input": input_fp, "entities": ents.num_rows, "relations": rels.num_rows,
                              "summarized": summarized})
         self.clock.status["merge"] = f"merged {ok.num_rows} chunk extractions"
@@ -414,6 +417,7 @@ class IndexBuild:
         try:
             KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu")).bulk_load(
                 docs, chunks.drop_columns(["shard"]), entities, relations)
+            crash_point("driver:write")
             families = {}
             for family in tables.VECTOR_FAMILIES:
                 part = vectors.filter(pc.equal(vectors.column("family"), family))
