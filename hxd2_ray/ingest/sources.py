@@ -19,6 +19,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from hxd2_ray.config import IngestConfig, S3Config
+from hxd2_ray.ingest.listing import walk_inputs
 from hxd2_ray.types import Document, QuarantinedFile, content_hash
 
 S3_SCHEME = "s3://"
@@ -30,7 +31,6 @@ RECORD_SUFFIXES = (".json", ".jsonl", ".parquet")
 _CONTROL_RATIO = 0.10
 _SNIFF_BYTES = 8192
 _CONTROL_BYTES = frozenset(range(0x20)) - {0x08, 0x09, 0x0A, 0x0C, 0x0D, 0x1B} | {0x7F}
-_GLOB_CHARS = re.compile(r"[*?\[]")
 _ATX_H1 = re.compile(r"^ {0,3}#[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 
@@ -77,10 +77,6 @@ def _s3_filesystem(s3: S3Config) -> pafs.S3FileSystem:
     return pafs.S3FileSystem(**kwargs)
 
 
-def _to_uri(fs: pafs.FileSystem, path: str) -> str:
-    return S3_SCHEME + path if isinstance(fs, pafs.S3FileSystem) else path
-
-
 # --------------------------------------------------------------------------------------------- listing
 
 
@@ -88,87 +84,12 @@ def list_input_files(uri: str, cfg: IngestConfig, s3: S3Config) -> list[str]:
     """Files under ``uri`` (a file, a folder searched recursively, or a glob with ``*``/``**``/``?``), sorted.
 
     Names come back in the input's form (``s3://bucket/key`` or an absolute local path); pass each one to
-    :func:`resolve_filesystem` to read it. Hidden files and folders (dot-names) below the root are skipped, and
-    every other file is listed whatever its suffix so that :func:`read_documents` can quarantine it visibly.
-    A missing file or folder raises ``FileNotFoundError``; a glob matching nothing gives an empty list.
+    :func:`resolve_filesystem` to read it. The walk is :func:`hxd2_ray.ingest.listing.walk_inputs` (real paths
+    visited once, index folders and hidden names skipped); what it cannot read is dropped here, so call
+    ``walk_inputs`` when the quarantine rows matter. A missing file or folder raises ``FileNotFoundError``.
     """
     del cfg  # suffix filtering is read_documents' job: unsupported files are quarantined, not silently dropped
-    fs, path = resolve_filesystem(uri, s3)
-    if _GLOB_CHARS.search(path):
-        return [_to_uri(fs, p) for p in _glob(fs, path)]
-    info = fs.get_file_info(path)
-    if info.type == pafs.FileType.File:
-        return [_to_uri(fs, path)]
-    if info.type != pafs.FileType.Directory:
-        raise FileNotFoundError(f"input not found: {uri}")
-    return [_to_uri(fs, p) for p in _walk(fs, path)]
-
-
-def _walk(fs: pafs.FileSystem, root: str) -> list[str]:
-    selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
-    out = []
-    for info in fs.get_file_info(selector):
-        if info.type != pafs.FileType.File:
-            continue
-        rel = _relative(info.path, root)
-        if any(part.startswith(".") for part in rel.split("/")):
-            continue
-        out.append(info.path)
-    return sorted(out)
-
-
-def _relative(path: str, root: str) -> str:
-    return path[len(root):].lstrip("/") if root and path.startswith(root) else path
-
-
-def _glob(fs: pafs.FileSystem, pattern: str) -> list[str]:
-    parts = pattern.split("/")
-    first_glob = next(i for i, part in enumerate(parts) if _GLOB_CHARS.search(part))
-    base = "/".join(parts[:first_glob])
-    if pattern.startswith("/") and not base:
-        base = "/"
-    regex = _glob_regex(parts[first_glob:])
-    root_info = fs.get_file_info(base) if base else None
-    if root_info is not None and root_info.type != pafs.FileType.Directory:
-        return []
-    matches = []
-    for path in _walk(fs, base):
-        rel = _relative(path, base)
-        if regex.fullmatch(rel):
-            matches.append(path)
-    return matches
-
-
-def _glob_regex(parts: list[str]) -> re.Pattern[str]:
-    """``**`` spans any number of folders (zero included); ``*``, ``?`` and ``[..]`` stay inside one name."""
-    out = []
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if part == "**":
-            out.append(".*" if last else "(?:[^/]+/)*")
-            continue
-        j, piece = 0, []
-        while j < len(part):
-            c = part[j]
-            if c == "*":
-                piece.append("[^/]*")
-            elif c == "?":
-                piece.append("[^/]")
-            elif c == "[":
-                k = part.find("]", j + 2)
-                if k < 0:
-                    piece.append(re.escape(c))
-                else:
-                    body = part[j + 1:k]
-                    if body.startswith("!"):
-                        body = "^" + body[1:]
-                    piece.append(f"[{body}]")
-                    j = k
-            else:
-                piece.append(re.escape(c))
-            j += 1
-        out.append("".join(piece) + ("" if last else "/"))
-    return re.compile("".join(out))
+    return walk_inputs(uri, s3).files
 
 
 def precheck(path: str, size: int | None, cfg: IngestConfig) -> QuarantinedFile | None:
@@ -188,9 +109,10 @@ def precheck(path: str, size: int | None, cfg: IngestConfig) -> QuarantinedFile 
 
 def load_documents(uri: str, cfg: IngestConfig, s3: S3Config) -> tuple[list[Document], list[QuarantinedFile]]:
     """List ``uri`` and read every file in this process (the serial path; Ray jobs call read_documents per file)."""
+    listing = walk_inputs(uri, s3)
     docs: list[Document] = []
-    quarantined: list[QuarantinedFile] = []
-    for file_uri in list_input_files(uri, cfg, s3):
+    quarantined: list[QuarantinedFile] = list(listing.quarantined)
+    for file_uri in listing.files:
         fs, path = resolve_filesystem(file_uri, s3)
         try:
             rejected = precheck(file_uri, fs.get_file_info(path).size, cfg)
