@@ -65,6 +65,7 @@ def init_ray(cfg: HxdConfig) -> None:
                  "AWS_DEFAULT_REGION", "VLLM_CPU_KVCACHE_SPACE"):
         if os.environ.get(name):
             env_vars[name] = os.environ[name]
+    env_vars.update(worker_env())  # crash tests: the armed fault points reach the workers
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
@@ -109,14 +110,20 @@ def _parse_with(batch: pa.Table, cfg: HxdConfig, scheme: str) -> pa.Table:
 class IndexBuild:
     """One run of the indexing job over ``input_uri`` into ``output_uri``."""
 
-    def __init__(self, cfg: HxdConfig, input_uri: str, output_uri: str) -> None:
+    def __init__(self, cfg: HxdConfig, input_uri: str, output_uri: str, output: Any = None, inputs: Any = None
+                 ) -> None:
+        """``output``: the :class:`BuildOutput` (opened and locked) of :func:`run_index`; ``inputs``: its
+        :class:`InputSelection`. Without them the output is opened here and the input walked in ``ingest``."""
         from hxd2_ray.extraction.prompts import load_prompts
         from hxd2_ray.ingest.sources import open_output_filesystem
 
         self.cfg = cfg
         self.input_uri = input_uri
         self.output_uri = output_uri
-        self.fs, self.root = open_output_filesystem(output_uri, cfg.s3)
+        self.output = output
+        self.inputs = inputs
+        self.fs, self.root = (output.fs, output.root) if output is not None else open_output_filesystem(
+            output_uri, cfg.s3)
         self.staging = posixpath.join(self.root, "_staging")
         self.prompts = load_prompts()
         self.fingerprint = cfg.index_fingerprint(self.prompts.version_hash)
@@ -134,6 +141,10 @@ class IndexBuild:
     def _mark(self, stage: str, payload: dict) -> None:
         st.write_json_atomic(self.fs, self._stage_path("_stages", f"{stage}.json"), payload)
 
+    def _check_lock(self) -> None:
+        if self.output is not None:
+            self.output.lock.check_held()  # an S3 lock taken over by another build: stop before publishing
+
     def _check_staging_fingerprint(self) -> None:
         build = st.read_json(self.fs, self._stage_path("build.json"))
         if build is None:
@@ -149,20 +160,16 @@ class IndexBuild:
     def ingest(self) -> tuple[pa.Table, pa.Table, pa.Table]:
         import ray
 
-        from hxd2_ray.ingest.sources import list_input_files, precheck, resolve_filesystem
+        from hxd2_ray.ingest.sources import resolve_filesystem, select_inputs
 
-        files = list_input_files(self.input_uri, self.cfg.ingest, self.cfg.s3)
-        if not files:
-            raise EmptyCorpusError(f"no input files under {self.input_uri}")
-        in_fs, _ = resolve_filesystem(files[0], self.cfg.s3)
-        paths = [resolve_filesystem(f, self.cfg.s3)[1] for f in files]
-        infos = in_fs.get_file_info(paths)
-        input_fp = st.fingerprint_of(f"{i.path}|{i.size}|{i.mtime_ns}" for i in infos)
-        # Oversized and unsupported files are quarantined from their listing alone; Ray never fetches them.
-        prechecked, readable = [], []
-        for uri, info in zip(files, infos, strict=True):
-            verdict = precheck(uri, info.size, self.cfg.ingest)
-            (prechecked.append(verdict) if verdict else readable.append(uri))
+        # Walked by real path, the output never entered; oversized, unsupported and unreachable files are
+        # quarantined from the listing alone, so Ray never fetches them.
+        selection = self.inputs or select_inputs(self.input_uri, self.cfg.ingest, self.cfg.s3,
+                                                 exclude=(self.output_uri,))
+        files, readable, prechecked = selection.files, selection.readable, selection.rejected
+        in_fs, _ = resolve_filesystem(readable[0], self.cfg.s3)
+        input_fp = st.fingerprint_of([f"{i.path}|{i.size}|{i.mtime_ns}" for i in selection.infos]
+                                     + [f"{q.source_path}|{q.reason}" for q in prechecked])
         marker = self._marker("ingest")
         if marker and marker.get("input") == input_fp:
             self.clock.status["ingest"] = "skipped: finished earlier"
@@ -477,6 +484,7 @@ class IndexBuild:
             entities, relations = self.merge(extractions)
         with self.clock.stage("embed"):
             vectors = self.embed(entities, relations, chunks)
+        self._check_lock()
         with self.clock.stage("write"):
             families = self.write(docs, chunks, entities, relations, vectors)
 
@@ -493,6 +501,7 @@ class IndexBuild:
             vector_families=families,
             config=self.cfg.model_dump(mode="json"),
         )
+        self._check_lock()
         write_manifest(manifest_path, manifest, filesystem=self.fs)
         read_manifest(manifest_path, filesystem=self.fs)  # the index is complete only if this reads back
         return summary
@@ -563,14 +572,16 @@ def _as_dict(info: Any) -> dict[str, Any]:
 
 
 def run_index(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool = False) -> dict[str, Any]:
-    if overwrite:
-        from hxd2_ray.ingest.sources import resolve_filesystem
+    """Check the input and the output, take the output's build lock, then start Ray and build."""
+    from hxd2_ray.indexing.output import build_output
+    from hxd2_ray.ingest.sources import select_inputs
 
-        fs, root = resolve_filesystem(output_uri, cfg.s3)
-        if fs.get_file_info(root).type == pafs.FileType.Directory:
-            fs.delete_dir_contents(root, missing_dir_ok=True)
-    init_ray(cfg)
-    return IndexBuild(cfg, input_uri, output_uri).run()
+    inputs = select_inputs(input_uri, cfg.ingest, cfg.s3, exclude=(output_uri,))
+    with build_output(output_uri, cfg.s3, overwrite=overwrite, input_uri=input_uri) as output:
+        for path in output.swept:
+            _log(f"removed {path}, left by a build that was killed")
+        init_ray(cfg)
+        return IndexBuild(cfg, input_uri, output_uri, output=output, inputs=inputs).run()
 
 
 def format_summary(summary: dict[str, Any]) -> str:

@@ -8,9 +8,10 @@ forever) and a name Ray cannot pass through (not UTF-8, or holding control chara
 quarantine row with the reason; nothing vanishes silently.
 
 Never read as input: hidden names (``.git``, ``.cache``) below the root, the folders in ``exclude`` (the
-job's own output), and any folder that is itself an hxd2 index or build (it holds ``_staging/build.json``, or
-``manifest.json`` beside ``graph.kuzu``): its staging parquet files would otherwise come back as documents.
-S3 has no links; the same exclusions apply to its keys.
+job's own output, when it lies inside the input), and what an hxd2 index build wrote (``_staging``,
+``vectors``, ``graph.kuzu``, ``manifest.json``, ``index_summary.json``) in any folder that is an index or a
+build (it holds ``_staging/build.json``, or ``manifest.json`` beside ``graph.kuzu``): its staging parquet
+files would otherwise come back as documents. S3 has no links; the same exclusions apply to its keys.
 """
 
 from __future__ import annotations
@@ -27,10 +28,13 @@ from hxd2_ray.config import S3Config
 from hxd2_ray.types import QuarantinedFile
 
 S3_SCHEME = "s3://"
-_GLOB_CHARS = re.compile(r"[*?\[]")
+GLOB_CHARS = re.compile(r"[*?\[]")
 # Ray's path handling (urllib) silently drops TAB, CR and LF, so such a file could never be read back.
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 STAGING_FOLDER = "_staging"
+# What an index build writes into its output folder; never read back as input (other files there are).
+INDEX_ENTRIES = frozenset({STAGING_FOLDER, "vectors", "graph.kuzu", "graph.kuzu.wal", "manifest.json",
+                           "index_summary.json"})
 
 
 @dataclass
@@ -65,12 +69,12 @@ def walk_inputs(uri: str, s3: S3Config, exclude: tuple[str, ...] = ()) -> InputL
     fs, path = resolve_filesystem(uri, s3)
     local = isinstance(fs, pafs.LocalFileSystem)
     excluded_roots = tuple(_exclusion_key(e, s3) for e in exclude)
-    glob_at = _GLOB_CHARS.search(path)
+    glob_at = GLOB_CHARS.search(path)
     base = path
     regex = None
     if glob_at:
         parts = path.split("/")
-        first_glob = next(i for i, part in enumerate(parts) if _GLOB_CHARS.search(part))
+        first_glob = next(i for i, part in enumerate(parts) if GLOB_CHARS.search(part))
         base = "/".join(parts[:first_glob]) or ("/" if path.startswith("/") else "")
         regex = _glob_regex(parts[first_glob:])
         if base and fs.get_file_info(base).type != pafs.FileType.Directory:
@@ -83,6 +87,10 @@ def walk_inputs(uri: str, s3: S3Config, exclude: tuple[str, ...] = ()) -> InputL
             if local and os.path.islink(path):
                 return InputListing(quarantined=[_broken_link_row(path)])
             raise FileNotFoundError(f"input not found: {uri}")
+    # The output is left out when it lies below the input; an input inside the output is still read (the index's
+    # own files there are recognised and skipped like any index folder's).
+    base_key = os.path.realpath(base) if local else base.rstrip("/")
+    excluded_roots = tuple(r for r in excluded_roots if not _is_under(base_key, (r,)))
     listing = _walk_local(base, excluded_roots) if local else _walk_object_store(fs, base, excluded_roots)
     if regex is not None:
         listing.files = [p for p in listing.files if regex.fullmatch(_relative(p, base))]
@@ -149,12 +157,11 @@ def _walk_local(root: str, excluded_roots: tuple[str, ...]) -> InputListing:
             continue
         names = {e.name for e in entries}
         staging_build = STAGING_FOLDER in names and os.path.isfile(os.path.join(folder, STAGING_FOLDER, "build.json"))
-        if is_index_folder(names, staging_build):
-            listing.excluded.append(folder)
-            continue
+        index_owned = INDEX_ENTRIES & names if is_index_folder(names, staging_build) else set()
+        listing.excluded.extend(os.path.join(folder, n) for n in sorted(index_owned))
         subfolders: list[str] = []
         for entry in entries:
-            if entry.name.startswith("."):
+            if entry.name.startswith(".") or entry.name in index_owned:
                 continue
             path = entry.path
             problem = _name_problem(entry.name)
@@ -249,14 +256,17 @@ def _walk_object_store(fs: pafs.FileSystem, root: str, excluded_roots: tuple[str
     files = [i.path for i in infos if i.type == pafs.FileType.File]
     by_folder: dict[str, set[str]] = {}
     for path in files:
-        folder, _, name = path.rpartition("/")
-        by_folder.setdefault(folder, set()).add(name)
-    index_roots = sorted(
-        folder for folder, names in by_folder.items()
-        if is_index_folder(names, False) or "build.json" in by_folder.get(f"{folder}/{STAGING_FOLDER}", set())
+        parts = path.split("/")
+        for depth in range(1, len(parts)):  # every folder on the key's path knows its first-level entry names
+            by_folder.setdefault("/".join(parts[:depth]), set()).add(parts[depth])
+    owned = sorted(
+        f"{folder}/{name}"
+        for folder, names in by_folder.items()
+        if is_index_folder(names, f"{folder}/{STAGING_FOLDER}/build.json" in set(files))
+        for name in INDEX_ENTRIES & names
     )
-    skip = tuple(index_roots) + excluded_roots
-    listing.excluded = [r for r in index_roots] + [r for r in excluded_roots if any(_is_under(f, (r,)) for f in files)]
+    skip = tuple(owned) + excluded_roots
+    listing.excluded = owned + [r for r in excluded_roots if any(_is_under(f, (r,)) for f in files)]
     for path in sorted(files):
         rel = _relative(path, root)
         if any(part.startswith(".") for part in rel.split("/")):

@@ -11,6 +11,8 @@ import json
 import os
 import posixpath
 import re
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Iterable
 from urllib.parse import urlparse
 
@@ -19,7 +21,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from hxd2_ray.config import IngestConfig, S3Config
-from hxd2_ray.ingest.listing import walk_inputs
+from hxd2_ray.errors import EmptyCorpusError
+from hxd2_ray.ingest.listing import InputListing, walk_inputs
 from hxd2_ray.types import Document, QuarantinedFile, content_hash
 
 S3_SCHEME = "s3://"
@@ -52,11 +55,11 @@ def resolve_filesystem(uri: str, s3: S3Config) -> tuple[pafs.FileSystem, str]:
 
 
 def open_output_filesystem(uri: str, s3: S3Config) -> tuple[pafs.FileSystem, str]:
-    """Like :func:`resolve_filesystem`, for an output folder: a local folder is created; an S3 bucket must exist."""
-    fs, path = resolve_filesystem(uri, s3)
-    if isinstance(fs, pafs.LocalFileSystem):
-        fs.create_dir(path, recursive=True)
-    return fs, path
+    """Like :func:`resolve_filesystem`, for an output folder: checked and created by
+    :func:`hxd2_ray.indexing.output.open_output` (an ``OutputError`` says what is wrong with it)."""
+    from hxd2_ray.indexing.output import open_output
+
+    return open_output(uri, s3)
 
 
 def _s3_filesystem(s3: S3Config) -> pafs.S3FileSystem:
@@ -90,6 +93,43 @@ def list_input_files(uri: str, cfg: IngestConfig, s3: S3Config) -> list[str]:
     """
     del cfg  # suffix filtering is read_documents' job: unsupported files are quarantined, not silently dropped
     return walk_inputs(uri, s3).files
+
+
+@dataclass
+class InputSelection:
+    """An input walked and prechecked from names and sizes alone: what to read and what is already rejected."""
+
+    files: list[str]  # every listed file, in the input's URI form
+    infos: list[pafs.FileInfo]  # their sizes and times (the input fingerprint)
+    readable: list[str]  # the files worth fetching
+    rejected: list[QuarantinedFile]  # the walker's rows and the precheck's
+    listing: InputListing
+
+
+def select_inputs(uri: str, cfg: IngestConfig, s3: S3Config, exclude: tuple[str, ...] = ()) -> InputSelection:
+    """Walk ``uri`` (never entering ``exclude``) and precheck every file; raise when nothing is left to read.
+
+    ``FileNotFoundError`` for a missing input, :class:`EmptyCorpusError` when no file (or none that could be
+    read) is there: both before any work starts, so a rejected input leaves nothing behind.
+    """
+    listing = walk_inputs(uri, s3, exclude=exclude)
+    if not listing.files and not listing.quarantined:
+        raise EmptyCorpusError(f"no input files under {uri}{listing.describe_exclusions()}")
+    infos: list[pafs.FileInfo] = []
+    if listing.files:
+        fs, _ = resolve_filesystem(listing.files[0], s3)
+        infos = fs.get_file_info([resolve_filesystem(f, s3)[1] for f in listing.files])
+    rejected = list(listing.quarantined)
+    readable = []
+    for file_uri, info in zip(listing.files, infos, strict=True):
+        verdict = precheck(file_uri, info.size, cfg)
+        (rejected.append(verdict) if verdict else readable.append(file_uri))
+    if not readable:
+        reasons = Counter(q.reason for q in rejected)
+        raise EmptyCorpusError(
+            f"no readable input file under {uri}: {len(rejected)} rejected "
+            f"({', '.join(f'{k}: {v}' for k, v in sorted(reasons.items()))}); no index was written")
+    return InputSelection(files=listing.files, infos=infos, readable=readable, rejected=rejected, listing=listing)
 
 
 def precheck(path: str, size: int | None, cfg: IngestConfig) -> QuarantinedFile | None:
@@ -324,4 +364,5 @@ __all__ = [
     "precheck",
     "read_documents",
     "resolve_filesystem",
+    "select_inputs",
 ]

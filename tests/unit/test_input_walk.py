@@ -94,8 +94,9 @@ def test_an_index_folder_inside_the_input_is_never_read(tmp_path):
     _write(root / "old-index" / "manifest.json", "{}")
     _write(root / "old-index" / "graph.kuzu", "not a document")
     _write(root / "old-index" / "index_summary.json", json.dumps({"text": "a summary"}))
+    _write(root / "old-index" / "notes.txt", "Someone's own notes beside an index are still a document.")
     docs, bad = load_documents(str(root), CFG, S3)
-    assert [Path(d.source_path).name for d in docs] == ["doc.txt"]
+    assert [Path(d.source_path).name for d in docs] == ["doc.txt", "notes.txt"]
     assert bad == []
 
 
