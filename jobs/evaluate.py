@@ -133,7 +133,8 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
     report = spec.load(args.data_root, questions=args.questions, corpus=args.corpus)
     items = report.items[: args.limit] if args.limit is not None else list(report.items)
     if not items:
-        raise HxdError(f"benchmark {spec.name!r} has no questions to evaluate")
+        raise HxdError(f"benchmark {spec.name!r} has no questions to evaluate" + "".join(
+            f" ({len(report.skipped)} rows skipped; {where}: {why})" for where, why in report.skipped[:1]))
     fs, root = _open_fs(args.output, cfg)
     n_shards = args.shards or min(len(items), 4 * args.workers)
     bounds = make_shards(len(items), n_shards)

@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from hxd2_ray.errors import BackendError, HxdError
+from hxd2_ray.text_validation import lone_surrogate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     elif not question.strip():
         _error('the question is empty; usage: hxd2 query --index PATH "your question"')
+        return 2
+    elif lone_surrogate(question):  # a non-UTF-8 byte in argv arrives as one
+        _error(f"the question holds a lone surrogate ({lone_surrogate(question)}): not valid Unicode text")
         return 2
     else:
         questions = [question]
@@ -126,15 +130,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _read_questions(path: str) -> list[str]:
-    questions = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                q = json.loads(line).get("question", "")
-                if not str(q).strip():
-                    raise ValueError(f"line {n} has no question")
-                questions.append(str(q))
-    return questions
+    from hxd2_ray.retrieval.question_file import read_questions
+
+    return read_questions(path)
 
 
 def _print_answer(answer: Any, args: argparse.Namespace, streamed: bool, out: Any) -> None:
