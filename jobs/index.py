@@ -129,6 +129,7 @@ class IndexBuild:
         self.fingerprint = cfg.index_fingerprint(self.prompts.version_hash)
         self.clock = StageClock()
         self.counters: Counter[str] = Counter()
+        self.files: dict[str, dict[str, Any]] = {}
 
     # ------------------------------------------------------------------ helpers
 
@@ -415,6 +416,7 @@ class IndexBuild:
         import numpy as np
 
         from hxd2_ray.graph.kuzu_store import KuzuGraphWriter
+        from hxd2_ray.indexing.manifest import record_files
         from hxd2_ray.vectors.faiss_index import write_family
 
         local = isinstance(self.fs, pafs.LocalFileSystem)
@@ -434,6 +436,7 @@ class IndexBuild:
                     np.zeros((0, self.cfg.embedding.dim), np.float32)
                 info = write_family(build_dir, family, keys, arr, self.cfg.vectors)
                 families[family] = _as_dict(info)
+            self.files = record_files(build_dir)  # sizes and sha256 for the manifest, before the files move
             self._publish(build_dir)
         finally:
             shutil.rmtree(build_dir, ignore_errors=True)
@@ -500,6 +503,7 @@ class IndexBuild:
             counts={k: summary[k] for k in ("documents", "chunks", "entities", "relations")},
             vector_families=families,
             config=self.cfg.model_dump(mode="json"),
+            files=self.files,
         )
         self._check_lock()
         write_manifest(manifest_path, manifest, filesystem=self.fs)
@@ -613,6 +617,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from jobs.cli import run_and_report
 
+    if argv and argv[0] == "verify":  # hxd2 index verify --index DIR: the files against the manifest's checksums
+        from jobs.index_verify import main as verify_main
+
+        return verify_main(argv[1:])
     args = build_parser().parse_args(argv)
     return run_and_report(
         lambda: run_index(load_config(args.config, args.overrides), args.input, args.output,

@@ -172,7 +172,7 @@ def build_kb_index(
     ``wiring.build_embedder(cfg.embedding)``).
     """
     from hxd2_ray.graph.kuzu_store import load_graph
-    from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, write_manifest
+    from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, record_files, write_manifest
     from hxd2_ray.logic.metaqa import empty_chunks, empty_documents, read_triples, triples_to_tables
     from hxd2_ray.stages.embed_stage import embedding_inputs
     from hxd2_ray.vectors.faiss_index import write_family
@@ -280,6 +280,7 @@ def build_kb_index(
             counts={k: summary[k] for k in ("documents", "chunks", "entities", "relations")},
             vector_families=families,
             config=cfg.model_dump(mode="json"),
+            files=record_files(build_dir),
         )
         write_manifest(build_dir, manifest)  # last file of the build
         read_manifest(build_dir)
