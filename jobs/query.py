@@ -88,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # stdout carries the answer (or the one JSON object): engine logs and stray library prints go to stderr.
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    answer_out = sys.stdout
+    from jobs.result_stdout import reserve_stdout
+
+    answer_out = reserve_stdout()  # Ray's, the engines' and libraries' late lines go to stderr, even at fd level
     resources: list[Any] = [index]
     try:
         with contextlib.redirect_stdout(sys.stderr):
