@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from hxd2_ray.config import IngestConfig, S3Config
 from hxd2_ray.errors import EmptyCorpusError
 from hxd2_ray.ingest.listing import InputListing, walk_inputs
+from hxd2_ray.text_validation import surrogate_reason
 from hxd2_ray.types import Document, QuarantinedFile, content_hash
 
 S3_SCHEME = "s3://"
@@ -333,6 +334,10 @@ def _records(
         prefix = f"{where}: " if where else ""
         if not isinstance(rec, dict):
             bad.append(QuarantinedFile(path, "malformed_json", f"{prefix}a {type(rec).__name__}, not an object"))
+            continue
+        bad_text = surrogate_reason([rec.get(cfg.text_field), rec.get(cfg.id_field), rec.get(cfg.title_field)])
+        if bad_text:  # a JSON "\ud800" escape: no encoder (Arrow, the chunker, the models) accepts it
+            bad.append(QuarantinedFile(path, "undecodable", f"{prefix}{bad_text}"))
             continue
         text = rec.get(cfg.text_field)
         if not isinstance(text, str) or not text:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from botocore.exceptions import ClientError
 
 from hxd2_ray.config import S3Config
 from hxd2_ray.indexing.build_lock import LOCK_NAME, BuildLockedError, LockHolder, acquire_build_lock
@@ -67,7 +68,7 @@ def test_a_lock_without_heartbeat_past_the_stale_age_is_taken_over_and_its_holde
     second = _acquire(uri, s3, clock, log=said.append)
     assert len(said) == 1 and "last heartbeat is 301s old" in said[0] and first.holder.describe() in said[0]
     # The first build's next heartbeat fails its If-Match: it knows it lost the lock and stops before publishing.
-    with pytest.raises(Exception):
+    with pytest.raises(ClientError, match="PreconditionFailed"):
         first.beat_now()
     first._lost = "another build took the lock over"  # what the heartbeat thread records on that failure
     with pytest.raises(BuildLockedError, match="no longer holds the lock"):

@@ -26,12 +26,13 @@ hostile_text = st.one_of(
 
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
                          any_text(30))
-json_values = st.recursive(
-    json_scalars,
-    lambda children: st.one_of(st.lists(children, max_size=5),
-                               st.dictionaries(any_text(12), children, max_size=5)),
-    max_leaves=25,
-)
+def _nested(max_leaves: int) -> st.SearchStrategy:
+    return st.recursive(json_scalars, lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(any_text(10), children, max_size=4)), max_leaves=max_leaves)
+
+
+json_values = _nested(20)  # a whole document
+small_json = _nested(4)  # one field's value inside a generated record
 
 
 def json_text(value_strategy=json_values):

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hxd2_ray.evaluation import datasets as D
-from tests.property.strategies import any_text, is_valid_unicode, json_values
+from tests.property.strategies import any_text, is_valid_unicode, json_values, small_json
 
 
 def _write(name: str, data: bytes) -> Path:
@@ -42,10 +42,10 @@ def _check_report(load):
 
 
 generic_rows = st.one_of(json_values, st.fixed_dictionaries(
-    {"id": st.one_of(any_text(8), json_values), "question": st.one_of(any_text(40), json_values)},
-    optional={"answers": st.one_of(st.lists(any_text(10), max_size=3), json_values),
-              "gold_passages": st.one_of(st.lists(any_text(8), max_size=2), json_values),
-              "choices": json_values}))
+    {"id": st.one_of(any_text(8), small_json), "question": st.one_of(any_text(40), small_json)},
+    optional={"answers": st.one_of(st.lists(any_text(10), max_size=3), small_json),
+              "gold_passages": st.one_of(st.lists(any_text(8), max_size=2), small_json),
+              "choices": small_json}))
 
 
 @given(st.lists(generic_rows, max_size=6))
@@ -61,7 +61,7 @@ def test_generic_questions_any_bytes(data):
 
 
 @given(st.lists(st.one_of(json_values, st.fixed_dictionaries(
-    {"id": any_text(6), "text": st.one_of(any_text(30), json_values)}, optional={"title": json_values})),
+    {"id": any_text(6), "text": st.one_of(any_text(30), small_json)}, optional={"title": small_json})),
     max_size=6))
 def test_generic_corpus(rows):
     path = _write("c.jsonl", "\n".join(json.dumps(r) for r in rows).encode())
@@ -75,8 +75,8 @@ def test_generic_corpus(rows):
 
 
 seed_rows = st.one_of(json_values, st.fixed_dictionaries(
-    {"question": st.one_of(any_text(60), json_values), "answer": st.one_of(any_text(3), json_values)},
-    optional={"task_type": json_values, "rice": json_values}))
+    {"question": st.one_of(any_text(60), small_json), "answer": st.one_of(any_text(3), small_json)},
+    optional={"task_type": small_json, "rice": small_json}))
 
 
 @given(st.one_of(st.lists(seed_rows, max_size=5), json_values))
@@ -86,12 +86,12 @@ def test_seedbench_file(rows):
 
 
 hotpot_rows = st.one_of(json_values, st.fixed_dictionaries(
-    {"_id": any_text(6), "question": st.one_of(any_text(40), json_values), "answer": st.one_of(any_text(8), json_values)},
-    optional={"supporting_facts": json_values, "context": json_values}))
+    {"_id": any_text(6), "question": st.one_of(any_text(40), small_json), "answer": st.one_of(any_text(8), small_json)},
+    optional={"supporting_facts": small_json, "context": small_json}))
 
 
 @given(st.one_of(st.lists(hotpot_rows, max_size=5), json_values),
-       st.one_of(st.dictionaries(any_text(10), st.one_of(st.lists(any_text(20), max_size=3), json_values),
+       st.one_of(st.dictionaries(any_text(10), st.one_of(st.lists(any_text(20), max_size=3), small_json),
                                  max_size=4), st.lists(json_values, max_size=4)))
 def test_hotpotqa_files(questions, corpus):
     qpath = _write("hotpotqa.json", json.dumps(questions).encode())

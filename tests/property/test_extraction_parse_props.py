@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hxd2_ray.config import ExtractionConfig
 from hxd2_ray.extraction.merge import normalize_name
 from hxd2_ray.extraction.parse import ParsedRecords, parse_json, parse_reply, parse_tuples
-from tests.property.strategies import any_text, hostile_text, is_valid_unicode, json_text, json_values
+from tests.property.strategies import any_text, hostile_text, is_valid_unicode, json_text, small_json
 
 JSON_CFG = ExtractionConfig(output_format="json")
 TUPLE_CFG = ExtractionConfig(output_format="tuples")
@@ -47,15 +47,15 @@ def test_any_json_shape_parses_without_raising(text):
 
 
 record = st.fixed_dictionaries({
-    "entity_name": st.one_of(any_text(20), json_values),
-    "entity_type": st.one_of(st.sampled_from(["person", "ORGANIZATION", "geo", ""]), json_values),
-    "entity_description": st.one_of(any_text(40), json_values),
+    "entity_name": st.one_of(any_text(20), small_json),
+    "entity_type": st.one_of(st.sampled_from(["person", "ORGANIZATION", "geo", ""]), small_json),
+    "entity_description": st.one_of(any_text(40), small_json),
 })
 relation = st.fixed_dictionaries({
-    "source": st.one_of(any_text(12), json_values), "target": st.one_of(any_text(12), json_values),
-    "description": st.one_of(any_text(30), json_values),
-    "keywords": st.one_of(st.lists(any_text(10), max_size=4), json_values),
-    "strength": st.one_of(st.floats(), any_text(6), json_values),
+    "source": st.one_of(any_text(12), small_json), "target": st.one_of(any_text(12), small_json),
+    "description": st.one_of(any_text(30), small_json),
+    "keywords": st.one_of(st.lists(any_text(10), max_size=4), small_json),
+    "strength": st.one_of(st.floats(), any_text(6), small_json),
 })
 
 

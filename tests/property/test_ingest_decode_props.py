@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hxd2_ray.config import IngestConfig
 from hxd2_ray.ingest.sources import read_documents
 from hxd2_ray.types import content_hash
-from tests.property.strategies import any_text, is_valid_unicode, json_values
+from tests.property.strategies import any_text, is_valid_unicode, json_values, small_json
 
 CFG = IngestConfig(max_file_bytes=4096)
 REASONS = {"too_large", "unsupported_type", "empty", "whitespace_only", "binary", "undecodable", "malformed_json",
@@ -47,8 +47,8 @@ def test_any_text_in_any_unicode_encoding(text, suffix, encoding):
 
 
 records = st.one_of(json_values, st.fixed_dictionaries(
-    {"text": st.one_of(any_text(80), json_values)},
-    optional={"id": st.one_of(any_text(10), json_values), "title": st.one_of(any_text(20), json_values)}))
+    {"text": st.one_of(any_text(80), small_json)},
+    optional={"id": st.one_of(any_text(10), small_json), "title": st.one_of(any_text(20), small_json)}))
 
 
 @given(st.lists(records, max_size=6), st.booleans())

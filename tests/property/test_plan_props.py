@@ -8,20 +8,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hxd2_ray.logic.plan import MathError, Plan, PlanError, evaluate_math, parse_plan_json, validate_plan
-from tests.property.strategies import any_text, hostile_text, is_valid_unicode, json_text, json_values
+from tests.property.strategies import any_text, hostile_text, is_valid_unicode, json_text, small_json
 
 OPS = ["retrieval", "filter", "sort", "count", "sum", "compare", "math", "deduce", "output", "nope"]
 aliases = st.sampled_from(["a", "b", "films", "x1", "", "1bad", "$a", None])
 refs = st.sampled_from(["$a", "$b", "$films", "$x1", "$missing", "$$lit", "plain"])
-arg_values = st.one_of(refs, json_values, st.lists(refs, max_size=3))
+arg_values = st.one_of(refs, small_json, st.lists(refs, max_size=3))
 steps = st.fixed_dictionaries(
-    {"step": st.one_of(any_text(20), json_values),
-     "action": st.fixed_dictionaries({"op": st.one_of(st.sampled_from(OPS), json_values),
+    {"step": st.one_of(any_text(20), small_json),
+     "action": st.fixed_dictionaries({"op": st.one_of(st.sampled_from(OPS), small_json),
                                       "args": st.one_of(st.dictionaries(
                                           st.sampled_from(["s", "p", "o", "items", "value", "cmp", "order",
                                                            "limit", "values", "left", "right", "op", "expr",
                                                            "question", "inputs", "aliases", "hops", "exclude"]),
-                                          arg_values, max_size=5), json_values),
+                                          arg_values, max_size=5), small_json),
                                       "alias": aliases})})
 
 

@@ -15,9 +15,7 @@ import pytest
 
 from hxd2_ray.config import load_config
 
-TRIPLES = "\n".join([
-    "Alice|knows|Bob", "Bob|works_at|Acme", "Acme|located_in|Paris", "Carol|knows|Alice", "Dave|founded|Acme",
-]) + "\n"
+TRIPLES = "Alice|knows|Bob\nBob|works_at|Acme\nAcme|located_in|Paris\nCarol|knows|Alice\nDave|founded|Acme\n"
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ def test_late_thread_prints_fd_writes_and_atexit_prints_go_to_stderr():
         print(__import__("json").dumps({"result": "ok"}), file=out)
         late.join()
     """)
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False, timeout=120,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     first, rest = done.stdout.split("\n", 1)
@@ -45,7 +45,7 @@ def test_late_thread_prints_fd_writes_and_atexit_prints_go_to_stderr():
 def test_hxd2_index_json_stdout_is_the_summary_alone(tmp_path):
     """The whole CLI: a rejected build prints nothing on stdout; it is checked the same way as a real one."""
     done = subprocess.run([sys.executable, "-m", "jobs.cli", "index", "--input", str(tmp_path / "nope"),
-                           "--output", str(tmp_path / "out"), "--json"], cwd=REPO, capture_output=True, text=True,
+                           "--output", str(tmp_path / "out"), "--json"], cwd=REPO, capture_output=True, text=True, check=False,
                           timeout=300, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
                                             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     assert done.returncode == 2 and done.stdout == ""
@@ -68,7 +68,7 @@ def test_run_and_report_json_survives_a_ray_line_printed_after_the_work_returned
         time.sleep(0.6)
         sys.exit(code)
     """)
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False, timeout=120,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"documents": 3}
