@@ -24,7 +24,7 @@ _reserved: dict[str, Any] = {}
 def reserve_stdout() -> TextIO:
     """The stream to print the command's result to; from now on everything else written to stdout goes to stderr.
 
-    Calling it again (a command inside a command) returns the same stream. When stdout has no file descriptor
+    Calling it again (a command inside a command) returns the same stream. When stdout is not file descriptor 1
     (a test capturing ``sys.stdout``), only ``sys.stdout`` is swapped.
     """
     if _reserved and sys.stdout is _reserved["replacement"]:
@@ -35,7 +35,8 @@ def reserve_stdout() -> TextIO:
         out_fd, err_fd = sys.stdout.fileno(), sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: an in-memory capture
         out_fd = err_fd = -1
-    if out_fd >= 0 and err_fd >= 0 and out_fd != err_fd:
+    # Only the process's own stdout (fd 1) is re-pointed; a test framework's capture file is left alone.
+    if out_fd == 1 and err_fd >= 0 and err_fd != out_fd:
         sys.stderr.flush()
         copy = os.dup(out_fd)
         os.dup2(err_fd, out_fd)  # C libraries, child processes and late Python writes to fd 1 now reach stderr

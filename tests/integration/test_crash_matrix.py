@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hxd2_ray.indexing.faults import CRASH_AT_ENV, CRASH_EXIT_CODE, CRASH_ONCE_DIR_ENV, STAGES
+from hxd2_ray.indexing.faults import CRASH_AT_ENV, CRASH_EXIT_CODE, CRASH_ONCE_DIR_ENV
 
 pytestmark = pytest.mark.integration
 
