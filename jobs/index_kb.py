@@ -59,11 +59,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from jobs.cli import run_and_report
 
-    return run_and_report(
-        lambda: build_kb_index(load_config(args.config, args.overrides), args.triples, args.output,
-                               limit_entities=args.limit_entities, overwrite=args.overwrite,
-                               batch_size=args.batch_size or DEFAULT_EMBED_CALL_SIZE, log_every=max(1, args.log_every)),
-        as_json=args.json, format_text=format_summary)
+    def build() -> dict[str, Any]:
+        cfg = load_config(args.config, args.overrides)
+        _check_output_parent(args.output, cfg)
+        return build_kb_index(cfg, args.triples, args.output,
+                              limit_entities=args.limit_entities, overwrite=args.overwrite,
+                              batch_size=args.batch_size or DEFAULT_EMBED_CALL_SIZE, log_every=max(1, args.log_every))
+
+    return run_and_report(build, as_json=args.json, format_text=format_summary)
+
+
+def _check_output_parent(output: str, cfg: Any) -> None:
+    """The build folder and the final rename live beside the output: its parent must be a writable folder.
+    Checked before anything is embedded, by the one place that opens outputs (one ``error:`` line if not)."""
+    from pathlib import Path
+
+    from hxd2_ray.indexing.output import open_output
+
+    if "://" not in output:
+        path = Path(output).expanduser().absolute()
+        if path.is_file():
+            return  # build_kb_index says "is a file, not an index folder"
+        open_output(str(path.parent), cfg.s3)
 
 
 if __name__ == "__main__":

@@ -114,3 +114,19 @@ def test_the_unwritable_probe_really_is_unwritable(tmp_path):
     with pytest.raises(OSError):
         fd = os.open(folder / ".probe", os.O_CREAT | os.O_WRONLY)
         os.close(fd)
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "unwritable"])
+def test_index_kb_refuses_an_output_it_cannot_create_in_one_line(tmp_path, capsys, where):
+    from jobs import index_kb
+
+    triples = tmp_path / "kb.txt"
+    triples.write_text("Alice|knows|Bob\n", encoding="utf-8")
+    if where == "under-a-file":
+        (tmp_path / "plain").write_text("x")
+        out = tmp_path / "plain" / "index"
+    else:
+        out = _unwritable_folder(tmp_path) / "index"
+    assert index_kb.main(["--triples", str(triples), "--output", str(out), "--set", "embedding.dim=16"]) == 2
+    line = _one_error_line(capsys)
+    assert ("is a file" if where == "under-a-file" else "cannot") in line
