@@ -122,8 +122,9 @@ class IndexBuild:
         self.output_uri = output_uri
         self.output = output
         self.inputs = inputs
-        self.fs, self.root = (output.fs, output.root) if output is not None else open_output_filesystem(
-            output_uri, cfg.s3)
+        opened: tuple[pafs.FileSystem, str] = ((output.fs, output.root) if output is not None
+                                                else open_output_filesystem(output_uri, cfg.s3))
+        self.fs, self.root = opened
         self.staging = posixpath.join(self.root, "_staging")
         self.prompts = load_prompts()
         self.fingerprint = cfg.index_fingerprint(self.prompts.version_hash)
