@@ -80,3 +80,11 @@ def test_eval_run_with_a_lone_surrogate_question_says_so_before_ray_starts(tmp_p
     assert code == 2
     line = _error_line(capsys.readouterr().err)
     assert "no questions" in line and "surrogate" in line
+
+
+def test_calibrate_refusal_question_files_refuse_a_lone_surrogate(tmp_path):
+    from jobs.calibrate import read_questions
+
+    path = _jsonl(tmp_path / "good.jsonl", [{"question": "Fine?"}, {"question": BAD}])
+    with pytest.raises(ValueError, match=r"good\.jsonl:2: .*lone surrogate \(U\+D800"):
+        read_questions(path)
