@@ -99,6 +99,7 @@ def walk_inputs(uri: str, s3: S3Config, exclude: tuple[str, ...] = ()) -> InputL
         listing.files = [S3_SCHEME + p for p in listing.files]
         listing.quarantined = [QuarantinedFile(S3_SCHEME + q.source_path, q.reason, q.detail)
                                for q in listing.quarantined]
+        listing.excluded = [S3_SCHEME + e for e in listing.excluded]
     return listing
 
 

@@ -105,3 +105,17 @@ def test_the_heartbeat_thread_records_a_lost_lock(s3_server, s3_client, s3_bucke
         lock.check_held()
     assert any("lost the build lock" in m for m in said)
     lock.release()
+
+
+def test_the_s3_walker_never_reads_an_index_or_the_output(s3_server, s3_client, s3_bucket):
+    from hxd2_ray.ingest.listing import walk_inputs
+
+    for key in ("corpus/a.txt", "corpus/old/_staging/build.json", "corpus/old/_staging/chunks/part.jsonl",
+                "corpus/old/notes.txt", "corpus/done/manifest.json", "corpus/done/graph.kuzu",
+                "corpus/done/vectors/chunk/idmap.parquet", "corpus/out/leftover.txt"):
+        s3_client.put_object(Bucket=s3_bucket, Key=key, Body=b'{"text": "x"}')
+    s3 = S3Config(endpoint_url=s3_server)
+    listing = walk_inputs(f"s3://{s3_bucket}/corpus", s3, exclude=(f"s3://{s3_bucket}/corpus/out",))
+    assert listing.files == [f"s3://{s3_bucket}/corpus/{k}" for k in ("a.txt", "old/notes.txt")]
+    assert sorted(listing.excluded) == sorted(f"s3://{s3_bucket}/corpus/{k}" for k in (
+        "old/_staging", "done/manifest.json", "done/graph.kuzu", "done/vectors", "out"))
