@@ -26,16 +26,16 @@ def run_and_report(work: Callable[[], dict[str, Any]], *, as_json: bool, format_
     """Run one command's work and print its summary: stdout holds the summary alone (Ray workers, the raylet and
     model loaders print, so their output goes to stderr, also when it arrives late: see
     :mod:`jobs.result_stdout`); an expected error is one ``error: ...`` line on stderr and exit status 2."""
-    from jobs.result_stdout import reserve_stdout
+    from jobs.result_stdout import result_stdout
 
-    results = reserve_stdout()
-    try:
-        summary = work()
-    except errors as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(summary, indent=2, ensure_ascii=False, default=str) if as_json else format_text(summary),
-          file=results, flush=True)
+    with result_stdout() as results:
+        try:
+            summary = work()
+        except errors as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(summary, indent=2, ensure_ascii=False, default=str) if as_json else format_text(summary),
+              file=results, flush=True)
     return 0
 
 

@@ -55,6 +55,11 @@ def _error(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with contextlib.ExitStack() as stack:  # holds the result stdout (jobs.result_stdout) once the work starts
+        return _main(argv, stack)
+
+
+def _main(argv: list[str] | None, stack: contextlib.ExitStack) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error argparse has already explained
@@ -88,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # stdout carries the answer (or the one JSON object): engine logs and stray library prints go to stderr.
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    from jobs.result_stdout import reserve_stdout
+    from jobs.result_stdout import result_stdout
 
-    answer_out = reserve_stdout()  # Ray's, the engines' and libraries' late lines go to stderr, even at fd level
+    answer_out = stack.enter_context(result_stdout())  # engines' and libraries' lines go to stderr, even at fd 1
     resources: list[Any] = [index]
     try:
         with contextlib.redirect_stdout(sys.stderr):

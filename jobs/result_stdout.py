@@ -7,41 +7,54 @@ that moment, and deduplicated lines are flushed later (at the next message, or w
 A ``contextlib.redirect_stdout`` around the work cannot catch a line that arrives after it ends, and nothing in
 Python catches a C library writing to file descriptor 1.
 
-:func:`reserve_stdout` therefore keeps a private copy of the real stdout for the result and points both
-``sys.stdout`` and file descriptor 1 at stderr for the rest of the process. A command calls it once, before
-its work starts, and prints its result to the stream it returns.
+:func:`result_stdout` therefore keeps a private copy of the real stdout for the result and points file
+descriptor 1 at stderr for the rest of the process (a command is the process's last act; Ray's threads and
+its shutdown at exit write through fd 1), and ``sys.stdout`` at stderr while the command runs.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TextIO
 
-_reserved: dict[str, Any] = {}
+_reserved: dict[str, Any] = {}  # the process's stdout, once fd 1 has been re-pointed: kept for the results
 
 
-def reserve_stdout() -> TextIO:
-    """The stream to print the command's result to; from now on everything else written to stdout goes to stderr.
+@contextmanager
+def result_stdout() -> Iterator[TextIO]:
+    """Yield the stream to print the command's result to; meanwhile everything else written to stdout goes to
+    stderr, and after it anything written through file descriptor 1 still does.
 
-    Calling it again (a command inside a command) returns the same stream. When stdout is not file descriptor 1
-    (a test capturing ``sys.stdout``), only ``sys.stdout`` is swapped.
+    When stdout is not file descriptor 1 (a test capturing ``sys.stdout``), the result goes to that stdout and
+    only ``sys.stdout`` is swapped while inside. Nested use yields the same stream.
     """
-    if _reserved and sys.stdout is _reserved["replacement"]:
-        return _reserved["results"]
-    sys.stdout.flush()
-    results: TextIO = sys.stdout
+    original = sys.stdout
+    if _reserved.get("inside") is original:  # a command inside a command
+        yield _reserved["results"]
+        return
+    original.flush()
+    results: TextIO = original
     try:
-        out_fd, err_fd = sys.stdout.fileno(), sys.stderr.fileno()
+        out_fd, err_fd = original.fileno(), sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: an in-memory capture
         out_fd = err_fd = -1
-    # Only the process's own stdout (fd 1) is re-pointed; a test framework's capture file is left alone.
     if out_fd == 1 and err_fd >= 0 and err_fd != out_fd:
-        sys.stderr.flush()
-        copy = os.dup(out_fd)
-        os.dup2(err_fd, out_fd)  # C libraries, child processes and late Python writes to fd 1 now reach stderr
-        results = os.fdopen(copy, "w", encoding=getattr(sys.stdout, "encoding", None) or "utf-8",
-                            errors="backslashreplace", buffering=1)
+        if "fd1" not in _reserved:
+            sys.stderr.flush()
+            copy = os.dup(1)
+            os.dup2(err_fd, 1)  # C libraries, child processes and late Python writes to fd 1 now reach stderr
+            _reserved["fd1"] = os.fdopen(copy, "w", encoding=getattr(original, "encoding", None) or "utf-8",
+                                         errors="backslashreplace", buffering=1)
+        results = _reserved["fd1"]
     sys.stdout = sys.stderr
-    _reserved.update(results=results, replacement=sys.stdout)
-    return results
+    _reserved.update(inside=sys.stdout, results=results)
+    try:
+        yield results
+    finally:
+        results.flush()
+        _reserved.pop("inside", None)
+        if sys.stdout is sys.stderr:
+            sys.stdout = original  # writes to fd 1, which (in a CLI process) now leads to stderr

@@ -19,34 +19,37 @@ REPO = Path(__file__).resolve().parents[2]
 def test_late_thread_prints_fd_writes_and_atexit_prints_go_to_stderr():
     code = textwrap.dedent("""
         import atexit, os, sys, threading
-        from jobs.result_stdout import reserve_stdout
+        from jobs.result_stdout import result_stdout
         print("before: still stdout")
-        out = reserve_stdout()
-        assert reserve_stdout() is out
-        print("(raylet) Task abc failed. There are 3 retries remaining, so the task will be retried.")
-        os.write(1, b"a C library writing to fd 1\\n")
-        subprocess_line = __import__("subprocess").run(["echo", "a child process"], check=True)
-        late = threading.Timer(0.2, lambda: print("(MapWorker pid=1) a late forwarded line"))
-        late.start()
-        atexit.register(lambda: print("[repeated 2x across cluster] flushed at shutdown"))
-        print(__import__("json").dumps({"result": "ok"}), file=out)
+        with result_stdout() as out:
+            with result_stdout() as inner:
+                assert inner is out
+            print("(raylet) Task abc failed. There are 3 retries remaining, so the task will be retried.")
+            os.write(1, b"a C library writing to fd 1\\n")
+            __import__("subprocess").run(["echo", "a child process"], check=True)
+            late = threading.Timer(0.2, lambda: print("(MapWorker pid=1) a late forwarded line"))
+            late.start()
+            atexit.register(lambda: print("[repeated 2x across cluster] flushed at shutdown"))
+            print(__import__("json").dumps({"result": "ok"}), file=out)
         late.join()
+        print("after the command: still not on stdout")
     """)
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False, timeout=120,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False,
+                          timeout=120, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     first, rest = done.stdout.split("\n", 1)
     assert first == "before: still stdout"
     assert json.loads(rest) == {"result": "ok"}
-    for line in ("retries remaining", "C library", "a child process", "late forwarded", "flushed at shutdown"):
+    for line in ("retries remaining", "C library", "a child process", "late forwarded", "flushed at shutdown",
+                 "after the command"):
         assert line in done.stderr
 
 
 def test_hxd2_index_json_stdout_is_the_summary_alone(tmp_path):
     """The whole CLI: a rejected build prints nothing on stdout; it is checked the same way as a real one."""
     done = subprocess.run([sys.executable, "-m", "jobs.cli", "index", "--input", str(tmp_path / "nope"),
-                           "--output", str(tmp_path / "out"), "--json"], cwd=REPO, capture_output=True, text=True, check=False,
-                          timeout=300, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
+                           "--output", str(tmp_path / "out"), "--json"], cwd=REPO, capture_output=True, text=True,
+                          check=False, timeout=300, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
                                             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().startswith("error: input not found")
@@ -68,8 +71,18 @@ def test_run_and_report_json_survives_a_ray_line_printed_after_the_work_returned
         time.sleep(0.6)
         sys.exit(code)
     """)
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False, timeout=120,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False,
+                          timeout=120, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"documents": 3}
     assert "retries remaining" in done.stderr and "forwarded output" in done.stderr
+
+
+def test_in_process_commands_leave_sys_stdout_as_they_found_it(capsys):
+    """Tests (and callers) run several commands in one process: a plain print after one still reaches stdout."""
+    from jobs.cli import run_and_report
+
+    assert run_and_report(lambda: {"n": 1}, as_json=True, format_text=str) == 0
+    print("plain print afterwards")
+    out = capsys.readouterr().out
+    assert json.loads(out.split("plain print", 1)[0]) == {"n": 1} and "plain print afterwards" in out
