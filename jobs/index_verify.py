@@ -1,4 +1,4 @@
-"""``hxd2 index verify --index DIR_OR_S3``: check every index file against the manifest's sizes and sha256.
+"""hxd2 index verify --index DIR_OR_S3: check every index file against the manifest's sizes and sha256.
 
 Exit 0 when every recorded file is present with its size and checksum, 2 when one is missing or damaged (each
 named), or when the index has no manifest. ``--sizes-only`` skips the checksums (a stat per file).
