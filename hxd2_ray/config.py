@@ -29,6 +29,12 @@ class _Frozen(BaseModel):
 class S3Config(_Frozen):
     endpoint_url: str | None = Field(None, description="S3 endpoint, e.g. http://127.0.0.1:9000 for a local server.")
     region: str = Field("us-east-1", description="S3 region.")
+    lock_stale_after_s: float = Field(
+        900.0, gt=0,
+        description="An S3 build lock whose heartbeat is older than this is taken over by the next build (a live "
+                    "build refreshes it every minute or so); a lock left by a dead process on the same host is "
+                    "taken over at once.",
+    )
 
 
 class IngestConfig(_Frozen):
@@ -223,6 +229,10 @@ class RetrievalConfig(_Frozen):
                     "read through Kùzu.",
     )
     resident_graph_max_mb: int = Field(512, gt=0, description="Largest graph file (MB) `auto` holds in memory.")
+    verify_checksums: bool = Field(
+        False, description="Check every index file's sha256 against the manifest when an index opens (sizes are "
+                           "always checked); `hxd2 index verify` does the same on demand.",
+    )
 
 
 class MultiStageConfig(_Frozen):

@@ -23,3 +23,7 @@ class IndexMismatchError(HxdError):
 
 class BackendError(HxdError):
     """An external service (LLM, embedder, store) failed after its bounded retries."""
+
+
+class IndexDamagedError(IndexNotFoundError):
+    """An index file is missing, truncated or altered: its size or sha256 differs from the manifest's record."""

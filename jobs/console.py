@@ -192,22 +192,25 @@ def run_job(work: Callable[[], dict[str, Any]], *, command: str, log_path: Path 
     after the console closes (stdout then holds only the summary with ``--json``); the log's path is repeated
     under an error."""
     from hxd2_ray.errors import HxdError
+    from jobs.result_stdout import result_stdout
 
     expected = errors or (HxdError, FileNotFoundError)
     used_log: Path | None = None
-    try:
-        with job_console(command, log_path, verbose=verbose, run=run) as console:
-            used_log = console.log_path
-            with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+    # The result stream is reserved first: Ray's threads print to fd 1 even after the work (jobs.result_stdout).
+    with result_stdout() as results:
+        try:
+            with job_console(command, log_path, verbose=verbose, run=run) as console:
+                used_log = console.log_path
                 summary = work()
-    except expected as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        if used_log is not None:
-            print(f"  (the full log: {used_log})", file=sys.stderr)
-        return 2
-    except BaseException:
-        if used_log is not None:
-            print(f"hxd2 {command} failed; the full log: {used_log}", file=sys.stderr)
-        raise
-    print(json.dumps(summary, indent=2, ensure_ascii=False, default=str) if as_json else format_text(summary))
+        except expected as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            if used_log is not None:
+                print(f"  (the full log: {used_log})", file=sys.stderr)
+            return 2
+        except BaseException:
+            if used_log is not None:
+                print(f"hxd2 {command} failed; the full log: {used_log}", file=sys.stderr)
+            raise
+        print(json.dumps(summary, indent=2, ensure_ascii=False, default=str) if as_json else format_text(summary),
+              file=results, flush=True)
     return 0

@@ -29,6 +29,7 @@ import pyarrow.fs as pafs
 from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, load_config
 from hxd2_ray.errors import EmptyCorpusError, HxdError
 from hxd2_ray.indexing import tables
+from hxd2_ray.indexing.faults import crash_point, worker_env
 from hxd2_ray.stages import staging as st
 from jobs import telemetry
 
@@ -66,6 +67,7 @@ def init_ray(cfg: HxdConfig) -> None:
                  "AWS_DEFAULT_REGION", "VLLM_CPU_KVCACHE_SPACE"):
         if os.environ.get(name):
             env_vars[name] = os.environ[name]
+    env_vars.update(worker_env())  # crash tests: the armed fault points reach the workers
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
@@ -115,19 +117,27 @@ def _parse_with(batch: pa.Table, cfg: HxdConfig, scheme: str, counter: Any = Non
 class IndexBuild:
     """One run of the indexing job over ``input_uri`` into ``output_uri``."""
 
-    def __init__(self, cfg: HxdConfig, input_uri: str, output_uri: str) -> None:
+    def __init__(self, cfg: HxdConfig, input_uri: str, output_uri: str, output: Any = None, inputs: Any = None
+                 ) -> None:
+        """``output``: the :class:`BuildOutput` (opened and locked) of :func:`run_index`; ``inputs``: its
+        :class:`InputSelection`. Without them the output is opened here and the input walked in ``ingest``."""
         from hxd2_ray.extraction.prompts import load_prompts
         from hxd2_ray.ingest.sources import open_output_filesystem
 
         self.cfg = cfg
         self.input_uri = input_uri
         self.output_uri = output_uri
-        self.fs, self.root = open_output_filesystem(output_uri, cfg.s3)
+        self.output = output
+        self.inputs = inputs
+        opened: tuple[pafs.FileSystem, str] = ((output.fs, output.root) if output is not None
+                                                else open_output_filesystem(output_uri, cfg.s3))
+        self.fs, self.root = opened
         self.staging = posixpath.join(self.root, "_staging")
         self.prompts = load_prompts()
         self.fingerprint = cfg.index_fingerprint(self.prompts.version_hash)
         self.clock = StageClock()
         self.counters: Counter[str] = Counter()
+        self.files: dict[str, dict[str, Any]] = {}
 
     # ------------------------------------------------------------------ helpers
 
@@ -139,6 +149,10 @@ class IndexBuild:
 
     def _mark(self, stage: str, payload: dict) -> None:
         st.write_json_atomic(self.fs, self._stage_path("_stages", f"{stage}.json"), payload)
+
+    def _check_lock(self) -> None:
+        if self.output is not None:
+            self.output.lock.check_held()  # an S3 lock taken over by another build: stop before publishing
 
     def _check_staging_fingerprint(self) -> None:
         build = st.read_json(self.fs, self._stage_path("build.json"))
@@ -155,20 +169,16 @@ class IndexBuild:
     def ingest(self) -> tuple[pa.Table, pa.Table, pa.Table]:
         import ray
 
-        from hxd2_ray.ingest.sources import list_input_files, precheck, resolve_filesystem
+        from hxd2_ray.ingest.sources import resolve_filesystem, select_inputs
 
-        files = list_input_files(self.input_uri, self.cfg.ingest, self.cfg.s3)
-        if not files:
-            raise EmptyCorpusError(f"no input files under {self.input_uri}")
-        in_fs, _ = resolve_filesystem(files[0], self.cfg.s3)
-        paths = [resolve_filesystem(f, self.cfg.s3)[1] for f in files]
-        infos = in_fs.get_file_info(paths)
-        input_fp = st.fingerprint_of(f"{i.path}|{i.size}|{i.mtime_ns}" for i in infos)
-        # Oversized and unsupported files are quarantined from their listing alone; Ray never fetches them.
-        prechecked, readable = [], []
-        for uri, info in zip(files, infos, strict=True):
-            verdict = precheck(uri, info.size, self.cfg.ingest)
-            (prechecked.append(verdict) if verdict else readable.append(uri))
+        # Walked by real path, the output never entered; oversized, unsupported and unreachable files are
+        # quarantined from the listing alone, so Ray never fetches them.
+        selection = self.inputs or select_inputs(self.input_uri, self.cfg.ingest, self.cfg.s3,
+                                                 exclude=(self.output_uri,))
+        files, readable, prechecked = selection.files, selection.readable, selection.rejected
+        in_fs, _ = resolve_filesystem(readable[0], self.cfg.s3)
+        input_fp = st.fingerprint_of([f"{i.path}|{i.size}|{i.mtime_ns}" for i in selection.infos]
+                                     + [f"{q.source_path}|{q.reason}" for q in prechecked])
         marker = self._marker("ingest")
         if marker and marker.get("input") == input_fp:
             self.clock.status["ingest"] = "skipped: finished earlier"
@@ -227,6 +237,7 @@ class IndexBuild:
         for sub in ("documents", "quarantine", "chunks"):
             st.remove_files(self.fs, st.list_parquet(self.fs, self._stage_path(sub)))
         st.write_table_atomic(self.fs, self._stage_path("documents", "part-0000.parquet"), docs)
+        crash_point("driver:ingest")
         st.write_table_atomic(self.fs, self._stage_path("quarantine", "part-0000.parquet"), quarantine)
         for s in range(n_shards):
             part = chunks.filter(pc.equal(chunks.column("shard"), s))
@@ -368,6 +379,7 @@ class IndexBuild:
         for sub, table in (("entities", ents), ("relations", rels)):
             st.remove_files(self.fs, st.list_parquet(self.fs, self._stage_path(sub)))
             st.write_table_atomic(self.fs, self._stage_path(sub, "part-0000.parquet"), table)
+            crash_point("driver:merge")
         self._mark("merge", {"input": input_fp, "entities": ents.num_rows, "relations": rels.num_rows,
                              "summarized": summarized})
         self.clock.status["merge"] = f"merged {ok.num_rows} chunk extractions"
@@ -418,6 +430,7 @@ class IndexBuild:
         import numpy as np
 
         from hxd2_ray.graph.kuzu_store import KuzuGraphWriter
+        from hxd2_ray.indexing.manifest import record_files
         from hxd2_ray.vectors.faiss_index import write_family
 
         local = isinstance(self.fs, pafs.LocalFileSystem)
@@ -427,6 +440,7 @@ class IndexBuild:
         try:
             KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu")).bulk_load(
                 docs, chunks.drop_columns(["shard"]), entities, relations)
+            crash_point("driver:write")
             families = {}
             for family in tables.VECTOR_FAMILIES:
                 part = vectors.filter(pc.equal(vectors.column("family"), family))
@@ -436,6 +450,7 @@ class IndexBuild:
                     np.zeros((0, self.cfg.embedding.dim), np.float32)
                 info = write_family(build_dir, family, keys, arr, self.cfg.vectors)
                 families[family] = _as_dict(info)
+            self.files = record_files(build_dir)  # sizes and sha256 for the manifest, before the files move
             self._publish(build_dir)
         finally:
             shutil.rmtree(build_dir, ignore_errors=True)
@@ -486,6 +501,7 @@ class IndexBuild:
             entities, relations = self.merge(extractions)
         with self.clock.stage("embed"):
             vectors = self.embed(entities, relations, chunks)
+        self._check_lock()
         with self.clock.stage("write"):
             families = self.write(docs, chunks, entities, relations, vectors)
 
@@ -501,7 +517,9 @@ class IndexBuild:
             counts={k: summary[k] for k in ("documents", "chunks", "entities", "relations")},
             vector_families=families,
             config=self.cfg.model_dump(mode="json"),
+            files=self.files,
         )
+        self._check_lock()
         write_manifest(manifest_path, manifest, filesystem=self.fs)
         read_manifest(manifest_path, filesystem=self.fs)  # the index is complete only if this reads back
         return summary
@@ -572,19 +590,18 @@ def _as_dict(info: Any) -> dict[str, Any]:
 
 
 def run_index(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool = False) -> dict[str, Any]:
-    if overwrite:
-        from hxd2_ray.ingest.sources import resolve_filesystem
+    """Check the input and the output, take the output's build lock, then start Ray and build."""
+    from hxd2_ray.indexing.output import build_output
+    from hxd2_ray.ingest.sources import select_inputs
+    from jobs.console import LOG_FOLDER
 
-        from jobs.console import LOG_FOLDER
-
-        fs, root = resolve_filesystem(output_uri, cfg.s3)
-        if fs.get_file_info(root).type == pafs.FileType.Directory:
-            for info in fs.get_file_info(pafs.FileSelector(root)):  # all but the logs (this run's is open)
-                if posixpath.basename(info.path) == LOG_FOLDER:
-                    continue
-                (fs.delete_dir if info.type == pafs.FileType.Directory else fs.delete_file)(info.path)
-    init_ray(cfg)
-    return IndexBuild(cfg, input_uri, output_uri).run()
+    inputs = select_inputs(input_uri, cfg.ingest, cfg.s3, exclude=(output_uri,))
+    with build_output(output_uri, cfg.s3, overwrite=overwrite, input_uri=input_uri,
+                      keep_on_overwrite=(LOG_FOLDER,)) as output:
+        for path in output.swept:
+            _log(f"removed {path}, left by a build that was killed")
+        init_ray(cfg)
+        return IndexBuild(cfg, input_uri, output_uri, output=output, inputs=inputs).run()
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -618,6 +635,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from jobs.console import log_path_for, run_job
 
+    if argv and argv[0] == "verify":  # hxd2 index verify --index DIR: the files against the manifest's checksums
+        from jobs.index_verify import main as verify_main
+
+        return verify_main(argv[1:])
     args = build_parser().parse_args(argv)
     return run_job(
         lambda: run_index(load_config(args.config, args.overrides), args.input, args.output,

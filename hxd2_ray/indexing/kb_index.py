@@ -34,11 +34,11 @@ import pyarrow.compute as pc
 from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id
 from hxd2_ray.errors import HxdError
 from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, write_manifest
+from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, record_files, write_manifest
 from hxd2_ray.logic.metaqa import empty_chunks, empty_documents, read_triples, triples_to_tables
+from hxd2_ray.progress import NO_BOARD, NO_COUNTER, BoardCounter, StageBoard, StageCounter
 from hxd2_ray.stages.embed_stage import embedding_inputs
 from hxd2_ray.wiring import build_embedder
-from hxd2_ray.progress import NO_BOARD, NO_COUNTER, BoardCounter, StageBoard, StageCounter
 
 __all__ = ["KB_PROMPT_VERSION", "build_kb_index", "embed_texts", "kb_fingerprint"]
 
@@ -294,6 +294,7 @@ def build_kb_index(
             counts={k: summary[k] for k in ("documents", "chunks", "entities", "relations")},
             vector_families=families,
             config=cfg.model_dump(mode="json"),
+            files=record_files(build_dir),
         )
         write_manifest(build_dir, manifest)  # last file of the build
         read_manifest(build_dir)

@@ -2,14 +2,18 @@
 
 Readers open ``<root>/manifest.json`` before anything else; a crash mid-build leaves no manifest and the
 index reads as missing rather than half-there. The manifest also records the models, dimension and
-schema versions the query side must match.
+schema versions the query side must match, and the size and sha256 of every file the query side reads
+(``files``), so a truncated graph or a missing shard is named before Kùzu or Faiss trips over it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import posixpath
 import tempfile
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
@@ -19,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import hxd2_ray
 from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id
-from hxd2_ray.errors import IndexMismatchError, IndexNotFoundError
+from hxd2_ray.errors import IndexDamagedError, IndexMismatchError, IndexNotFoundError
 from hxd2_ray.graph.base import GRAPH_SCHEMA_VERSION
 
 MANIFEST_FORMAT_VERSION = 1
@@ -42,6 +46,8 @@ class IndexManifest(BaseModel):
     created_at: str = Field(default_factory=lambda: utc_now_iso())
     config: dict[str, Any] = Field(default_factory=dict)  # the HxdConfig used, as JSON
     hxd2_ray_version: str = hxd2_ray.__version__
+    # path relative to the index root -> {"size": bytes, "sha256": hex}; empty in manifests older than checksums
+    files: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @classmethod
     def create(
@@ -55,8 +61,11 @@ class IndexManifest(BaseModel):
         counts: Mapping[str, int],
         vector_families: Mapping[str, Mapping[str, Any]],
         config: Mapping[str, Any],
+        files: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> "IndexManifest":
-        """A manifest stamped now, with this version's format, graph schema and package version."""
+        """A manifest stamped now, with this version's format, graph schema and package version.
+
+        ``files``: :func:`record_files` of the finished index folder (sizes and checksums)."""
         return cls(
             fingerprint=fingerprint,
             prompt_version=prompt_version,
@@ -66,6 +75,7 @@ class IndexManifest(BaseModel):
             counts=dict(counts),
             vector_families={k: dict(v) for k, v in vector_families.items()},
             config=dict(config),
+            files={k: dict(v) for k, v in (files or {}).items()},
         )
 
 
@@ -185,3 +195,72 @@ def check_compatible(manifest: IndexManifest, embedding_model_id: str, dim: int)
             f"the index has graph schema version {manifest.graph_schema_version} but this hxd2_ray reads "
             f"version {GRAPH_SCHEMA_VERSION}; rebuild the index"
         )
+
+
+# --------------------------------------------------------------------------------------------- file checks
+
+# What the query side reads, relative to the index root: the graph and every vector family's files.
+QUERY_FILE_ROOTS = ("graph.kuzu", "vectors")
+_HASH_BLOCK = 1 << 20
+
+
+def _sha256(stream: Any) -> str:
+    h = hashlib.sha256()
+    for block in iter(lambda: stream.read(_HASH_BLOCK), b""):
+        h.update(block)
+    return h.hexdigest()
+
+
+def record_files(root: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """Size and sha256 of every file under ``root`` that the query side reads (``graph.kuzu``, ``vectors/``)."""
+    base = Path(root)
+    out: dict[str, dict[str, Any]] = {}
+    for top in QUERY_FILE_ROOTS:
+        path = base / top
+        paths = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for p in paths:
+            with open(p, "rb") as fh:
+                out[p.relative_to(base).as_posix()] = {"size": p.stat().st_size, "sha256": _sha256(fh)}
+    return out
+
+
+@dataclass(frozen=True)
+class FileDamage:
+    file: str  # relative to the index root
+    problem: str
+
+
+def find_damage(root: str | os.PathLike[str], manifest: IndexManifest, *, checksums: bool = False,
+                filesystem: pafs.FileSystem | None = None, only: tuple[str, ...] | None = None) -> list[FileDamage]:
+    """Files whose presence, size (always) or sha256 (with ``checksums``) differ from the manifest's record.
+
+    ``only``: check just the files equal to or under these relative paths (``vectors/chunk/``)."""
+    fs, base = _resolve(root, filesystem)
+    fs = fs or pafs.LocalFileSystem()
+    names = sorted(n for n in manifest.files if only is None or any(n == o or n.startswith(o) for o in only))
+    infos = fs.get_file_info([posixpath.join(base, n) for n in names]) if names else []
+    damage = []
+    for name, info in zip(names, infos, strict=True):
+        want = manifest.files[name]
+        if info.type != pafs.FileType.File:
+            damage.append(FileDamage(name, f"{name} is missing"))
+        elif info.size != want.get("size"):
+            damage.append(FileDamage(name, f"{name} has {info.size} bytes, the manifest recorded {want.get('size')}"
+                                           + (" (truncated)" if (info.size or 0) < (want.get("size") or 0) else "")))
+        elif checksums and want.get("sha256"):
+            with fs.open_input_stream(info.path) as fh:
+                got = _sha256(fh)
+            if got != want["sha256"]:
+                damage.append(FileDamage(name, f"{name} has sha256 {got[:16]}…, the manifest recorded "
+                                               f"{str(want['sha256'])[:16]}…"))
+    return damage
+
+
+def check_files(root: str | os.PathLike[str], manifest: IndexManifest, *, location: str, checksums: bool = False,
+                filesystem: pafs.FileSystem | None = None, only: tuple[str, ...] | None = None) -> None:
+    """Raise :class:`IndexDamagedError` naming the damaged files (sizes always; sha256 with ``checksums``)."""
+    damage = find_damage(root, manifest, checksums=checksums, filesystem=filesystem, only=only)
+    if damage:
+        more = f" (and {len(damage) - 1} more damaged files)" if len(damage) > 1 else ""
+        raise IndexDamagedError(f"index at {location} is damaged: {damage[0].problem}{more}; rebuild the index or "
+                                f"copy it again whole (hxd2 index verify --index {location} lists every file)")

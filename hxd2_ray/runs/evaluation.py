@@ -119,7 +119,8 @@ def run_evaluation(req: EvalRunRequest, answer_shards: ShardRunner, log: Log = l
     report = spec.load(req.data_root, questions=req.questions, corpus=req.corpus)
     items = report.items[: req.limit] if req.limit is not None else list(report.items)
     if not items:
-        raise HxdError(f"benchmark {spec.name!r} has no questions to evaluate")
+        raise HxdError(f"benchmark {spec.name!r} has no questions to evaluate" + "".join(
+            f" ({len(report.skipped)} rows skipped; {where}: {why})" for where, why in report.skipped[:1]))
     fs, root = open_run_folder(req.output, cfg)
     n_shards = req.shards or min(len(items), 4 * req.workers)
     bounds = make_shards(len(items), n_shards)

@@ -11,6 +11,7 @@ import pyarrow.fs as pafs
 
 from hxd2_ray.config import HxdConfig
 from hxd2_ray.indexing import tables
+from hxd2_ray.indexing.faults import crash_point
 from hxd2_ray.progress import NO_COUNTER, StageCounter
 from hxd2_ray.stages.staging import batch_file_name, write_table_atomic
 from hxd2_ray.types import vector_id
@@ -94,7 +95,9 @@ class EmbedAndPersist:
             schema=tables.EMBEDDINGS,
         )
         name = batch_file_name(f"{f}\x1f{k}" for f, k in zip(families, keys, strict=True))
+        crash_point("worker:embed")  # crash tests: a worker dies with its batch in flight
         write_table_atomic(self._fs, posixpath.join(self._folder, name), table)
+        crash_point("driver:embed")  # crash tests: the driver dies with the stage half done
         row = {"file": name, "vectors": len(keys), "failed": 0, "error": "", "chars": sum(map(len, texts)),
                "seconds": time.perf_counter() - started}
         self._counter.add(done=len(keys))

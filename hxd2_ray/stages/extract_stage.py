@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from hxd2_ray.config import HxdConfig
+from hxd2_ray.indexing.faults import crash_point
 from hxd2_ray.progress import NO_COUNTER, CountingLLM, StageCounter
 from hxd2_ray.stages.columns import chunks_from_table, extractions_to_table
 from hxd2_ray.stages.staging import batch_file_name, write_table_atomic
@@ -54,7 +55,9 @@ class ExtractAndPersist:
         extractions = self._extractor.extract(chunks)
         table = extractions_to_table(extractions)
         name = batch_file_name(c.id for c in chunks)
+        crash_point("worker:extract")  # crash tests: a worker dies with its batch in flight
         write_table_atomic(self._fs, posixpath.join(self._folder, name), table)
+        crash_point("driver:extract")  # crash tests: the driver dies with the stage half done
         row = {
             "file": name,
             "chunks": len(extractions),
