@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterable
@@ -253,6 +254,8 @@ class HttpMetricsMiddleware:
             self.metrics.http_latency.observe((time.perf_counter() - started) * 1000, tags={"route": route})
 
 
+_DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
 ROUTES = ("/v1/chat/completions", "/v1/query", "/v1/models", "/healthz", "/openapi.json")
 
 
@@ -331,11 +334,9 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
     def deadline_of(request: Request) -> float:
         seconds = settings.request_deadline_s
         asked = request.headers.get(DEADLINE_HEADER)
-        if asked:
-            try:
-                value = float(asked)
-            except ValueError:
-                value = math.nan
+        if asked is not None:
+            # A number as the document says (not Python's float(): "1_0", " 5", "nan"); sent empty, it is refused.
+            value = float(asked) if _DECIMAL.fullmatch(asked) else math.nan
             if not math.isfinite(value) or value <= 0:
                 raise ApiError(400, f"{DEADLINE_HEADER} must be a positive, finite number of seconds; got "
                                     f"{asked[:40]!r}", code="invalid_deadline")
@@ -429,11 +430,14 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
                                        choices=[ChunkChoice(delta=delta, finish_reason=finish)], **extra)
             return _sse(body.model_dump(exclude_none=True))
 
+        def error_event(status: int, message: str) -> bytes:
+            return _sse(error_body(message, ERROR_TYPES.get(status, "server_error"), status))
+
         async def sse() -> AsyncIterator[bytes]:
             try:
                 yield chunk(Delta(role="assistant", content=""))
-                event: dict[str, Any] | None = first
-                while event is not None:
+                event = first
+                while True:
                     kind = event.get("type")
                     if kind == "delta":
                         yield chunk(Delta(content=event["text"]))
@@ -447,15 +451,17 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
                         if include_usage:
                             yield _sse(ChatCompletionChunk(id=cid, created=created, model=req.model, choices=[],
                                                            usage=Usage.of(usage)).model_dump(exclude_none=True))
+                        break
                     elif kind == "error":
                         err = event["error"]
-                        yield _sse(error_body(err.get("message", "error"),
-                                              ERROR_TYPES.get(int(err.get("status", 500)), "server_error"),
-                                              err.get("status")))
+                        yield error_event(int(err.get("status", 500)), err.get("message", "error"))
                         break
-                    event = await events.__anext__() if kind not in ("final",) else None
-                yield _sse("[DONE]")
-            except StopAsyncIteration:
+                    try:
+                        event = await events.__anext__()
+                    except StopAsyncIteration:
+                        # Ended before its final event: say so, rather than end as if the answer were whole.
+                        yield error_event(502, "the answer stream ended before the answer was complete")
+                        break
                 yield _sse("[DONE]")
             finally:
                 await events.aclose()  # on a client disconnect too: cancels the retriever stream → engine abort

@@ -240,11 +240,12 @@ APP = make_api(RetrieverBackend(HANDLE, SETTINGS.retry_after_s), SETTINGS, ApiKe
 # ============================================================================================ the schema
 
 CONFIG = schemathesis.Config.from_dict({
+    "generation": {"with-security-parameters": False},  # the Authorization header is drawn below
     "checks": {"negative_data_rejection": {"expected-statuses": [400, 404, 413, 422]}},
 })
 OPERATIONS = ("GET /healthz", "GET /v1/models", "POST /v1/query", "POST /v1/chat/completions")
 # Examples per operation: the POST routes carry the bodies and every Retriever behaviour.
-EXAMPLES = {"GET /healthz": 40, "GET /v1/models": 40, "POST /v1/query": 250, "POST /v1/chat/completions": 400}
+EXAMPLES = {"GET /healthz": 40, "GET /v1/models": 40, "POST /v1/query": 120, "POST /v1/chat/completions": 200}
 
 
 @pytest.fixture(scope="module")
@@ -268,16 +269,18 @@ AUTH = [
     (f"Bearer {KEY} {KEY}", False), (f"Bearer {KEY},Bearer {OTHER}", False), ("Bearer \u00e9\u00ff", False),
 ]
 _latin1 = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=40)
-auth_headers = st.one_of(st.sampled_from(AUTH), _latin1.map(lambda s: (s.strip() or None, False)))
+_good_auth = st.sampled_from([a for a in AUTH if a[1]])
+_bad_auth = st.one_of(st.sampled_from([a for a in AUTH if not a[1]]), _latin1.map(lambda s: (s.strip() or None, False)))
+auth_headers = st.one_of(_good_auth, _good_auth, _good_auth, _bad_auth)  # mostly good: the requests must get through
 
 # x-hxd2-deadline-s values and whether they are valid: a positive, finite JSON-style number of seconds.
 DEADLINES = [
     ("5", True), ("0.5", True), ("1e-9", True), ("1E3", True), ("30", True), ("1e999", False), ("nan", False),
     ("NaN", False), ("inf", False), ("-inf", False), ("Infinity", False), ("-1", False), ("0", False),
-    ("-0", False), ("0.0", False), ("1e-400", False), ("", None), ("5s", False), ("0x10", False), ("1_0", False),
-    ("5,5", False), ("\u00a05", False), ("\u00bd", False), ("true", False), ("[5]", False),
+    ("-0", False), ("0.0", False), ("1e-400", False), ("", False), ("5s", False), ("0x10", False), ("1_0", False),
+    ("5,5", False), ("\u00bd", False), ("true", False), ("[5]", False),
 ]
-deadline_headers = st.one_of(st.just((None, True)), st.sampled_from(DEADLINES))
+deadline_headers = st.one_of(st.just((None, True)), st.just((None, True)), st.sampled_from(DEADLINES))
 CONTENT_TYPES = [None, "application/json", "application/json; charset=utf-8", "text/plain",
                  "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "", "application/xml",
                  "\u00e9/\u00e9"]
@@ -357,61 +360,88 @@ def _chat_stream(case: Any) -> bool:
     return isinstance(case.body, dict) and case.body.get("stream") is True
 
 
+questions = st.text(st.characters(codec="utf-8"), min_size=1, max_size=80).filter(str.strip)
+
+
+def with_question(case: Any, question: str, stream: bool) -> Any:
+    """A valid chat request made to ask ``question``: one more user message, last (still valid)."""
+    case.body["messages"] = [*case.body["messages"], {"role": "user", "content": question}]
+    case.body["stream"] = stream
+    return case
+
+
 def fuzz(schema: Any, label: str, examples: int) -> Counter[str]:
+    """Run ``examples`` generated requests of one operation; a valid request with a good key is played against
+    every Retriever behaviour. Returns what was exercised."""
     operation = schema.find_operation_by_label(label)
     documented = _status(operation)
-    cases = st.one_of(operation.as_strategy(GenerationMode.POSITIVE), operation.as_strategy(GenerationMode.NEGATIVE))
+    guarded = operation.path != "/healthz"
+    post = operation.method.upper() == "POST"
+    valid = operation.as_strategy(GenerationMode.POSITIVE)
+    if label == "POST /v1/chat/completions":
+        # A generated conversation seldom ends with a user message that has text: add one to half of them.
+        valid = st.one_of(valid, st.builds(with_question, valid, questions, st.booleans()))
+    cases = st.one_of(valid, valid, operation.as_strategy(GenerationMode.NEGATIVE))
     seen: Counter[str] = Counter()
+
+    def play(case: Any, name: str, auth_ok: bool, deadline_ok: bool | None, positive: bool) -> bool:
+        """One request with the Retriever playing ``name``; True when it reached the Retriever."""
+        script = SCRIPTS[name]
+        HANDLE.script, HANDLE.calls = script, []
+        response = case.call()
+        check_invariants(case, response, script, auth_ok, documented)
+        case.validate_response(response, checks=CONFORMANCE + (NEGATIVE if auth_ok else []))
+        status = response.status_code
+        if guarded and not auth_ok:
+            assert HANDLE.calls == [], "the backend was called without a valid key"
+            return False
+        if deadline_ok is False:  # refused before any work (the body may be refused first)
+            assert status in (400, 404, 413, 422) and HANDLE.calls == [], response.text[:300]
+            if positive and status == 400:
+                assert response.json()["error"]["code"] in ("invalid_deadline", "empty_question"), response.text
+            return False
+        if not positive:
+            return bool(HANDLE.calls)
+        # What the schema cannot say: a blank question, a last user message over the length limit.
+        refused = status in (400, 413) and response.json()["error"]["code"] in ("empty_question", "question_too_long")
+        if not HANDLE.calls:
+            assert refused if post else status == 200, (status, response.text[:300])
+            return False
+        stream = _chat_stream(case)
+        seen[f"{name}{' (stream)' if stream else ''}"] += 1
+        expected = script.stream_status if stream else script.status
+        if label == "GET /healthz":
+            expected = 503 if script.health is not None else 200
+        assert status == expected, (name, status, response.text[:300])
+        return True
 
     @settings(max_examples=examples, derandomize=True, database=None, deadline=None,
               suppress_health_check=list(HealthCheck))
-    @given(case=cases, script_name=st.sampled_from(sorted(SCRIPTS)), auth=auth_headers,
-           deadline=deadline_headers, content_type=st.sampled_from(CONTENT_TYPES))
-    def run(case: Any, script_name: str, auth: tuple[str | None, bool], deadline: tuple[str | None, bool | None],
+    @given(case=cases, auth=auth_headers, deadline=deadline_headers, content_type=st.sampled_from(CONTENT_TYPES))
+    def run(case: Any, auth: tuple[str | None, bool], deadline: tuple[str | None, bool | None],
             content_type: str | None) -> None:
-        script = SCRIPTS[script_name]
-        HANDLE.script, HANDLE.calls = script, []
         headers = dict(case.headers or {})
         headers.pop("Authorization", None)
         auth_value, auth_ok = auth
         if auth_value is not None:
             headers["Authorization"] = auth_value
-        deadline_value, deadline_ok = deadline if operation.method.upper() == "POST" else (None, True)
+        deadline_value, deadline_ok = deadline if post else (None, True)
         if deadline_value is not None:
             headers["x-hxd2-deadline-s"] = deadline_value
-        elif "x-hxd2-deadline-s" in headers:
-            deadline_ok = None  # the generated one (valid or not, as its mode says)
         if content_type is not None and case.body is not None:
             headers["Content-Type"] = content_type
         case.headers = headers
-        response = case.call()
         positive = case.meta.generation.mode.is_positive
-        check_invariants(case, response, script, auth_ok, documented)
-        case.validate_response(response, checks=CONFORMANCE + (NEGATIVE if auth_ok else []))
-        guarded = operation.path != "/healthz"
-        if guarded and not auth_ok:
-            assert HANDLE.calls == [], "the backend was called without a valid key"
+        seen["valid" if positive else "invalid"] += 1
+        seen["good key" if auth_ok else "bad key"] += 1
+        # A request that should get through is played against every Retriever behaviour; any other must be
+        # refused before any work, whatever the Retriever would do.
+        through = positive and (auth_ok or not guarded) and deadline_ok is not False
+        if not play(case, "answers", auth_ok, deadline_ok, positive) or not through:
             return
-        if deadline_ok is False:
-            assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_deadline"
-            assert HANDLE.calls == []
-            return
-        if not positive:
-            return
-        seen["valid"] += 1
-        refused = response.status_code in (400, 413) and response.json()["error"]["code"] in (
-            "empty_question", "question_too_long")  # what the schema cannot say: a blank or long last user message
-        if HANDLE.calls and not refused:
-            stream = _chat_stream(case)
-            seen[f"{script_name}{' (stream)' if stream else ''}"] += 1
-            expected = script.stream_status if stream else script.status
-            if label == "GET /healthz":
-                expected = 503 if script.health is not None else 200
-            assert response.status_code == expected, (script_name, response.status_code, response.text[:300])
-        elif operation.method.upper() == "POST":
-            assert refused, (response.status_code, response.text[:300])
-        else:
-            assert response.status_code == 200, response.text[:300]
+        seen["reached the retriever"] += 1
+        for name in sorted(SCRIPTS.keys() - {"answers"}):
+            play(case, name, auth_ok, deadline_ok, positive)
 
     run()
     return seen
@@ -433,13 +463,12 @@ def test_the_document_lists_every_route_and_is_behind_the_key(schema):
 @pytest.mark.parametrize("label", OPERATIONS)
 def test_fuzz_operation(schema, label):
     seen = fuzz(schema, label, EXAMPLES[label])
-    assert seen["valid"] >= EXAMPLES[label] // 5, seen  # enough valid requests with a good key got through
-    if label.startswith("POST"):
-        reached = {name.removesuffix(" (stream)") for name in seen if name != "valid"}
-        missing = set(SCRIPTS) - reached
-        assert not missing, f"Retriever behaviours the fuzzing never reached: {sorted(missing)}"
+    # The fuzzing did what it is for: invalid requests and bad keys, and valid requests that reached the Retriever.
+    assert seen["invalid"] >= EXAMPLES[label] // 5 and seen["bad key"] >= EXAMPLES[label] // 10, seen
+    if label != "GET /v1/models":
+        assert seen["reached the retriever"] >= EXAMPLES[label] // 10, seen
     if label == "POST /v1/chat/completions":
-        assert sum(n for name, n in seen.items() if name.endswith("(stream)")) >= 10, seen
+        assert seen["answers (stream)"] >= EXAMPLES[label] // 20, seen
 
 
 # ======================================================== what the fuzzing found (each failed before its fix)
@@ -486,3 +515,28 @@ def test_work_cancelled_downstream_reaches_a_live_client_as_504():
               json={"model": "tiny", "stream": True, "messages": [{"role": "user", "content": "q"}]})
     error = json.loads(sse_events(r.text)[-2])["error"]
     assert error["code"] == 504 and error["type"] == "timeout_error"
+
+
+def test_the_deadline_header_is_a_number_or_refused():
+    # An empty value was taken for no header, and Python's float() read "1_0" as 10 and "\u00a05" as 5: the header
+    # is documented as a number, and a client that sends one means it.
+    for bad in ("", "1_0", "\u00a05", "5.", "+5"):
+        r = _play(SCRIPTS["answers"], "POST", "/v1/query", json={"question": "q"},
+                  headers={"x-hxd2-deadline-s": bad.encode("latin-1")})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_deadline", (bad, r.text)
+    assert HANDLE.calls == []
+    for good in ("30", "0.25", "1e-05", "1E3", "007"):
+        r = _play(SCRIPTS["answers"], "POST", "/v1/query", json={"question": "q"}, headers={"x-hxd2-deadline-s": good})
+        assert r.status_code == 200, (good, r.text)
+
+
+def test_a_stream_cut_short_says_so():
+    # The Retriever's stream ended after some text without its final event (its pipeline stopped early): the client
+    # got `data: [DONE]` with no finished chunk and no error, a truncated answer that looked whole.
+    r = _play(SCRIPTS["stream ends without an answer"], "POST", "/v1/chat/completions",
+              json={"model": "tiny", "stream": True, "messages": [{"role": "user", "content": "q"}]})
+    data = sse_events(r.text)
+    assert r.status_code == 200 and data[-1] == "[DONE]"
+    assert "".join(json.loads(d)["choices"][0]["delta"].get("content", "") for d in data[:-2]) == "about it"
+    error = json.loads(data[-2])["error"]
+    assert error["code"] == 502 and error["type"] == "upstream_error" and "ended" in error["message"]
