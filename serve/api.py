@@ -318,7 +318,7 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
     async def parse(request: Request, model: Any) -> Any:
         raw = await request.body()
         try:
-            data = json.loads(raw or b"")
+            data = json.loads(raw or b"", parse_constant=_not_json)
         except RecursionError:
             raise ApiError(400, "the request body is nested too deeply", code="invalid_json") from None
         except (ValueError, UnicodeDecodeError) as exc:
@@ -505,6 +505,11 @@ def check_text(data: Any) -> None:
                 stack.append((key, f"{where} (a key)"))
         elif isinstance(value, list):
             stack.extend((v, f"{where}.{i}") for i, v in enumerate(value))
+
+
+def _not_json(constant: str) -> Any:
+    """``parse_constant`` of the body's parser: NaN and Infinity are Python's, not JSON."""
+    raise ValueError(f"{constant} is not a JSON value")
 
 
 def _problems(errors: Any) -> str:

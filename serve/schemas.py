@@ -28,17 +28,19 @@ def _check_mode(value: str | None) -> str | None:
 ModeName = Annotated[str, WithJsonSchema({"type": "string", "enum": list(MODES)})]
 
 # ------------------------------------------------------------------------------------------ requests
+# Strict: a request is accepted exactly when the published schema says it is valid ("stream": "true" is not a
+# boolean, "n": true not an integer), so the OpenAPI document is the contract the fuzzing holds the API to.
 
 
 class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     type: str
     text: str | None = None
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")  # name, tool_calls, … are accepted and ignored
+    model_config = ConfigDict(extra="allow", strict=True)  # name, tool_calls, … are accepted and ignored
 
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[ContentPart] | None = None
@@ -52,7 +54,7 @@ class ChatMessage(BaseModel):
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     include_usage: bool = False
 
@@ -61,7 +63,7 @@ class ChatCompletionRequest(BaseModel):
     """OpenAI chat completion request. Sampling fields are accepted and ignored: the answer's generation settings
     come from the server's retrieval config, so every client gets the same grounded behaviour."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str = Field(..., min_length=1, description="The index to answer from (see GET /v1/models).")
     messages: list[ChatMessage] = Field(..., min_length=1)
@@ -88,7 +90,7 @@ class ChatCompletionRequest(BaseModel):
 
 
 class QueryRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     question: str = Field(..., min_length=1, description="The question; it must hold a non-space character.")
     index: str | None = Field(None, description="Index name; the default index when omitted.")

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from ray.exceptions import ActorDiedError
 from ray.serve.exceptions import BackPressureError
@@ -384,7 +384,8 @@ def fuzz(schema: Any, label: str, examples: int) -> Counter[str]:
     cases = st.one_of(valid, valid, operation.as_strategy(GenerationMode.NEGATIVE))
     seen: Counter[str] = Counter()
 
-    def play(case: Any, name: str, auth_ok: bool, deadline_ok: bool | None, positive: bool) -> bool:
+    def play(case: Any, name: str, auth_ok: bool, deadline_ok: bool | None, positive: bool,
+             seconds: float | None = None) -> bool:
         """One request with the Retriever playing ``name``; True when it reached the Retriever."""
         script = SCRIPTS[name]
         HANDLE.script, HANDLE.calls = script, []
@@ -402,21 +403,27 @@ def fuzz(schema: Any, label: str, examples: int) -> Counter[str]:
             return False
         if not positive:
             return bool(HANDLE.calls)
-        # What the schema cannot say: a blank question, a last user message over the length limit.
-        refused = status in (400, 413) and response.json()["error"]["code"] in ("empty_question", "question_too_long")
+        # What the schema cannot say: a blank question, a last user message or a body over the limits.
+        refused = status in (400, 413) and response.json()["error"]["code"] in (
+            "empty_question", "question_too_long", "request_too_large")
         if not HANDLE.calls:
             assert refused if post else status == 200, (status, response.text[:300])
             return False
         stream = _chat_stream(case)
         seen[f"{name}{' (stream)' if stream else ''}"] += 1
-        expected = script.stream_status if stream else script.status
+        expected = {script.stream_status if stream else script.status}
         if label == "GET /healthz":
-            expected = 503 if script.health is not None else 200
-        assert status == expected, (name, status, response.text[:300])
+            expected = {503 if script.health is not None else 200}
+        if name == "replica died, the retry answered" and not stream and seconds is not None and seconds < 1:
+            # No retry once the deadline passed: 503 (certain for a deadline that short, possible below 1 s).
+            expected = {503} if seconds < 1e-3 else {200, 503}
+        assert status in expected, (name, status, response.text[:300])
         return True
 
+    # No shrinking: it can take minutes on these cases; a failure shows its request (the case, or Schemathesis's
+    # curl line), and derandomize makes it the same on every run.
     @settings(max_examples=examples, derandomize=True, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
+              phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck))
     @given(case=cases, auth=auth_headers, deadline=deadline_headers, content_type=st.sampled_from(CONTENT_TYPES))
     def run(case: Any, auth: tuple[str | None, bool], deadline: tuple[str | None, bool | None],
             content_type: str | None) -> None:
@@ -440,8 +447,9 @@ def fuzz(schema: Any, label: str, examples: int) -> Counter[str]:
         if not play(case, "answers", auth_ok, deadline_ok, positive) or not through:
             return
         seen["reached the retriever"] += 1
+        seconds = float(headers["x-hxd2-deadline-s"]) if "x-hxd2-deadline-s" in headers else None
         for name in sorted(SCRIPTS.keys() - {"answers"}):
-            play(case, name, auth_ok, deadline_ok, positive)
+            play(case, name, auth_ok, deadline_ok, positive, seconds)
 
     run()
     return seen
@@ -540,3 +548,33 @@ def test_a_stream_cut_short_says_so():
     assert "".join(json.loads(d)["choices"][0]["delta"].get("content", "") for d in data[:-2]) == "about it"
     error = json.loads(data[-2])["error"]
     assert error["code"] == 502 and error["type"] == "upstream_error" and "ended" in error["message"]
+
+
+def test_what_the_document_refuses_the_api_refuses():
+    # The request models coerced: "stream": "true", "n": true, "trace": 1, "temperature": "0.5" were taken although
+    # the published schema says boolean, integer, number. (Found reading the document against the models.)
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "q"}]}
+    for extra in ({"stream": "true"}, {"stream": 1}, {"n": True}, {"trace": "yes"}, {"temperature": "0.5"},
+                  {"max_tokens": "10"}, {"stream_options": {"include_usage": "true"}},
+                  {"messages": [{"role": "user", "content": 5}]}):
+        r = _play(SCRIPTS["answers"], "POST", "/v1/chat/completions", json={**chat, **extra})
+        assert r.status_code == 422, (extra, r.text)
+    for extra in ({"trace": 1}, {"trace": "true"}, {"question": 5}, {"index": 1}):
+        r = _play(SCRIPTS["answers"], "POST", "/v1/query", json={"question": "q", **extra})
+        assert r.status_code == 422, (extra, r.text)
+    assert HANDLE.calls == []
+    # What the schema allows still passes: an integer where a number is asked, the extensions, extra fields.
+    r = _play(SCRIPTS["answers"], "POST", "/v1/chat/completions",
+              json={**chat, "temperature": 1, "top_p": 0.5, "n": 1, "trace": True, "mode": "dual", "seed": 3,
+                    "messages": [{"role": "user", "content": [{"type": "text", "text": "q"}], "name": "ada"}]})
+    assert r.status_code == 200, r.text
+
+
+def test_json_means_json():
+    # Python's json module reads NaN and Infinity, which are not JSON: "temperature": NaN was accepted.
+    for raw in (b'{"question": "q", "trace": false, "x": NaN}', b'{"model": "tiny", "temperature": Infinity, '
+                b'"messages": [{"role": "user", "content": "q"}]}', b'{"question": "q", "n": -Infinity}'):
+        path = "/v1/query" if b"question" in raw else "/v1/chat/completions"
+        r = _play(SCRIPTS["answers"], "POST", path, content=raw, headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json", (raw, r.text)
+    assert HANDLE.calls == []
