@@ -25,7 +25,7 @@ from typing import Any, Callable
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from ray.exceptions import ActorDiedError
 from ray.serve.exceptions import BackPressureError
@@ -578,3 +578,66 @@ def test_json_means_json():
         r = _play(SCRIPTS["answers"], "POST", path, content=raw, headers={"Content-Type": "application/json"})
         assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json", (raw, r.text)
     assert HANDLE.calls == []
+
+
+# =============================================== what an HTTP client cannot send: raw ASGI, hostile Content-Length
+
+
+def _asgi(method: str, path: str, headers: list[tuple[bytes, bytes]], chunks: list[bytes]) -> tuple[int, bytes, int]:
+    """Status, body and how many body chunks the app read, of one request straight through the ASGI app."""
+    pending = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
+    read = 0
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal read
+        if pending:
+            read += 1
+            return pending.pop(0)
+        await asyncio.sleep(3600)  # the client waits for the answer (a disconnect would cancel the work)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+             "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"", "headers": headers,
+             "client": ("127.0.0.1", 1), "server": ("t", 80)}
+    asyncio.run(APP(scope, receive, send))
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"), read
+
+
+_lengths = st.one_of(
+    st.none(), st.integers(0, 10**30).map(str),
+    st.sampled_from(["-1", "+5", " 5", "5 ", "5_0", "0x10", "1e3", "", "4096", "4097", "0", "\u0665", "5,5", "5.0"]))
+
+
+@settings(max_examples=150, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+@given(declared=_lengths, body=st.one_of(
+    st.binary(max_size=5000),
+    st.text(max_size=60).map(lambda q: json.dumps({"question": q or "q"}).encode()),
+    st.integers(4000, 6000).map(lambda n: json.dumps({"question": "q" * n}).encode())),
+    pieces=st.integers(1, 4))
+@example(declared="-1", body=b'{"question": "q"}', pieces=1)  # int() read it: the guard passed the body on
+@example(declared="+5", body=b'{"question": "q"}', pieces=1)
+def test_a_hostile_content_length_never_passes_the_guard(declared, body, pieces):
+    HANDLE.script, HANDLE.calls = SCRIPTS["answers"], []
+    headers = [(b"authorization", f"Bearer {KEY}".encode()), (b"content-type", b"application/json")]
+    if declared is not None:
+        headers.append((b"content-length", declared.encode()))
+    size = -(-len(body) // pieces) or 1
+    chunks = [body[i:i + size] for i in range(0, len(body), size)] or [b""]
+    status, out, read = _asgi("POST", "/v1/query", headers, chunks)
+    error = json.loads(out).get("error") if status != 200 else None
+    if declared is not None and not (declared.isascii() and declared.isdigit()):
+        assert (status, read) == (400, 0), (declared, status, out)  # refused before reading
+    elif declared is not None and int(declared) > SETTINGS.max_body_bytes:
+        assert (status, read) == (413, 0), (declared, status, out)
+    elif len(body) > SETTINGS.max_body_bytes:
+        assert status == 413 and error["code"] == "request_too_large", (status, out)
+    else:
+        assert status in (200, 400, 413, 422), (status, out)
+        assert (status == 200) == bool(HANDLE.calls)
+    if error is not None:
+        assert error["type"] == ERROR_TYPES[status] and error["message"]
