@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from hxd2_ray.retrieval.flow import MODES
 
@@ -26,6 +26,16 @@ def _check_mode(value: str | None) -> str | None:
 
 # The validator above checks the name; the published schema lists the names.
 ModeName = Annotated[str, WithJsonSchema({"type": "string", "enum": list(MODES)})]
+
+
+def _integral(value: Any) -> Any:
+    """JSON has one number type: 5.0 is the integer 5 (as JSON Schema's "integer" says), 5.5 is not."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_integral)]
 
 # ------------------------------------------------------------------------------------------ requests
 # Strict: a request is accepted exactly when the published schema says it is valid ("stream": "true" is not a
@@ -69,11 +79,11 @@ class ChatCompletionRequest(BaseModel):
     messages: list[ChatMessage] = Field(..., min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1, le=1, description="Only one choice is produced.")
+    n: JsonInt = Field(1, ge=1, le=1, description="Only one choice is produced.")
     temperature: float | None = None
     top_p: float | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    max_tokens: JsonInt | None = None
+    max_completion_tokens: JsonInt | None = None
     user: str | None = None
     trace: bool = Field(False, description="Extension: include the query's trace in the response.")
     mode: ModeName | None = Field(None, description=f"Extension: the query mode ({', '.join(MODES)}); default: the "

@@ -471,10 +471,13 @@ def test_the_document_lists_every_route_and_is_behind_the_key(schema):
 @pytest.mark.parametrize("label", OPERATIONS)
 def test_fuzz_operation(schema, label):
     seen = fuzz(schema, label, EXAMPLES[label])
-    # The fuzzing did what it is for: invalid requests and bad keys, and valid requests that reached the Retriever.
-    assert seen["invalid"] >= EXAMPLES[label] // 5 and seen["bad key"] >= EXAMPLES[label] // 10, seen
+    print(label, dict(seen))
+    # The fuzzing did what it is for: bad keys, invalid requests (where there is something to get wrong), valid
+    # requests that reached the Retriever (where one is called), streams.
+    assert seen["bad key"] >= EXAMPLES[label] // 10, seen
     if label != "GET /v1/models":
-        assert seen["reached the retriever"] >= EXAMPLES[label] // 10, seen
+        assert seen["invalid"] >= EXAMPLES[label] // 5, seen
+        assert seen["reached the retriever"] >= (1 if label == "GET /healthz" else EXAMPLES[label] // 10), seen
     if label == "POST /v1/chat/completions":
         assert seen["answers (stream)"] >= EXAMPLES[label] // 20, seen
 
@@ -563,9 +566,14 @@ def test_what_the_document_refuses_the_api_refuses():
         r = _play(SCRIPTS["answers"], "POST", "/v1/query", json={"question": "q", **extra})
         assert r.status_code == 422, (extra, r.text)
     assert HANDLE.calls == []
-    # What the schema allows still passes: an integer where a number is asked, the extensions, extra fields.
+    for extra in ({"n": 1.5}, {"max_tokens": 2.5}, {"n": 2.0}):
+        r = _play(SCRIPTS["answers"], "POST", "/v1/chat/completions", json={**chat, **extra})
+        assert r.status_code == 422, (extra, r.text)
+    # What the schema allows still passes: an integer where a number is asked, 5.0 where an integer is (JSON
+    # Schema's "integer"), the extensions, extra fields.
     r = _play(SCRIPTS["answers"], "POST", "/v1/chat/completions",
-              json={**chat, "temperature": 1, "top_p": 0.5, "n": 1, "trace": True, "mode": "dual", "seed": 3,
+              json={**chat, "temperature": 1, "top_p": 0.5, "n": 1.0, "max_completion_tokens": 5.0, "trace": True,
+                    "mode": "dual", "seed": 3,
                     "messages": [{"role": "user", "content": [{"type": "text", "text": "q"}], "name": "ada"}]})
     assert r.status_code == 200, r.text
 
