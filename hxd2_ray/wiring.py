@@ -12,8 +12,12 @@ from typing import TYPE_CHECKING
 from hxd2_ray.config import (
     EmbeddingConfig,
     FlagEmbeddingConfig,
+    FlagRerankerConfig,
     HashingEmbeddingConfig,
     LLMConfig,
+    NoRerankerConfig,
+    OverlapRerankerConfig,
+    RerankConfig,
     ScriptedLLMConfig,
     VllmLLMConfig,
 )
@@ -21,6 +25,7 @@ from hxd2_ray.config import (
 if TYPE_CHECKING:
     from hxd2_ray.embedding.base import Embedder
     from hxd2_ray.llm.base import LLMClient
+    from hxd2_ray.rerank.base import Reranker
 
 
 def build_llm(cfg: LLMConfig, *, concurrent: bool = False) -> "LLMClient":
@@ -54,3 +59,19 @@ def build_embedder(cfg: EmbeddingConfig) -> "Embedder":
 
             return FlagModelEmbedder(cfg)
     raise TypeError(f"no embedding backend for {type(cfg).__name__}")
+
+
+def build_reranker(cfg: RerankConfig) -> "Reranker | None":
+    """The configured reranker; None when reranking is off (``rerank.backend: none``)."""
+    match cfg:
+        case NoRerankerConfig():
+            return None
+        case OverlapRerankerConfig():
+            from hxd2_ray.rerank.overlap import OverlapReranker
+
+            return OverlapReranker(cfg.model_id)
+        case FlagRerankerConfig():
+            from hxd2_ray.rerank.flag_reranker import FlagRerankerBackend
+
+            return FlagRerankerBackend(cfg)
+    raise TypeError(f"no reranker backend for {type(cfg).__name__}")

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, load_config
+from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, load_config, synonym_factors
 from hxd2_ray.errors import EmptyCorpusError, HxdError
 from hxd2_ray.indexing import tables
 from hxd2_ray.stages import staging as st
@@ -119,6 +119,9 @@ class IndexBuild:
         self.staging = posixpath.join(self.root, "_staging")
         self.prompts = load_prompts()
         self.fingerprint = cfg.index_fingerprint(self.prompts.version_hash)
+        # What the staged rows depend on: synonym settings shape only the write stage, so changing them reuses
+        # the extraction (and an index built before synonym edges existed can be rebuilt from its staging).
+        self.staging_fingerprint = cfg.staging_fingerprint(self.prompts.version_hash)
         self.clock = StageClock()
         self.counters: Counter[str] = Counter()
 
@@ -136,11 +139,11 @@ class IndexBuild:
     def _check_staging_fingerprint(self) -> None:
         build = st.read_json(self.fs, self._stage_path("build.json"))
         if build is None:
-            st.write_json_atomic(self.fs, self._stage_path("build.json"), {"fingerprint": self.fingerprint})
-        elif build.get("fingerprint") != self.fingerprint:
+            st.write_json_atomic(self.fs, self._stage_path("build.json"), {"fingerprint": self.staging_fingerprint})
+        elif build.get("fingerprint") != self.staging_fingerprint:
             raise HxdError(
                 f"{self.output_uri} holds a partial build made with another configuration (fingerprint "
-                f"{build.get('fingerprint')}, this run {self.fingerprint}); use a new --output or --overwrite"
+                f"{build.get('fingerprint')}, this run {self.staging_fingerprint}); use a new --output or --overwrite"
             )
 
     # ------------------------------------------------------------------ stages
@@ -412,9 +415,7 @@ class IndexBuild:
                      else tempfile.mkdtemp(prefix="hxd2-build-"))
         os.makedirs(build_dir, exist_ok=True)
         try:
-            KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu")).bulk_load(
-                docs, chunks.drop_columns(["shard"]), entities, relations)
-            families = {}
+            families, name_vectors = {}, None
             for family in tables.VECTOR_FAMILIES:
                 part = vectors.filter(pc.equal(vectors.column("family"), family))
                 keys = part.column("key").to_pylist()
@@ -423,10 +424,32 @@ class IndexBuild:
                     np.zeros((0, self.cfg.embedding.dim), np.float32)
                 info = write_family(build_dir, family, keys, arr, self.cfg.vectors)
                 families[family] = _as_dict(info)
+                if family == "entity_name":
+                    name_vectors = (keys, arr)
+            synonyms = self._synonyms(build_dir, name_vectors)
+            KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu")).bulk_load(
+                docs, chunks.drop_columns(["shard"]), entities, relations, synonyms)
             self._publish(build_dir)
         finally:
             shutil.rmtree(build_dir, ignore_errors=True)
         return families
+
+    def _synonyms(self, build_dir: str, name_vectors: tuple[list[str], Any] | None) -> pa.Table:
+        """SYNONYM edges of every entity against the entity_name family just written (hxd2_ray.indexing.synonyms)."""
+        from hxd2_ray.indexing.synonyms import synonym_edges
+        from hxd2_ray.vectors.faiss_index import FaissFamilyIndex
+
+        started = time.perf_counter()
+        keys, arr = name_vectors if name_vectors is not None else ([], None)
+        family = FaissFamilyIndex.open(build_dir, "entity_name")
+        try:
+            table = synonym_edges(keys, arr if arr is not None else [], family, self.cfg.synonyms, progress=_log)
+        finally:
+            family.close()
+        self.counters["synonym_edges"] = table.num_rows
+        self.clock.seconds["synonyms"] = round(time.perf_counter() - started, 3)
+        _log(f"{table.num_rows:,} synonym edges among {len(keys):,} entities in {self.clock.seconds['synonyms']:.1f}s")
+        return table
 
     def _publish(self, build_dir: str) -> None:
         """Swap the new graph and vectors in (the manifest was removed before the build started)."""
@@ -488,6 +511,7 @@ class IndexBuild:
             counts={k: summary[k] for k in ("documents", "chunks", "entities", "relations")},
             vector_families=families,
             config=self.cfg.model_dump(mode="json"),
+            synonyms={**summary["synonyms"], "edges": summary["synonym_edges"]},
         )
         write_manifest(manifest_path, manifest, filesystem=self.fs)
         read_manifest(manifest_path, filesystem=self.fs)  # the index is complete only if this reads back
@@ -520,6 +544,8 @@ class IndexBuild:
             "failed_chunk_errors": sorted(set(failed.column("error").to_pylist()))[:5],
             "endpoint_only_entities": self.counters["endpoint_only_entities"],
             "summarized_descriptions": self.counters["summarized_descriptions"],
+            "synonym_edges": self.counters["synonym_edges"],
+            "synonyms": synonym_factors(self.cfg.synonyms),
             "vectors": {f: info.get("count", 0) for f, info in families.items()},
             "seconds_per_stage": dict(self.clock.seconds),
             "stage_status": dict(self.clock.status),

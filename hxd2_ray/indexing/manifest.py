@@ -42,6 +42,11 @@ class IndexManifest(BaseModel):
     created_at: str = Field(default_factory=lambda: utc_now_iso())
     config: dict[str, Any] = Field(default_factory=dict)  # the HxdConfig used, as JSON
     hxd2_ray_version: str = hxd2_ray.__version__
+    # SYNONYM edges of the graph: the settings that made them and how many ({} for an index built before them).
+    synonyms: dict[str, Any] = Field(default_factory=dict)
+    # The refusal threshold calibrated on this index when it was built (hxd2_ray.retrieval.refusal_calibration):
+    # rule, threshold, precision/recall/F1 and the question sets; None when it was not calibrated.
+    refusal: dict[str, Any] | None = None
 
     @classmethod
     def create(
@@ -55,9 +60,13 @@ class IndexManifest(BaseModel):
         counts: Mapping[str, int],
         vector_families: Mapping[str, Mapping[str, Any]],
         config: Mapping[str, Any],
+        synonyms: Mapping[str, Any] | None = None,
+        refusal: Mapping[str, Any] | None = None,
     ) -> "IndexManifest":
         """A manifest stamped now, with this version's format, graph schema and package version."""
         return cls(
+            synonyms=dict(synonyms or {}),
+            refusal=dict(refusal) if refusal is not None else None,
             fingerprint=fingerprint,
             prompt_version=prompt_version,
             llm_model_id=llm_model_id,

@@ -89,3 +89,6 @@ EMBEDDINGS = pa.schema(
 )
 
 VECTOR_FAMILIES = ("entity_name", "entity_mix", "relation_keywords", "relation_mix", "chunk")
+
+# Entity pairs whose name vectors are near (hxd2_ray.indexing.synonyms); loaded as SYNONYM edges of the graph.
+SYNONYMS = pa.schema([("source_key", pa.string()), ("target_key", pa.string()), ("score", pa.float64())])

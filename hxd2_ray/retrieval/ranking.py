@@ -22,6 +22,8 @@ import heapq
 from dataclasses import dataclass
 from typing import Hashable, Iterable, Mapping, Sequence, TypeVar
 
+import numpy as np
+
 from hxd2_ray.graph.base import EdgeRow, EntityRow, canonical_pair
 from hxd2_ray.retrieval.results import ChannelHit, ContextEntity, ContextRelation
 
@@ -142,9 +144,12 @@ class ChunkCandidate:
     first_entity_rank: int | None
     score: float
     seen: int  # first-seen position: entity order, then document order
+    graph_score: float | None = None  # ppr: share of the walk's chunk mass
+    dense_score: float | None = None  # dense probability (softmax of the question cosines)
+    rank_score: float | None = None  # ppr: max(graph_score, dense_score), the calibrated scale it ranks by
 
 
-CHUNK_RANKINGS = ("mentions", "fused")
+CHUNK_RANKINGS = ("mentions", "fused", "ppr")
 RRF_K = 60  # the usual reciprocal-rank-fusion constant: damps the weight of the very first ranks
 
 
@@ -153,8 +158,8 @@ def rank_chunks(
     limit: int, ranking: str = "mentions",
 ) -> list[ChunkCandidate]:
     """Chunks of the context entities plus the question's chunk hits, in context order (module docstring)."""
-    if ranking not in CHUNK_RANKINGS:
-        raise ValueError(f"unknown chunk ranking {ranking!r}; valid: {', '.join(CHUNK_RANKINGS)}")
+    if ranking not in ("mentions", "fused"):
+        raise ValueError(f"unknown chunk ranking {ranking!r} here; valid: mentions, fused (ppr: rank_chunks_by_walk)")
     mentions: dict[str, int] = {}
     first_rank: dict[str, int] = {}
     seen: dict[str, int] = {}
@@ -183,3 +188,100 @@ def rank_chunks(
 
         cands.sort(key=fused, reverse=True)  # stable: equal fused scores keep the mention order
     return cands[: max(0, limit)]
+
+
+# ------------------------------------------------------------------------------------ dense floor, walk seeds
+
+
+def dense_probabilities(scores: Mapping[str, float], temperature: float) -> dict[str, float]:
+    """The question's chunk hits as a probability: softmax of cosine / ``temperature`` over the hits.
+
+    A contrastively trained embedder models exactly this (all-MiniLM-L6-v2 and the sentence-transformers
+    family are trained with scale 20, i.e. temperature 0.05), so it is the dense channel's own estimate of
+    which hit is the passage sought, and a scale a graph probability can be compared on.
+    """
+    if not scores:
+        return {}
+    ids = list(scores)
+    logits = np.array([scores[c] for c in ids], dtype=np.float64) / temperature
+    weights = np.exp(logits - logits.max())
+    weights /= weights.sum()
+    return dict(zip(ids, weights.tolist()))
+
+
+def dense_first(cands: Sequence[ChunkCandidate], chunk_scores: Mapping[str, float], keep: int) -> list[ChunkCandidate]:
+    """The dense floor of the ``mentions`` and ``fused`` orders (not on a probability scale, so nothing on their
+    side can outrank a dense hit by a known margin): the question's ``keep`` best chunk hits go first, by cosine;
+    the rest keep their order."""
+    best = sorted(chunk_scores, key=lambda cid: -chunk_scores[cid])[: max(0, keep)]
+    by_id = {c.id: c for c in cands}
+    first = [by_id[cid] for cid in best if cid in by_id]
+    chosen = {c.id for c in first}
+    return first + [c for c in cands if c.id not in chosen]
+
+
+@dataclass(frozen=True, slots=True)
+class WalkSeed:
+    kind: str  # "entity" | "chunk"
+    key: str  # entity key or chunk id
+    weight: float  # its share of the walk's reset mass
+    score: float  # the match score it came from (cosine, fuzzy ratio / 100, or dense probability)
+    channels: tuple[str, ...]  # where it came from
+
+
+def walk_seeds(
+    entity_matches: Sequence[RankedMatch], relation_matches: Sequence[RankedMatch],
+    dense: Mapping[str, float], *, dense_share: float, chunk_counts: Mapping[str, int] | None = None,
+) -> list[WalkSeed]:
+    """The reset vector of the walk, as :class:`WalkSeed` rows (weights sum to 1).
+
+    * entities: each matched entity with its best match score; both endpoints of a matched relation with the
+      relation's score (a key reached both ways keeps the higher); divided by the number of chunks that mention
+      it when ``chunk_counts`` is given (node specificity); together ``1 - dense_share`` of the mass;
+    * chunks: the question's chunk hits with their dense probability (``dense``), together ``dense_share``.
+
+    A side with no seeds gives its share to the other.
+    """
+    entity: dict[str, tuple[float, list[str]]] = {}
+
+    def add(key: str, score: float, channels: Iterable[str]) -> None:
+        old, chans = entity.get(key, (-1.0, []))
+        chans = list(dict.fromkeys([*chans, *channels]))
+        entity[key] = (max(old, score), chans)
+
+    for m in entity_matches:
+        add(str(m.key), m.score, (h.channel for h in m.hits))
+    for m in relation_matches:
+        for end in m.key:  # type: ignore[attr-defined]
+            add(end, m.score, (f"relation:{h.channel}" for h in m.hits))
+    raw = {}
+    for key, (score, _) in entity.items():
+        spread = max(1, int(chunk_counts.get(key, 0))) if chunk_counts is not None else 1
+        if score > 0:
+            raw[key] = score / spread
+    entity_total, dense_total = sum(raw.values()), sum(v for v in dense.values() if v > 0)
+    share_e = (1.0 - dense_share) if dense_total > 0 else 1.0
+    share_d = dense_share if entity_total > 0 else 1.0
+    seeds = []
+    if entity_total > 0:
+        seeds += [WalkSeed("entity", k, share_e * w / entity_total, entity[k][0], tuple(entity[k][1]))
+                  for k, w in raw.items()]
+    if dense_total > 0:
+        seeds += [WalkSeed("chunk", c, share_d * p / dense_total, p, ("question:chunk",))
+                  for c, p in dense.items() if p > 0]
+    return sorted(seeds, key=lambda s: (-s.weight, s.kind, s.key))
+
+
+def calibrated_chunks(
+    graph: Mapping[str, float], dense: Mapping[str, float], limit: int,
+) -> list[tuple[str, float, float, float]]:
+    """Chunks by the dense floor's calibrated scale: ``max(graph share, dense probability)``, best first.
+
+    Both are probabilities over chunks for this question: a chunk the graph walk does not favour keeps what the
+    dense channel alone gives it, so a graph chunk passes a dense one only with more probability than that dense
+    hit has. Ties: dense probability, then graph share, then id. Rows: (id, graph, dense, rank score).
+    """
+    ids = set(graph) | set(dense)
+    rows = [(cid, float(graph.get(cid, 0.0)), float(dense.get(cid, 0.0))) for cid in ids]
+    rows.sort(key=lambda r: (-max(r[1], r[2]), -r[2], -r[1], r[0]))
+    return [(cid, g, d, max(g, d)) for cid, g, d in rows[: max(0, limit)]]

@@ -1,0 +1,116 @@
+"""Entity names a question spells out: its word n-grams looked up among the index's entity names.
+
+A small model's keywords can miss the very name a question asks about ("Qinghe 17" came back as "Research
+affiliation", "Field of study"); the question text itself does not. Both the ``ppr`` chunk ranking (as walk
+seeds) and the refusal gate (a question that names an entity of the index is never refused) use this.
+
+Which n-grams: runs of up to ``max_words`` words that neither start nor end with a function word and look
+like a name: a digit, a capital letter on a word other than the question's first, or two words or more.
+A single lower-case word ("film", "river") is a common noun, and an index built by a small extractor has
+entities named like that; matching them would let any question through the refusal gate. Chinese questions
+are cut into words with jieba, and every run of 2+ characters is name-like.
+
+How: exactly, by the merge stage's key of the n-gram (one lookup in the graph each, a dictionary read when the
+graph is resident); and, for n-grams of two words or more (a lone word fuzzy-matches too loosely), fuzzily
+through the index's :class:`~hxd2_ray.retrieval.fuzzy.FuzzyNameIndex` (rapidfuzz ratio >= ``fuzzy_cutoff``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from hxd2_ray.chunking.splitter import detect_language
+from hxd2_ray.extraction.merge import normalize_name
+
+__all__ = ["NamedEntity", "candidate_ngrams", "named_entities"]
+
+# Function and question words: an n-gram may hold them inside ("Bank of America") but not at its ends.
+STOPWORDS = frozenset("""
+a an the and or but nor of in on at to for from by with about as into onto over under than then that this these
+those is are was were be been being am do does did done has have had having will would shall should can could may
+might must not no yes it its it's he she they them their his her him we us our you your i me my mine what which
+who whom whose when where why how whether if so such there here any some all each every both either neither
+more most less least much many few other another same own very just also only too again ever even still yet
+one two first second much long tall old new
+""".split())
+
+ZH_STOPWORDS = frozenset("的 了 是 在 和 与 及 或 比 它 他 她 们 这 那 哪 什么 多少 怎么 为什么 吗 呢 吧 有 个 请 问 谁 哪个".split())
+
+_EN_WORD = re.compile(r"[^\W_](?:[\w'’&.-]*[^\W_])?")
+
+
+@dataclass(frozen=True, slots=True)
+class NamedEntity:
+    text: str  # the n-gram as the question wrote it
+    key: str  # the entity it names
+    score: float  # 1.0 exact (same merge key); else rapidfuzz ratio / 100
+
+
+def _en_ngrams(question: str, max_words: int) -> list[tuple[str, bool]]:
+    """(n-gram, multiword) pairs, longest first, name-like ones only (module docstring)."""
+    words = [(m.group(), m.start()) for m in _EN_WORD.finditer(question)]
+    out: list[tuple[str, bool]] = []
+    for n in range(min(max_words, len(words)), 0, -1):
+        for i in range(len(words) - n + 1):
+            span = words[i:i + n]
+            first, last = span[0][0].lower(), span[-1][0].lower()
+            if first in STOPWORDS or last in STOPWORDS:
+                continue
+            capital = any(any(ch.isupper() for ch in w) for w, pos in span if pos != words[0][1])
+            # A digit marks a name ("Qinghe 17", "B-52") only beside letters: a bare number is not one.
+            digit = any(ch.isdigit() for w, _ in span for ch in w) and any(ch.isalpha() for w, _ in span for ch in w)
+            if not (n >= 2 or capital or digit):
+                continue
+            out.append((question[span[0][1]:span[-1][1] + len(span[-1][0])], n >= 2))
+    return out
+
+
+def _zh_ngrams(question: str, max_words: int) -> list[tuple[str, bool]]:
+    import jieba
+
+    words = [w for w in jieba.lcut(question) if w.strip() and not re.fullmatch(r"\W+", w)]
+    out: list[tuple[str, bool]] = []
+    for n in range(min(max_words, len(words)), 0, -1):
+        for i in range(len(words) - n + 1):
+            if words[i] in ZH_STOPWORDS or words[i + n - 1] in ZH_STOPWORDS:
+                continue
+            text = "".join(words[i:i + n])
+            if len(text) >= 2 and not text.isdigit():
+                out.append((text, n >= 2))
+    return out
+
+
+def candidate_ngrams(question: str, max_words: int = 4) -> list[tuple[str, bool]]:
+    """The question's name-like n-grams, longest first, each once: (text, has two words or more)."""
+    grams = (_zh_ngrams if detect_language(question) == "zh" else _en_ngrams)(question, max_words)
+    return list(dict.fromkeys(grams))
+
+
+def named_entities(
+    question: str,
+    graph: Any,  # GraphStore: get_entities(keys)
+    names: Any | None = None,  # FuzzyNameIndex: search(text, cutoff, limit); None: exact names only
+    *,
+    fuzzy_cutoff: float = 90.0,
+    max_words: int = 4,
+    fuzzy_limit: int = 3,
+) -> list[NamedEntity]:
+    """Entities the question names, best first (score, then longer n-gram); one entry per entity."""
+    grams = candidate_ngrams(question, max_words)
+    if not grams:
+        return []
+    keys = {normalize_name(text): text for text, _ in reversed(grams)}  # the longest n-gram wins a shared key
+    found: dict[str, NamedEntity] = {}
+    for row in graph.get_entities(list(keys)):
+        found[row["key"]] = NamedEntity(text=keys[row["key"]], key=row["key"], score=1.0)
+    if names is not None and fuzzy_cutoff < 100:
+        for text, multiword in grams:
+            if not multiword:
+                continue
+            for key, ratio in names.search(text, fuzzy_cutoff, fuzzy_limit):
+                if key not in found or found[key].score < ratio / 100.0:
+                    found[key] = NamedEntity(text=text, key=key, score=ratio / 100.0)
+    return sorted(found.values(), key=lambda m: (-m.score, -len(m.text), m.key))
+
