@@ -308,6 +308,17 @@ class MultiStageConfig(_Frozen):
         description="Mean best cosine of the keywords against entity_mix / relation_mix below which a question is "
                     "refused; depends on the embedding model: calibrate it with hxd2 calibrate-refusal.",
     )
+    refusal_names: bool = Field(
+        True, description="Never refuse a question that names an entity of the index (its word n-grams matched "
+                          "exactly or fuzzily against the entity names).",
+    )
+    refusal_name_cutoff: float = Field(
+        90, ge=0, le=100, description="Least rapidfuzz ratio of a fuzzy name match (n-grams of two words or more).",
+    )
+    refusal_index_threshold: bool = Field(
+        True, description="Use the threshold calibrated for the index when it was built (its manifest) when it was "
+                          "calibrated for refusal_rule; otherwise refusal_threshold.",
+    )
     refusal_rule: Literal["keywords", "question", "min"] = Field(
         "keywords",
         description="keywords: mean best cosine of the keywords (reference); question: the question's embedding; "

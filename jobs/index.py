@@ -124,6 +124,7 @@ class IndexBuild:
         self.staging_fingerprint = cfg.staging_fingerprint(self.prompts.version_hash)
         self.clock = StageClock()
         self.counters: Counter[str] = Counter()
+        self.refusal: dict[str, Any] | None = None  # the refusal calibration of the write stage
 
     # ------------------------------------------------------------------ helpers
 
@@ -408,6 +409,7 @@ class IndexBuild:
         import numpy as np
 
         from hxd2_ray.graph.kuzu_store import KuzuGraphWriter
+        from hxd2_ray.retrieval.refusal_calibration import calibrate_build
         from hxd2_ray.vectors.faiss_index import write_family
 
         local = isinstance(self.fs, pafs.LocalFileSystem)
@@ -429,6 +431,7 @@ class IndexBuild:
             synonyms = self._synonyms(build_dir, name_vectors)
             KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu")).bulk_load(
                 docs, chunks.drop_columns(["shard"]), entities, relations, synonyms)
+            self.refusal = calibrate_build(build_dir, self.cfg, chunks.column("text"), progress=_log)
             self._publish(build_dir)
         finally:
             shutil.rmtree(build_dir, ignore_errors=True)
@@ -512,6 +515,7 @@ class IndexBuild:
             vector_families=families,
             config=self.cfg.model_dump(mode="json"),
             synonyms={**summary["synonyms"], "edges": summary["synonym_edges"]},
+            refusal=self.refusal if self.refusal and "error" not in self.refusal else None,
         )
         write_manifest(manifest_path, manifest, filesystem=self.fs)
         read_manifest(manifest_path, filesystem=self.fs)  # the index is complete only if this reads back
@@ -546,6 +550,7 @@ class IndexBuild:
             "summarized_descriptions": self.counters["summarized_descriptions"],
             "synonym_edges": self.counters["synonym_edges"],
             "synonyms": synonym_factors(self.cfg.synonyms),
+            "refusal_calibration": self.refusal,
             "vectors": {f: info.get("count", 0) for f, info in families.items()},
             "seconds_per_stage": dict(self.clock.seconds),
             "stage_status": dict(self.clock.status),

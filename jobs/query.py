@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     from hxd2_ray.config import load_config
     from hxd2_ray.retrieval import QueryPipeline, open_index
     from hxd2_ray.retrieval.multistage import build_multistage
-    from hxd2_ray.wiring import build_embedder, build_llm
+    from hxd2_ray.wiring import build_embedder, build_llm, build_reranker
 
     try:
         cfg = load_config(args.config, args.overrides)
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             llm = build_llm(cfg.llm)
             resources.append(llm)
             if args.mode == "dual":
-                pipeline: Any = QueryPipeline(index, llm, embedder, cfg.retrieval)
+                pipeline: Any = QueryPipeline(index, llm, embedder, cfg.retrieval, reranker=build_reranker(cfg.rerank))
             else:
                 pipeline = build_multistage(index, llm, embedder, cfg, cfg.multistage)
                 resources.append(pipeline)

@@ -157,8 +157,9 @@ def embedder_for(handle: Any, cfg: HxdConfig) -> Any:
 def default_pipeline(ctx: PipelineContext) -> Any:
     """The CLI's pipeline: dual-level retrieval and a grounded answer."""
     from hxd2_ray.retrieval import QueryPipeline
+    from hxd2_ray.wiring import build_reranker
 
-    return QueryPipeline(ctx.index, ctx.llm, ctx.embedder, ctx.cfg.retrieval)
+    return QueryPipeline(ctx.index, ctx.llm, ctx.embedder, ctx.cfg.retrieval, reranker=build_reranker(ctx.cfg.rerank))
 
 
 def import_string(path: str) -> Callable[..., Any]:

@@ -174,8 +174,9 @@ def build_kb_index(
     """
     from hxd2_ray.graph.kuzu_store import load_graph
     from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, write_manifest
-    from hxd2_ray.logic.metaqa import empty_chunks, empty_documents, read_triples, triples_to_tables
     from hxd2_ray.indexing.synonyms import synonym_edges
+    from hxd2_ray.logic.metaqa import empty_chunks, empty_documents, read_triples, triples_to_tables
+    from hxd2_ray.retrieval.refusal_calibration import calibrate_build
     from hxd2_ray.stages.embed_stage import embedding_inputs
     from hxd2_ray.vectors.faiss_index import FaissFamilyIndex, write_family
 
@@ -258,6 +259,9 @@ def build_kb_index(
         seconds["graph"] = round(time.perf_counter() - t0, 3)
         say(f"graph loaded: {counts['entities']:,} entities, {counts['relations']:,} edges "
             f"in {seconds['graph']:.1f}s")
+        # A KB has no chunks: its questions are made from the edge descriptions ("S --rel--> O").
+        refusal = calibrate_build(build_dir, cfg, relations.column("description"), embedder=embedder,
+                                  progress=progress)
 
         fingerprint = kb_fingerprint(cfg, digest, limit_entities)
         summary: dict[str, Any] = {
@@ -284,6 +288,7 @@ def build_kb_index(
             "vectors": {f: info.get("count", 0) for f, info in families.items()},
             "synonym_edges": synonyms.num_rows,
             "synonyms": synonym_factors(cfg.synonyms),
+            "refusal_calibration": refusal,
             "seconds_per_stage": seconds,
         }
         summary["seconds_total"] = round(time.perf_counter() - started, 3)
@@ -299,6 +304,7 @@ def build_kb_index(
             vector_families=families,
             config=cfg.model_dump(mode="json"),
             synonyms={**synonym_factors(cfg.synonyms), "edges": synonyms.num_rows},
+            refusal=refusal if refusal and "error" not in refusal else None,
         )
         write_manifest(build_dir, manifest)  # last file of the build
         read_manifest(build_dir)

@@ -803,10 +803,11 @@ def build_multistage(index: Any, llm: LLMClient, embedder: Any, cfg: Any, ms_cfg
         LogicFormPlanner,
         PredicateMatcher,
     )
+    from hxd2_ray.wiring import build_reranker
 
     ms = ms_cfg or MultiStageConfig()
     guarded = llm if isinstance(llm, SerializedLLM) else SerializedLLM(llm)
-    dual = QueryPipeline(index, guarded, embedder, cfg.retrieval)
+    dual = QueryPipeline(index, guarded, embedder, cfg.retrieval, reranker=build_reranker(cfg.rerank))
     queries = GraphQueries(index.graph, LOGIC_TEMPLATES)
     name_index = index.families.get("entity_name") if hasattr(index, "families") else None
     linker = EntityLinker(queries, embedder=embedder if name_index is not None else None, name_index=name_index)
@@ -824,6 +825,6 @@ def build_multistage(index: Any, llm: LLMClient, embedder: Any, cfg: Any, ms_cfg
     ms_prompts = prompts or load_multistage_prompts(ms.prompt_version)
     intent = IntentClassifier(guarded, ms_prompts, use_llm=ms.intent_use_llm,
                               kb_description=ms.knowledge_base_description) if ms.intent_enabled else None
-    gate = RefusalGate(index, embedder, ms.refusal_threshold, rule=ms.refusal_rule) if ms.refusal_enabled else None
+    gate = RefusalGate.for_index(index, embedder, ms) if ms.refusal_enabled else None
     return MultiStagePipeline(dual, planner, executor, verifier, intent, gate, ms, prompts=ms_prompts,
                               relations=relations)
