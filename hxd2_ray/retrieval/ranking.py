@@ -269,7 +269,7 @@ def walk_seeds(
     if dense_total > 0:
         seeds += [WalkSeed("chunk", c, share_d * p / dense_total, p, ("question:chunk",))
                   for c, p in dense.items() if p > 0]
-    return sorted(seeds, key=lambda s: (-s.weight, s.kind, s.key))
+    return sorted((s for s in seeds if s.weight > 0), key=lambda s: (-s.weight, s.kind, s.key))
 
 
 def calibrated_chunks(
