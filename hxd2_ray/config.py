@@ -313,7 +313,7 @@ class MultiStageConfig(_Frozen):
                           "exactly or fuzzily against the entity names).",
     )
     refusal_name_cutoff: float = Field(
-        90, ge=0, le=100, description="Least rapidfuzz ratio of a fuzzy name match (n-grams of two words or more).",
+        90, ge=0, le=100, description="Least rapidfuzz ratio of a fuzzy name match (n-grams of 6+ characters).",
     )
     refusal_index_threshold: bool = Field(
         True, description="Use the threshold calibrated for the index when it was built (its manifest) when it was "

@@ -11,8 +11,9 @@ entities named like that; matching them would let any question through the refus
 are cut into words with jieba, and every run of 2+ characters is name-like.
 
 How: exactly, by the merge stage's key of the n-gram (one lookup in the graph each, a dictionary read when the
-graph is resident); and, for n-grams of two words or more (a lone word fuzzy-matches too loosely), fuzzily
-through the index's :class:`~hxd2_ray.retrieval.fuzzy.FuzzyNameIndex` (rapidfuzz ratio >= ``fuzzy_cutoff``).
+graph is resident; hyphens and slashes also read as spaces); and, for n-grams of at least ``FUZZY_MIN_CHARS`` characters (a short word fuzzy-matches too
+loosely: "Lilu" and "Lulu"), fuzzily through the index's :class:`~hxd2_ray.retrieval.fuzzy.FuzzyNameIndex`
+(rapidfuzz ratio >= ``fuzzy_cutoff``: "Qinghe-17" finds "Qinghe 17").
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ more most less least much many few other another same own very just also only to
 one two first second much long tall old new
 """.split())
 
+FUZZY_MIN_CHARS = 6
+_JOINERS = re.compile(r"[-_/·]")
 ZH_STOPWORDS = frozenset("的 了 是 在 和 与 及 或 比 它 他 她 们 这 那 哪 什么 多少 怎么 为什么 吗 呢 吧 有 个 请 问 谁 哪个".split())
 
 _EN_WORD = re.compile(r"[^\W_](?:[\w'’&.-]*[^\W_])?")
@@ -49,7 +52,7 @@ class NamedEntity:
 
 
 def _en_ngrams(question: str, max_words: int) -> list[tuple[str, bool]]:
-    """(n-gram, multiword) pairs, longest first, name-like ones only (module docstring)."""
+    """(n-gram, long enough to match fuzzily) pairs, longest first, name-like ones only (module docstring)."""
     words = [(m.group(), m.start()) for m in _EN_WORD.finditer(question)]
     out: list[tuple[str, bool]] = []
     for n in range(min(max_words, len(words)), 0, -1):
@@ -63,7 +66,8 @@ def _en_ngrams(question: str, max_words: int) -> list[tuple[str, bool]]:
             digit = any(ch.isdigit() for w, _ in span for ch in w) and any(ch.isalpha() for w, _ in span for ch in w)
             if not (n >= 2 or capital or digit):
                 continue
-            out.append((question[span[0][1]:span[-1][1] + len(span[-1][0])], n >= 2))
+            text = question[span[0][1]:span[-1][1] + len(span[-1][0])]
+            out.append((text, len(text) >= FUZZY_MIN_CHARS))
     return out
 
 
@@ -78,12 +82,12 @@ def _zh_ngrams(question: str, max_words: int) -> list[tuple[str, bool]]:
                 continue
             text = "".join(words[i:i + n])
             if len(text) >= 2 and not text.isdigit():
-                out.append((text, n >= 2))
+                out.append((text, len(text) >= FUZZY_MIN_CHARS // 2))  # a CJK character is about two letters
     return out
 
 
 def candidate_ngrams(question: str, max_words: int = 4) -> list[tuple[str, bool]]:
-    """The question's name-like n-grams, longest first, each once: (text, has two words or more)."""
+    """The question's name-like n-grams, longest first, each once: (text, long enough to match fuzzily)."""
     grams = (_zh_ngrams if detect_language(question) == "zh" else _en_ngrams)(question, max_words)
     return list(dict.fromkeys(grams))
 
@@ -101,13 +105,16 @@ def named_entities(
     grams = candidate_ngrams(question, max_words)
     if not grams:
         return []
-    keys = {normalize_name(text): text for text, _ in reversed(grams)}  # the longest n-gram wins a shared key
+    keys: dict[str, str] = {}
+    for text, _ in reversed(grams):  # the longest n-gram wins a shared key
+        keys[normalize_name(text)] = text
+        keys[normalize_name(_JOINERS.sub(" ", text))] = text  # "Qinghe-17" names "Qinghe 17" too
     found: dict[str, NamedEntity] = {}
     for row in graph.get_entities(list(keys)):
         found[row["key"]] = NamedEntity(text=keys[row["key"]], key=row["key"], score=1.0)
     if names is not None and fuzzy_cutoff < 100:
-        for text, multiword in grams:
-            if not multiword:
+        for text, fuzzy in grams:
+            if not fuzzy:
                 continue
             for key, ratio in names.search(text, fuzzy_cutoff, fuzzy_limit):
                 if key not in found or found[key].score < ratio / 100.0:

@@ -119,8 +119,8 @@ class RefusalGate:
         threshold_source: str = "config",
     ):
         """``names``: never refuse a question that names an entity of the index (exact merge key, or rapidfuzz
-        ratio >= ``name_cutoff`` for n-grams of two words or more); needs ``index.graph`` (and ``index.names``
-        for the fuzzy part), else only the score decides."""
+        ratio >= ``name_cutoff`` for n-grams of 6+ characters); needs ``index.graph`` (and ``index.names`` for the
+        fuzzy part), else only the score decides."""
         if not -1.0 <= float(threshold) <= 1.0:
             raise ValueError(f"the refusal threshold is a cosine, between -1 and 1; got {threshold}")
         if rule not in RULES:
