@@ -194,6 +194,11 @@ class RetrievalConfig(_Frozen):
         description="Softmax temperature turning the question's chunk cosines into the dense probability "
                     "(0.05: the scale 20 sentence-transformers models such as MiniLM are trained with).",
     )
+    dense_floor: float = Field(
+        1.0, ge=0, le=1,
+        description="ppr: a chunk ranks by max(its share of the walk, dense_floor x its dense probability); 1: a "
+                    "dense hit yields only to more graph probability than it has; 0: the walk alone (HippoRAG 2).",
+    )
     ppr_damping: float = Field(0.5, ge=0, lt=1, description="Probability that the walk follows an edge (HippoRAG 2: 0.5).")
     ppr_dense_share: float = Field(
         0.5, ge=0, le=1,

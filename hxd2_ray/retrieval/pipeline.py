@@ -402,7 +402,7 @@ class QueryPipeline:
         total = float(mass.sum())
         chunk_ids = graph.chunk_ids_at((result.nodes[is_chunk] - walk.n_entities).tolist())  # type: ignore[attr-defined]
         graph_share = {c: float(m) / total for c, m in zip(chunk_ids, mass.tolist()) if m > 0} if total > 0 else {}
-        ranked = calibrated_chunks(graph_share, dense, cfg.max_chunk_candidates)
+        ranked = calibrated_chunks(graph_share, dense, cfg.max_chunk_candidates, cfg.dense_floor)
         mention_info = {c.id: c for c in rank_chunks(context_keys, by_entity, {}, len(by_entity) * 64 + 64)}
         out = []
         for pos, (cid, g, d, r) in enumerate(ranked):
@@ -415,7 +415,7 @@ class QueryPipeline:
                        "channels": list(s.channels)} for s in seeds],
             "walk": {"nodes": int(len(result.nodes)), "iterations": result.iterations,
                      "residual": float(f"{result.residual:.3g}"), "mass_kept": round(float(result.scores.sum()), 6),
-                     "damping": cfg.ppr_damping, "dense_share": cfg.ppr_dense_share,
+                     "damping": cfg.ppr_damping, "dense_share": cfg.ppr_dense_share, "dense_floor": cfg.dense_floor,
                      "synonym_edges": walk.n_synonym_edges},
         })
         return out

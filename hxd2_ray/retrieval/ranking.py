@@ -10,7 +10,19 @@ Order of the context, and why:
   the best rank among those entities, then by raw-question similarity, then first-seen order (entity order,
   document order within an entity). ``"fused"``: reciprocal-rank fusion (k = 60) of that mention order and
   the raw-question similarity order, so a graph built by a weak extractor cannot push the chunks that match
-  the question out of the budget; ties keep the mention order.
+  the question out of the budget; ties keep the mention order. ``"ppr"``: personalized PageRank over entities
+  and chunks (:mod:`hxd2_ray.retrieval.ppr`), seeded by :func:`walk_seeds`, ranked by :func:`calibrated_chunks`.
+
+**Dense never lost** (the dense floor). The question's own chunk hits are the one channel that does not depend
+on the extractor, so no graph ranking may bury them on evidence weaker than theirs:
+
+* the dense side is a probability: the softmax of the hits' cosines at the embedder's training temperature
+  (:func:`dense_probabilities`; 0.05 for MiniLM), the embedder's own estimate of which hit is the passage;
+* under ``ppr`` the graph side is one too: a chunk's share of the walk's mass on chunks; each chunk ranks by
+  the larger of the two, so a graph-found chunk takes a dense hit's place only with more probability than that
+  hit has, and the budget (which keeps a prefix) drops dense hits only for such chunks;
+* ``mentions`` and ``fused`` have no such scale (mention counts), so with ``retrieval.dense_keep = k`` the
+  question's k best hits simply go first (:func:`dense_first`).
 
 Scores from different channels are compared as is: cosine for vectors, ratio/100 for fuzzy names. Both
 are 1.0 for an exact name, and the fuzzy cutoff (85) keeps fuzzy hits to near-identical names.
@@ -273,15 +285,18 @@ def walk_seeds(
 
 
 def calibrated_chunks(
-    graph: Mapping[str, float], dense: Mapping[str, float], limit: int,
+    graph: Mapping[str, float], dense: Mapping[str, float], limit: int, floor: float = 1.0,
 ) -> list[tuple[str, float, float, float]]:
-    """Chunks by the dense floor's calibrated scale: ``max(graph share, dense probability)``, best first.
+    """Chunks by the dense floor's calibrated scale: ``max(graph share, floor * dense probability)``, best first.
 
-    Both are probabilities over chunks for this question: a chunk the graph walk does not favour keeps what the
-    dense channel alone gives it, so a graph chunk passes a dense one only with more probability than that dense
-    hit has. Ties: dense probability, then graph share, then id. Rows: (id, graph, dense, rank score).
+    Both are probabilities over chunks for this question (the walk's mass on chunks, which already holds each
+    dense hit's reset share; the embedder's softmax over its hits). With ``floor`` 1 a chunk the walk does not
+    favour keeps what the dense channel alone gives it, so a graph chunk passes a dense one only with more
+    probability than that dense hit has; with ``floor`` 0 the walk alone ranks (HippoRAG 2), and a dense hit
+    keeps only its reset share. Ties: dense probability, then graph share, then id.
+    Rows: (id, graph share, dense probability, rank score).
     """
     ids = set(graph) | set(dense)
     rows = [(cid, float(graph.get(cid, 0.0)), float(dense.get(cid, 0.0))) for cid in ids]
-    rows.sort(key=lambda r: (-max(r[1], r[2]), -r[2], -r[1], r[0]))
-    return [(cid, g, d, max(g, d)) for cid, g, d in rows[: max(0, limit)]]
+    rows.sort(key=lambda r: (-max(r[1], floor * r[2]), -r[2], -r[1], r[0]))
+    return [(cid, g, d, max(g, floor * d)) for cid, g, d in rows[: max(0, limit)]]
