@@ -205,6 +205,10 @@ class RetrievalConfig(_Frozen):
         description="Share of the reset mass on the question's chunk hits (the rest on matched entities).",
     )
     ppr_dense_seeds: int = Field(30, ge=0, description="Chunk hits of the question used as seeds (at most search_k).")
+    drop_prompt_keywords: bool = Field(
+        False, description="Drop keywords found in the keyword prompt's own example but not in the question (a small "
+                           "model copies the example's names for questions it cannot parse).",
+    )
     question_names: bool = Field(
         False, description="Entities whose names the question spells out (its word n-grams, by exact merge key) join "
                           "the low-level matches (channel question:name).",

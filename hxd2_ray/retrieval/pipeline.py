@@ -28,6 +28,7 @@ from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.config import RetrievalConfig
 from hxd2_ray.embedding.base import Embedder
 from hxd2_ray.errors import BackendError
+from hxd2_ray.extraction.merge import normalize_name
 from hxd2_ray.graph.base import unique_in_order
 from hxd2_ray.indexing.manifest import check_compatible
 from hxd2_ray.llm.base import LLMClient, LLMRequest, Message
@@ -106,6 +107,24 @@ class _Fitted:
     tokens: SectionTokens
     dropped: SectionCounts
     messages: tuple[Message, ...]
+
+
+def drop_copied_keywords(keywords: Keywords, question: str, prompts: QueryLanguagePrompts
+                         ) -> tuple[Keywords, list[str]]:
+    """Keywords the model copied from the keyword prompt's own example: in the prompt, not in the question.
+
+    A small model often answers with the example's keywords ("Rachel Osei", "Bergen", "Halden Institute") for an
+    unrelated question; matched against the index they pull in whatever shares those names.
+    """
+    prompt = normalize_name(prompts.keywords_system + "\n" + prompts.keywords_user)
+    asked = normalize_name(question)
+    copied = [k for k in (*keywords.low_level, *keywords.high_level)
+              if (n := normalize_name(k)) and n in prompt and n not in asked]
+    if not copied:
+        return keywords, []
+    keep = set(copied)
+    return replace(keywords, low_level=tuple(k for k in keywords.low_level if k not in keep),
+                   high_level=tuple(k for k in keywords.high_level if k not in keep)), copied
 
 
 class QueryPipeline:
@@ -223,9 +242,14 @@ class QueryPipeline:
         keywords = parse_keywords(response.text, cfg.max_keywords)
         if not keywords.parsed:
             return keywords, ["the keyword reply could not be read; searched with the question only"]
+        notices = []
+        if cfg.drop_prompt_keywords:
+            keywords, copied = drop_copied_keywords(keywords, question, prompts)
+            if copied:
+                notices.append(f"dropped {len(copied)} keywords copied from the prompt's example ({', '.join(copied)})")
         if keywords.empty:
-            return keywords, ["the keyword reply held no keywords; searched with the question only"]
-        return keywords, []
+            return keywords, [*notices, "the keyword reply held no keywords; searched with the question only"]
+        return keywords, notices
 
     # --------------------------------------------------------------------------------- question
 
@@ -380,7 +404,7 @@ class QueryPipeline:
         seed_dense = dict(list(matches.dense_hits.items())[: cfg.ppr_dense_seeds])
         dense = dense_probabilities(matches.dense_hits, cfg.dense_temperature)
         entity_keys = unique_in_order([*(str(m.key) for m in matches.entities),
-                                       *(k for m in matches.relations for k in m.key)])  # type: ignore[union-attr]
+                                       *(k for m in matches.relations for k in m.key)])  # type: ignore[attr-defined]
         entity_offsets = dict(zip(entity_keys, graph.entity_offsets(entity_keys)))  # type: ignore[attr-defined]
         counts = None
         if cfg.ppr_specificity:

@@ -95,11 +95,11 @@ class PropagationGraph:
             a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
             keep = a != b  # a self-loop only delays the walk; it carries no evidence
             a, b = a[keep], b[keep]
-            w = np.broadcast_to(np.asarray(w, dtype=np.float64), keep.shape)[keep]
-            keep = w > 0
+            weight = np.broadcast_to(np.asarray(w, dtype=np.float64), keep.shape)[keep]
+            keep = weight > 0
             rows.extend((a[keep], b[keep]))
             cols.extend((b[keep], a[keep]))
-            data.extend((w[keep], w[keep]))
+            data.extend((weight[keep], weight[keep]))
 
         if weights.related > 0:
             add(related[0], related[1], weights.related)

@@ -173,3 +173,20 @@ def test_question_names_join_the_matches(index, tiny):
     off = _pipeline(index, tiny, llm, similarity_threshold=0.99).retrieve("Where does Brian Kobilka work?")
     assert KOBILKA not in [e.key for e in off.entities]
     assert [m.key for m in named_entities("Where does brian KOBILKA work?", index.graph)] == [KOBILKA]
+
+
+def test_keywords_copied_from_the_prompt_example_are_dropped(index, tiny):
+    from hxd2_ray.retrieval.pipeline import drop_copied_keywords
+    from hxd2_ray.retrieval.query_prompts import load_query_prompts
+    from hxd2_ray.retrieval.results import Keywords
+
+    prompts = load_query_prompts().for_language("en")
+    copied = Keywords(low_level=("Rachel Osei", "Bergen", "Brian Kobilka"), high_level=("Field of study",))
+    kept, dropped = drop_copied_keywords(copied, "Where does Brian Kobilka work?", prompts)
+    assert dropped == ["Rachel Osei", "Bergen", "Field of study"]
+    assert kept.low_level == ("Brian Kobilka",) and kept.high_level == ()
+    # A keyword the question itself contains stays, even when the example has it too.
+    assert drop_copied_keywords(Keywords(low_level=("Bergen",)), "Is Bergen rainy?", prompts)[1] == []
+    llm = scripted_llm(keyword_reply(["Rachel Osei", "Halden Institute"], ["Research affiliation"]))
+    result = _pipeline(index, tiny, llm, drop_prompt_keywords=True).retrieve("Who is Brian Kobilka?")
+    assert result.keywords.empty and any("copied from the prompt's example" in n for n in result.notices)
