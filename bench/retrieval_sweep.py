@@ -34,8 +34,10 @@ from hxd2_ray.evaluation.metrics import perfect_retrieval_at_k, recall_at_k  # n
 CHUNK_VECTOR_K = 20  # as the evaluation job's chunk_vector mode
 
 
-def split_of(item_id: str) -> str:
-    return "A" if hashlib.sha256(item_id.encode()).digest()[0] % 2 == 0 else "B"
+def split_ids(ids: list[str]) -> dict[str, str]:
+    """Half the ids (by the order of their sha256) are split A, the rest B: fixed, and blind to the content."""
+    order = sorted(ids, key=lambda i: hashlib.sha256(i.encode()).hexdigest())
+    return {i: ("A" if pos < len(order) // 2 else "B") for pos, i in enumerate(order)}
 
 
 class ReplayLLM:
@@ -116,7 +118,8 @@ def main() -> None:
 
     cfg = load_config(args.config, args.overrides)
     items = get_benchmark(args.benchmark).load(args.data_root)
-    items = [it for it in items if args.split == "all" or split_of(it.id) == args.split]
+    split = split_ids([it.id for it in items])
+    items = [it for it in items if args.split == "all" or split[it.id] == args.split]
     replies = keyword_replies(cfg, [it.retrieval_query for it in items], Path(args.keywords))
     if args.keywords_only:
         return

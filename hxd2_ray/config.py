@@ -204,6 +204,10 @@ class RetrievalConfig(_Frozen):
         0.5, ge=0, le=1,
         description="Share of the reset mass on the question's chunk hits (the rest on matched entities).",
     )
+    ppr_seed_softmax: bool = Field(
+        True, description="Weigh entity seeds by the softmax of their match scores at dense_temperature (an exact name "
+                          "outweighs a vague vector match by e^10), not by the scores themselves.",
+    )
     ppr_dense_seeds: int = Field(30, ge=0, description="Chunk hits of the question used as seeds (at most search_k).")
     drop_prompt_keywords: bool = Field(
         False, description="Drop keywords found in the keyword prompt's own example but not in the question (a small "
@@ -218,10 +222,14 @@ class RetrievalConfig(_Frozen):
                           "specificity: a name every passage uses says little).",
     )
     ppr_mention_weight: float = Field(1.0, ge=0, description="Weight of a chunk-entity (MENTIONS) edge.")
+    ppr_mention_idf: bool = Field(
+        False, description="Weigh a MENTIONS edge by the entity's rarity, log(1 + chunks / its chunks): from a passage "
+                           "the walk goes on through its specific names rather than its common ones.",
+    )
     ppr_related_weight: float = Field(1.0, ge=0, description="Weight of an entity-entity (RELATED) edge.")
     ppr_synonym_weight: float = Field(1.0, ge=0, description="Weight of a SYNONYM edge per unit of name cosine.")
     ppr_radius: int = Field(3, ge=1, description="Hops around the seeds the walk is computed over.")
-    ppr_max_nodes: int = Field(20000, gt=0, description="Largest neighbourhood the walk is computed over.")
+    ppr_max_nodes: int = Field(2000, gt=0, description="Largest neighbourhood the walk is computed over.")
     ppr_max_fanout: int = Field(
         512, gt=0, description="Nodes with more neighbours are not expanded (a hub's mass per neighbour is negligible).",
     )

@@ -51,10 +51,18 @@ class NamedEntity:
     score: float  # 1.0 exact (same merge key); else rapidfuzz ratio / 100
 
 
-def _en_ngrams(question: str, max_words: int) -> list[tuple[str, bool]]:
-    """(n-gram, long enough to match fuzzily) pairs, longest first, name-like ones only (module docstring)."""
+@dataclass(frozen=True, slots=True)
+class _Gram:
+    text: str
+    start: int  # first word
+    end: int  # one past the last word
+    fuzzy: bool  # long enough to match fuzzily
+
+
+def _en_ngrams(question: str, max_words: int) -> list[_Gram]:
+    """Name-like n-grams, longest first (module docstring)."""
     words = [(m.group(), m.start()) for m in _EN_WORD.finditer(question)]
-    out: list[tuple[str, bool]] = []
+    out: list[_Gram] = []
     for n in range(min(max_words, len(words)), 0, -1):
         for i in range(len(words) - n + 1):
             span = words[i:i + n]
@@ -67,29 +75,32 @@ def _en_ngrams(question: str, max_words: int) -> list[tuple[str, bool]]:
             if not (n >= 2 or capital or digit):
                 continue
             text = question[span[0][1]:span[-1][1] + len(span[-1][0])]
-            out.append((text, len(text) >= FUZZY_MIN_CHARS))
+            out.append(_Gram(text, i, i + n, len(text) >= FUZZY_MIN_CHARS))
     return out
 
 
-def _zh_ngrams(question: str, max_words: int) -> list[tuple[str, bool]]:
+def _zh_ngrams(question: str, max_words: int) -> list[_Gram]:
     import jieba
 
     words = [w for w in jieba.lcut(question) if w.strip() and not re.fullmatch(r"\W+", w)]
-    out: list[tuple[str, bool]] = []
+    out: list[_Gram] = []
     for n in range(min(max_words, len(words)), 0, -1):
         for i in range(len(words) - n + 1):
             if words[i] in ZH_STOPWORDS or words[i + n - 1] in ZH_STOPWORDS:
                 continue
             text = "".join(words[i:i + n])
             if len(text) >= 2 and not text.isdigit():
-                out.append((text, len(text) >= FUZZY_MIN_CHARS // 2))  # a CJK character is about two letters
+                out.append(_Gram(text, i, i + n, len(text) >= FUZZY_MIN_CHARS // 2))  # a CJK character ~ 2 letters
     return out
+
+
+def _grams(question: str, max_words: int) -> list[_Gram]:
+    return (_zh_ngrams if detect_language(question) == "zh" else _en_ngrams)(question, max_words)
 
 
 def candidate_ngrams(question: str, max_words: int = 4) -> list[tuple[str, bool]]:
     """The question's name-like n-grams, longest first, each once: (text, long enough to match fuzzily)."""
-    grams = (_zh_ngrams if detect_language(question) == "zh" else _en_ngrams)(question, max_words)
-    return list(dict.fromkeys(grams))
+    return list(dict.fromkeys((g.text, g.fuzzy) for g in _grams(question, max_words)))
 
 
 def named_entities(
@@ -101,23 +112,36 @@ def named_entities(
     max_words: int = 4,
     fuzzy_limit: int = 3,
 ) -> list[NamedEntity]:
-    """Entities the question names, best first (score, then longer n-gram); one entry per entity."""
-    grams = candidate_ngrams(question, max_words)
+    """Entities the question names, best first (score, then longer n-gram); one entry per entity.
+
+    Longest match first: once an n-gram names an entity, the shorter n-grams inside it name nothing more
+    ("Tampa Bay Buccaneers" matched, "Tampa" and "Bay" are not looked at), as a reader links a name.
+    """
+    grams = _grams(question, max_words)
     if not grams:
         return []
-    keys: dict[str, str] = {}
-    for text, _ in reversed(grams):  # the longest n-gram wins a shared key
-        keys[normalize_name(text)] = text
-        keys[normalize_name(_JOINERS.sub(" ", text))] = text  # "Qinghe-17" names "Qinghe 17" too
+    variants = {g: {normalize_name(g.text), normalize_name(_JOINERS.sub(" ", g.text))} for g in grams}
+    known = {row["key"] for row in graph.get_entities(list({k for keys in variants.values() for k in keys}))}
+    covered: set[int] = set()
     found: dict[str, NamedEntity] = {}
-    for row in graph.get_entities(list(keys)):
-        found[row["key"]] = NamedEntity(text=keys[row["key"]], key=row["key"], score=1.0)
-    if names is not None and fuzzy_cutoff < 100:
-        for text, fuzzy in grams:
-            if not fuzzy:
-                continue
-            for key, ratio in names.search(text, fuzzy_cutoff, fuzzy_limit):
-                if key not in found or found[key].score < ratio / 100.0:
-                    found[key] = NamedEntity(text=text, key=key, score=ratio / 100.0)
-    return sorted(found.values(), key=lambda m: (-m.score, -len(m.text), m.key))
 
+    def take(gram: _Gram, key: str, score: float) -> None:
+        if key not in found or found[key].score < score:
+            found[key] = NamedEntity(text=gram.text, key=key, score=score)
+
+    for gram in grams:  # longest first
+        if covered.issuperset(range(gram.start, gram.end)):
+            continue
+        hits = [k for k in sorted(variants[gram]) if k in known]
+        if not hits and names is not None and gram.fuzzy and fuzzy_cutoff < 100:
+            fuzzy = names.search(gram.text, fuzzy_cutoff, fuzzy_limit)
+            for key, ratio in fuzzy:
+                take(gram, key, ratio / 100.0)
+            hits_fuzzy = bool(fuzzy)
+        else:
+            hits_fuzzy = False
+        for key in hits:
+            take(gram, key, 1.0)
+        if hits or hits_fuzzy:
+            covered.update(range(gram.start, gram.end))
+    return sorted(found.values(), key=lambda m: (-m.score, -len(m.text), m.key))

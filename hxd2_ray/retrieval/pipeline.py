@@ -163,7 +163,8 @@ class QueryPipeline:
         if cfg.chunk_ranking == "ppr":
             self._walk = graph_for(index.graph, EdgeWeights(mention=cfg.ppr_mention_weight,
                                                             related=cfg.ppr_related_weight,
-                                                            synonym=cfg.ppr_synonym_weight))
+                                                            synonym=cfg.ppr_synonym_weight,
+                                                            mention_idf=cfg.ppr_mention_idf))
             if self._walk is None:
                 log.warning("retrieval.chunk_ranking=ppr needs the graph held in memory (retrieval.resident_graph); "
                             "this index's graph is read through Kùzu, so chunks are ranked 'fused'")
@@ -411,7 +412,8 @@ class QueryPipeline:
             counts = {k: int(walk.entity_chunk_count[o]) for k, o in entity_offsets.items() if o is not None}
         seeds = walk_seeds(matches.entities, matches.relations,
                            dense_probabilities(seed_dense, cfg.dense_temperature),
-                           dense_share=cfg.ppr_dense_share, chunk_counts=counts)
+                           dense_share=cfg.ppr_dense_share, chunk_counts=counts,
+                           temperature=cfg.dense_temperature if cfg.ppr_seed_softmax else None)
         chunk_offsets = dict(zip(seed_dense, graph.chunk_offsets(list(seed_dense))))  # type: ignore[attr-defined]
         nodes, weights = [], []
         for s in seeds:

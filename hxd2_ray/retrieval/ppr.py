@@ -47,6 +47,7 @@ class EdgeWeights:
     mention: float = 1.0
     related: float = 1.0
     synonym: float = 1.0  # multiplies each SYNONYM edge's cosine
+    mention_idf: bool = False  # a MENTIONS edge weighs mention x log(1 + chunks / chunks mentioning the entity)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +104,15 @@ class PropagationGraph:
 
         if weights.related > 0:
             add(related[0], related[1], weights.related)
+        men_entity = np.asarray(mentions[1], dtype=np.int64)
+        chunk_count = np.bincount(men_entity, minlength=self.n_entities)
         if weights.mention > 0:
-            add(np.asarray(mentions[0], dtype=np.int64) + self.n_entities, mentions[1], weights.mention)
+            mention_w: np.ndarray | float = weights.mention
+            if weights.mention_idf and len(men_entity):
+                # From a chunk, the walk prefers its rare entities: a name many chunks share ("United States") says
+                # little about which passage comes next; an entity's own edges stay uniform among its chunks.
+                mention_w = weights.mention * np.log1p(max(1, self.n_chunks) / np.maximum(chunk_count[men_entity], 1))
+            add(np.asarray(mentions[0], dtype=np.int64) + self.n_entities, men_entity, mention_w)
         self.n_synonym_edges = 0
         if synonyms is not None and weights.synonym > 0 and len(synonyms[0]):
             add(synonyms[0], synonyms[1], weights.synonym * np.asarray(synonyms[2], dtype=np.float64))
@@ -120,7 +128,7 @@ class PropagationGraph:
         self.fanout = np.diff(matrix.indptr)  # neighbour count
         self._inv_strength = np.divide(1.0, self.strength, out=np.zeros(n), where=self.strength > 0)
         # Chunks that mention each entity (node specificity of an entity seed).
-        self.entity_chunk_count = np.bincount(np.asarray(mentions[1], dtype=np.int64), minlength=self.n_entities)
+        self.entity_chunk_count = chunk_count
 
     @property
     def size(self) -> int:
@@ -160,7 +168,7 @@ class PropagationGraph:
         *,
         damping: float = 0.5,
         radius: int = 3,
-        max_nodes: int = 20_000,
+        max_nodes: int = 2000,
         max_fanout: int = 512,
         tol: float = 1e-10,
         max_iter: int = 200,

@@ -244,12 +244,15 @@ class WalkSeed:
 def walk_seeds(
     entity_matches: Sequence[RankedMatch], relation_matches: Sequence[RankedMatch],
     dense: Mapping[str, float], *, dense_share: float, chunk_counts: Mapping[str, int] | None = None,
+    temperature: float | None = None,
 ) -> list[WalkSeed]:
     """The reset vector of the walk, as :class:`WalkSeed` rows (weights sum to 1).
 
     * entities: each matched entity with its best match score; both endpoints of a matched relation with the
-      relation's score (a key reached both ways keeps the higher); divided by the number of chunks that mention
-      it when ``chunk_counts`` is given (node specificity); together ``1 - dense_share`` of the mass;
+      relation's score (a key reached both ways keeps the higher); weighted by the score itself, or with
+      ``temperature`` by its softmax (``exp(score / temperature)``: the embedder's own odds, as for the dense
+      side, so an exact name, 1.0, outweighs a vague cosine of 0.5 by e^10 rather than 2); divided by the number
+      of chunks that mention it when ``chunk_counts`` is given (node specificity); together ``1 - dense_share``;
     * chunks: the question's chunk hits with their dense probability (``dense``), together ``dense_share``.
 
     A side with no seeds gives its share to the other.
@@ -267,10 +270,12 @@ def walk_seeds(
         for end in m.key:  # type: ignore[attr-defined]
             add(end, m.score, (f"relation:{h.channel}" for h in m.hits))
     raw = {}
+    top = max((score for score, _ in entity.values()), default=0.0)
     for key, (score, _) in entity.items():
         spread = max(1, int(chunk_counts.get(key, 0))) if chunk_counts is not None else 1
         if score > 0:
-            raw[key] = score / spread
+            weight = score if temperature is None else float(np.exp((score - top) / temperature))
+            raw[key] = weight / spread
     entity_total, dense_total = sum(raw.values()), sum(v for v in dense.values() if v > 0)
     share_e = (1.0 - dense_share) if dense_total > 0 else 1.0
     share_d = dense_share if entity_total > 0 else 1.0

@@ -190,3 +190,23 @@ def test_keywords_copied_from_the_prompt_example_are_dropped(index, tiny):
     llm = scripted_llm(keyword_reply(["Rachel Osei", "Halden Institute"], ["Research affiliation"]))
     result = _pipeline(index, tiny, llm, drop_prompt_keywords=True).retrieve("Who is Brian Kobilka?")
     assert result.keywords.empty and any("copied from the prompt's example" in n for n in result.notices)
+
+
+class _Names:
+    """A graph stand-in: get_entities finds the keys it holds."""
+
+    def __init__(self, keys):
+        self.keys = set(keys)
+
+    def get_entities(self, keys):
+        return [{"key": k} for k in keys if k in self.keys]
+
+
+def test_the_longest_name_wins_and_its_parts_name_nothing():
+    graph = _Names({"tampa bay buccaneers", "tampa", "bay", "lee roy selmon", "selmon", "draft"})
+    found = named_entities("how is Tampa Bay Buccaneers draft history and Lee Roy Selmon connected?", graph)
+    assert [(m.text, m.key) for m in found] == [("Tampa Bay Buccaneers", "tampa bay buccaneers"),
+                                                ("Lee Roy Selmon", "lee roy selmon")]
+    # without the longer name in the index, its parts are names of their own
+    parts = named_entities("Is Tampa near the Bay?", _Names({"tampa", "bay"}))
+    assert sorted(m.key for m in parts) == ["bay", "tampa"]
