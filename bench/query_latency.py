@@ -334,7 +334,8 @@ def main() -> None:
                 print(f"{'':>9} resident / kuzu at {n:,} entities: p50 x{mem['p50'] / kz['p50']:.2f},"
                       f" graph phase x{mem['phases']['graph'] / kz['phases']['graph']:.3f}", flush=True)
             if {"ppr", "resident"} <= same.keys():
-                print(f"{'':>9} ppr / resident at {n:,} entities: p50 x{same['ppr']['p50'] / same['resident']['p50']:.2f}"
+                ratio = same["ppr"]["p50"] / same["resident"]["p50"]
+                print(f"{'':>9} ppr / resident at {n:,} entities: p50 x{ratio:.2f}"
                       f" (walk {same['ppr']['phases']['walk']:.2f} ms)", flush=True)
         print("\nphase columns: median ms per question (walk: inside graph); build s = Kùzu load + vector families;"
               " open s = manifest, graph (held in memory: resident), families and the fuzzy name index; start s ="

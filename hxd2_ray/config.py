@@ -199,7 +199,9 @@ class RetrievalConfig(_Frozen):
         description="ppr: a chunk ranks by max(its share of the walk, dense_floor x its dense probability); 1: a "
                     "dense hit yields only to more graph probability than it has; 0: the walk alone (HippoRAG 2).",
     )
-    ppr_damping: float = Field(0.5, ge=0, lt=1, description="Probability that the walk follows an edge (HippoRAG 2: 0.5).")
+    ppr_damping: float = Field(
+        0.5, ge=0, lt=1, description="Probability that the walk follows an edge (HippoRAG 2: 0.5).",
+    )
     ppr_dense_share: float = Field(
         0.5, ge=0, le=1,
         description="Share of the reset mass on the question's chunk hits (the rest on matched entities).",
@@ -231,9 +233,12 @@ class RetrievalConfig(_Frozen):
     ppr_radius: int = Field(3, ge=1, description="Hops around the seeds the walk is computed over.")
     ppr_max_nodes: int = Field(2000, gt=0, description="Largest neighbourhood the walk is computed over.")
     ppr_max_fanout: int = Field(
-        512, gt=0, description="Nodes with more neighbours are not expanded (a hub's mass per neighbour is negligible).",
+        512, gt=0,
+        description="Nodes with more neighbours are not expanded (a hub's mass per neighbour is negligible).",
     )
-    rerank_top_n: int = Field(20, ge=0, description="Ranked chunks the reranker (section rerank) reorders before the budget.")
+    rerank_top_n: int = Field(
+        20, ge=0, description="Ranked chunks the reranker (section rerank) reorders before the budget.",
+    )
     max_chunk_candidates: int = Field(
         64, gt=0, description="Ranked chunk candidates whose text is fetched before the chunk budget is applied."
     )
@@ -283,7 +288,13 @@ class SynonymConfig(_Frozen):
         0.85, ge=-1, le=1,
         description="Least cosine of two entity-name vectors for an edge (depends on the embedding model).",
     )
-    batch_size: int = Field(4096, gt=0, description="Entity names searched per Faiss call (not part of the fingerprint).")
+    require_shared_text: bool = Field(
+        True, description="Both keys must share a character trigram: an English embedder maps unrelated Chinese names "
+                          "to near-identical vectors.",
+    )
+    batch_size: int = Field(
+        4096, gt=0, description="Entity names searched per Faiss call (not part of the fingerprint).",
+    )
 
 
 class NoRerankerConfig(_Frozen):
@@ -406,7 +417,8 @@ class HxdConfig(_Frozen):
 
 def synonym_factors(cfg: SynonymConfig) -> dict[str, Any]:
     """The synonym settings that shape an index (the batch size does not)."""
-    return cfg.model_dump(mode="json", include={"enabled", "k", "threshold"}) if cfg.enabled else {"enabled": False}
+    return (cfg.model_dump(mode="json", include={"enabled", "k", "threshold", "require_shared_text"}) if cfg.enabled
+            else {"enabled": False})
 
 
 def llm_model_id(cfg: ScriptedLLMConfig | VllmLLMConfig) -> str:

@@ -201,7 +201,9 @@ Q_SCAN = {
         " r.source_chunk_ids AS source_chunk_ids, r.mention_count AS mention_count"
     ),
     "MENTIONS": "MATCH (c:Chunk)-[:MENTIONS]->(e:Entity) RETURN offset(id(c)) AS c, offset(id(e)) AS e",
-    "SYNONYM": "MATCH (a:Entity)-[s:SYNONYM]->(b:Entity) RETURN offset(id(a)) AS a, offset(id(b)) AS b, s.score AS score",
+    "SYNONYM": (
+        "MATCH (a:Entity)-[s:SYNONYM]->(b:Entity) RETURN offset(id(a)) AS a, offset(id(b)) AS b, s.score AS score"
+    ),
 }
 
 # Logic-form templates (``hxd2_ray.logic.executor.LOGIC_TEMPLATES`` names), per key / per pair. The

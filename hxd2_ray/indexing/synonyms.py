@@ -4,11 +4,15 @@ A small extractor names one thing several ways ("Lilu", "Lilu (mythology)", "the
 joins only names that normalise to the same key, so each spelling is its own node and the passages that use
 them do not meet. HippoRAG 2 links such phrase nodes by embedding similarity; we do the same at index time:
 
-    an edge joins entities a and b when cos(name(a), name(b)) >= threshold and b is among a's k nearest names
+    an edge joins entities a and b when cos(name(a), name(b)) >= threshold and b is among a's k nearest names,
+    and (``require_shared_text``) their keys share a character trigram (a bigram where one is shorter than 3)
 
 found with the ``entity_name`` vector family itself (Faiss, batched), so the search is the index's own (flat,
 or IVF at scale) and costs what a family search costs. Each pair is stored once, smaller key first, with the
-higher of its two scores; self-matches are dropped. The edges become the graph's SYNONYM relationship table
+higher of its two scores; self-matches are dropped. The text check keeps an embedder's blind spots out: an
+English model such as MiniLM maps every Chinese name to nearly the same vector (unknown tokens), and would join
+them all; true near-names ("Harvard" / "Harvard University", "Beaux Arts" / "Beaux-Arts") always share some
+text. The edges become the graph's SYNONYM relationship table
 (only the ``ppr`` chunk ranking walks them; the context's relation table never shows them).
 
 :func:`synonym_edges` takes *a set of entities* and searches them against a family, so an incremental build
@@ -33,6 +37,18 @@ from hxd2_ray.indexing.tables import SYNONYMS
 __all__ = ["SYNONYMS", "synonym_edges"]
 
 Progress = Callable[[str], None]
+
+
+def _grams(key: str) -> set[str]:
+    n = 3 if len(key) >= 3 else 2
+    return {key[i:i + n] for i in range(max(1, len(key) - n + 1))}
+
+
+def share_text(a: str, b: str) -> bool:
+    """Whether two entity keys share a character trigram (a bigram when either is shorter than 3 characters)."""
+    if min(len(a), len(b)) < 3:
+        return bool({a[i:i + 2] for i in range(max(1, len(a) - 1))} & {b[i:i + 2] for i in range(max(1, len(b) - 1))})
+    return bool(_grams(a) & _grams(b))
 
 
 def synonym_edges(
@@ -64,6 +80,8 @@ def synonym_edges(
                 if other == key:
                     continue
                 pair = (key, other) if key < other else (other, key)
+                if cfg.require_shared_text and pair not in best and not share_text(key, other):
+                    continue
                 if score > best.get(pair, -2.0):
                     best[pair] = float(score)
         now = time.perf_counter()

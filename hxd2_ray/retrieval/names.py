@@ -11,9 +11,10 @@ entities named like that; matching them would let any question through the refus
 are cut into words with jieba, and every run of 2+ characters is name-like.
 
 How: exactly, by the merge stage's key of the n-gram (one lookup in the graph each, a dictionary read when the
-graph is resident; hyphens and slashes also read as spaces); and, for n-grams of at least ``FUZZY_MIN_CHARS`` characters (a short word fuzzy-matches too
-loosely: "Lilu" and "Lulu"), fuzzily through the index's :class:`~hxd2_ray.retrieval.fuzzy.FuzzyNameIndex`
-(rapidfuzz ratio >= ``fuzzy_cutoff``: "Qinghe-17" finds "Qinghe 17").
+graph is resident; hyphens and slashes also read as spaces: "Qinghe-17" names "Qinghe 17"); and, for n-grams of
+at least ``FUZZY_MIN_CHARS`` characters (a short word fuzzy-matches too loosely: "Lilu" and "Lulu"), fuzzily
+through the index's :class:`~hxd2_ray.retrieval.fuzzy.FuzzyNameIndex` (rapidfuzz ratio >= ``fuzzy_cutoff``).
+Longest match first: the parts of a matched name are not names of their own.
 """
 
 from __future__ import annotations

@@ -426,15 +426,18 @@ class QueryPipeline:
         is_chunk = result.nodes >= walk.n_entities
         mass = result.scores[is_chunk]
         total = float(mass.sum())
-        chunk_ids = graph.chunk_ids_at((result.nodes[is_chunk] - walk.n_entities).tolist())  # type: ignore[attr-defined]
+        chunk_offsets_found = (result.nodes[is_chunk] - walk.n_entities).tolist()
+        chunk_ids = graph.chunk_ids_at(chunk_offsets_found)  # type: ignore[attr-defined]
         graph_share = {c: float(m) / total for c, m in zip(chunk_ids, mass.tolist()) if m > 0} if total > 0 else {}
         ranked = calibrated_chunks(graph_share, dense, cfg.max_chunk_candidates, cfg.dense_floor)
-        mention_info = {c.id: c for c in rank_chunks(context_keys, by_entity, {}, len(by_entity) * 64 + 64)}
+        mention_info = {c.id: c for c in rank_chunks(context_keys, by_entity, {},
+                                                     sum(len(ids) for ids in by_entity.values()))}
         out = []
         for pos, (cid, g, d, r) in enumerate(ranked):
             info = mention_info.get(cid)
             out.append(ChunkCandidate(
-                id=cid, mentions=info.mentions if info else 0, first_entity_rank=info.first_entity_rank if info else None,
+                id=cid, mentions=info.mentions if info else 0,
+                first_entity_rank=info.first_entity_rank if info else None,
                 score=float(matches.dense_hits.get(cid, 0.0)), seen=pos, graph_score=g, dense_score=d, rank_score=r))
         ranking.update({
             "seeds": [{"kind": s.kind, "key": s.key, "weight": round(s.weight, 6), "score": round(s.score, 6),

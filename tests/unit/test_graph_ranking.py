@@ -3,6 +3,7 @@ when the graph is not resident, the reranker before the budget, and the entities
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from hxd2_ray.embedding.hashing import HashingEmbedder
@@ -210,3 +211,12 @@ def test_the_longest_name_wins_and_its_parts_name_nothing():
     # without the longer name in the index, its parts are names of their own
     parts = named_entities("Is Tampa near the Bay?", _Names({"tampa", "bay"}))
     assert sorted(m.key for m in parts) == ["bay", "tampa"]
+
+
+def test_entity_seeds_by_softmax_let_an_exact_name_outweigh_vague_matches():
+    entities = [_match("named", 1.0, "question:name"), _match("vague1", 0.5), _match("vague2", 0.5)]
+    seeds = {s.key: s.weight for s in walk_seeds(entities, [], {}, dense_share=0.5, temperature=0.05)}
+    assert seeds["named"] / seeds["vague1"] == pytest.approx(np.exp(10))
+    assert sum(seeds.values()) == pytest.approx(1.0)
+    linear = {s.key: s.weight for s in walk_seeds(entities, [], {}, dense_share=0.5)}
+    assert linear["named"] / linear["vague1"] == pytest.approx(2.0)

@@ -128,3 +128,18 @@ def test_specificity_counts_self_loops_and_parallel_edges():
     np.testing.assert_array_equal(g.entity_chunk_count, [2, 1])
     assert g.adjacency[0, 0] == 0  # self-loops carry nothing
     assert g.adjacency[0, 1] == g.adjacency[1, 0] == 1.5  # RELATED 1 + SYNONYM 0.5 on one pair add up
+
+
+def test_mention_idf_sends_a_passage_on_through_its_rare_names():
+    # Chunk 0 mentions entity 0 (also in chunks 1..3: common) and entity 1 (only here: rare).
+    mentions = [(0, 0), (1, 0), (2, 0), (3, 0), (0, 1)]
+    plain = _graph(2, 4, mentions=mentions)
+    idf = _graph(2, 4, mentions=mentions, weights=EdgeWeights(mention_idf=True))
+    chunk0 = 2  # node id: after the two entities
+    assert plain.adjacency[chunk0, 0] == plain.adjacency[chunk0, 1] == 1.0
+    assert idf.adjacency[chunk0, 0] == pytest.approx(np.log1p(4 / 4))
+    assert idf.adjacency[chunk0, 1] == pytest.approx(np.log1p(4))
+    start = [chunk0]
+    p, q = _full(plain, start, [1.0], 0.5), _full(idf, start, [1.0], 0.5)
+    share = lambda r, node: r.scores[list(r.nodes).index(node)] / r.scores.sum()  # noqa: E731
+    assert share(q, 1) > share(p, 1) and share(q, 0) < share(p, 0)

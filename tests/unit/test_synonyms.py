@@ -21,8 +21,9 @@ def _unit(rows):
     return arr / np.linalg.norm(arr, axis=1, keepdims=True)
 
 
-# Four names: a and b nearly the same direction (cos 0.995), c at cos 0.8 from a, d orthogonal to all.
-KEYS = ["a", "b", "c", "d"]
+# Four names: a and b nearly the same direction (cos 0.995), c at cos 0.8 from a, d orthogonal to all. The first
+# three share text (the edges need it, test_names_must_share_some_text).
+A, B, C, D = KEYS = ["lilu", "lilu mythology", "lilus", "gallu"]
 VECTORS = _unit([[1.0, 0.0, 0.0], [0.995, 0.0998749, 0.0], [0.8, 0.6, 0.0], [0.0, 0.0, 1.0]])
 
 
@@ -42,24 +43,23 @@ def _rows(table):
 def test_pairs_above_the_threshold_once_each_with_their_cosine(family):
     got = synonym_edges(KEYS, VECTORS, family, SynonymConfig(k=3, threshold=0.75, batch_size=2))
     cos = VECTORS @ VECTORS.T
-    assert _rows(got) == [("a", "b", round(float(cos[0, 1]), 3)), ("a", "c", 0.8),
-                          ("b", "c", round(float(cos[1, 2]), 3))]
+    assert _rows(got) == [(A, B, round(float(cos[0, 1]), 3)), (A, C, 0.8), (B, C, round(float(cos[1, 2]), 3))]
     assert got.schema == tables.SYNONYMS
     strict = synonym_edges(KEYS, VECTORS, family, SynonymConfig(k=3, threshold=0.9))
-    assert _rows(strict) == [("a", "b", round(float(cos[0, 1]), 3))]
+    assert _rows(strict) == [(A, B, round(float(cos[0, 1]), 3))]
 
 
 def test_k_caps_each_entitys_list_and_the_pair_survives_from_either_side(family):
     # k=1: a's nearest is b, b's is a, c's is b (0.86 > 0.8 to a): a-c is nobody's first neighbour any more.
     got = synonym_edges(KEYS, VECTORS, family, SynonymConfig(k=1, threshold=0.5))
-    assert [(s, t) for s, t, _ in _rows(got)] == [("a", "b"), ("b", "c")]
+    assert [(s, t) for s, t, _ in _rows(got)] == [(A, B), (B, C)]
 
 
 def test_a_subset_is_searched_against_the_whole_family(family):
     # What an incremental build does: only the new entity (d, then c) against the family holding every name.
-    assert synonym_edges(["d"], VECTORS[3:], family, SynonymConfig(threshold=0.5)).num_rows == 0
-    assert [(s, t) for s, t, _ in _rows(synonym_edges(["c"], VECTORS[2:3], family, SynonymConfig(threshold=0.75)))] \
-        == [("a", "c"), ("b", "c")]
+    assert synonym_edges([D], VECTORS[3:], family, SynonymConfig(threshold=0.5)).num_rows == 0
+    assert [(s, t) for s, t, _ in _rows(synonym_edges([C], VECTORS[2:3], family, SynonymConfig(threshold=0.75)))] \
+        == [(A, C), (B, C)]
 
 
 def test_off_or_empty_gives_no_edges(family):
@@ -124,3 +124,19 @@ def test_fingerprint_has_the_synonym_settings_but_the_staging_one_does_not():
     assert base.index_fingerprint("p") == bigger_batch.index_fingerprint("p")
     assert HxdConfig(synonyms=SynonymConfig(enabled=False, threshold=0.1)).index_fingerprint("p") == \
         HxdConfig(synonyms=SynonymConfig(enabled=False, threshold=0.5)).index_fingerprint("p")
+
+
+def test_names_must_share_some_text(tmp_path):
+    from hxd2_ray.indexing.synonyms import share_text
+
+    assert share_text("harvard", "harvard university") and share_text("beaux arts", "beaux-arts")
+    assert not share_text("康恵", "电软") and share_text("青禾17号", "青禾")
+    # Two unrelated names an embedder cannot tell apart (identical vectors): no edge unless the check is off.
+    keys, vecs = ["康恵", "电软"], _unit([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    write_family(tmp_path, "entity_name", keys, vecs, index_config(dim=3).vectors)
+    fam = FaissFamilyIndex.open(tmp_path, "entity_name")
+    try:
+        assert synonym_edges(keys, vecs, fam, SynonymConfig()).num_rows == 0
+        assert synonym_edges(keys, vecs, fam, SynonymConfig(require_shared_text=False)).num_rows == 1
+    finally:
+        fam.close()
