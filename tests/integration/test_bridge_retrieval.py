@@ -33,9 +33,9 @@ def bridge_index(tmp_path_factory, ray_local) -> Path:
     return out
 
 
-def _evaluate(capsys, index: Path, out: Path, *extra: str) -> dict:
-    code = eval_job.main(["run", *DATA, "--index", str(index), "--output", str(out), "--mode", "chunk_vector",
-                          "--mode", "dual_retrieval", *SETTINGS, *extra, "--json"])
+def _evaluate(capsys, index: Path, out: Path, *extra: str, modes=("chunk_vector", "dual_retrieval")) -> dict:
+    code = eval_job.main(["run", *DATA, "--index", str(index), "--output", str(out),
+                          *(a for m in modes for a in ("--mode", m)), *SETTINGS, *extra, "--json"])
     captured = capsys.readouterr()
     assert code == 0, captured.err[-3000:]
     return json.loads(captured.out)
@@ -54,11 +54,11 @@ def test_dense_misses_the_bridge_passage_and_the_graph_walk_finds_it(bridge_inde
         assert bridge in traces[("dual_retrieval", qid)]["evidence_ids"][:2]
 
 
-def test_the_mention_orders_do_not_reach_it(bridge_index, tmp_path, capsys):
-    # The same retrieval with the chunk rankings that came before: the graph is there, the ordering misses it.
-    for ranking in ("mentions", "fused"):
-        summary = _evaluate(capsys, bridge_index, tmp_path / ranking, "--set", f"retrieval.chunk_ranking={ranking}")
-        assert summary["per_mode"]["dual_retrieval"]["metrics"]["recall@2"] < 1.0, ranking
+def test_the_fused_mention_order_does_not_reach_it(bridge_index, tmp_path, capsys):
+    # The same retrieval with the chunk ranking configs/local.yaml had before: the graph is there, the order misses it.
+    summary = _evaluate(capsys, bridge_index, tmp_path / "fused", "--set", "retrieval.chunk_ranking=fused",
+                        modes=("dual_retrieval",))
+    assert summary["per_mode"]["dual_retrieval"]["metrics"]["recall@2"] < 1.0
 
 
 def test_the_index_has_synonym_edges_and_a_calibrated_refusal_threshold(bridge_index):
