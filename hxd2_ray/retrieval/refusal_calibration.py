@@ -18,8 +18,8 @@ configured rule is ``question``.
 
 from __future__ import annotations
 
+import hashlib
 import json
-import random
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -55,14 +55,19 @@ def question_from_text(text: str, max_words: int = 12, max_chars_zh: int = 24) -
 
 
 def chunk_questions(texts: Sequence[str], n: int = DEFAULT_POSITIVES, seed: int = 0) -> list[str]:
-    """Up to ``n`` distinct questions from a seeded sample of ``texts`` (the same index gives the same set)."""
-    order = list(range(len(texts)))
-    random.Random(seed).shuffle(order)
-    out: dict[str, None] = {}
-    for i in order:
+    """Up to ``n`` distinct questions from a sample of ``texts`` chosen by a seeded hash of each text, so the same
+    index gives the same set whatever order its chunks come in (a rerun reads them back from staging)."""
+
+    def text_at(i: int) -> str:
         text = texts[i]
-        text = text.as_py() if hasattr(text, "as_py") else text  # an Arrow column is read row by row
-        q = question_from_text(text or "")
+        return (text.as_py() if hasattr(text, "as_py") else text) or ""  # an Arrow column is read row by row
+
+    def rank(i: int) -> bytes:
+        return hashlib.blake2b(text_at(i).encode("utf-8"), digest_size=8, key=str(seed).encode()).digest()
+
+    out: dict[str, None] = {}
+    for i in sorted(range(len(texts)), key=rank):
+        q = question_from_text(text_at(i))
         if q:
             out.setdefault(q, None)
         if len(out) >= n:

@@ -120,6 +120,7 @@ def test_questions_made_from_chunks():
     first = chunk_questions(texts, 10, seed=3)
     assert first == chunk_questions(texts, 10, seed=3) and len(set(first)) == 10
     assert first != chunk_questions(texts, 10, seed=4)
+    assert chunk_questions(texts[::-1], 10, seed=3) == first  # the chunks' order does not matter
     bad = off_topic_questions()
     assert len(bad) >= 60 and all(isinstance(q, str) and q for q in bad)
 
