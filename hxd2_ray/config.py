@@ -210,6 +210,10 @@ class RetrievalConfig(_Frozen):
         True, description="Weigh entity seeds by the softmax of their match scores at dense_temperature (an exact name "
                           "outweighs a vague vector match by e^10), not by the scores themselves.",
     )
+    ppr_title_seeds: bool = Field(
+        True, description="Seed the chunks of documents whose title the question names (a trailing parenthetical "
+                           "dropped: 'Mark King (musician)'), with the named entities.",
+    )
     ppr_dense_seeds: int = Field(30, ge=0, description="Chunk hits of the question used as seeds (at most search_k).")
     drop_prompt_keywords: bool = Field(
         False, description="Drop keywords found in the keyword prompt's own example but not in the question (a small "

@@ -270,6 +270,17 @@ class ResidentGraph:
     def synonym_count(self) -> int:
         return len(self._syn_a)
 
+    def document_chunks(self) -> list[tuple[str, np.ndarray]]:
+        """(document title, offsets of its chunks) per document that has chunks."""
+        if not self._chunk_ids:
+            return []
+        doc_of = self._chunks["doc_id"].to_pylist()
+        by_doc: dict[str, list[int]] = {}
+        for i, d in enumerate(doc_of):
+            by_doc.setdefault(d, []).append(i)
+        return [(self._docs.get(d, {}).get("doc_title") or "", np.asarray(rows, dtype=np.int64))
+                for d, rows in by_doc.items()]
+
     # -- everything else: the store of record ------------------------------------------------------
 
     def counts(self) -> dict[str, int]:

@@ -20,6 +20,8 @@ Longest match first: the parts of a matched name are not names of their own.
 from __future__ import annotations
 
 import re
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,3 +148,36 @@ def named_entities(
         if hits or hits_fuzzy:
             covered.update(range(gram.start, gram.end))
     return sorted(found.values(), key=lambda m: (-m.score, -len(m.text), m.key))
+
+
+_DISAMBIGUATION = re.compile(r"\s*\([^()]*\)\s*$")
+
+
+class TitleIndex:
+    """Document titles as names: normalised title (a trailing "(disambiguation)" dropped) -> chunk offsets.
+    Quacks like a graph for :func:`named_entities` (``get_entities``)."""
+
+    def __init__(self, documents: Any) -> None:
+        self.chunks: dict[str, list[int]] = {}
+        for title, offsets in documents:
+            key = normalize_name(_DISAMBIGUATION.sub("", title or ""))
+            if key:
+                self.chunks.setdefault(key, []).extend(int(o) for o in offsets)
+
+    def get_entities(self, keys: Any) -> list[dict[str, str]]:
+        return [{"key": k} for k in keys if k in self.chunks]
+
+
+_TITLES: "weakref.WeakKeyDictionary[object, TitleIndex]" = weakref.WeakKeyDictionary()
+_TITLES_LOCK = threading.Lock()
+
+
+def title_index(graph: Any) -> TitleIndex:
+    """The title index of a resident graph, built once and kept with it (empty for a graph without documents)."""
+    with _TITLES_LOCK:
+        index = _TITLES.get(graph)
+        if index is None:
+            docs = getattr(graph, "document_chunks", None)
+            index = TitleIndex(docs() if callable(docs) else [])
+            _TITLES[graph] = index
+        return index

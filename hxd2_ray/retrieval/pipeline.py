@@ -44,7 +44,7 @@ from hxd2_ray.retrieval.budget import (
 from hxd2_ray.retrieval.generation import StreamOutcome, complete_one, stream_completion
 from hxd2_ray.retrieval.index import DUAL_LEVEL_FAMILIES, OpenIndex
 from hxd2_ray.retrieval.keywords import keyword_request, parse_keywords
-from hxd2_ray.retrieval.names import named_entities
+from hxd2_ray.retrieval.names import named_entities, title_index
 from hxd2_ray.retrieval.ppr import EdgeWeights, PropagationGraph, graph_for
 from hxd2_ray.retrieval.query_prompts import QueryLanguagePrompts, QueryPromptSet, load_query_prompts
 from hxd2_ray.retrieval.ranking import (
@@ -371,7 +371,7 @@ class QueryPipeline:
         ranking["chunk_ranking"] = chosen
         if chosen == "ppr":
             t0 = time.perf_counter()
-            candidates = self._walk_rank(matches, context_keys, by_entity, ranking)
+            candidates = self._walk_rank(matches, question, context_keys, by_entity, ranking)
             timings["walk"] = (time.perf_counter() - t0) * 1000
         else:
             candidates = rank_chunks(context_keys, by_entity, matches.chunk_scores, cfg.max_chunk_candidates,
@@ -397,8 +397,8 @@ class QueryPipeline:
             timings["rerank"] = (time.perf_counter() - t0) * 1000
         return entities, relations, chunks
 
-    def _walk_rank(self, matches: _Matches, context_keys: list[str], by_entity: dict[str, list[str]],
-                   ranking: dict[str, Any]) -> list[ChunkCandidate]:
+    def _walk_rank(self, matches: _Matches, question: str, context_keys: list[str],
+                   by_entity: dict[str, list[str]], ranking: dict[str, Any]) -> list[ChunkCandidate]:
         """Chunks by personalized PageRank, on the dense floor's calibrated scale (:func:`calibrated_chunks`)."""
         cfg, walk, graph = self.cfg, self._walk, self.index.graph
         assert walk is not None
@@ -410,11 +410,18 @@ class QueryPipeline:
         counts = None
         if cfg.ppr_specificity:
             counts = {k: int(walk.entity_chunk_count[o]) for k, o in entity_offsets.items() if o is not None}
+        titled: dict[str, float] = {}
+        if cfg.ppr_title_seeds:
+            titles = title_index(graph)
+            for named in named_entities(question, titles):
+                for off in titles.chunks[named.key]:
+                    titled[graph.chunk_ids_at([off])[0]] = named.score  # type: ignore[attr-defined]
         seeds = walk_seeds(matches.entities, matches.relations,
                            dense_probabilities(seed_dense, cfg.dense_temperature),
                            dense_share=cfg.ppr_dense_share, chunk_counts=counts,
-                           temperature=cfg.dense_temperature if cfg.ppr_seed_softmax else None)
-        chunk_offsets = dict(zip(seed_dense, graph.chunk_offsets(list(seed_dense))))  # type: ignore[attr-defined]
+                           temperature=cfg.dense_temperature if cfg.ppr_seed_softmax else None, titled=titled)
+        seed_chunks = [*seed_dense, *titled]
+        chunk_offsets = dict(zip(seed_chunks, graph.chunk_offsets(seed_chunks)))  # type: ignore[attr-defined]
         nodes, weights = [], []
         for s in seeds:
             off = entity_offsets.get(s.key) if s.kind == "entity" else chunk_offsets.get(s.key)

@@ -244,7 +244,7 @@ class WalkSeed:
 def walk_seeds(
     entity_matches: Sequence[RankedMatch], relation_matches: Sequence[RankedMatch],
     dense: Mapping[str, float], *, dense_share: float, chunk_counts: Mapping[str, int] | None = None,
-    temperature: float | None = None,
+    temperature: float | None = None, titled: Mapping[str, float] | None = None,
 ) -> list[WalkSeed]:
     """The reset vector of the walk, as :class:`WalkSeed` rows (weights sum to 1).
 
@@ -254,6 +254,9 @@ def walk_seeds(
       side, so an exact name, 1.0, outweighs a vague cosine of 0.5 by e^10 rather than 2); divided by the number
       of chunks that mention it when ``chunk_counts`` is given (node specificity); together ``1 - dense_share``;
     * chunks: the question's chunk hits with their dense probability (``dense``), together ``dense_share``.
+
+    ``titled``: chunks of documents whose title the question names (chunk id -> match score); they join the
+    entity side as named things do (a title names what its document is about).
 
     A side with no seeds gives its share to the other.
     """
@@ -269,20 +272,29 @@ def walk_seeds(
     for m in relation_matches:
         for end in m.key:  # type: ignore[attr-defined]
             add(end, m.score, (f"relation:{h.channel}" for h in m.hits))
-    raw = {}
-    top = max((score for score, _ in entity.values()), default=0.0)
+    raw: dict[tuple[str, str], float] = {}
+    titled = titled or {}
+    top = max([*(score for score, _ in entity.values()), *titled.values()], default=0.0)
+
+    def weigh(score: float) -> float:
+        return score if temperature is None else float(np.exp((score - top) / temperature))
+
     for key, (score, _) in entity.items():
         spread = max(1, int(chunk_counts.get(key, 0))) if chunk_counts is not None else 1
         if score > 0:
-            weight = score if temperature is None else float(np.exp((score - top) / temperature))
-            raw[key] = weight / spread
+            raw[("entity", key)] = weigh(score) / spread
+    for cid, score in titled.items():
+        if score > 0:
+            raw[("chunk", cid)] = weigh(score)
     entity_total, dense_total = sum(raw.values()), sum(v for v in dense.values() if v > 0)
     share_e = (1.0 - dense_share) if dense_total > 0 else 1.0
     share_d = dense_share if entity_total > 0 else 1.0
     seeds = []
     if entity_total > 0:
-        seeds += [WalkSeed("entity", k, share_e * w / entity_total, entity[k][0], tuple(entity[k][1]))
-                  for k, w in raw.items()]
+        seeds += [WalkSeed(kind, k, share_e * w / entity_total,
+                           entity[k][0] if kind == "entity" else titled[k],
+                           tuple(entity[k][1]) if kind == "entity" else ("question:title",))
+                  for (kind, k), w in raw.items()]
     if dense_total > 0:
         seeds += [WalkSeed("chunk", c, share_d * p / dense_total, p, ("question:chunk",))
                   for c, p in dense.items() if p > 0]

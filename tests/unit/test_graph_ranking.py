@@ -101,7 +101,8 @@ def index(tiny):
 
 
 def _pipeline(index, tiny, llm, reranker=None, **retrieval):
-    cfg = tiny.cfg.retrieval.model_copy(update={"chunk_ranking": "ppr", **retrieval})
+    # Title seeds off unless a test turns them on: the tiny index's documents are titled by the people it names.
+    cfg = tiny.cfg.retrieval.model_copy(update={"chunk_ranking": "ppr", "ppr_title_seeds": False, **retrieval})
     return QueryPipeline(index, llm, HashingEmbedder(dim=DIM), cfg, reranker=reranker)
 
 
@@ -220,3 +221,20 @@ def test_entity_seeds_by_softmax_let_an_exact_name_outweigh_vague_matches():
     assert sum(seeds.values()) == pytest.approx(1.0)
     linear = {s.key: s.weight for s in walk_seeds(entities, [], {}, dense_share=0.5)}
     assert linear["named"] / linear["vague1"] == pytest.approx(2.0)
+
+
+def test_a_named_document_title_seeds_its_chunks(index, tiny):
+    from hxd2_ray.retrieval.names import TitleIndex
+
+    titles = TitleIndex([("Mark King (musician)", [3, 4]), ("Nick Hexum", [7]), ("", [9])])
+    assert titles.chunks == {"mark king": [3, 4], "nick hexum": [7]}
+    assert sorted(m.key for m in named_entities("Which singer is American, Mark King or Nick Hexum?", titles)) == [
+        "mark king", "nick hexum"]
+    # The tiny index's documents are titled by person; keywords useless, no entity names matched.
+    llm = scripted_llm(keyword_reply(["Research affiliation"], []))
+    result = _pipeline(index, tiny, llm, similarity_threshold=0.99, fuzzy_limit=0, ppr_title_seeds=True).retrieve(
+        "What did Brian Kobilka win?")
+    seeds = [(s["kind"], s["key"], s["channels"]) for s in result.ranking["seeds"]]
+    assert seeds == [("chunk", "c4", ["question:title"])] and result.chunks[0].id == "c4"
+    off = _pipeline(index, tiny, llm, similarity_threshold=0.99, fuzzy_limit=0)
+    assert off.retrieve("What did Brian Kobilka win?").ranking["seeds"] == []
