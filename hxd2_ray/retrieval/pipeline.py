@@ -247,7 +247,8 @@ class QueryPipeline:
         if cfg.drop_prompt_keywords:
             keywords, copied = drop_copied_keywords(keywords, question, prompts)
             if copied:
-                notices.append(f"dropped {len(copied)} keywords copied from the prompt's example ({', '.join(copied)})")
+                notices.append(f"dropped {len(copied)} keywords copied from the prompt's example: "
+                               + ", ".join(copied))
         if keywords.empty:
             return keywords, [*notices, "the keyword reply held no keywords; searched with the question only"]
         return keywords, notices
@@ -410,12 +411,13 @@ class QueryPipeline:
         counts = None
         if cfg.ppr_specificity:
             counts = {k: int(walk.entity_chunk_count[o]) for k, o in entity_offsets.items() if o is not None}
-        titled: dict[str, float] = {}
+        titled: dict[str, tuple[float, int]] = {}
         if cfg.ppr_title_seeds:
             titles = title_index(graph)
             for named in named_entities(question, titles):
-                for off in titles.chunks[named.key]:
-                    titled[graph.chunk_ids_at([off])[0]] = named.score  # type: ignore[attr-defined]
+                offsets = titles.chunks[named.key]
+                for cid in graph.chunk_ids_at(offsets):  # type: ignore[attr-defined]
+                    titled[cid] = (named.score, len(offsets))
         seeds = walk_seeds(matches.entities, matches.relations,
                            dense_probabilities(seed_dense, cfg.dense_temperature),
                            dense_share=cfg.ppr_dense_share, chunk_counts=counts,

@@ -244,7 +244,7 @@ class WalkSeed:
 def walk_seeds(
     entity_matches: Sequence[RankedMatch], relation_matches: Sequence[RankedMatch],
     dense: Mapping[str, float], *, dense_share: float, chunk_counts: Mapping[str, int] | None = None,
-    temperature: float | None = None, titled: Mapping[str, float] | None = None,
+    temperature: float | None = None, titled: Mapping[str, tuple[float, int]] | None = None,
 ) -> list[WalkSeed]:
     """The reset vector of the walk, as :class:`WalkSeed` rows (weights sum to 1).
 
@@ -255,8 +255,9 @@ def walk_seeds(
       of chunks that mention it when ``chunk_counts`` is given (node specificity); together ``1 - dense_share``;
     * chunks: the question's chunk hits with their dense probability (``dense``), together ``dense_share``.
 
-    ``titled``: chunks of documents whose title the question names (chunk id -> match score); they join the
-    entity side as named things do (a title names what its document is about).
+    ``titled``: chunks of documents whose title the question names (chunk id -> (match score, chunks of that
+    document)); they join the entity side as named things do (a title names what its document is about), the
+    document's weight shared among its chunks.
 
     A side with no seeds gives its share to the other.
     """
@@ -274,7 +275,7 @@ def walk_seeds(
             add(end, m.score, (f"relation:{h.channel}" for h in m.hits))
     raw: dict[tuple[str, str], float] = {}
     titled = titled or {}
-    top = max([*(score for score, _ in entity.values()), *titled.values()], default=0.0)
+    top = max([*(score for score, _ in entity.values()), *(score for score, _ in titled.values())], default=0.0)
 
     def weigh(score: float) -> float:
         return score if temperature is None else float(np.exp((score - top) / temperature))
@@ -283,16 +284,16 @@ def walk_seeds(
         spread = max(1, int(chunk_counts.get(key, 0))) if chunk_counts is not None else 1
         if score > 0:
             raw[("entity", key)] = weigh(score) / spread
-    for cid, score in titled.items():
+    for cid, (score, size) in titled.items():
         if score > 0:
-            raw[("chunk", cid)] = weigh(score)
+            raw[("chunk", cid)] = weigh(score) / max(1, size)
     entity_total, dense_total = sum(raw.values()), sum(v for v in dense.values() if v > 0)
     share_e = (1.0 - dense_share) if dense_total > 0 else 1.0
     share_d = dense_share if entity_total > 0 else 1.0
     seeds = []
     if entity_total > 0:
         seeds += [WalkSeed(kind, k, share_e * w / entity_total,
-                           entity[k][0] if kind == "entity" else titled[k],
+                           entity[k][0] if kind == "entity" else titled[k][0],
                            tuple(entity[k][1]) if kind == "entity" else ("question:title",))
                   for (kind, k), w in raw.items()]
     if dense_total > 0:
