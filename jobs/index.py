@@ -610,7 +610,12 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"completion tokens {summary['completion_tokens']:,}",
         f"  malformed records skipped {summary['malformed_records']:,}  failed chunks {summary['failed_chunks']:,}",
         "  seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in summary["seconds_per_stage"].items()),
+        f"  synonym edges {summary.get('synonym_edges', 0):,} {summary.get('synonyms') or ''}",
     ]
+    refusal = summary.get("refusal_calibration") or {}
+    if "threshold" in refusal:
+        lines.append(f"  refusal threshold {refusal['threshold']:.4f} (rule {refusal['rule']}, F1 {refusal['f1']:.3f}; "
+                     f"with names F1 {refusal['with_names']['f1']:.3f})")
     return "\n".join(lines)
 
 
