@@ -186,10 +186,71 @@ class RetrievalConfig(_Frozen):
     max_neighbors_per_entity: int | None = Field(
         20, description="1-hop edges kept per matched entity, best by (degree sum, weight); None keeps all."
     )
-    chunk_ranking: Literal["mentions", "fused"] = Field(
+    chunk_ranking: Literal["mentions", "fused", "ppr"] = Field(
         "mentions",
         description="mentions: by context entities mentioned (paper); fused: reciprocal-rank fusion of that order "
-                    "and the raw question's chunk similarity (robust to a sparse graph from a small extractor).",
+                    "and the raw question's chunk similarity (robust to a sparse graph from a small extractor); "
+                    "ppr: personalized PageRank over entities and chunks, seeded by the matched entities and "
+                    "relations and by the question's chunk hits (needs the resident graph; else fused).",
+    )
+    dense_keep: int = Field(
+        0, ge=0,
+        description="The question's best chunk hits that the mentions/fused rankings put first (dense never lost; "
+                    "0: the paper's order); ppr compares dense and graph evidence on one probability scale instead.",
+    )
+    dense_temperature: float = Field(
+        0.05, gt=0,
+        description="Softmax temperature turning the question's chunk cosines into the dense probability "
+                    "(0.05: the scale 20 sentence-transformers models such as MiniLM are trained with).",
+    )
+    dense_floor: float = Field(
+        1.0, ge=0, le=1,
+        description="ppr: a chunk ranks by max(its share of the walk, dense_floor x its dense probability); 1: a "
+                    "dense hit yields only to more graph probability than it has; 0: the walk alone (HippoRAG 2).",
+    )
+    ppr_damping: float = Field(
+        0.5, ge=0, lt=1, description="Probability that the walk follows an edge (HippoRAG 2: 0.5).",
+    )
+    ppr_dense_share: float = Field(
+        0.5, ge=0, le=1,
+        description="Share of the reset mass on the question's chunk hits (the rest on matched entities).",
+    )
+    ppr_seed_softmax: bool = Field(
+        True, description="Weigh entity seeds by the softmax of their match scores at dense_temperature (an exact name "
+                          "outweighs a vague vector match by e^10), not by the scores themselves.",
+    )
+    ppr_title_seeds: bool = Field(
+        True, description="Seed the chunks of documents whose title the question names (a trailing parenthetical "
+                           "dropped: 'Mark King (musician)'), with the named entities.",
+    )
+    ppr_dense_seeds: int = Field(30, ge=0, description="Chunk hits of the question used as seeds (at most search_k).")
+    drop_prompt_keywords: bool = Field(
+        False, description="Drop keywords found in the keyword prompt's own example but not in the question (a small "
+                           "model copies the example's names for questions it cannot parse).",
+    )
+    question_names: bool = Field(
+        False, description="Entities whose names the question spells out (its word n-grams, by exact merge key) join "
+                          "the low-level matches (channel question:name).",
+    )
+    ppr_specificity: bool = Field(
+        True, description="Divide an entity seed's weight by the number of chunks that mention it (HippoRAG's node "
+                          "specificity: a name every passage uses says little).",
+    )
+    ppr_mention_weight: float = Field(1.0, ge=0, description="Weight of a chunk-entity (MENTIONS) edge.")
+    ppr_mention_idf: bool = Field(
+        False, description="Weigh a MENTIONS edge by the entity's rarity, log(1 + chunks / its chunks): from a passage "
+                           "the walk goes on through its specific names rather than its common ones.",
+    )
+    ppr_related_weight: float = Field(1.0, ge=0, description="Weight of an entity-entity (RELATED) edge.")
+    ppr_synonym_weight: float = Field(1.0, ge=0, description="Weight of a SYNONYM edge per unit of name cosine.")
+    ppr_radius: int = Field(3, ge=1, description="Hops around the seeds the walk is computed over.")
+    ppr_max_nodes: int = Field(2000, gt=0, description="Largest neighbourhood the walk is computed over.")
+    ppr_max_fanout: int = Field(
+        512, gt=0,
+        description="Nodes with more neighbours are not expanded (a hub's mass per neighbour is negligible).",
+    )
+    rerank_top_n: int = Field(
+        20, ge=0, description="Ranked chunks the reranker (section rerank) reorders before the budget.",
     )
     max_chunk_candidates: int = Field(
         64, gt=0, description="Ranked chunk candidates whose text is fetched before the chunk budget is applied."
@@ -235,6 +296,50 @@ class RetrievalConfig(_Frozen):
     )
 
 
+class SynonymConfig(_Frozen):
+    """Index-time SYNONYM edges between entities whose name vectors are near (part of the index fingerprint)."""
+
+    enabled: bool = Field(True, description="Compute SYNONYM edges when an index is built.")
+    k: int = Field(10, ge=1, le=1024, description="Nearest entity names searched per entity.")
+    threshold: float = Field(
+        0.85, ge=-1, le=1,
+        description="Least cosine of two entity-name vectors for an edge (depends on the embedding model).",
+    )
+    require_shared_text: bool = Field(
+        True, description="Both keys must share a character trigram: an English embedder maps unrelated Chinese names "
+                          "to near-identical vectors.",
+    )
+    batch_size: int = Field(
+        4096, gt=0, description="Entity names searched per Faiss call (not part of the fingerprint).",
+    )
+
+
+class NoRerankerConfig(_Frozen):
+    backend: Literal["none"] = "none"
+
+
+class FlagRerankerConfig(_Frozen):
+    backend: Literal["flag"] = "flag"
+    model: str = Field(..., description="Local folder of a cross-encoder (bge-reranker-v2-m3); no hub downloads.")
+    model_id: str | None = Field(None, description="Name shown in traces; defaults to the folder name.")
+    use_fp16: bool = False
+    batch_size: int = Field(32, gt=0)
+    max_length: int = Field(512, gt=0, description="Tokens of question + passage per pair.")
+    normalize: bool = Field(True, description="Sigmoid of the logit: scores in (0, 1).")
+    device: str | None = Field(None, description="None: cuda:0 when there is a GPU, else cpu.")
+
+
+class OverlapRerankerConfig(_Frozen):
+    """Deterministic, model-free: the share of the question's words found in the passage (tests, baselines)."""
+
+    backend: Literal["overlap"] = "overlap"
+    model_id: str = "word-overlap-v1"
+
+
+RerankConfig = Annotated[Union[NoRerankerConfig, FlagRerankerConfig, OverlapRerankerConfig],
+                         Field(discriminator="backend")]
+
+
 class MultiStageConfig(_Frozen):
     """Settings of the multi-stage pipeline (intent, refusal gate, logic form, verifier, fallback)."""
 
@@ -247,6 +352,17 @@ class MultiStageConfig(_Frozen):
         0.25, ge=-1, le=1,
         description="Mean best cosine of the keywords against entity_mix / relation_mix below which a question is "
                     "refused; depends on the embedding model: calibrate it with hxd2 calibrate-refusal.",
+    )
+    refusal_names: bool = Field(
+        True, description="Never refuse a question that names an entity of the index (its word n-grams matched "
+                          "exactly or fuzzily against the entity names).",
+    )
+    refusal_name_cutoff: float = Field(
+        90, ge=0, le=100, description="Least rapidfuzz ratio of a fuzzy name match (n-grams of 6+ characters).",
+    )
+    refusal_index_threshold: bool = Field(
+        True, description="Use the threshold calibrated for the index when it was built (its manifest) when it was "
+                          "calibrated for refusal_rule; otherwise refusal_threshold.",
     )
     refusal_rule: Literal["keywords", "question", "min"] = Field(
         "keywords",
@@ -294,10 +410,21 @@ class HxdConfig(_Frozen):
     vectors: VectorsConfig = VectorsConfig()
     ray: RayConfig = RayConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
+    rerank: RerankConfig = NoRerankerConfig()
+    synonyms: SynonymConfig = SynonymConfig()
     multistage: MultiStageConfig = MultiStageConfig()
 
     def index_fingerprint(self, prompt_version: str) -> str:
-        """Hash of everything that shapes the index: chunking, extraction, prompts, models, vector layout."""
+        """Hash of everything that shapes the index: what the staged rows depend on
+        (:meth:`staging_fingerprint`) plus the graph built from them (synonym edges)."""
+        factors = {"staging": self.staging_fingerprint(prompt_version), "synonyms": synonym_factors(self.synonyms)}
+        blob = json.dumps(factors, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def staging_fingerprint(self, prompt_version: str) -> str:
+        """Hash of what the staged chunks, extractions, merged rows and vectors depend on: chunking, extraction,
+        prompts, models, vector layout. A rerun reuses a staging folder with the same value; settings of the
+        final graph only (synonym edges) are not part of it, so changing them rebuilds only the write stage."""
         factors = {
             "chunking": self.chunking.model_dump(mode="json"),
             "extraction": self.extraction.model_dump(mode="json"),
@@ -309,6 +436,12 @@ class HxdConfig(_Frozen):
         }
         blob = json.dumps(factors, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def synonym_factors(cfg: SynonymConfig) -> dict[str, Any]:
+    """The synonym settings that shape an index (the batch size does not)."""
+    return (cfg.model_dump(mode="json", include={"enabled", "k", "threshold", "require_shared_text"}) if cfg.enabled
+            else {"enabled": False})
 
 
 def llm_model_id(cfg: ScriptedLLMConfig | VllmLLMConfig) -> str:

@@ -12,9 +12,13 @@ from typing import TYPE_CHECKING
 from hxd2_ray.config import (
     EmbeddingConfig,
     FlagEmbeddingConfig,
+    FlagRerankerConfig,
     HashingEmbeddingConfig,
     HxdConfig,
     LLMConfig,
+    NoRerankerConfig,
+    OverlapRerankerConfig,
+    RerankConfig,
     ScriptedLLMConfig,
     VllmLLMConfig,
 )
@@ -26,6 +30,7 @@ if TYPE_CHECKING:
     from hxd2_ray.retrieval.flow import QueryFlow
     from hxd2_ray.retrieval.index import OpenIndex
     from hxd2_ray.retrieval.parts import FlowParts
+    from hxd2_ray.rerank.base import Reranker
 
 
 def build_llm(cfg: LLMConfig, *, concurrent: bool = False) -> "LLMClient":
@@ -128,7 +133,7 @@ def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None"
         check_compatible(index.manifest, embedder.model_id, embedder.dim)
     dual = None
     if index is not None and guarded is not None and embedder is not None:
-        dual = QueryPipeline(index, guarded, embedder, rc)
+        dual = QueryPipeline(index, guarded, embedder, rc, reranker=build_reranker(cfg.rerank))
     if dual is not None:
         limits = dual.limits
     else:
@@ -154,9 +159,23 @@ def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None"
             intent = IntentClassifier(guarded, prompts, use_llm=ms.intent_use_llm,
                                       kb_description=ms.knowledge_base_description)
         if ms.refusal_enabled:
-            gate = RefusalGate(index, embedder, ms.refusal_threshold, rule=ms.refusal_rule)
+            gate = RefusalGate.for_index(index, embedder, ms)
     versions = {"multistage": prompts.version_hash, "logic": load_logic_prompts().version_hash,
                 "query": dual.prompts.version_hash if dual is not None else ""}
     return QueryFlow(mode=mode, llm=guarded, limits=limits, temperature=rc.temperature, dual=dual, index=index,
                      embedder=embedder, logic=logic, walk=walk, intent=intent, refusal_gate=gate, cfg=ms,
                      prompts=prompts, prompt_versions=versions)
+def build_reranker(cfg: RerankConfig) -> "Reranker | None":
+    """The configured reranker; None when reranking is off (``rerank.backend: none``)."""
+    match cfg:
+        case NoRerankerConfig():
+            return None
+        case OverlapRerankerConfig():
+            from hxd2_ray.rerank.overlap import OverlapReranker
+
+            return OverlapReranker(cfg.model_id)
+        case FlagRerankerConfig():
+            from hxd2_ray.rerank.flag_reranker import FlagRerankerBackend
+
+            return FlagRerankerBackend(cfg)
+    raise TypeError(f"no reranker backend for {type(cfg).__name__}")

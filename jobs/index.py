@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, load_config
+from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, load_config, synonym_factors
 from hxd2_ray.errors import EmptyCorpusError, HxdError
 from hxd2_ray.indexing import tables
 from hxd2_ray.indexing.faults import crash_point, worker_env
@@ -135,9 +135,13 @@ class IndexBuild:
         self.staging = posixpath.join(self.root, "_staging")
         self.prompts = load_prompts()
         self.fingerprint = cfg.index_fingerprint(self.prompts.version_hash)
+        # What the staged rows depend on: synonym settings shape only the write stage, so changing them reuses
+        # the extraction (and an index built before synonym edges existed can be rebuilt from its staging).
+        self.staging_fingerprint = cfg.staging_fingerprint(self.prompts.version_hash)
         self.clock = StageClock()
         self.counters: Counter[str] = Counter()
         self.files: dict[str, dict[str, Any]] = {}
+        self.refusal: dict[str, Any] | None = None  # the refusal calibration of the write stage
 
     # ------------------------------------------------------------------ helpers
 
@@ -157,11 +161,11 @@ class IndexBuild:
     def _check_staging_fingerprint(self) -> None:
         build = st.read_json(self.fs, self._stage_path("build.json"))
         if build is None:
-            st.write_json_atomic(self.fs, self._stage_path("build.json"), {"fingerprint": self.fingerprint})
-        elif build.get("fingerprint") != self.fingerprint:
+            st.write_json_atomic(self.fs, self._stage_path("build.json"), {"fingerprint": self.staging_fingerprint})
+        elif build.get("fingerprint") != self.staging_fingerprint:
             raise HxdError(
                 f"{self.output_uri} holds a partial build made with another configuration (fingerprint "
-                f"{build.get('fingerprint')}, this run {self.fingerprint}); use a new --output or --overwrite"
+                f"{build.get('fingerprint')}, this run {self.staging_fingerprint}); use a new --output or --overwrite"
             )
 
     # ------------------------------------------------------------------ stages
@@ -431,6 +435,7 @@ class IndexBuild:
 
         from hxd2_ray.graph.kuzu_store import KuzuGraphWriter
         from hxd2_ray.indexing.manifest import record_files
+        from hxd2_ray.retrieval.refusal_calibration import calibrate_build
         from hxd2_ray.vectors.faiss_index import write_family
 
         local = isinstance(self.fs, pafs.LocalFileSystem)
@@ -438,10 +443,7 @@ class IndexBuild:
                      else tempfile.mkdtemp(prefix="hxd2-build-"))
         os.makedirs(build_dir, exist_ok=True)
         try:
-            KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu")).bulk_load(
-                docs, chunks.drop_columns(["shard"]), entities, relations)
-            crash_point("driver:write")
-            families = {}
+            families, name_vectors = {}, None
             for family in tables.VECTOR_FAMILIES:
                 part = vectors.filter(pc.equal(vectors.column("family"), family))
                 keys = part.column("key").to_pylist()
@@ -450,11 +452,35 @@ class IndexBuild:
                     np.zeros((0, self.cfg.embedding.dim), np.float32)
                 info = write_family(build_dir, family, keys, arr, self.cfg.vectors)
                 families[family] = _as_dict(info)
+                if family == "entity_name":
+                    name_vectors = (keys, arr)
+            synonyms = self._synonyms(build_dir, name_vectors)
+            KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu")).bulk_load(
+                docs, chunks.drop_columns(["shard"]), entities, relations, synonyms)
+            crash_point("driver:write")
+            self.refusal = calibrate_build(build_dir, self.cfg, chunks.column("text"), progress=_log)
             self.files = record_files(build_dir)  # sizes and sha256 for the manifest, before the files move
             self._publish(build_dir)
         finally:
             shutil.rmtree(build_dir, ignore_errors=True)
         return families
+
+    def _synonyms(self, build_dir: str, name_vectors: tuple[list[str], Any] | None) -> pa.Table:
+        """SYNONYM edges of every entity against the entity_name family just written (hxd2_ray.indexing.synonyms)."""
+        from hxd2_ray.indexing.synonyms import synonym_edges
+        from hxd2_ray.vectors.faiss_index import FaissFamilyIndex
+
+        started = time.perf_counter()
+        keys, arr = name_vectors if name_vectors is not None else ([], None)
+        family = FaissFamilyIndex.open(build_dir, "entity_name")
+        try:
+            table = synonym_edges(keys, arr if arr is not None else [], family, self.cfg.synonyms, progress=_log)
+        finally:
+            family.close()
+        self.counters["synonym_edges"] = table.num_rows
+        self.clock.seconds["synonyms"] = round(time.perf_counter() - started, 3)
+        _log(f"{table.num_rows:,} synonym edges among {len(keys):,} entities in {self.clock.seconds['synonyms']:.1f}s")
+        return table
 
     def _publish(self, build_dir: str) -> None:
         """Swap the new graph and vectors in (the manifest was removed before the build started)."""
@@ -518,6 +544,8 @@ class IndexBuild:
             vector_families=families,
             config=self.cfg.model_dump(mode="json"),
             files=self.files,
+            synonyms={**summary["synonyms"], "edges": summary["synonym_edges"]},
+            refusal=self.refusal if self.refusal and "error" not in self.refusal else None,
         )
         self._check_lock()
         write_manifest(manifest_path, manifest, filesystem=self.fs)
@@ -551,6 +579,9 @@ class IndexBuild:
             "failed_chunk_errors": sorted(set(failed.column("error").to_pylist()))[:5],
             "endpoint_only_entities": self.counters["endpoint_only_entities"],
             "summarized_descriptions": self.counters["summarized_descriptions"],
+            "synonym_edges": self.counters["synonym_edges"],
+            "synonyms": synonym_factors(self.cfg.synonyms),
+            "refusal_calibration": self.refusal,
             "vectors": {f: info.get("count", 0) for f, info in families.items()},
             "seconds_per_stage": dict(self.clock.seconds),
             "stage_status": dict(self.clock.status),
@@ -614,7 +645,12 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"completion tokens {summary['completion_tokens']:,}",
         f"  malformed records skipped {summary['malformed_records']:,}  failed chunks {summary['failed_chunks']:,}",
         "  seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in summary["seconds_per_stage"].items()),
+        f"  synonym edges {summary.get('synonym_edges', 0):,} {summary.get('synonyms') or ''}",
     ]
+    refusal = summary.get("refusal_calibration") or {}
+    if "threshold" in refusal:
+        lines.append(f"  refusal threshold {refusal['threshold']:.4f} (rule {refusal['rule']}, F1 {refusal['f1']:.3f}; "
+                     f"with names F1 {refusal['with_names']['f1']:.3f})")
     return "\n".join(lines)
 
 

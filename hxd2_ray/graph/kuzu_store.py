@@ -78,10 +78,14 @@ DDL = (
     " source_chunk_ids STRING[], mention_count INT64)",
     "CREATE REL TABLE MENTIONS(FROM Chunk TO Entity)",
     "CREATE REL TABLE PART_OF(FROM Chunk TO Document)",
+    # Near entity names (index-time kNN over the entity_name vectors); the ranking walk reads them, nothing else.
+    "CREATE REL TABLE SYNONYM(FROM Entity TO Entity, score DOUBLE)",
 )
 GRAPH_TABLES = ("Document", "Chunk", "Entity", "RELATED", "MENTIONS", "PART_OF")
+# Written by every build since synonym edges exist; a graph built before has none (read as no synonyms).
+OPTIONAL_TABLES = ("SYNONYM",)
 # Node tables before rel tables: a rel COPY looks its endpoints up by primary key.
-LOAD_ORDER = GRAPH_TABLES
+LOAD_ORDER = (*GRAPH_TABLES, *OPTIONAL_TABLES)
 
 _STR_LIST = pa.list_(pa.string())
 DOCUMENT_COLUMNS = pa.schema(
@@ -102,13 +106,14 @@ RELATED_COLUMNS = pa.schema(
      ("weight", pa.float64()), ("source_chunk_ids", _STR_LIST), ("mention_count", pa.int64())]
 )
 MENTIONS_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string())])
+SYNONYM_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string()), ("score", pa.float64())])
 PART_OF_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string())])
 
 # ---------------------------------------------------------------------------------------------------
 # Query templates: constants, so no data can ever be spliced into Cypher text.
 
 Q_SHOW_TABLES = "CALL show_tables() RETURN name"
-Q_COPY = {name: f"COPY {name} FROM $t" for name in GRAPH_TABLES}
+Q_COPY = {name: f"COPY {name} FROM $t" for name in LOAD_ORDER}
 Q_CHECKPOINT = "CHECKPOINT"
 Q_COUNTS = {
     "documents": "MATCH (d:Document) RETURN count(d) AS n",
@@ -205,6 +210,9 @@ Q_SCAN = {
         " r.source_chunk_ids AS source_chunk_ids, r.mention_count AS mention_count"
     ),
     "MENTIONS": "MATCH (c:Chunk)-[:MENTIONS]->(e:Entity) RETURN offset(id(c)) AS c, offset(id(e)) AS e",
+    "SYNONYM": (
+        "MATCH (a:Entity)-[s:SYNONYM]->(b:Entity) RETURN offset(id(a)) AS a, offset(id(b)) AS b, s.score AS score"
+    ),
 }
 
 # Pages of whole tables for exports and statistics (hxd2_ray.graph_export, hxd2_ray.graph_views): rows of the
@@ -349,9 +357,13 @@ def _canonical_relations(rel: pa.Table) -> pa.Table:
 
 
 def prepare_tables(
-    documents: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table
+    documents: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table,
+    synonyms: pa.Table | None = None,
 ) -> dict[str, pa.Table]:
-    """Turn the staging tables (:mod:`hxd2_ray.graph.schema`) into the six COPY inputs, keyed by graph table."""
+    """Turn the staging tables (graph.schema) into the COPY inputs, keyed by graph table.
+
+    ``synonyms`` (``schema.SYNONYMS``): entity pairs oriented smaller key first, one row per pair (the first),
+    self-pairs dropped; an endpoint that is not an entity is an error, as for relations."""
     _require_columns(documents, schema.DOCUMENTS, "documents")
     _require_columns(chunks, schema.CHUNKS.remove(schema.CHUNKS.get_field_index("shard")), "chunks")
     _require_columns(entities, schema.ENTITIES, "entities")
@@ -412,7 +424,24 @@ def prepare_tables(
     part = pa.Table.from_arrays([chk["id"], chk["doc_id"]], schema=PART_OF_COLUMNS)
     part = part.filter(pc.is_in(part["to"], value_set=docs["id"].combine_chunks()))
 
-    return {"Document": docs, "Chunk": chk, "Entity": ent, "RELATED": rel, "MENTIONS": men, "PART_OF": part}
+    syn = _prepare_synonyms(synonyms, keys, n_ent)
+    return {"Document": docs, "Chunk": chk, "Entity": ent, "RELATED": rel, "MENTIONS": men, "PART_OF": part,
+            "SYNONYM": syn}
+
+
+def _prepare_synonyms(synonyms: pa.Table | None, keys: pa.Array, n_ent: int) -> pa.Table:
+    if synonyms is None or synonyms.num_rows == 0:
+        return SYNONYM_COLUMNS.empty_table()
+    _require_columns(synonyms, schema.SYNONYMS, "synonyms")
+    for col in ("source_key", "target_key"):
+        _check_no_null(synonyms, col, "synonyms")
+    syn = _canonical_relations(_select(synonyms, ["source_key", "target_key", "score"], SYNONYM_COLUMNS, "synonyms"))
+    src, tgt = _positions(syn["from"], keys), _positions(syn["to"], keys)
+    if ((src < 0) | (tgt < 0)).any():
+        raise ValueError(f"{int(((src < 0) | (tgt < 0)).sum())} synonym pairs name entities that are not loaded")
+    keep = src != tgt
+    _, first = np.unique(src[keep] * n_ent + tgt[keep], return_index=True)
+    return syn.take(np.flatnonzero(keep)[np.sort(first)])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -452,7 +481,8 @@ class KuzuGraphWriter:
             )
 
     def bulk_load(
-        self, documents: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table
+        self, documents: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table,
+        synonyms: pa.Table | None = None,
     ) -> dict[str, int]:
         """Create the schema, COPY everything, checkpoint and close (also on failure).
 
@@ -462,7 +492,7 @@ class KuzuGraphWriter:
         if self._conn is None:
             raise RuntimeError("KuzuGraphWriter is closed: a writer loads once (build into a fresh path)")
         try:
-            prepared = prepare_tables(documents, chunks, entities, relations)
+            prepared = prepare_tables(documents, chunks, entities, relations, synonyms)
             for stmt in DDL:
                 self._conn.execute(stmt)
             for name in LOAD_ORDER:
@@ -506,10 +536,11 @@ def load_graph(
     relations: pa.Table,
     *,
     max_threads: int = 0,
+    synonyms: pa.Table | None = None,
 ) -> dict[str, int]:
     """Open a writer on a fresh ``path``, load, close. Returns the loaded counts."""
     with KuzuGraphWriter(path, max_threads=max_threads) as writer:
-        return writer.bulk_load(documents, chunks, entities, relations)
+        return writer.bulk_load(documents, chunks, entities, relations, synonyms)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -674,7 +705,10 @@ class KuzuGraphStore:
         """Every table of the graph as Arrow (:data:`Q_SCAN`'s columns; nodes carry their offset ``o``,
         relationships their endpoints' offsets), for a resident copy of a read-only index."""
         out = {}
+        present = {row["name"] for row in self._rows(Q_SHOW_TABLES, {})}
         for name, query in Q_SCAN.items():
+            if name in OPTIONAL_TABLES and name not in present:
+                continue
             check_params(query, {})
             res = _one_result(self._conn().execute(query))
             try:

@@ -31,7 +31,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow.compute as pc
 
-from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id
+from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, synonym_factors
 from hxd2_ray.errors import HxdError
 from hxd2_ray.indexing import tables
 from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, record_files, write_manifest
@@ -73,6 +73,7 @@ def kb_fingerprint(cfg: HxdConfig, triples_sha256: str, limit_entities: int | No
         "extraction": cfg.extraction.model_dump(mode="json", include={"max_entity_name_chars"}),
         "embedding": [embedding_model_id(cfg.embedding), cfg.embedding.dim],
         "vectors": cfg.vectors.model_dump(mode="json", include={"num_shards", "index_type"}),
+        "synonyms": synonym_factors(cfg.synonyms),
     }
     blob = json.dumps(factors, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
@@ -180,7 +181,9 @@ def build_kb_index(
     ``wiring.build_embedder(cfg.embedding)``). ``board``: the stages (read, embed, graph, vectors) as they run.
     """
     from hxd2_ray.graph.kuzu_store import load_graph
-    from hxd2_ray.vectors.faiss_index import write_family
+    from hxd2_ray.indexing.synonyms import synonym_edges
+    from hxd2_ray.retrieval.refusal_calibration import calibrate_build
+    from hxd2_ray.vectors.faiss_index import FaissFamilyIndex, write_family
 
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
@@ -235,16 +238,10 @@ def build_kb_index(
     output.parent.mkdir(parents=True, exist_ok=True)
     build_dir = Path(tempfile.mkdtemp(prefix=f".{output.name}.building-", dir=output.parent))
     try:
-        board.begin("graph")
-        counts = load_graph(build_dir / "graph.kuzu", empty_documents(), empty_chunks(), entities, relations)
-        board.end("graph", f"{counts['entities']:,} entities, {counts['relations']:,} edges")
-        seconds["graph"] = round(time.perf_counter() - t0, 3)
-        say(f"graph loaded: {counts['entities']:,} entities, {counts['relations']:,} edges "
-            f"in {seconds['graph']:.1f}s")
-        t0 = time.perf_counter()
         board.begin("vectors", total=len(tables.VECTOR_FAMILIES), unit="families")
         families: dict[str, dict[str, Any]] = {}
         fam_col = inputs.column("family")
+        name_vectors: tuple[list[str], np.ndarray] = ([], np.zeros((0, cfg.embedding.dim), np.float32))
         for family in tables.VECTOR_FAMILIES:
             mask = pc.equal(fam_col, family)
             keys = inputs.column("key").filter(mask).to_pylist()
@@ -252,10 +249,33 @@ def build_kb_index(
             arr = vectors[rows] if keys else np.zeros((0, cfg.embedding.dim), np.float32)
             info = write_family(build_dir, family, keys, arr, cfg.vectors)
             families[family] = info.to_dict()
+            if family == "entity_name":
+                name_vectors = (keys, arr)
             say(f"vector family {family}: {info.count:,} vectors ({info.index_type}, {info.num_shards} shards)")
             board.add("vectors", done=1)
         board.end("vectors")
         seconds["vectors"] = round(time.perf_counter() - t0, 3)
+
+        t0 = time.perf_counter()
+        name_family = FaissFamilyIndex.open(build_dir, "entity_name")
+        try:
+            synonyms = synonym_edges(*name_vectors, name_family, cfg.synonyms, progress=progress)
+        finally:
+            name_family.close()
+        seconds["synonyms"] = round(time.perf_counter() - t0, 3)
+        say(f"{synonyms.num_rows:,} synonym edges in {seconds['synonyms']:.1f}s")
+
+        t0 = time.perf_counter()
+        board.begin("graph")
+        counts = load_graph(build_dir / "graph.kuzu", empty_documents(), empty_chunks(), entities, relations,
+                            synonyms=synonyms)
+        board.end("graph", f"{counts['entities']:,} entities, {counts['relations']:,} edges")
+        seconds["graph"] = round(time.perf_counter() - t0, 3)
+        say(f"graph loaded: {counts['entities']:,} entities, {counts['relations']:,} edges "
+            f"in {seconds['graph']:.1f}s")
+        # A KB has no chunks: its questions are made from the edge descriptions ("S --rel--> O").
+        refusal = calibrate_build(build_dir, cfg, relations.column("description"), embedder=embedder,
+                                  progress=progress)
 
         fingerprint = kb_fingerprint(cfg, digest, limit_entities)
         summary: dict[str, Any] = {
@@ -280,6 +300,9 @@ def build_kb_index(
             "relations": counts["relations"],
             "embedded_texts": len(distinct),
             "vectors": {f: info.get("count", 0) for f, info in families.items()},
+            "synonym_edges": synonyms.num_rows,
+            "synonyms": synonym_factors(cfg.synonyms),
+            "refusal_calibration": refusal,
             "seconds_per_stage": seconds,
         }
         summary["seconds_total"] = round(time.perf_counter() - started, 3)
@@ -295,6 +318,8 @@ def build_kb_index(
             vector_families=families,
             config=cfg.model_dump(mode="json"),
             files=record_files(build_dir),
+            synonyms={**synonym_factors(cfg.synonyms), "edges": synonyms.num_rows},
+            refusal=refusal if refusal and "error" not in refusal else None,
         )
         write_manifest(build_dir, manifest)  # last file of the build
         read_manifest(build_dir)

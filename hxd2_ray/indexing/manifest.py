@@ -48,6 +48,11 @@ class IndexManifest(BaseModel):
     hxd2_ray_version: str = hxd2_ray.__version__
     # path relative to the index root -> {"size": bytes, "sha256": hex}; empty in manifests older than checksums
     files: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # SYNONYM edges of the graph: the settings that made them and how many ({} for an index built before them).
+    synonyms: dict[str, Any] = Field(default_factory=dict)
+    # The refusal threshold calibrated on this index when it was built (hxd2_ray.retrieval.refusal_calibration):
+    # rule, threshold, precision/recall/F1 and the question sets; None when it was not calibrated.
+    refusal: dict[str, Any] | None = None
 
     @classmethod
     def create(
@@ -62,11 +67,15 @@ class IndexManifest(BaseModel):
         vector_families: Mapping[str, Mapping[str, Any]],
         config: Mapping[str, Any],
         files: Mapping[str, Mapping[str, Any]] | None = None,
+        synonyms: Mapping[str, Any] | None = None,
+        refusal: Mapping[str, Any] | None = None,
     ) -> "IndexManifest":
         """A manifest stamped now, with this version's format, graph schema and package version.
 
         ``files``: :func:`record_files` of the finished index folder (sizes and checksums)."""
         return cls(
+            synonyms=dict(synonyms or {}),
+            refusal=dict(refusal) if refusal is not None else None,
             fingerprint=fingerprint,
             prompt_version=prompt_version,
             llm_model_id=llm_model_id,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from hxd2_ray.graph.schema import CHUNKS, DOCUMENTS, ENTITIES, RELATIONS
+from hxd2_ray.graph.schema import CHUNKS, DOCUMENTS, ENTITIES, RELATIONS, SYNONYMS
 
 __all__ = [
     "CHUNKS",
@@ -19,6 +19,7 @@ __all__ = [
     "EXTRACTIONS",
     "QUARANTINE",
     "RELATIONS",
+    "SYNONYMS",
     "VECTOR_FAMILIES",
 ]
 
@@ -60,3 +61,5 @@ EMBEDDINGS = pa.schema(
 )
 
 VECTOR_FAMILIES = ("entity_name", "entity_mix", "relation_keywords", "relation_mix", "chunk")
+
+# Entity pairs whose name vectors are near (hxd2_ray.indexing.synonyms); loaded as SYNONYM edges of the graph.

@@ -221,8 +221,12 @@ def test_threshold_is_configurable(make):
     _, answer = run(make(llm, refusal_threshold=-1.0), "What is the weather forecast for Paris?")
     assert answer.path != "refused"
     llm = scripted()
-    _, answer = run(make(llm, refusal_threshold=0.99), QUESTION)
+    _, answer = run(make(llm, refusal_threshold=0.99, refusal_names=False), QUESTION)
     assert answer.path == "refused"
+    # ... but a question that names an entity of the index is never refused, whatever the threshold.
+    _, answer = run(make(scripted(), refusal_threshold=0.99), QUESTION)
+    assert answer.path != "refused"
+    assert answer.trace["refusal"]["named"]["key"] == "thomas südhof" and not answer.trace["refusal"]["refused"]
 
 
 def test_a_broken_gate_fails_open(make):
