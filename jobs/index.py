@@ -620,13 +620,28 @@ def _as_dict(info: Any) -> dict[str, Any]:
     return asdict(info) if is_dataclass(info) else dict(vars(info))
 
 
-def run_index(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool = False) -> dict[str, Any]:
-    """Check the input and the output, take the output's build lock, then start Ray and build."""
-    from hxd2_ray.indexing.output import build_output
+def preflight(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool = False) -> Any:
+    """Check the input (walked: the files to read) and the output (created if missing) before anything else is
+    written or started; an :class:`HxdError` says what is wrong. Returns the selected inputs."""
+    from hxd2_ray.indexing.output import check_input_outside, open_output
     from hxd2_ray.ingest.sources import select_inputs
-    from jobs.console import LOG_FOLDER
 
     inputs = select_inputs(input_uri, cfg.ingest, cfg.s3, exclude=(output_uri,))
+    if overwrite:
+        check_input_outside(input_uri, output_uri, cfg.s3)
+    open_output(output_uri, cfg.s3)
+    return inputs
+
+
+def run_index(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool = False,
+              inputs: Any = None) -> dict[str, Any]:
+    """Check the input and the output (unless ``inputs`` says :func:`preflight` did), take the output's build
+    lock, then start Ray and build."""
+    from hxd2_ray.indexing.output import build_output
+    from jobs.console import LOG_FOLDER
+
+    if inputs is None:
+        inputs = preflight(cfg, input_uri, output_uri, overwrite)
     with build_output(output_uri, cfg.s3, overwrite=overwrite, input_uri=input_uri,
                       keep_on_overwrite=(LOG_FOLDER,)) as output:
         for path in output.swept:
@@ -676,9 +691,15 @@ def main(argv: list[str] | None = None) -> int:
 
         return verify_main(argv[1:])
     args = build_parser().parse_args(argv)
+    # A bad input or output is one error line before the console opens its log inside the output.
+    try:
+        cfg = load_config(args.config, args.overrides)
+        inputs = preflight(cfg, args.input, args.output, args.overwrite)
+    except (HxdError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return run_job(
-        lambda: run_index(load_config(args.config, args.overrides), args.input, args.output,
-                          overwrite=args.overwrite),
+        lambda: run_index(cfg, args.input, args.output, overwrite=args.overwrite, inputs=inputs),
         command="index", log_path=log_path_for("index", args.output), verbose=args.verbose, run=args.output,
         as_json=args.json, format_text=format_summary)
 

@@ -62,9 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     from jobs import progress
     from jobs.console import log_path_for, run_job
 
-    def build() -> dict[str, Any]:
+    from hxd2_ray.errors import HxdError
+
+    try:  # a bad output is one error line, before the console opens its log beside it
         cfg = load_config(args.config, args.overrides)
         _check_output_parent(args.output, cfg)
+    except HxdError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    def build() -> dict[str, Any]:
         return build_kb_index(cfg, args.triples, args.output,
                               limit_entities=args.limit_entities, overwrite=args.overwrite,
                               batch_size=args.batch_size or DEFAULT_EMBED_CALL_SIZE, log_every=max(1, args.log_every),
