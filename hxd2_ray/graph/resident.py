@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -38,9 +39,27 @@ from hxd2_ray.graph.base import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ResidentGraph", "open_resident"]
+__all__ = ["ResidentArrays", "ResidentGraph", "open_resident"]
 
 _EDGE_PROPS = ("description", "keywords", "weight", "source_chunk_ids", "mention_count")
+
+
+@dataclass(frozen=True)
+class ResidentArrays:
+    """The held columns and CSR arrays, shared (not copied), for code that walks the whole graph (GraphFlow).
+    Read-only by contract: nothing may write into them."""
+
+    entity_keys: list[str]  # entity offset -> key
+    entities: pa.Table  # entity offset -> row (name, type, description, ..., degree)
+    chunk_ids: list[str]  # chunk offset -> id
+    chunks: pa.Table  # chunk offset -> row (text, doc_id, ...)
+    adj_ptr: np.ndarray  # entity i's RELATED neighbours are adj_other[adj_ptr[i]:adj_ptr[i+1]] (each edge both ways)
+    adj_other: np.ndarray
+    adj_edge: np.ndarray  # ... through edge adj_edge[j] (a row of edges)
+    edges: pa.Table  # edge id -> description, keywords, weight, ...
+    edge_source: np.ndarray  # edge id -> its stored (smaller-key) end
+    mention_ptr: np.ndarray  # entity i is mentioned by the chunks mention_chunk[mention_ptr[i]:mention_ptr[i+1]]
+    mention_chunk: np.ndarray
 
 
 class NotDenseError(ValueError):
@@ -125,6 +144,14 @@ class ResidentGraph:
         men_chunk, men_entity = _ints(men, "c"), _ints(men, "e")
         self._men_ptr, order = _csr(men_entity, n_ent)
         self._men_chunk = men_chunk[order]
+
+    def arrays(self) -> ResidentArrays:
+        """Everything held, as shared read-only views (no copy)."""
+        return ResidentArrays(
+            entity_keys=self._entity_keys, entities=self._entities, chunk_ids=self._chunk_ids, chunks=self._chunks,
+            adj_ptr=self._adj_ptr, adj_other=self._adj_other, adj_edge=self._adj_edge, edges=self._rel_props,
+            edge_source=self._rel_a, mention_ptr=self._men_ptr, mention_chunk=self._men_chunk,
+        )
 
     # -- reads held in memory ------------------------------------------------------------------------
 
