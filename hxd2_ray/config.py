@@ -283,7 +283,7 @@ class GraphFlowConfig(_Frozen):
     )
     lora_model: str = Field("builtin:minilm", description="encoder=lora: local model folder or builtin:minilm.")
     lora_rank: int = Field(8, gt=0, description="encoder=lora: rank of the adapters on the attention projections.")
-    lora_alpha: float = Field(16.0, gt=0, description="encoder=lora: adapter scale numerator (scale = alpha/rank).")
+    lora_alpha: int = Field(16, gt=0, description="encoder=lora: adapter scale numerator (scale = alpha/rank).")
     lora_max_length: int = Field(64, gt=0, description="encoder=lora: token cap of a question.")
     # -- objective
     objective: Literal["db", "sft"] = Field(
@@ -319,6 +319,9 @@ class GraphFlowConfig(_Frozen):
     epochs: int = Field(30, ge=1, description="Most epochs; early stopping usually ends sooner.")
     batch_questions: int = Field(64, gt=0, description="Questions per optimiser step (per worker).")
     learning_rate: float = Field(2e-3, gt=0)
+    flow_lr_scale: float = Field(
+        1.0, gt=0, description="db: the flow head learns at learning_rate times this (flows lead, the policy follows)."
+    )
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(5.0, gt=0, description="Global gradient-norm clip.")
     patience: int = Field(4, ge=1, description="Epochs without a better dev Hit@1 before training stops.")
@@ -360,9 +363,11 @@ class GraphFlowConfig(_Frozen):
         return self.model_dump(mode="json", exclude=_GRAPHFLOW_RUNTIME_FIELDS)
 
 
+# Not part of a policy's fingerprint: how long training may run (a run can be resumed with more epochs), where and
+# on what it runs, and everything read only at inference.
 _GRAPHFLOW_RUNTIME_FIELDS = {
-    "keep_checkpoints", "torch_threads", "use_gpu", "workers", "inference", "trajectories", "top_k",
-    "max_start_nodes", "link_threshold", "cache_dir", "max_dev_questions",
+    "epochs", "patience", "keep_checkpoints", "torch_threads", "use_gpu", "workers", "inference", "trajectories",
+    "top_k", "max_start_nodes", "link_threshold", "cache_dir", "max_dev_questions",
 }
 
 

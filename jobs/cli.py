@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                               "variants x settings x modes), report, compare, judge (LLM-as-judge), corpus"),
     "serve": ("jobs.serve_cli", "serve indexes over HTTP (Ray Serve): OpenAI-compatible chat completions, /v1/query"),
     "calibrate-refusal": ("jobs.calibrate", "calibrate the refusal gate's threshold on good/bad questions"),
+    "graphflow": ("jobs.graphflow", "GraphFlow retrieval policy: train (Ray Train, GFlowNet detailed balance) or "
+                                    "evaluate on a benchmark's questions"),
 }
 
 

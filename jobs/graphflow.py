@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -31,7 +30,32 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+import numpy as np
+import ray
+import ray.train
+import torch
+import torch.distributed as dist
+from ray.train import CheckpointConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+
+from hxd2_ray.config import GraphFlowConfig, load_config
 from hxd2_ray.errors import HxdError
+from hxd2_ray.graphflow.dataset import index_inputs, load_items
+from hxd2_ray.graphflow.evaluation import evaluate_policy
+from hxd2_ray.graphflow.examples import TargetKind, build_examples, split_examples
+from hxd2_ray.graphflow.policy import build_policy
+from hxd2_ray.graphflow.retriever import GraphFlowRetriever
+from hxd2_ray.graphflow.trainer import (
+    CHECKPOINT_STATE,
+    TrainingResult,
+    export_policy,
+    question_vectors,
+    train_policy,
+)
+from hxd2_ray.retrieval.index import open_index
+from hxd2_ray.wiring import build_embedder
+from jobs.cli import run_and_report
+from jobs.index import init_ray
 
 SUBCOMMANDS = ("train", "evaluate")
 _EXPECTED = (HxdError, ValueError, FileNotFoundError)
@@ -50,7 +74,6 @@ class RayTrainRun:
     torch.distributed (gloo on CPU), checkpoints through ``ray.train.report``."""
 
     def __init__(self) -> None:
-        import ray.train
 
         ctx = ray.train.get_context()
         self.rank = ctx.get_world_rank()
@@ -59,8 +82,6 @@ class RayTrainRun:
     def average_gradients(self, params: Sequence[Any]) -> None:
         if self.world_size == 1:
             return
-        import torch
-        import torch.distributed as dist
 
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads])
@@ -75,9 +96,6 @@ class RayTrainRun:
     def sum(self, values: Any) -> Any:
         if self.world_size == 1:
             return values
-        import numpy as np
-        import torch
-        import torch.distributed as dist
 
         t = torch.as_tensor(np.asarray(values, dtype=np.float64))
         dist.all_reduce(t)
@@ -85,7 +103,6 @@ class RayTrainRun:
 
     @contextlib.contextmanager
     def latest_checkpoint(self) -> Iterator[Path | None]:
-        import ray.train
 
         ckpt = ray.train.get_checkpoint()
         if ckpt is None:
@@ -95,7 +112,6 @@ class RayTrainRun:
             yield Path(folder)
 
     def save_checkpoint(self, epoch: int, write: Callable[[Path], None], metrics: dict[str, Any]) -> None:
-        import ray.train
 
         if self.rank != 0:
             ray.train.report(metrics)
@@ -111,12 +127,7 @@ class RayTrainRun:
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
     """What each Ray Train worker runs: the library's training loop with :class:`RayTrainRun` hooks."""
-    import ray
-    import ray.train
-    import torch
 
-    from hxd2_ray.config import GraphFlowConfig
-    from hxd2_ray.graphflow.trainer import train_policy
 
     cfg = GraphFlowConfig(**config["cfg"])
     torch.set_num_threads(cfg.torch_threads or 1)
@@ -132,11 +143,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
 def fit_on_ray(inputs: Any, cfg: Any, output: Path, workers: int, hxd_cfg: Any) -> tuple[dict[str, Any], Any]:
     """Run the Ray Train job; returns (the final metrics of rank 0, the latest checkpoint or None)."""
-    import ray
-    from ray.train import CheckpointConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
 
-    from jobs.index import init_ray
 
     init_ray(hxd_cfg)
     trainer = TorchTrainer(
@@ -154,10 +161,7 @@ def fit_on_ray(inputs: Any, cfg: Any, output: Path, workers: int, hxd_cfg: Any) 
 
 
 def _result_from_checkpoint(checkpoint: Any, inputs: Any, cfg: Any, final: dict[str, Any]) -> Any:
-    import torch
 
-    from hxd2_ray.graphflow.policy import build_policy
-    from hxd2_ray.graphflow.trainer import CHECKPOINT_STATE, TrainingResult
 
     policy = build_policy(inputs.features, cfg, inputs.kind, inputs.index_fingerprint)
     state: dict[str, Any] = {"history": [], "best": {"score": -1.0, "epoch": 0, "state": None}}
@@ -171,13 +175,12 @@ def _result_from_checkpoint(checkpoint: Any, inputs: Any, cfg: Any, final: dict[
                           policy=policy)
 
 
-def run_train(args: argparse.Namespace) -> dict[str, Any]:
-    from hxd2_ray.config import load_config
-    from hxd2_ray.graphflow.dataset import feature_embedder_for, index_inputs, load_items
-    from hxd2_ray.graphflow.trainer import export_policy
-    from hxd2_ray.retrieval.index import open_index
-    from hxd2_ray.wiring import build_embedder
+def feature_embedder_for(cfg: GraphFlowConfig, index_embedder: Any) -> Any:
+    """The embedder of the features: ``graphflow.feature_embedding`` when set, else the index's own."""
+    return index_embedder if cfg.feature_embedding is None else build_embedder(cfg.feature_embedding)
 
+
+def run_train(args: argparse.Namespace) -> dict[str, Any]:
     cfg = load_config(args.config, args.overrides)
     gcfg = cfg.graphflow.model_copy(update={"workers": args.workers}) if args.workers else cfg.graphflow
     output = Path(args.output).expanduser().absolute()
@@ -204,7 +207,8 @@ def format_train(s: dict[str, Any]) -> str:
     lines = [f"{s['status']}: {s['message']}",
              f"  policy {s.get('policy') or '(none: no good epoch)'}  best epoch {s['best_epoch']}  "
              f"dev Hit@1 {s['best_dev_hit@1']:.4f}  epochs run {s['epochs_run']}",
-             f"  questions: train {s.get('train_questions')}, dev {s.get('dev_questions')}, test {s.get('test_questions')}"
+             f"  questions: train {s.get('train_questions')}, dev {s.get('dev_questions')}, "
+             f"test {s.get('test_questions')}"
              f"; skipped {s.get('examples', {}).get('skipped_by_reason')}",
              f"  plot {s.get('plot')}"]
     last = s["history"][-1] if s.get("history") else None
@@ -218,24 +222,17 @@ def format_train(s: dict[str, Any]) -> str:
 
 
 def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
-    from hxd2_ray.config import GraphFlowConfig, load_config
-    from hxd2_ray.graphflow.dataset import load_items
-    from hxd2_ray.graphflow.evaluation import evaluate_policy
-    from hxd2_ray.graphflow.examples import build_examples, split_examples
-    from hxd2_ray.graphflow.retriever import GraphFlowRetriever
-    from hxd2_ray.graphflow.trainer import question_vectors
-    from hxd2_ray.retrieval.index import open_index
-    from hxd2_ray.wiring import build_embedder
-
     cfg = load_config(args.config, args.overrides)
     gcfg = cfg.graphflow
     items, load_summary = load_items(args.benchmark, args.questions, args.data_root, args.corpus)
     embedder = build_embedder(cfg.embedding)
     with open_index(args.index, cfg) as index:
-        retriever = GraphFlowRetriever.open(index, embedder, args.policy, gcfg)
+        retriever = GraphFlowRetriever.open(index, embedder, args.policy, gcfg,
+                                            feature_embedder=feature_embedder_for(gcfg, embedder))
         policy = retriever.policy
         train_cfg: GraphFlowConfig = policy.train_cfg
-        examples = build_examples(items, policy.features.graph, retriever.linker, policy.meta.kind, keep_unlinked=True)
+        kind: TargetKind = "passages" if policy.meta.kind == "passages" else "kgqa"
+        examples = build_examples(items, policy.features.graph, retriever.linker, kind, keep_unlinked=True)
     parts = dict(zip(("train", "dev", "test"), split_examples(examples.examples, train_cfg.dev_fraction,
                                                               train_cfg.test_fraction, train_cfg.seed)))
     chosen = examples.examples if args.split == "all" else parts[args.split]
@@ -299,7 +296,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     command, rest = argv[0], argv[1:]
     args = build_parser(command).parse_args(rest)
-    from jobs.cli import run_and_report
 
     if command == "train":
         if args.workers is not None and args.workers < 1:

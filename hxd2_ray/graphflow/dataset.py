@@ -12,11 +12,13 @@ import sys
 from typing import Any, Callable, Sequence
 
 from hxd2_ray.config import GraphFlowConfig
+from hxd2_ray.evaluation.datasets import EvalItem, get_benchmark
 from hxd2_ray.graphflow.examples import build_examples, split_examples, target_kind_of
 from hxd2_ray.graphflow.features import load_or_build_features
 from hxd2_ray.graphflow.linking import StartLinker
+from hxd2_ray.graphflow.trainer import TrainingInputs, prepare_inputs
 
-__all__ = ["feature_embedder_for", "index_inputs", "load_items"]
+__all__ = ["index_inputs", "load_items"]
 
 Progress = Callable[[str], None]
 
@@ -26,13 +28,11 @@ def _log(msg: str) -> None:
 
 
 def load_items(benchmark: str, questions: Sequence[str] = (), data_root: str | None = None,
-               corpus: str | None = None) -> tuple[list[Any], dict[str, Any]]:
+               corpus: str | None = None) -> tuple[list[EvalItem], dict[str, Any]]:
     """Items of ``benchmark`` (its default file, or each of ``questions`` in turn) and what the loader skipped."""
-    from hxd2_ray.evaluation.datasets import get_benchmark
-
     spec = get_benchmark(benchmark)
     files: list[str | None] = list(questions) or [None]
-    items: list[Any] = []
+    items: list[EvalItem] = []
     skipped: list[list[str]] = []
     for path in files:
         report = spec.load(data_root, questions=path, corpus=corpus)
@@ -46,21 +46,11 @@ def load_items(benchmark: str, questions: Sequence[str] = (), data_root: str | N
                    "loader_skipped_examples": skipped[:10]}
 
 
-def feature_embedder_for(cfg: GraphFlowConfig, index_embedder: Any) -> Any:
-    """The embedder of the features: ``graphflow.feature_embedding`` when set, else the index's."""
-    if cfg.feature_embedding is None:
-        return index_embedder
-    from hxd2_ray.wiring import build_embedder
-
-    return build_embedder(cfg.feature_embedding)
-
-
 def index_inputs(index: Any, embedder: Any, items: Sequence[Any], cfg: GraphFlowConfig, *,
                  feature_embedder: Any = None, load_summary: dict[str, Any] | None = None,
-                 progress: Progress | None = _log) -> Any:
-    """:class:`~hxd2_ray.graphflow.trainer.TrainingInputs` for ``items`` over an open index."""
-    from hxd2_ray.graphflow.trainer import prepare_inputs
-
+                 progress: Progress | None = _log) -> TrainingInputs:
+    """:class:`~hxd2_ray.graphflow.trainer.TrainingInputs` for ``items`` over an open index; ``feature_embedder``:
+    the features' embedder when it is not the index's (``graphflow.feature_embedding``, built by the caller)."""
     say = progress or (lambda _m: None)
     feature_embedder = feature_embedder or embedder
     features = load_or_build_features(index, feature_embedder, cache_dir=cfg.cache_dir,

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import torch
-from torch import nn
+import torch  # noqa: TID253 - a torch module: imported only by code that trains or walks
+from torch import nn  # noqa: TID253
+
+from hxd2_ray.models import resolve_embedding_path
 
 __all__ = ["LoraQuestionEncoder"]
 
@@ -27,21 +29,19 @@ def _target_modules(model: nn.Module) -> list[str]:
     raise ValueError(f"no attention projections to adapt among the model's linear layers {sorted(names)[:12]}")
 
 
-class LoraQuestionEncoder(nn.Module):
+class LoraQuestionEncoder(nn.Module):  # type: ignore[misc]  # torch is not followed by mypy
     """``forward(texts) -> [n, hidden]`` mean-pooled token states of a LoRA-adapted transformers model.
 
     ``model``: a local folder or ``builtin:minilm``; or pass ``base`` and ``tokenizer`` objects directly.
     """
 
-    def __init__(self, model: str | None = None, *, rank: int = 8, alpha: float = 16.0, max_length: int = 64,
+    def __init__(self, model: str | None = None, *, rank: int = 8, alpha: int = 16, max_length: int = 64,
                  base: Any = None, tokenizer: Any = None):
         super().__init__()
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig, get_peft_model  # noqa: PLC0415 - peft loads transformers
         from transformers import AutoModel, AutoTokenizer
 
         if base is None or tokenizer is None:
-            from hxd2_ray.models import resolve_embedding_path
-
             path = resolve_embedding_path(model or "builtin:minilm")
             base = AutoModel.from_pretrained(path) if base is None else base
             tokenizer = AutoTokenizer.from_pretrained(path) if tokenizer is None else tokenizer

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
-import torch
+import torch  # noqa: TID253 - a torch module: imported only by code that trains or walks
 
 from hxd2_ray.evaluation import metrics as M
 from hxd2_ray.graphflow.examples import Example

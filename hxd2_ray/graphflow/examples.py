@@ -18,6 +18,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Sequence
 
+from hxd2_ray.config import ExtractionConfig
+from hxd2_ray.extraction.merge import entity_key
 from hxd2_ray.graphflow.linking import LinkedQuestion, StartLinker
 from hxd2_ray.graphflow.walk_graph import WalkGraph
 
@@ -73,9 +75,6 @@ def build_examples(items: Iterable[Any], graph: WalkGraph, linker: StartLinker, 
     """Examples from :class:`~hxd2_ray.evaluation.datasets.EvalItem`-like items (``id``, ``question``,
     ``answers``, ``gold_passages``, ``meta``). ``keep_unlinked``: keep questions without a start node (evaluation
     scores them as misses) instead of skipping them."""
-    from hxd2_ray.config import ExtractionConfig
-    from hxd2_ray.extraction.merge import entity_key
-
     key_cfg = ExtractionConfig()  # the names' normaliser, as the logic form's linker uses it
     items = list(items)
     kind = kind or target_kind_of(items)
@@ -124,7 +123,9 @@ def split_examples(examples: Sequence[Example], dev_fraction: float, test_fracti
                    seed: int) -> tuple[list[Example], list[Example], list[Example]]:
     """(train, dev, test) by question, fixed by ``seed`` and each question's id alone: adding or removing other
     questions never moves a question to another part."""
-    train, dev, test = [], [], []
+    train: list[Example] = []
+    dev: list[Example] = []
+    test: list[Example] = []
     for ex in examples:
         u = int(_rank(ex.id, seed)[:12], 16) / float(16 ** 12)
         (test if u < test_fraction else dev if u < test_fraction + dev_fraction else train).append(ex)

@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from hxd2_ray.graph.resident import ResidentGraph
 from hxd2_ray.graphflow.walk_graph import WalkGraph
 
 __all__ = ["FEATURE_VERSION", "GraphFeatures", "build_features", "embed_normalized", "graph_hash",
@@ -124,8 +125,6 @@ def cache_key(manifest: Any, embedder: Any, chunk_text_chars: int) -> str:
 def walk_graph_of_index(index: Any) -> tuple[WalkGraph, list[str]]:
     """The walk graph of an open index and every node's text (entity name; chunk text). Needs the graph held in
     memory; an index opened with ``resident_graph: off`` (or over the size limit) is scanned into memory here."""
-    from hxd2_ray.graph.resident import ResidentGraph
-
     graph = index.graph
     if not isinstance(graph, ResidentGraph):
         _log("the index graph is read through Kùzu; holding a resident copy for GraphFlow")
@@ -166,7 +165,8 @@ def _write(folder: Path, feats: GraphFeatures) -> None:
     tmp.mkdir()
     try:
         arrays, meta = feats.graph.to_arrays()
-        np.savez(tmp / "graph.npz", **arrays)
+        np.savez(tmp / "graph.npz", ptr=arrays["ptr"], target=arrays["target"], sig=arrays["sig"],
+                 node_type=arrays["node_type"])
         meta.update(embedder_id=feats.embedder_id, dim=feats.dim, graph_hash=feats.graph_hash,
                     index_fingerprint=feats.index_fingerprint, version=FEATURE_VERSION)
         (tmp / "graph.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
-import torch
+import torch  # noqa: TID253 - a torch module: imported only by code that trains or walks
 
 from hxd2_ray.graphflow.model import FeatureTables, GraphFlowModel
 from hxd2_ray.graphflow.walker import PathStates, initial_states, sample_segments, score_actions

@@ -19,7 +19,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from hxd2_ray.extraction.merge import normalize_name
 from hxd2_ray.graphflow.walk_graph import WalkGraph
+from hxd2_ray.logic.executor import EntityLinker, GraphQueries
+from hxd2_ray.retrieval.ranking import rank_matches, vector_hits
 
 __all__ = ["LinkedQuestion", "StartLinker", "StartNode", "TOPIC_PLACEHOLDER", "plain_question"]
 
@@ -84,8 +87,6 @@ class StartLinker:
     @classmethod
     def for_index(cls, index: Any, graph: WalkGraph, embedder: Any, cfg: Any) -> "StartLinker":
         """Over an open index with its own embedder; ``cfg``: :class:`~hxd2_ray.config.GraphFlowConfig`."""
-        from hxd2_ray.logic.executor import EntityLinker, GraphQueries
-
         families = {name: ix for name in ("entity_name", "entity_mix") if (ix := index.families.get(name)) is not None}
         linker = EntityLinker(GraphQueries(index.graph), embedder=embedder if "entity_name" in families else None,
                               name_index=families.get("entity_name"))
@@ -117,8 +118,6 @@ class StartLinker:
                 result = self.entity_linker.link(name)
                 pairs = [(k, result.method, float(result.score)) for k in result.keys]
             else:  # no index linker (synthetic graphs): exact key only
-                from hxd2_ray.extraction.merge import normalize_name
-
                 pairs = [(normalize_name(name), "exact", 100.0)]
             for key, method, score in pairs:
                 node = self.graph.node_of(key)
@@ -132,8 +131,6 @@ class StartLinker:
     def _link_question(self, question: str) -> list[StartNode]:
         if not self._can_link_question():
             return []
-        from hxd2_ray.retrieval.ranking import rank_matches, vector_hits
-
         vector = np.asarray(self.embedder.embed([question]), dtype=np.float32)
         hits = []
         for name, family in self.families.items():

@@ -6,9 +6,10 @@ A state s_t is (question, current node, path so far, step). Its encoding::
     g_{t+1} = GRUCell(act(a_t), g_t)                      the path: every move taken so far
     h(s_t)  = MLP([g_t ; q ; node(u_t) ; step_t ; x(s_t)])
 
-``node(u)`` projects the node's cached vector and its type's; ``act(a)`` = relu of the projected relation signature's cached
-``[out | in | none]`` vector, the target's ``node(v)`` and four action features (target already on the path, target is
-the start, question-target cosine, log degree). Scores: ``r(s, a) = <S h(s), act(a)> / sqrt(H) + b . act(a)`` for a move,
+``node(u)`` projects the node's cached vector and its type's; ``act(a)`` = relu of the projected relation
+signature's cached ``[out | in | none]`` vector, the target's ``node(v)`` and four action features (target already
+on the path, target is the start, question-target cosine, log degree). Scores:
+``r(s, a) = <S h(s), act(a)> / sqrt(H) + b . act(a)`` for a move,
 ``r(s, STOP) = MLP_stop(h(s))``; the policy is their softmax over the actions of the node (during training, over
 the k+1 local candidates: see :mod:`hxd2_ray.graphflow.objective`). ``log F(s) = MLP_flow(h(s))``.
 
@@ -23,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
-from torch import nn
+import torch  # noqa: TID253 - a torch module: imported only by code that trains or walks
+from torch import nn  # noqa: TID253
 
 __all__ = ["ACTION_FEATURES", "FeatureTables", "GraphFlowModel"]
 
@@ -75,7 +76,7 @@ class FeatureTables:
         return self.node_vectors.device
 
 
-class GraphFlowModel(nn.Module):
+class GraphFlowModel(nn.Module):  # type: ignore[misc]  # torch is not followed by mypy: Module is Any
     """Policy and flow heads over cached features. ``question_dim``: width of the question feature (the
     embedder's dimension, or the LoRA encoder's hidden size)."""
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-import torch
+import torch  # noqa: TID253 - a torch module: imported only by code that trains or walks
 
 from hxd2_ray.graphflow.model import FeatureTables, GraphFlowModel
 from hxd2_ray.graphflow.trajectories import PAD, STOP, Trajectory
@@ -88,7 +88,6 @@ def trajectory_loss(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tens
         candidates = [candidates[j] for j in keep]
     if not trajectories:
         return torch.zeros((), device=device, requires_grad=True), stats
-    n = len(trajectories)
     k1 = candidates[0].shape[1]
     questions = np.array([t.question for t in trajectories], dtype=np.int64)
     starts = np.array([t.nodes[0] for t in trajectories], dtype=np.int64)

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import torch
+import torch  # noqa: TID253 - a torch module: imported only by code that trains or walks
 
 from hxd2_ray.config import GraphFlowConfig
 from hxd2_ray.errors import HxdError, IndexMismatchError, IndexNotFoundError
+from hxd2_ray.graphflow.encoder import LoraQuestionEncoder
 from hxd2_ray.graphflow.features import GraphFeatures, embed_normalized
 from hxd2_ray.graphflow.model import FeatureTables, GraphFlowModel
 
@@ -119,8 +120,6 @@ def build_policy(features: GraphFeatures, cfg: GraphFlowConfig, kind: str, index
     """A fresh (untrained) policy over ``features``; parameters initialised from ``cfg.seed``."""
     torch.manual_seed(cfg.seed)
     if cfg.encoder == "lora" and encoder is None:
-        from hxd2_ray.graphflow.encoder import LoraQuestionEncoder
-
         encoder = LoraQuestionEncoder(cfg.lora_model, rank=cfg.lora_rank, alpha=cfg.lora_alpha,
                                       max_length=cfg.lora_max_length)
     question_dim = encoder.out_dim if encoder is not None else features.dim

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
-import torch
+import torch  # noqa: TID253 - a torch module: imported only by code that trains or walks
 
 from hxd2_ray.config import GraphFlowConfig
 from hxd2_ray.errors import IndexMismatchError
@@ -109,17 +109,16 @@ class GraphFlowRetriever:
     def open(cls, index: Any, embedder: Any, policy_dir: str, cfg: GraphFlowConfig, *, feature_embedder: Any = None,
              device: str = "cpu") -> "GraphFlowRetriever":
         """Load the policy at ``policy_dir`` for ``index`` (features from the cache, built on a miss); refuses a
-        policy trained on another index (:class:`~hxd2_ray.errors.IndexMismatchError`)."""
+        policy trained on another index (:class:`~hxd2_ray.errors.IndexMismatchError`). ``feature_embedder``: the
+        policy's feature embedder when it is not the index's (``graphflow.feature_embedding``, built by wiring)."""
         meta = read_policy_meta(policy_dir)
         train_cfg = GraphFlowConfig(**meta.config)
         if feature_embedder is None:
-            wanted = train_cfg.feature_embedding or cfg.feature_embedding
-            if wanted is not None:
-                from hxd2_ray.wiring import build_embedder
-
-                feature_embedder = build_embedder(wanted)
-            else:
-                feature_embedder = embedder
+            if train_cfg.feature_embedding is not None:
+                raise IndexMismatchError(
+                    f"the GraphFlow policy at {policy_dir} was trained with features of its own embedder "
+                    f"({meta.embedder_id}); pass that embedder as feature_embedder (graphflow.feature_embedding)")
+            feature_embedder = embedder
         features = load_or_build_features(index, feature_embedder, cache_dir=cfg.cache_dir,
                                           chunk_text_chars=train_cfg.chunk_text_chars)
         policy = load_policy(policy_dir, features, index.manifest.fingerprint, device)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
-import torch
+import torch  # noqa: TID253 - a torch module: imported only by code that trains or walks
 
 from hxd2_ray.config import GraphFlowConfig
 from hxd2_ray.errors import HxdError
@@ -108,7 +108,8 @@ def prepare_inputs(features: GraphFeatures, embedder: Any, train: Sequence[Examp
         else:
             unreachable += 1
         if (i + 1) % 5000 == 0:
-            say(f"demonstrations for {i + 1:,}/{len(train):,} training questions ({time.perf_counter() - started:.0f}s)")
+            say(f"demonstrations for {i + 1:,}/{len(train):,} training questions "
+                f"({time.perf_counter() - started:.0f}s)")
     lora = cfg.encoder == "lora"
     vectors = {"train": question_vectors(embedder, kept, lora), "dev": question_vectors(embedder, dev, lora),
                "test": question_vectors(embedder, test, lora)}
@@ -216,7 +217,7 @@ def _batch_trajectories(policy: GraphFlowPolicy, inputs: TrainingInputs, idx: np
     trajs: list[Trajectory] = []
     for row, i in enumerate(idx):
         pool = inputs.demos[i]
-        for pick in rng.integers(len(pool), size=cfg.demos_per_question):
+        for pick in (rng.integers(len(pool), size=cfg.demos_per_question) if pool else ()):
             start, actions = pool[int(pick)]
             nodes = [start] + [int(g.target[a]) for a in actions if a >= 0]
             trajs.append(Trajectory(question=row, nodes=nodes, actions=list(actions), kind="demo", hit=True))
@@ -248,9 +249,13 @@ def train_policy(inputs: TrainingInputs, cfg: GraphFlowConfig, output_dir: str |
     if not inputs.train:
         raise HxdError("no training question has a target within reach of its start nodes; nothing to train on")
     policy = build_policy(inputs.features, cfg, inputs.kind, inputs.index_fingerprint, device)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    flow_params = {id(p) for p in policy.model.flow.parameters()}
+    optimizer = torch.optim.Adam([
+        {"params": [p for p in policy.parameters() if id(p) not in flow_params]},
+        {"params": list(policy.model.flow.parameters()), "lr": cfg.learning_rate * cfg.flow_lr_scale},
+    ], lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     history: list[dict[str, Any]] = []
-    best = {"score": -1.0, "epoch": 0, "state": None}
+    best: dict[str, Any] = {"score": -1.0, "epoch": 0, "state": None}
     bad_epochs = 0
     start_epoch = 0
     with hooks.latest_checkpoint() as ckpt:
@@ -262,7 +267,8 @@ def train_policy(inputs: TrainingInputs, cfg: GraphFlowConfig, output_dir: str |
                                "new --output or the same settings")
             policy.load_state_dict(state["policy"])
             optimizer.load_state_dict(state["optimizer"])
-            history, best, bad_epochs, start_epoch = state["history"], state["best"], state["bad_epochs"], state["epoch"]
+            history, best = state["history"], state["best"]
+            bad_epochs, start_epoch = state["bad_epochs"], state["epoch"]
             say(f"resumed from {ckpt.name}: epoch {start_epoch}, best dev Hit@1 {best['score']:.4f}")
     resumed_from = start_epoch
     n_train = len(inputs.train)
@@ -310,9 +316,9 @@ def train_policy(inputs: TrainingInputs, cfg: GraphFlowConfig, output_dir: str |
                      sum(t.hit for t in on_policy), stats.taken_best, stats.demo_states]
             if (step + 1) % PROGRESS_EVERY == 0 and step + 1 < steps:
                 elapsed = clock() - t0
+                left = elapsed / (step + 1) * (steps - step - 1)
                 say(f"epoch {epoch}: step {step + 1}/{steps}, loss {sums[0] / max(sums[1], 1):.4f}, "
-                    f"{sums[2] / elapsed:,.0f} transitions/s on this worker, ~{elapsed / (step + 1) * (steps - step - 1):.0f}s"
-                    " left in the epoch")
+                    f"{sums[2] / elapsed:,.0f} transitions/s on this worker, ~{left:.0f}s left in the epoch")
         train_seconds = clock() - t0
         if nan_at is not None:
             status = "nan_loss"
@@ -393,10 +399,10 @@ def export_policy(result: TrainingResult, inputs: TrainingInputs, output_dir: st
 def plot_training(history: Sequence[dict[str, Any]], path: Path) -> str | None:
     if not history:
         return None
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - plotting only at the end of a run
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415
 
     epochs = [h["epoch"] for h in history]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))

@@ -22,8 +22,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+import torch  # noqa: TID253 - a torch module: imported only by code that trains or walks
 
+from hxd2_ray.graphflow.model import FeatureTables, GraphFlowModel
 from hxd2_ray.graphflow.walk_graph import WalkGraph
+from hxd2_ray.graphflow.walker import flat_entries, initial_states, sample_segments, score_actions
 
 __all__ = ["PAD", "STOP", "ShortestPaths", "Trajectory", "local_candidates", "sample_on_policy"]
 
@@ -55,8 +58,6 @@ class ShortestPaths:
 
     def search(self, start: int, targets: frozenset[int]) -> "_Ball":
         """Layers of the breadth-first search from ``start``, up to ``max_steps`` or until every target is met."""
-        from hxd2_ray.graphflow.walker import flat_entries
-
         g = self.graph
         dist, count = self._dist, self._count
         touched = [np.array([start], dtype=np.int64)]
@@ -152,25 +153,22 @@ def local_candidates(graph: WalkGraph, traj: Trajectory, k: int, explore_stop: b
     return out
 
 
-def sample_on_policy(model: object, tables: object, qh: object, qfull: object, questions: np.ndarray,
+def sample_on_policy(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
+                     questions: np.ndarray,
                      starts: np.ndarray, targets: Sequence[frozenset[int]], max_steps: int, epsilon: float,
                      rng: np.random.Generator, graph: WalkGraph, max_actions: int | None = None) -> list[Trajectory]:
     """One trajectory per (question row, start) pair, drawn from the current policy (no gradient); at a node with
     more than ``max_actions`` moves, from a random subset of that many (and STOP)."""
-    import torch
-
-    from hxd2_ray.graphflow.walker import initial_states, sample_segments, score_actions
-
     trajs = [Trajectory(question=int(q), nodes=[int(s)], actions=[], kind="policy") for q, s in zip(questions, starts)]
     with torch.no_grad():
-        states = initial_states(model, tables, qh, questions, starts, max_steps)  # type: ignore[arg-type]
+        states = initial_states(model, tables, qh, questions, starts, max_steps)
         alive = np.arange(len(trajs))
         for step in range(max_steps + 1):
             if len(alive) == 0:
                 break
             if step == max_steps:  # STOP forced: not a decision
                 break
-            scores = score_actions(model, tables, qh, qfull, states, max_actions, rng)  # type: ignore[arg-type]
+            scores = score_actions(model, tables, qh, qfull, states, max_actions, rng)
             picks = sample_segments(scores.move_logp.cpu().numpy(), scores.stop_logp.cpu().numpy(), scores.seg_ptr,
                                     rng, epsilon)
             chosen_rows: list[int] = []
@@ -188,7 +186,7 @@ def sample_on_policy(model: object, tables: object, qh: object, qfull: object, q
             if not keep:
                 break
             keep_a = np.asarray(keep)
-            g = model.next_path(scores.act[torch.as_tensor(chosen_rows)], states.g[torch.as_tensor(keep_a)])  # type: ignore[attr-defined]
+            g = model.next_path(scores.act[torch.as_tensor(chosen_rows)], states.g[torch.as_tensor(keep_a)])
             paths = states.paths[keep_a].copy()
             steps = states.steps[keep_a] + 1
             paths[np.arange(len(keep_a)), steps] = [trajs[alive[i]].nodes[-1] for i in keep]

@@ -21,6 +21,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from hxd2_ray.logic.executor import edge_facts
+
 __all__ = ["MENTIONED_IN", "MENTIONS", "Signature", "WalkGraph"]
 
 Signature = tuple[tuple[str, str], ...]  # sorted (label, direction) pairs; direction: out | in | none
@@ -140,8 +142,6 @@ class WalkGraph:
         ``chunk_rows``: :meth:`get_chunks` rows of every chunk (for names and source ids); chunks missing there
         are named by their id.
         """
-        from hxd2_ray.logic.executor import edge_facts
-
         keys = list(arrays.entity_keys)
         n_ent = len(keys)
         ent_names = arrays.entities["name"].to_pylist() if n_ent else []

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
+import torch  # noqa: TID253 - a torch module: imported only by code that trains or walks
 
 from hxd2_ray.graphflow.model import FeatureTables, GraphFlowModel
 

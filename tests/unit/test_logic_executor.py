@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hxd2_ray.embedding.hashing import HashingEmbedder
+from hxd2_ray.evaluation.datasets import EvalItem, load_metaqa
 from hxd2_ray.graph.kuzu_store import KuzuGraphStore
 from hxd2_ray.llm.base import LLMResponse
 from hxd2_ray.llm.scripted import ScriptedLLM
@@ -21,7 +22,6 @@ from hxd2_ray.logic.executor import (
     edge_facts,
     parse_number,
 )
-from hxd2_ray.evaluation.datasets import EvalItem, load_metaqa
 from hxd2_ray.logic.metaqa import (
     Triple,
     build_graph,
