@@ -118,7 +118,7 @@ def main() -> int:
             vec = inputs.vectors["test"]
             t0 = time.perf_counter()
             scores = evaluate_policy(result.policy, inputs.test, vec.policy, vec.plain, mode=gcfg.inference,
-                                     width=gcfg.trajectories, progress=log)
+                                     width=gcfg.trajectories, min_prob=gcfg.beam_min_prob, progress=log)
             lat = latency(index, embedder, policy_dir, gcfg,
                           [_marked(e) if e.link is not None else e.question for e in inputs.test[:args.latency]])
             results["hops"][str(hop)] = {

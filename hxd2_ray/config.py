@@ -317,7 +317,9 @@ class GraphFlowConfig(_Frozen):
     # -- training
     seed: int = Field(0, description="Seeds the split, sampling and initialisation.")
     epochs: int = Field(30, ge=1, description="Most epochs; early stopping usually ends sooner.")
-    batch_questions: int = Field(64, gt=0, description="Questions per optimiser step (per worker).")
+    batch_questions: int = Field(
+        16, gt=0, description="Questions per optimiser step (per worker); small batches: detailed balance needs steps."
+    )
     learning_rate: float = Field(2e-3, gt=0)
     flow_lr_scale: float = Field(
         1.0, gt=0, description="db: the flow head learns at learning_rate times this (flows lead, the policy follows)."
@@ -338,6 +340,11 @@ class GraphFlowConfig(_Frozen):
     )
     trajectories: int = Field(32, gt=0, description="M: trajectories per question (beam width when beam).")
     top_k: int = Field(20, gt=0, description="Ranked targets returned.")
+    beam_min_prob: float = Field(
+        1e-6, ge=0, lt=1,
+        description="beam: a partial trajectory less probable than this is dropped (it cannot carry enough mass to "
+                    "change a ranking; it would only expand hubs).",
+    )
     # -- start nodes
     mask_topic: bool = Field(
         True, description="Condition the policy on the question with its [topic entity] replaced by a placeholder."
@@ -367,7 +374,7 @@ class GraphFlowConfig(_Frozen):
 # on what it runs, and everything read only at inference.
 _GRAPHFLOW_RUNTIME_FIELDS = {
     "epochs", "patience", "keep_checkpoints", "torch_threads", "use_gpu", "workers", "inference", "trajectories",
-    "top_k", "max_start_nodes", "link_threshold", "cache_dir", "max_dev_questions",
+    "top_k", "beam_min_prob", "max_start_nodes", "link_threshold", "cache_dir", "max_dev_questions",
 }
 
 

@@ -72,6 +72,7 @@ def _mean(rows: Sequence[dict[str, float]], keys: Sequence[str]) -> dict[str, fl
 
 def evaluate_policy(policy: GraphFlowPolicy, examples: Sequence[Example], policy_vectors: np.ndarray | None,
                     plain_vectors: np.ndarray, *, mode: str, width: int, batch: int = 64, seed: int = 0,
+                    min_prob: float = 1e-6,
                     keep_rows: bool = False, progress: Callable[[str], None] | None = None) -> EvaluationResult:
     """Walk every example (``batch`` questions per scoring call) and average the metrics; ``*_vectors`` are the
     examples' question vectors (row per example; ``policy_vectors`` None for a LoRA policy)."""
@@ -90,7 +91,7 @@ def evaluate_policy(policy: GraphFlowPolicy, examples: Sequence[Example], policy
             qh, qfull = policy.question_tables(pv, [e.policy_text for e in part],
                                                torch.as_tensor(plain_vectors[b:b + batch], device=device))
         outcomes = walk(policy.model, policy.tables, qh, qfull, [e.starts for e in part], mode=mode, width=width,
-                        max_steps=policy.train_cfg.max_steps, rng=rng)
+                        max_steps=policy.train_cfg.max_steps, rng=rng, min_prob=min_prob)
         for ex, outcome in zip(part, outcomes):
             rows.append(_row(ex, outcome, allowed, g, kind, keep_rows))
         if progress is not None and (b // batch) % 20 == 19:

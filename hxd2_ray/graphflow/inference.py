@@ -2,8 +2,8 @@
 nodes ranked by the probability mass that reaches them.
 
 * ``beam``: at each step every live path is extended by each of its actions (and STOP); the ``M`` most
-  probable extensions survive, those ending in STOP leave the beam as finished trajectories. After
-  ``max_steps`` moves the survivors stop. Deterministic.
+  probable extensions survive, those ending in STOP leave the beam as finished trajectories, those less probable
+  than ``min_prob`` are dropped. After ``max_steps`` moves the survivors stop. Deterministic.
 * ``sample``: ``M`` trajectories drawn from the policy (a start chosen uniformly each time).
 
 A terminal's score is the summed probability of the finished trajectories that end there (a lower bound of its
@@ -58,11 +58,11 @@ class WalkOutcome:
 
 def walk(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
          starts: Sequence[Sequence[int]], *, mode: str, width: int, max_steps: int,
-         rng: np.random.Generator | None = None) -> list[WalkOutcome]:
+         rng: np.random.Generator | None = None, min_prob: float = 0.0) -> list[WalkOutcome]:
     """One :class:`WalkOutcome` per question (row i of ``qh``/``qfull``, start nodes ``starts[i]``)."""
     with torch.no_grad():
         if mode == "beam":
-            return _beam(model, tables, qh, qfull, starts, width, max_steps)
+            return _beam(model, tables, qh, qfull, starts, width, max_steps, min_prob)
         if mode == "sample":
             return _sample(model, tables, qh, qfull, starts, width, max_steps, rng or np.random.default_rng(0))
     raise ValueError(f"unknown inference mode {mode!r}; valid: beam, sample")
@@ -75,7 +75,7 @@ def _finish(outcomes: list[WalkOutcome]) -> list[WalkOutcome]:
 
 
 def _beam(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
-          starts: Sequence[Sequence[int]], width: int, max_steps: int) -> list[WalkOutcome]:
+          starts: Sequence[Sequence[int]], width: int, max_steps: int, min_prob: float) -> list[WalkOutcome]:
     outcomes = [WalkOutcome() for _ in starts]
     q_rows = np.array([q for q, s in enumerate(starts) for _ in s], dtype=np.int64)
     if len(q_rows) == 0:
@@ -100,6 +100,9 @@ def _beam(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull:
         cand_state = np.concatenate([seg, np.arange(len(states))])
         cand_row = np.concatenate([np.arange(len(seg)), -1 - np.arange(len(states))])
         cand_lp = np.concatenate([logp[seg] + move_lp, logp + stop_lp])
+        if min_prob > 0:  # moves too improbable to matter are not kept (STOP candidates always are)
+            keep = (cand_row < 0) | (cand_lp >= np.log(min_prob))
+            cand_state, cand_row, cand_lp = cand_state[keep], cand_row[keep], cand_lp[keep]
         cand_q = states.question[cand_state]
         keep_rows: list[int] = []
         keep_states: list[int] = []

@@ -4,7 +4,7 @@ A state s_t is (question, current node, path so far, step). Its encoding::
 
     g_0     = tanh(W [q ; node(start)])                   q: question feature, projected
     g_{t+1} = GRUCell(act(a_t), g_t)                      the path: every move taken so far
-    h(s_t)  = MLP([g_t ; q ; node(u_t) ; step_t ; x(s_t)])
+    h(s_t)  = MLP([g_t ; q ; q * g_t ; node(u_t) + x(s_t) ; step_t])
 
 ``node(u)`` projects the node's cached vector and its type's; ``act(a)`` = relu of the projected relation
 signature's cached ``[out | in | none]`` vector, the target's ``node(v)`` and four action features (target already
@@ -80,11 +80,14 @@ class GraphFlowModel(nn.Module):  # type: ignore[misc]  # torch is not followed 
     """Policy and flow heads over cached features. ``question_dim``: width of the question feature (the
     embedder's dimension, or the LoRA encoder's hidden size)."""
 
-    def __init__(self, dim: int, question_dim: int, hidden: int, max_steps: int):
+    def __init__(self, dim: int, question_dim: int, hidden: int, max_steps: int, output_scale: float = 1.0):
         super().__init__()
         H = hidden
         self.max_steps = max_steps
-        self._scale = float(hidden) ** -0.5
+        # Flows and scores must reach the reward's range (log R of a miss is -15): scaling the heads' outputs lets
+        # them get there in hundreds of optimiser steps instead of thousands (Adam moves each weight by ~lr).
+        self.output_scale = float(output_scale)
+        self._scale = float(hidden) ** -0.5 * self.output_scale
         self.question = nn.Sequential(nn.Linear(question_dim, H), nn.Tanh())
         self.node_proj = nn.Linear(dim, H)
         self.type_proj = nn.Linear(dim, H, bias=False)
@@ -94,7 +97,7 @@ class GraphFlowModel(nn.Module):  # type: ignore[misc]  # torch is not followed 
         self.step = nn.Embedding(max_steps + 2, H)
         self.init = nn.Linear(2 * H, H)
         self.path = nn.GRUCell(H, H)
-        self.state = nn.Sequential(nn.Linear(4 * H, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU())
+        self.state = nn.Sequential(nn.Linear(5 * H, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU())
         self.score_state = nn.Linear(H, H)
         self.score_bias = nn.Linear(H, 1)
         self.stop = nn.Sequential(nn.Linear(H, H), nn.ReLU(), nn.Linear(H, 1))
@@ -120,7 +123,8 @@ class GraphFlowModel(nn.Module):  # type: ignore[misc]  # torch is not followed 
         cos = (qfull * t.node_vectors[node]).sum(-1, keepdim=True)
         extra = torch.cat([cos, t.is_chunk[node].unsqueeze(-1),
                            (step.float() / self.max_steps).unsqueeze(-1)], dim=-1)
-        x = torch.cat([g, qh, self.node(t, node) + self.state_extra(extra), self.step(step)], dim=-1)
+        # q * g: the question times the path, so a flow can depend on which relation was taken for which question
+        x = torch.cat([g, qh, qh * g, self.node(t, node) + self.state_extra(extra), self.step(step)], dim=-1)
         return self.state(x)
 
     def action_repr(self, t: FeatureTables, entries: torch.Tensor, question: torch.Tensor, qfull: torch.Tensor,
@@ -140,13 +144,13 @@ class GraphFlowModel(nn.Module):  # type: ignore[misc]  # torch is not followed 
         """r(s, a) = <S h(s), act(a)> / sqrt(H) + b . act(a) for each action row, ``state_of[i]`` its state's row in
         ``h``: a bilinear form, so a hub's thousands of actions cost a dot product each."""
         query = self.score_state(h)[state_of]
-        return (query * act).sum(-1) * self._scale + self.score_bias(act).squeeze(-1)
+        return (query * act).sum(-1) * self._scale + self.score_bias(act).squeeze(-1) * self.output_scale
 
     def stop_score(self, h: torch.Tensor) -> torch.Tensor:
-        return self.stop(h).squeeze(-1)
+        return self.stop(h).squeeze(-1) * self.output_scale
 
     def log_flow(self, h: torch.Tensor) -> torch.Tensor:
-        return self.flow(h).squeeze(-1)
+        return self.flow(h).squeeze(-1) * self.output_scale
 
     def next_path(self, act: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         return self.path(act, g)

@@ -123,7 +123,8 @@ def build_policy(features: GraphFeatures, cfg: GraphFlowConfig, kind: str, index
         encoder = LoraQuestionEncoder(cfg.lora_model, rank=cfg.lora_rank, alpha=cfg.lora_alpha,
                                       max_length=cfg.lora_max_length)
     question_dim = encoder.out_dim if encoder is not None else features.dim
-    model = GraphFlowModel(features.dim, question_dim, cfg.hidden_dim, cfg.max_steps).to(device)
+    model = GraphFlowModel(features.dim, question_dim, cfg.hidden_dim, cfg.max_steps,
+                           output_scale=max(1.0, -cfg.miss_log_reward / 4)).to(device)
     if encoder is not None:
         encoder.to(device)
     meta = PolicyMeta(

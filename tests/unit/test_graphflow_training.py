@@ -22,7 +22,7 @@ from hxd2_ray.graphflow.synthetic import movie_world
 from hxd2_ray.graphflow.trainer import TrainingInputs, export_policy, prepare_inputs, train_policy
 
 DIM = 32
-QUICK = dict(hidden_dim=32, max_steps=2, batch_questions=8, learning_rate=5e-3, trajectories=16, torch_threads=1)
+QUICK = dict(hidden_dim=32, max_steps=2, batch_questions=2, learning_rate=5e-3, trajectories=16, torch_threads=1)
 
 
 @lru_cache(maxsize=4)
