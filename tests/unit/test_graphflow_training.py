@@ -26,8 +26,8 @@ QUICK = dict(hidden_dim=32, max_steps=2, batch_questions=2, learning_rate=5e-3, 
 
 
 @lru_cache(maxsize=4)
-def world_inputs(n_movies: int, n_people: int, seed: int = 1) -> TrainingInputs:
-    world = movie_world(n_movies=n_movies, n_people=n_people, seed=seed)
+def world_inputs(n_movies: int, n_people: int, seed: int = 1, kinds: tuple[str, ...] | None = None) -> TrainingInputs:
+    world = movie_world(n_movies=n_movies, n_people=n_people, seed=seed, kinds=kinds)
     emb = HashingEmbedder(dim=DIM)
     feats = build_features(world.graph, emb, world.node_texts, progress=None)
     examples = build_examples(world.questions, world.graph, StartLinker(world.graph))
