@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate-refusal": ("jobs.calibrate", "calibrate the refusal gate's threshold on good/bad questions"),
     "graph": ("jobs.graph_cli", "look at an index's graph: export (GraphML, Neo4j CSV, Cypher), show (PNG/HTML), "
                                 "stats"),
+    "graphflow": ("jobs.graphflow", "GraphFlow retrieval policy: train (Ray Train, GFlowNet detailed balance) or "
+                                    "evaluate on a benchmark's questions"),
 }
 
 

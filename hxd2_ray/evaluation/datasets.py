@@ -476,14 +476,16 @@ _TOPIC = re.compile(r"\[([^\[\]]+)\]")
 _HOPS = re.compile(r"(\d)-hop")
 
 
-def load_metaqa(path: str | Path, qtype_path: str | Path | None = None) -> LoadReport:
-    """MetaQA questions from ``fixture_dev_200_reachable.tsv`` (``question TAB answers TAB qtype``) or
-    ``qa_dev.txt`` (``question TAB answers``; qtypes from a line-aligned ``qa_dev_qtype.txt`` next to it when
-    present, or ``qtype_path``).
+def load_metaqa(path: str | Path, qtype_path: str | Path | None = None, default_hops: int = 0) -> LoadReport:
+    """The project's one MetaQA question loader: any file in MetaQA's own ``question TAB answer1|answer2`` format
+    (the official ``qa_dev.txt`` / ``qa_test.txt``, qtypes from a line-aligned ``<stem>_qtype<suffix>`` next to it
+    when present, or ``qtype_path``) or ``fixture_dev_200_reachable.tsv`` (``question TAB answers TAB qtype``).
 
     ``question`` has the brackets removed (what a user would type); ``meta`` keeps ``question_marked`` (as in
-    the file), ``topic_entity``, ``hops`` (from the ``{h}-hop`` folder, else 0) and ``qtype``. Answers are the
-    ``|``-separated gold entities. Ids are ``{h}hop-{file stem}-{line}``.
+    the file), ``topic_entity``, ``hops`` (from a ``{h}-hop`` folder, the file or its parent folder, e.g. the
+    official ``1-hop/vanilla/qa_test.txt``; else ``default_hops``) and ``qtype``. Answers are the
+    ``|``-separated gold entities. Ids are ``{h}hop-{file stem}-{line}``. Lines without a TAB, without answers or
+    without a ``[topic entity]`` are skipped with their reason.
     """
     p = Path(path)
     lines = _read_text(p).splitlines()
@@ -494,8 +496,8 @@ def load_metaqa(path: str | Path, qtype_path: str | Path | None = None) -> LoadR
         if len(qtypes) != len(lines):
             log.warning("%s has %d lines but %s has %d; qtypes ignored", qt, len(qtypes), p, len(lines))
             qtypes = None
-    m = _HOPS.search(p.parent.name) or _HOPS.search(p.name)
-    hops = int(m.group(1)) if m else 0
+    m = _HOPS.search(p.parent.name) or _HOPS.search(p.name) or _HOPS.search(p.parent.parent.name)
+    hops = int(m.group(1)) if m else default_hops
     report = LoadReport(items=[])
     seen: set[str] = set()
     for lineno, line in enumerate(lines, 1):
@@ -783,8 +785,11 @@ def _hotpot_loader(questions: Path, corpus: Path | None) -> LoadReport:
     return load_hotpotqa(questions, corpus)
 
 
-def _metaqa_loader(questions: Path, corpus: Path | None) -> LoadReport:
-    return load_metaqa(questions)
+def _metaqa_loader(hops: int) -> Callable[..., LoadReport]:
+    def load(questions: Path, corpus: Path | None) -> LoadReport:
+        return load_metaqa(questions, default_hops=hops)
+
+    return load
 
 
 def _generic_loader(questions: Path, corpus: Path | None) -> LoadReport:
@@ -831,7 +836,7 @@ def _build_registry() -> dict[str, BenchmarkSpec]:
             description=f"MetaQA {h}-hop: 200 dev questions answerable in the rebuilt KB (Hits@1, answer hit)",
             metrics=("hits@1", "hit"), primary_metric="hits@1",
             questions_path=f"metaqa/{h}-hop/fixture_dev_200_reachable.tsv", corpus_path="metaqa/kb.txt",
-            loader=_metaqa_loader, corpus_loader=load_metaqa_kb,
+            loader=_metaqa_loader(h), corpus_loader=load_metaqa_kb,
         ))
     specs.append(BenchmarkSpec(
         name="generic", task="generic",

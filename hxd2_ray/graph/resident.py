@@ -43,9 +43,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ResidentGraph", "WalkEdges", "open_resident"]
+__all__ = ["ResidentArrays", "ResidentGraph", "WalkEdges", "open_resident"]
 
 _EDGE_PROPS = ("description", "keywords", "weight", "source_chunk_ids", "mention_count")
+
+
+@dataclass(frozen=True)
+class ResidentArrays:
+    """The held columns and CSR arrays, shared (not copied), for code that walks the whole graph (GraphFlow).
+    Read-only by contract: nothing may write into them."""
+
+    entity_keys: list[str]  # entity offset -> key
+    entities: pa.Table  # entity offset -> row (name, type, description, ..., degree)
+    chunk_ids: list[str]  # chunk offset -> id
+    chunks: pa.Table  # chunk offset -> row (text, doc_id, ...)
+    adj_ptr: np.ndarray  # entity i's RELATED neighbours are adj_other[adj_ptr[i]:adj_ptr[i+1]] (each edge both ways)
+    adj_other: np.ndarray
+    adj_edge: np.ndarray  # ... through edge adj_edge[j] (a row of edges)
+    edges: pa.Table  # edge id -> description, keywords, weight, ...
+    edge_source: np.ndarray  # edge id -> its stored (smaller-key) end
+    mention_ptr: np.ndarray  # entity i is mentioned by the chunks mention_chunk[mention_ptr[i]:mention_ptr[i+1]]
+    mention_chunk: np.ndarray
 
 
 class NotDenseError(ValueError):
@@ -151,6 +169,14 @@ class ResidentGraph:
         self._syn_b = _ints(syn, "b") if syn is not None else np.zeros(0, np.int64)
         self._syn_score = (syn["score"].to_numpy().astype(np.float64) if syn is not None and syn.num_rows
                            else np.zeros(0))
+
+    def arrays(self) -> ResidentArrays:
+        """Everything held, as shared read-only views (no copy)."""
+        return ResidentArrays(
+            entity_keys=self._entity_keys, entities=self._entities, chunk_ids=self._chunk_ids, chunks=self._chunks,
+            adj_ptr=self._adj_ptr, adj_other=self._adj_other, adj_edge=self._adj_edge, edges=self._rel_props,
+            edge_source=self._rel_a, mention_ptr=self._men_ptr, mention_chunk=self._men_chunk,
+        )
 
     # -- reads held in memory ------------------------------------------------------------------------
 
