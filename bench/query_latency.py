@@ -48,7 +48,13 @@ MODEL_ID = "bench-random"
 SYLLABLES = ("ka ro mi su te na lo vi de pa ra zu ne ko li ma bi to se ga fe ju wo xi ha yo qu ce "
              "dra bel tor mun sik vel").split()
 FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore "
-PHASES = ("keywords", "embed", "vector_search", "fuzzy", "graph", "budget")
+PHASES = ("keywords", "embed", "vector_search", "fuzzy", "graph", "walk", "budget")
+# --graph modes: how the graph is read and how chunks are ranked (the default RetrievalConfig otherwise).
+MODES = {
+    "kuzu": {"resident_graph": "off"},  # a Kùzu statement per key, chunks by mentions (the code default)
+    "resident": {"resident_graph": "on"},  # held in memory, chunks by mentions
+    "ppr": {"resident_graph": "on", "chunk_ranking": "ppr", "question_names": True},  # configs/local.yaml's ranking
+}
 GRAPH_READS = ("get_relations", "neighbors", "get_entities", "chunks_for_entities", "get_chunks")
 
 
@@ -250,7 +256,7 @@ def rss_mb() -> float:
 def measure(root: Path, cfg: HxdConfig, mode: str, questions: dict, keywords, embedder, args) -> dict:
     """Open the index with the graph read through Kùzu (``kuzu``) or held in memory (``resident``), then time
     the questions; the same questions in the same order for both."""
-    cfg = cfg.model_copy(update={"retrieval": RetrievalConfig(resident_graph={"kuzu": "off", "resident": "on"}[mode])})
+    cfg = cfg.model_copy(update={"retrieval": RetrievalConfig(**MODES[mode])})
     gc.collect()
     rss0 = rss_mb()
     t0 = time.perf_counter()
@@ -297,8 +303,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--graph-detail", action="store_true",
                     help="also time each graph-store read of the graph phase (median ms and calls per question)")
-    ap.add_argument("--graph", default="kuzu,resident",
-                    help="graph read modes to compare, comma-separated: kuzu (a statement per key), resident (memory)")
+    ap.add_argument("--graph", default="kuzu,resident,ppr",
+                    help="modes to compare, comma-separated: kuzu (a statement per key), resident (memory), "
+                         "ppr (memory, chunks by personalized PageRank; the walk phase is the walk alone)")
     ap.add_argument("--json", action="store_true", help="also print the results as JSON")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -326,9 +333,14 @@ def main() -> None:
                 mem, kz = same["resident"], same["kuzu"]
                 print(f"{'':>9} resident / kuzu at {n:,} entities: p50 x{mem['p50'] / kz['p50']:.2f},"
                       f" graph phase x{mem['phases']['graph'] / kz['phases']['graph']:.3f}", flush=True)
-        print("\nphase columns: median ms per question; build s = Kùzu load + vector families; open s = manifest,"
-              " graph (held in memory: resident), families and the fuzzy name index; start s = QueryPipeline"
-              " construction (graph node columns); RSS MB = memory the open index and pipeline added.")
+            if {"ppr", "resident"} <= same.keys():
+                ratio = same["ppr"]["p50"] / same["resident"]["p50"]
+                print(f"{'':>9} ppr / resident at {n:,} entities: p50 x{ratio:.2f}"
+                      f" (walk {same['ppr']['phases']['walk']:.2f} ms)", flush=True)
+        print("\nphase columns: median ms per question (walk: inside graph); build s = Kùzu load + vector families;"
+              " open s = manifest, graph (held in memory: resident), families and the fuzzy name index; start s ="
+              " QueryPipeline construction (graph node columns; ppr: the walk graph); RSS MB = memory the open index"
+              " and pipeline added.")
         if args.graph_detail:
             print("\ngraph phase by read (median ms / median calls per question; statements: Kùzu executions):")
             for r in results:

@@ -29,6 +29,12 @@ class _Frozen(BaseModel):
 class S3Config(_Frozen):
     endpoint_url: str | None = Field(None, description="S3 endpoint, e.g. http://127.0.0.1:9000 for a local server.")
     region: str = Field("us-east-1", description="S3 region.")
+    lock_stale_after_s: float = Field(
+        900.0, gt=0,
+        description="An S3 build lock whose heartbeat is older than this is taken over by the next build (a live "
+                    "build refreshes it every minute or so); a lock left by a dead process on the same host is "
+                    "taken over at once.",
+    )
 
 
 class IngestConfig(_Frozen):
@@ -228,10 +234,71 @@ class RetrievalConfig(_Frozen):
     max_neighbors_per_entity: int | None = Field(
         20, description="1-hop edges kept per matched entity, best by (degree sum, weight); None keeps all."
     )
-    chunk_ranking: Literal["mentions", "fused"] = Field(
+    chunk_ranking: Literal["mentions", "fused", "ppr"] = Field(
         "mentions",
         description="mentions: by context entities mentioned (paper); fused: reciprocal-rank fusion of that order "
-                    "and the raw question's chunk similarity (robust to a sparse graph from a small extractor).",
+                    "and the raw question's chunk similarity (robust to a sparse graph from a small extractor); "
+                    "ppr: personalized PageRank over entities and chunks, seeded by the matched entities and "
+                    "relations and by the question's chunk hits (needs the resident graph; else fused).",
+    )
+    dense_keep: int = Field(
+        0, ge=0,
+        description="The question's best chunk hits that the mentions/fused rankings put first (dense never lost; "
+                    "0: the paper's order); ppr compares dense and graph evidence on one probability scale instead.",
+    )
+    dense_temperature: float = Field(
+        0.05, gt=0,
+        description="Softmax temperature turning the question's chunk cosines into the dense probability "
+                    "(0.05: the scale 20 sentence-transformers models such as MiniLM are trained with).",
+    )
+    dense_floor: float = Field(
+        1.0, ge=0, le=1,
+        description="ppr: a chunk ranks by max(its share of the walk, dense_floor x its dense probability); 1: a "
+                    "dense hit yields only to more graph probability than it has; 0: the walk alone (HippoRAG 2).",
+    )
+    ppr_damping: float = Field(
+        0.5, ge=0, lt=1, description="Probability that the walk follows an edge (HippoRAG 2: 0.5).",
+    )
+    ppr_dense_share: float = Field(
+        0.5, ge=0, le=1,
+        description="Share of the reset mass on the question's chunk hits (the rest on matched entities).",
+    )
+    ppr_seed_softmax: bool = Field(
+        True, description="Weigh entity seeds by the softmax of their match scores at dense_temperature (an exact name "
+                          "outweighs a vague vector match by e^10), not by the scores themselves.",
+    )
+    ppr_title_seeds: bool = Field(
+        True, description="Seed the chunks of documents whose title the question names (a trailing parenthetical "
+                           "dropped: 'Mark King (musician)'), with the named entities.",
+    )
+    ppr_dense_seeds: int = Field(30, ge=0, description="Chunk hits of the question used as seeds (at most search_k).")
+    drop_prompt_keywords: bool = Field(
+        False, description="Drop keywords found in the keyword prompt's own example but not in the question (a small "
+                           "model copies the example's names for questions it cannot parse).",
+    )
+    question_names: bool = Field(
+        False, description="Entities whose names the question spells out (its word n-grams, by exact merge key) join "
+                          "the low-level matches (channel question:name).",
+    )
+    ppr_specificity: bool = Field(
+        True, description="Divide an entity seed's weight by the number of chunks that mention it (HippoRAG's node "
+                          "specificity: a name every passage uses says little).",
+    )
+    ppr_mention_weight: float = Field(1.0, ge=0, description="Weight of a chunk-entity (MENTIONS) edge.")
+    ppr_mention_idf: bool = Field(
+        False, description="Weigh a MENTIONS edge by the entity's rarity, log(1 + chunks / its chunks): from a passage "
+                           "the walk goes on through its specific names rather than its common ones.",
+    )
+    ppr_related_weight: float = Field(1.0, ge=0, description="Weight of an entity-entity (RELATED) edge.")
+    ppr_synonym_weight: float = Field(1.0, ge=0, description="Weight of a SYNONYM edge per unit of name cosine.")
+    ppr_radius: int = Field(3, ge=1, description="Hops around the seeds the walk is computed over.")
+    ppr_max_nodes: int = Field(2000, gt=0, description="Largest neighbourhood the walk is computed over.")
+    ppr_max_fanout: int = Field(
+        512, gt=0,
+        description="Nodes with more neighbours are not expanded (a hub's mass per neighbour is negligible).",
+    )
+    rerank_top_n: int = Field(
+        20, ge=0, description="Ranked chunks the reranker (section rerank) reorders before the budget.",
     )
     max_chunk_candidates: int = Field(
         64, gt=0, description="Ranked chunk candidates whose text is fetched before the chunk budget is applied."
@@ -271,6 +338,54 @@ class RetrievalConfig(_Frozen):
                     "read through Kùzu.",
     )
     resident_graph_max_mb: int = Field(512, gt=0, description="Largest graph file (MB) `auto` holds in memory.")
+    verify_checksums: bool = Field(
+        False, description="Check every index file's sha256 against the manifest when an index opens (sizes are "
+                           "always checked); `hxd2 index verify` does the same on demand.",
+    )
+
+
+class SynonymConfig(_Frozen):
+    """Index-time SYNONYM edges between entities whose name vectors are near (part of the index fingerprint)."""
+
+    enabled: bool = Field(True, description="Compute SYNONYM edges when an index is built.")
+    k: int = Field(10, ge=1, le=1024, description="Nearest entity names searched per entity.")
+    threshold: float = Field(
+        0.85, ge=-1, le=1,
+        description="Least cosine of two entity-name vectors for an edge (depends on the embedding model).",
+    )
+    require_shared_text: bool = Field(
+        True, description="Both keys must share a character trigram: an English embedder maps unrelated Chinese names "
+                          "to near-identical vectors.",
+    )
+    batch_size: int = Field(
+        4096, gt=0, description="Entity names searched per Faiss call (not part of the fingerprint).",
+    )
+
+
+class NoRerankerConfig(_Frozen):
+    backend: Literal["none"] = "none"
+
+
+class FlagRerankerConfig(_Frozen):
+    backend: Literal["flag"] = "flag"
+    model: str = Field(..., description="Local folder of a cross-encoder (bge-reranker-v2-m3); no hub downloads.")
+    model_id: str | None = Field(None, description="Name shown in traces; defaults to the folder name.")
+    use_fp16: bool = False
+    batch_size: int = Field(32, gt=0)
+    max_length: int = Field(512, gt=0, description="Tokens of question + passage per pair.")
+    normalize: bool = Field(True, description="Sigmoid of the logit: scores in (0, 1).")
+    device: str | None = Field(None, description="None: cuda:0 when there is a GPU, else cpu.")
+
+
+class OverlapRerankerConfig(_Frozen):
+    """Deterministic, model-free: the share of the question's words found in the passage (tests, baselines)."""
+
+    backend: Literal["overlap"] = "overlap"
+    model_id: str = "word-overlap-v1"
+
+
+RerankConfig = Annotated[Union[NoRerankerConfig, FlagRerankerConfig, OverlapRerankerConfig],
+                         Field(discriminator="backend")]
 
 
 class MultiStageConfig(_Frozen):
@@ -285,6 +400,17 @@ class MultiStageConfig(_Frozen):
         0.25, ge=-1, le=1,
         description="Mean best cosine of the keywords against entity_mix / relation_mix below which a question is "
                     "refused; depends on the embedding model: calibrate it with hxd2 calibrate-refusal.",
+    )
+    refusal_names: bool = Field(
+        True, description="Never refuse a question that names an entity of the index (its word n-grams matched "
+                          "exactly or fuzzily against the entity names).",
+    )
+    refusal_name_cutoff: float = Field(
+        90, ge=0, le=100, description="Least rapidfuzz ratio of a fuzzy name match (n-grams of 6+ characters).",
+    )
+    refusal_index_threshold: bool = Field(
+        True, description="Use the threshold calibrated for the index when it was built (its manifest) when it was "
+                          "calibrated for refusal_rule; otherwise refusal_threshold.",
     )
     refusal_rule: Literal["keywords", "question", "min"] = Field(
         "keywords",
@@ -316,6 +442,125 @@ class MultiStageConfig(_Frozen):
     )
     prompt_version: str = Field("v1", description="prompts/multistage_<version>.yaml")
     logic_workers: int = Field(4, ge=1, description="Worker threads running plan + execute (per pipeline).")
+    graph_walk: bool = Field(
+        False,
+        description="After a failed or rejected logic form, walk the graph with the GraphFlow policy (graphflow) "
+                    "before falling back to dual-level retrieval; its paths are verified and answered from like a "
+                    "plan's evidence. Needs a policy for the index.",
+    )
+
+
+class GraphFlowConfig(_Frozen):
+    """GraphFlow: a learned retrieval policy over the graph (GFlowNet detailed balance with local exploration).
+
+    Used by ``hxd2 graphflow train|evaluate`` and :class:`hxd2_ray.graphflow.retriever.GraphFlowRetriever`. The
+    fields that shape a trained policy (model, objective, sampling, training) are part of its fingerprint; the
+    inference and linking fields can change between training and use.
+    """
+
+    # -- model
+    hidden_dim: int = Field(128, gt=0, description="Width of the state, action and flow heads.")
+    encoder: Literal["frozen", "lora"] = Field(
+        "frozen",
+        description="frozen: question, node and relation features from the index's own embedder (cached), small "
+                    "trained heads; lora: the question is encoded by a transformers model with LoRA adapters "
+                    "trained with the heads (for GPUs; node and relation features stay frozen).",
+    )
+    lora_model: str = Field("builtin:minilm", description="encoder=lora: local model folder or builtin:minilm.")
+    lora_rank: int = Field(8, gt=0, description="encoder=lora: rank of the adapters on the attention projections.")
+    lora_alpha: int = Field(16, gt=0, description="encoder=lora: adapter scale numerator (scale = alpha/rank).")
+    lora_max_length: int = Field(64, gt=0, description="encoder=lora: token cap of a question.")
+    # -- objective
+    objective: Literal["db", "sft"] = Field(
+        "db",
+        description="db: detailed balance with local exploration (learned flows, terminal flow tied to the reward, "
+                    "on-policy and exploratory trajectories); sft: the paper's reduction with the flows fixed, i.e. "
+                    "behaviour cloning of the positive trajectories (the ablation).",
+    )
+    explore_k: int = Field(4, ge=1, description="k: alternative actions explored at each state (k+1 candidates).")
+    explore_stop: bool = Field(
+        True, description="Always make STOP one of the k alternatives (its next flow is the reward, known exactly)."
+    )
+    miss_log_reward: float = Field(
+        -15.0, lt=0,
+        description="log R of a trajectory that stops off target (hits have log R = 0). Low enough that the many "
+                    "ways to miss cannot outweigh the few ways to hit.",
+    )
+    max_steps: int = Field(3, ge=1, le=8, description="Moves before STOP is forced (MetaQA: 3 hops).")
+    # -- trajectories
+    demos_per_question: int = Field(
+        2, ge=0, description="Positive trajectories per question and epoch: a shortest path to a random target."
+    )
+    onpolicy_per_question: int = Field(
+        2, ge=0, description="db: trajectories sampled from the current policy per question and epoch (misses kept)."
+    )
+    onpolicy_epsilon: float = Field(0.1, ge=0, le=1, description="db: chance of a uniform action while sampling.")
+    onpolicy_max_actions: int = Field(
+        256, gt=0, description="db: on-policy sampling at a node with more moves draws from a random subset of this "
+                               "many (hubs such as a genre with 4,000 films); inference always scores every move."
+    )
+    # -- training
+    seed: int = Field(0, description="Seeds the split, sampling and initialisation.")
+    epochs: int = Field(30, ge=1, description="Most epochs; early stopping usually ends sooner.")
+    batch_questions: int = Field(
+        16, gt=0, description="Questions per optimiser step (per worker); small batches: detailed balance needs steps."
+    )
+    learning_rate: float = Field(2e-3, gt=0)
+    flow_lr_scale: float = Field(
+        1.0, gt=0, description="db: the flow head learns at learning_rate times this (flows lead, the policy follows)."
+    )
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(5.0, gt=0, description="Global gradient-norm clip.")
+    patience: int = Field(4, ge=1, description="Epochs without a better dev Hit@1 before training stops.")
+    dev_fraction: float = Field(0.1, ge=0, lt=1, description="Share of the questions held out for early stopping.")
+    test_fraction: float = Field(0.1, ge=0, lt=1, description="Share held out for evaluation (never trained on).")
+    max_dev_questions: int = Field(1000, gt=0, description="Dev questions scored per epoch (a seeded subset).")
+    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept under <policy>/checkpoints.")
+    torch_threads: int | None = Field(None, gt=0, description="torch threads per process (None: torch's default).")
+    use_gpu: bool = Field(False, description="Ray Train workers take a GPU each.")
+    workers: int = Field(1, ge=1, description="Ray Train workers (data-parallel); --workers overrides.")
+    # -- inference
+    inference: Literal["beam", "sample"] = Field(
+        "beam", description="beam: the M most probable trajectories; sample: M sampled trajectories."
+    )
+    trajectories: int = Field(32, gt=0, description="M: trajectories per question (beam width when beam).")
+    top_k: int = Field(20, gt=0, description="Ranked targets returned.")
+    beam_min_prob: float = Field(
+        1e-6, ge=0, lt=1,
+        description="beam: a partial trajectory less probable than this is dropped (it cannot carry enough mass to "
+                    "change a ranking; it would only expand hubs).",
+    )
+    # -- start nodes
+    mask_topic: bool = Field(
+        True, description="Condition the policy on the question with its [topic entity] replaced by a placeholder."
+    )
+    max_start_nodes: int = Field(3, gt=0, description="Entities linked from a question without [brackets].")
+    link_threshold: float = Field(
+        0.5, ge=-1, le=1, description="Lowest cosine of the question against an entity vector to start from it."
+    )
+    # -- features
+    feature_embedding: EmbeddingConfig | None = Field(
+        None,
+        description="Embedder of the node, relation and question features; None: the index's own (embedding). "
+                    "Another one (e.g. MiniLM over a hashing-embedded KB index) embeds only names, labels and "
+                    "questions, once per index; linking still uses the index's vectors.",
+    )
+    cache_dir: str | None = Field(
+        None, description="Where node/relation features are cached per index (None: ~/.cache/hxd2/graphflow)."
+    )
+    chunk_text_chars: int = Field(1000, gt=0, description="Characters of a chunk embedded as its node feature.")
+
+    def fingerprint_fields(self) -> dict[str, Any]:
+        """The fields that shape a trained policy (inference, linking and bookkeeping fields excluded)."""
+        return self.model_dump(mode="json", exclude=_GRAPHFLOW_RUNTIME_FIELDS)
+
+
+# Not part of a policy's fingerprint: how long training may run (a run can be resumed with more epochs), where and
+# on what it runs, and everything read only at inference.
+_GRAPHFLOW_RUNTIME_FIELDS = {
+    "epochs", "patience", "keep_checkpoints", "torch_threads", "use_gpu", "workers", "inference", "trajectories",
+    "top_k", "beam_min_prob", "max_start_nodes", "link_threshold", "cache_dir", "max_dev_questions",
+}
 
 
 class HxdConfig(_Frozen):
@@ -328,13 +573,25 @@ class HxdConfig(_Frozen):
     vectors: VectorsConfig = VectorsConfig()
     ray: RayConfig = RayConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
+    rerank: RerankConfig = NoRerankerConfig()
+    synonyms: SynonymConfig = SynonymConfig()
     multistage: MultiStageConfig = MultiStageConfig()
     llm_cache: LLMCacheConfig = LLMCacheConfig()
     cost: CostConfig = CostConfig()
     generations: GenerationsConfig = GenerationsConfig()
+    graphflow: GraphFlowConfig = GraphFlowConfig()
 
     def index_fingerprint(self, prompt_version: str) -> str:
-        """Hash of everything that shapes the index: chunking, extraction, prompts, models, vector layout."""
+        """Hash of everything that shapes the index: what the staged rows depend on
+        (:meth:`staging_fingerprint`) plus the graph built from them (synonym edges)."""
+        factors = {"staging": self.staging_fingerprint(prompt_version), "synonyms": synonym_factors(self.synonyms)}
+        blob = json.dumps(factors, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def staging_fingerprint(self, prompt_version: str) -> str:
+        """Hash of what the staged chunks, extractions, merged rows and vectors depend on: chunking, extraction,
+        prompts, models, vector layout. A rerun reuses a staging folder with the same value; settings of the
+        final graph only (synonym edges) are not part of it, so changing them rebuilds only the write stage."""
         factors = {
             "chunking": self.chunking.model_dump(mode="json"),
             "extraction": self.extraction.model_dump(mode="json"),
@@ -346,6 +603,12 @@ class HxdConfig(_Frozen):
         }
         blob = json.dumps(factors, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def synonym_factors(cfg: SynonymConfig) -> dict[str, Any]:
+    """The synonym settings that shape an index (the batch size does not)."""
+    return (cfg.model_dump(mode="json", include={"enabled", "k", "threshold", "require_shared_text"}) if cfg.enabled
+            else {"enabled": False})
 
 
 def llm_model_id(cfg: ScriptedLLMConfig | VllmLLMConfig) -> str:

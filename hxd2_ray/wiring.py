@@ -12,9 +12,13 @@ from typing import TYPE_CHECKING
 from hxd2_ray.config import (
     EmbeddingConfig,
     FlagEmbeddingConfig,
+    FlagRerankerConfig,
     HashingEmbeddingConfig,
     HxdConfig,
     LLMConfig,
+    NoRerankerConfig,
+    OverlapRerankerConfig,
+    RerankConfig,
     ScriptedLLMConfig,
     VllmLLMConfig,
 )
@@ -26,6 +30,7 @@ if TYPE_CHECKING:
     from hxd2_ray.retrieval.flow import QueryFlow
     from hxd2_ray.retrieval.index import OpenIndex
     from hxd2_ray.retrieval.parts import FlowParts
+    from hxd2_ray.rerank.base import Reranker
 
 
 def build_llm(cfg: LLMConfig, *, concurrent: bool = False) -> "LLMClient":
@@ -116,6 +121,7 @@ def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None"
     from hxd2_ray.logic import load_logic_prompts
     from hxd2_ray.retrieval.budget import DEFAULT_CONTEXT_LENGTH, context_limits
     from hxd2_ray.retrieval.flow import QueryFlow
+    from hxd2_ray.retrieval.graph_walk import GraphWalkStep
     from hxd2_ray.retrieval.intent import IntentClassifier, load_multistage_prompts
     from hxd2_ray.retrieval.logic_form import LogicFormStep
     from hxd2_ray.retrieval.pipeline import QueryPipeline
@@ -127,7 +133,7 @@ def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None"
         check_compatible(index.manifest, embedder.model_id, embedder.dim)
     dual = None
     if index is not None and guarded is not None and embedder is not None:
-        dual = QueryPipeline(index, guarded, embedder, rc)
+        dual = QueryPipeline(index, guarded, embedder, rc, reranker=build_reranker(cfg.rerank))
     if dual is not None:
         limits = dual.limits
     else:
@@ -135,6 +141,7 @@ def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None"
         limits = context_limits(int(context_length), rc.answer_reserve_tokens, rc.answer_max_tokens)
     prompts = load_multistage_prompts(ms.prompt_version)
     logic = intent = gate = None
+    walk = None
     if dual is not None and index is not None and guarded is not None and embedder is not None:
         parts = parts or build_parts(index, guarded, embedder, cfg)
         relations: list[str] = []
@@ -146,13 +153,29 @@ def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None"
         if parts.planner is not None and parts.executor is not None:
             logic = LogicFormStep(parts.planner, parts.executor, parts.verifiers, guarded, index.graph, limits, ms,
                                   prompts, relations=relations, temperature=rc.temperature, guards=[guarded])
+        if parts.graph_retriever is not None:
+            walk = GraphWalkStep(parts.graph_retriever, index.graph)
         if ms.intent_enabled:
             intent = IntentClassifier(guarded, prompts, use_llm=ms.intent_use_llm,
                                       kb_description=ms.knowledge_base_description)
         if ms.refusal_enabled:
-            gate = RefusalGate(index, embedder, ms.refusal_threshold, rule=ms.refusal_rule)
+            gate = RefusalGate.for_index(index, embedder, ms)
     versions = {"multistage": prompts.version_hash, "logic": load_logic_prompts().version_hash,
                 "query": dual.prompts.version_hash if dual is not None else ""}
     return QueryFlow(mode=mode, llm=guarded, limits=limits, temperature=rc.temperature, dual=dual, index=index,
-                     embedder=embedder, logic=logic, intent=intent, refusal_gate=gate, cfg=ms, prompts=prompts,
-                     prompt_versions=versions)
+                     embedder=embedder, logic=logic, walk=walk, intent=intent, refusal_gate=gate, cfg=ms,
+                     prompts=prompts, prompt_versions=versions)
+def build_reranker(cfg: RerankConfig) -> "Reranker | None":
+    """The configured reranker; None when reranking is off (``rerank.backend: none``)."""
+    match cfg:
+        case NoRerankerConfig():
+            return None
+        case OverlapRerankerConfig():
+            from hxd2_ray.rerank.overlap import OverlapReranker
+
+            return OverlapReranker(cfg.model_id)
+        case FlagRerankerConfig():
+            from hxd2_ray.rerank.flag_reranker import FlagRerankerBackend
+
+            return FlagRerankerBackend(cfg)
+    raise TypeError(f"no reranker backend for {type(cfg).__name__}")

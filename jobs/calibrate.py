@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from hxd2_ray.errors import BackendError, HxdError
+from hxd2_ray.text_validation import lone_surrogate
 from jobs.query import close_all
 
 
@@ -65,6 +66,8 @@ def read_questions(path: str | os.PathLike[str]) -> list[str]:
             item = next((item[k] for k in ("question", "query", "text", "q") if isinstance(item.get(k), str)), None)
         if not isinstance(item, str) or not item.strip():
             raise ValueError(f'{p}:{lineno}: expected {{"question": "..."}} or a JSON string')
+        if where := lone_surrogate(item):
+            raise ValueError(f"{p}:{lineno}: the question holds a lone surrogate ({where}), not valid Unicode text")
         out.append(item.strip())
     return out
 

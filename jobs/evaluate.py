@@ -28,6 +28,7 @@ import pyarrow as pa
 from hxd2_ray.errors import HxdError
 from hxd2_ray.retrieval.flow import MODES
 from hxd2_ray.runs.requests import GRID_DEFAULT_MODES
+from jobs import telemetry
 from jobs.cli import run_and_report
 
 SUBCOMMANDS = ("run", "grid", "report", "compare", "judge", "corpus")
@@ -48,16 +49,23 @@ def ray_shard_runner(job: Any) -> pa.Table:
 
     init_ray(job.cfg)
     _check_nodes(job)
+    stage_name = " ".join(x for x in ("answer", job.label, job.mode) if x)
+    stage = telemetry.begin_stage("eval", stage_name)
+    counter = telemetry.for_job("eval").counter(stage_name, unit="questions", score=True, mode=job.mode,
+                                                total=job.questions)
     ds = ray.data.from_arrow([pa.Table.from_pylist([r]) for r in job.rows])
-    return _collect(ds.map_batches(
+    stats = _collect(ds.map_batches(
         AnswerQuestions,
         fn_constructor_args=(job.cfg, job.index, job.mode, job.fs, job.root, None, job.concurrency),
+        fn_constructor_kwargs={"counter": counter},
         batch_size=1,
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=job.workers),
         num_cpus=job.cpus_per_worker,
         num_gpus=job.gpus_per_worker,
     ))
+    stage.end(f"{len(job.rows)} shards, {job.workers} worker(s)")
+    return stats
 
 
 _NODES_CHECKED: set[tuple[str, str]] = set()
@@ -225,6 +233,8 @@ def build_run_parser(prog: str = "hxd2 eval run", grid: bool = False) -> argpars
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a config value (repeatable)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="show Ray, Ray Data and vLLM logs here (default: in <output>/_logs/)")
     return p
 
 
@@ -234,9 +244,11 @@ def _main_run(argv: list[str]) -> int:
         print("error: --workers, --concurrency and --shards must be >= 1", file=sys.stderr)
         return 2
     from hxd2_ray.runs.evaluation import run_evaluation
+    from jobs.console import log_path_for, run_job
 
-    return run_and_report(lambda: run_evaluation(_run_request(args), ray_shard_runner, _log), as_json=args.json,
-                          format_text=format_summary, errors=_EXPECTED)
+    return run_job(lambda: run_evaluation(_run_request(args), ray_shard_runner, _log), command="eval run",
+                   log_path=log_path_for("eval-run", args.output), verbose=args.verbose, as_json=args.json,
+                   format_text=format_summary, errors=_EXPECTED, run=args.output)
 
 
 def _main_grid(argv: list[str]) -> int:
@@ -245,9 +257,11 @@ def _main_grid(argv: list[str]) -> int:
         print("error: --workers, --concurrency and --shards must be >= 1", file=sys.stderr)
         return 2
     from hxd2_ray.runs.evaluation import run_grid
+    from jobs.console import log_path_for, run_job
 
-    return run_and_report(lambda: run_grid(_grid_request(args), ray_shard_runner, _log), as_json=args.json,
-                          format_text=format_grid, errors=_EXPECTED)
+    return run_job(lambda: run_grid(_grid_request(args), ray_shard_runner, _log), command="eval grid",
+                   log_path=log_path_for("eval-grid", args.output), verbose=args.verbose, as_json=args.json,
+                   format_text=format_grid, errors=_EXPECTED, run=args.output)
 
 
 def _main_report(argv: list[str]) -> int:

@@ -27,16 +27,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, load_config
+from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, load_config, synonym_factors
 from hxd2_ray.errors import BudgetReached, EmptyCorpusError, HxdError
 from hxd2_ray.indexing import tables
+from hxd2_ray.indexing.faults import crash_point, worker_env
 from hxd2_ray.stages import staging as st
+from jobs import telemetry
 from jobs.index_run import RunOptions, RunServices
 
 if TYPE_CHECKING:
     from hxd2_ray.indexing.corpus import ParsedCorpus
     from hxd2_ray.indexing.generations import CorpusState
     from hxd2_ray.indexing.manifest import IndexManifest
+    from hxd2_ray.indexing.output import BuildOutput
+    from hxd2_ray.ingest.sources import InputSelection
 
 STAGES = ("ingest", "extract", "merge", "embed", "write")
 
@@ -54,7 +58,8 @@ class StageClock:
     def stage(self, name: str) -> Iterator[None]:
         _log(f"stage {name} …")
         started = time.perf_counter()
-        yield
+        with telemetry.stage("index", name, status=lambda: self.status.get(name, "ran")):
+            yield
         self.seconds[name] = round(time.perf_counter() - started, 3)
         _log(f"stage {name} done in {self.seconds[name]:.1f}s ({self.status.get(name, 'ran')})")
 
@@ -71,6 +76,7 @@ def init_ray(cfg: HxdConfig) -> None:
                  "AWS_DEFAULT_REGION", "VLLM_CPU_KVCACHE_SPACE"):
         if os.environ.get(name):
             env_vars[name] = os.environ[name]
+    env_vars.update(worker_env())  # crash tests: the armed fault points reach the workers
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
@@ -105,13 +111,16 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table.select(schema.names).cast(schema)
 
 
-def _parse_with(batch: pa.Table, cfg: HxdConfig, scheme: str) -> pa.Table:
+def _parse_with(batch: pa.Table, cfg: HxdConfig, scheme: str, counter: Any = None) -> pa.Table:
     from hxd2_ray.stages.ingest_stage import ParseAndChunk
 
     if scheme:
         paths = pa.array([scheme + p for p in batch.column("path").to_pylist()], pa.string())
         batch = batch.set_column(batch.schema.get_field_index("path"), "path", paths)
-    return ParseAndChunk(cfg)(batch)
+    parsed = ParseAndChunk(cfg)(batch)
+    if counter is not None:
+        counter.add(done=batch.num_rows)
+    return parsed
 
 
 @dataclass(frozen=True)
@@ -119,15 +128,19 @@ class InputListing:
     files: list[str]  # in the input's form (s3://bucket/key or an absolute path)
     fs: pafs.FileSystem
     paths: list[str]  # in-filesystem paths
-    fingerprint: str  # paths, sizes, modification times
-    prechecked: list[Any]  # quarantined from the listing alone (too large, unsupported)
+    fingerprint: str  # paths, sizes, modification times, and what the walk rejected
+    prechecked: list[Any]  # quarantined from the listing alone (too large, unsupported, unreachable)
     readable: list[str]
 
 
 class IndexBuild:
     """One run of the indexing job over ``input_uri`` into ``output_uri``."""
 
-    def __init__(self, cfg: HxdConfig, input_uri: str, output_uri: str, options: RunOptions | None = None) -> None:
+    def __init__(self, cfg: HxdConfig, input_uri: str, output_uri: str, options: RunOptions | None = None,
+                 output: BuildOutput | None = None, inputs: InputSelection | None = None) -> None:
+        """``output``: the :class:`BuildOutput` (opened and locked) of :func:`run_index`; ``inputs``: its
+        :class:`InputSelection` of ``input_uri``. Without them the output is opened here and the input walked in
+        :meth:`list_input`."""
         from hxd2_ray.extraction.prompts import load_prompts
         from hxd2_ray.ingest.sources import open_output_filesystem
 
@@ -135,12 +148,21 @@ class IndexBuild:
         self.input_uri = input_uri
         self.output_uri = output_uri
         self.options = options or RunOptions()
-        self.fs, self.root = open_output_filesystem(output_uri, cfg.s3)
+        self.output = output
+        self.inputs = inputs
+        opened: tuple[pafs.FileSystem, str] = ((output.fs, output.root) if output is not None
+                                                else open_output_filesystem(output_uri, cfg.s3))
+        self.fs, self.root = opened
         self.staging = posixpath.join(self.root, "_staging")
         self.prompts = load_prompts()
         self.fingerprint = cfg.index_fingerprint(self.prompts.version_hash)
+        # What the staged rows depend on: synonym settings shape only the write stage, so changing them reuses
+        # the extraction (and an index built before synonym edges existed can be rebuilt from its staging).
+        self.staging_fingerprint = cfg.staging_fingerprint(self.prompts.version_hash)
         self.clock = StageClock()
         self.counters: Counter[str] = Counter()
+        self.files: dict[str, dict[str, Any]] = {}  # sizes and sha256 of the written generation's files
+        self.refusal: dict[str, Any] | None = None  # the refusal calibration of the write stage
         self.services: RunServices  # started by run(), once Ray is up
         self.generation = ""  # the generation this run writes
         self.sources = tables.SOURCES.empty_table()
@@ -159,34 +181,34 @@ class IndexBuild:
     def _mark(self, stage: str, payload: dict[str, Any]) -> None:
         st.write_json_atomic(self.fs, self._stage_path("_stages", f"{stage}.json"), payload)
 
+    def check_lock(self) -> None:
+        if self.output is not None:
+            self.output.lock.check_held()  # an S3 lock taken over by another build: stop before publishing
+
     def _check_staging_fingerprint(self) -> None:
         build = st.read_json(self.fs, self._stage_path("build.json"))
         if build is None:
-            st.write_json_atomic(self.fs, self._stage_path("build.json"), {"fingerprint": self.fingerprint})
-        elif build.get("fingerprint") != self.fingerprint:
+            st.write_json_atomic(self.fs, self._stage_path("build.json"), {"fingerprint": self.staging_fingerprint})
+        elif build.get("fingerprint") != self.staging_fingerprint:
             raise HxdError(
                 f"{self.output_uri} holds a partial build made with another configuration (fingerprint "
-                f"{build.get('fingerprint')}, this run {self.fingerprint}); use a new --output or --overwrite"
+                f"{build.get('fingerprint')}, this run {self.staging_fingerprint}); use a new --output or --overwrite"
             )
 
     # ------------------------------------------------------------------ stages
 
     def list_input(self, input_uri: str) -> InputListing:
-        from hxd2_ray.ingest.sources import list_input_files, precheck, resolve_filesystem
+        from hxd2_ray.ingest.sources import resolve_filesystem, select_inputs
 
-        files = list_input_files(input_uri, self.cfg.ingest, self.cfg.s3)
-        if not files:
-            raise EmptyCorpusError(f"no input files under {input_uri}")
-        in_fs, _ = resolve_filesystem(files[0], self.cfg.s3)
-        paths = [resolve_filesystem(f, self.cfg.s3)[1] for f in files]
-        infos = in_fs.get_file_info(paths)
-        input_fp = st.fingerprint_of(f"{i.path}|{i.size}|{i.mtime_ns}" for i in infos)
-        # Oversized and unsupported files are quarantined from their listing alone; Ray never fetches them.
-        prechecked, readable = [], []
-        for uri, info in zip(files, infos, strict=True):
-            verdict = precheck(uri, info.size, self.cfg.ingest)
-            (prechecked.append(verdict) if verdict else readable.append(uri))
-        return InputListing(files, in_fs, paths, input_fp, prechecked, readable)
+        # Walked by real path, the output never entered; oversized, unsupported and unreachable files are
+        # quarantined from the listing alone, so Ray never fetches them.
+        selection = (self.inputs if self.inputs is not None and input_uri == self.input_uri
+                     else select_inputs(input_uri, self.cfg.ingest, self.cfg.s3, exclude=(self.output_uri,)))
+        in_fs, _ = resolve_filesystem(selection.readable[0], self.cfg.s3)
+        paths = [resolve_filesystem(f, self.cfg.s3)[1] for f in selection.readable]
+        input_fp = st.fingerprint_of([f"{i.path}|{i.size}|{i.mtime_ns}" for i in selection.infos]
+                                     + [f"{q.source_path}|{q.reason}" for q in selection.rejected])
+        return InputListing(selection.files, in_fs, paths, input_fp, list(selection.rejected), selection.readable)
 
     def read_input(self, listing: InputListing) -> ParsedCorpus:
         """Parse the listed files on Ray: their documents, quarantined files and chunks."""
@@ -202,7 +224,8 @@ class IndexBuild:
             ds = ray.data.read_binary_files([resolve_filesystem(u, self.cfg.s3)[1] for u in readable],
                                             include_paths=True, filesystem=in_fs)
             # Ray hands back in-filesystem paths; documents keep the URI the user gave (s3://bucket/key).
-            fn_kwargs = {"cfg": self.cfg, "scheme": "s3://" if isinstance(in_fs, pafs.S3FileSystem) else ""}
+            fn_kwargs = {"cfg": self.cfg, "scheme": "s3://" if isinstance(in_fs, pafs.S3FileSystem) else "",
+                         "counter": telemetry.for_job("index").counter("ingest", unit="files", total=len(readable))}
             parts.append(_collect(ds.map_batches(_parse_with, fn_kwargs=fn_kwargs, batch_format="pyarrow",
                                                  batch_size=32)))
         parsed = pa.concat_tables([_conform(p, PARSED) for p in parts])
@@ -236,6 +259,7 @@ class IndexBuild:
             st.remove_files(self.fs, st.list_parquet(self.fs, self._stage_path(sub)))
         st.write_table_atomic(self.fs, self._stage_path("sources", "part-0000.parquet"), self.sources)
         st.write_table_atomic(self.fs, self._stage_path("documents", "part-0000.parquet"), docs)
+        crash_point("driver:ingest")
         st.write_table_atomic(self.fs, self._stage_path("quarantine", "part-0000.parquet"), quarantine)
         for s in range(n_shards):
             part = chunks.filter(pc.equal(chunks.column("shard"), s))
@@ -284,11 +308,12 @@ class IndexBuild:
 
         batch = self.cfg.ray.ner_batch_size
         ds = ray.data.from_arrow(_blocks(pending.drop_columns(["shard"]), batch))
+        counter = telemetry.for_job("index").counter("extract", unit="chunks", total=pending.num_rows)
         stats = _collect(
             ds.map_batches(
                 ExtractAndPersist,
                 fn_constructor_args=(self.cfg, self.fs, self.staging),
-                fn_constructor_kwargs={"run": self.services.stage_run},
+                fn_constructor_kwargs={"run": self.services.stage_run, "counter": counter},
                 batch_size=batch,
                 batch_format="pyarrow",
                 compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.ner_actors),
@@ -387,6 +412,7 @@ class IndexBuild:
         for sub, table in (("entities", ents), ("relations", rels)):
             st.remove_files(self.fs, st.list_parquet(self.fs, self._stage_path(sub)))
             st.write_table_atomic(self.fs, self._stage_path(sub, "part-0000.parquet"), table)
+            crash_point("driver:merge")
         self._mark("merge", {"input": input_fp, "entities": ents.num_rows, "relations": rels.num_rows,
                              "summarized": summarized})
         self.clock.status["merge"] = f"merged {ok.num_rows} chunk extractions"
@@ -407,7 +433,8 @@ class IndexBuild:
         summaries = _conform(_collect(
             ray.data.from_arrow(_blocks(long_rows, self.cfg.ray.ner_batch_size)).map_batches(
                 SummarizeLongDescriptions, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
-                fn_constructor_kwargs={"run": self.services.stage_run},
+                fn_constructor_kwargs={"run": self.services.stage_run,
+                                       "counter": telemetry.for_job("index").counter("merge")},
                 batch_size=self.cfg.ray.ner_batch_size,
                 compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.ner_actors),
                 num_cpus=self.cfg.ray.cpus_per_ner_actor, num_gpus=self.cfg.ray.gpus_per_ner_actor,
@@ -452,10 +479,11 @@ class IndexBuild:
             self.clock.status["embed"] = (f"ran on {pending.num_rows} of {len(set(keys))} distinct texts "
                                           f"({inputs.num_rows} vectors)")
             batch = self.cfg.ray.embed_batch_size
+            counter = telemetry.for_job("index").counter("embed", unit="texts", total=pending.num_rows)
             stats = _collect(
                 ray.data.from_arrow(_blocks(pending, batch)).map_batches(
                     EmbedAndPersist, fn_constructor_args=(self.cfg, self.fs, self.staging), batch_size=batch,
-                    fn_constructor_kwargs={"run": self.services.stage_run},
+                    fn_constructor_kwargs={"run": self.services.stage_run, "counter": counter},
                     batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.embed_actors),
                     num_cpus=self.cfg.ray.cpus_per_embed_actor, num_gpus=self.cfg.ray.gpus_per_embed_actor,
                     resources=self.cfg.ray.stage_resources or None)
@@ -484,22 +512,27 @@ class IndexBuild:
                          "vector": picked}, schema=tables.EMBEDDINGS)
 
     def write(self, state: CorpusState, vectors: pa.Table) -> dict[str, Any]:
-        """Write generation ``self.generation`` (graph, vector families, corpus tables) beside the current one; the
-        switch to it is :meth:`commit`'s manifest write."""
+        """Write generation ``self.generation`` (vector families, synonym edges, graph, corpus tables, the refusal
+        calibration, the files' checksums) beside the current one; the switch to it is :meth:`commit`'s manifest
+        write. Synonym edges and the calibration are computed over the whole new generation, as a build from
+        scratch of the same corpus would."""
         import numpy as np
 
         from hxd2_ray.graph.kuzu_store import KuzuGraphWriter
-        from hxd2_ray.indexing.generations import GENERATIONS_DIR, publish, write_state
+        from hxd2_ray.indexing.generations import publish, write_state
+        from hxd2_ray.indexing.manifest import record_files
+        from hxd2_ray.indexing.output import BUILDING_PREFIX
+        from hxd2_ray.retrieval.refusal_calibration import calibrate_build
         from hxd2_ray.vectors.faiss_index import write_family
 
         local = isinstance(self.fs, pafs.LocalFileSystem)
-        build_dir = (os.path.join(self.root, GENERATIONS_DIR, f".building-{self.generation}-{uuid.uuid4().hex[:8]}")
+        # At the output's root, where a killed build's folder is swept by the next run (hxd2_ray.indexing.output).
+        build_dir = (os.path.join(self.root, f"{BUILDING_PREFIX}{self.generation}-{uuid.uuid4().hex[:8]}")
                      if local else tempfile.mkdtemp(prefix="hxd2-build-"))
         os.makedirs(build_dir, exist_ok=True)
         try:
-            KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu")).bulk_load(
-                state.documents, state.chunks.drop_columns(["shard"]), state.entities, state.relations)
-            families = {}
+            families: dict[str, Any] = {}
+            name_vectors = None
             for family in tables.VECTOR_FAMILIES:
                 part = vectors.filter(pc.equal(vectors.column("family"), family))
                 keys = part.column("key").to_pylist()
@@ -508,11 +541,36 @@ class IndexBuild:
                     np.zeros((0, self.cfg.embedding.dim), np.float32)
                 info = write_family(build_dir, family, keys, arr, self.cfg.vectors)
                 families[family] = _as_dict(info)
+                if family == "entity_name":
+                    name_vectors = (keys, arr)
+            synonyms = self._synonyms(build_dir, name_vectors)
+            KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu")).bulk_load(
+                state.documents, state.chunks.drop_columns(["shard"]), state.entities, state.relations, synonyms)
+            crash_point("driver:write")
+            self.refusal = calibrate_build(build_dir, self.cfg, state.chunks.column("text"), progress=_log)
+            self.files = record_files(build_dir)  # sizes and sha256 for the manifest, before the files move
             write_state(build_dir, state)
             publish(self.fs, self.root, build_dir, self.generation)
         finally:
             shutil.rmtree(build_dir, ignore_errors=True)
         return families
+
+    def _synonyms(self, build_dir: str, name_vectors: tuple[list[str], Any] | None) -> pa.Table:
+        """SYNONYM edges of every entity against the entity_name family just written (hxd2_ray.indexing.synonyms)."""
+        from hxd2_ray.indexing.synonyms import synonym_edges
+        from hxd2_ray.vectors.faiss_index import FaissFamilyIndex
+
+        started = time.perf_counter()
+        keys, arr = name_vectors if name_vectors is not None else ([], None)
+        family = FaissFamilyIndex.open(build_dir, "entity_name")
+        try:
+            table = synonym_edges(keys, arr if arr is not None else [], family, self.cfg.synonyms, progress=_log)
+        finally:
+            family.close()
+        self.counters["synonym_edges"] = table.num_rows
+        self.clock.seconds["synonyms"] = round(time.perf_counter() - started, 3)
+        _log(f"{table.num_rows:,} synonym edges among {len(keys):,} entities in {self.clock.seconds['synonyms']:.1f}s")
+        return table
 
     def commit(self, summary: dict[str, Any], families: dict[str, Any], current: IndexManifest | None, kind: str,
                change: dict[str, Any]) -> None:
@@ -534,8 +592,12 @@ class IndexBuild:
             generation=self.generation,
             parent_generation=current.generation if current is not None else "",
             generations=history(current, self.generation, kind, change),
+            files=self.files,
+            synonyms={**summary["synonyms"], "edges": summary["synonym_edges"]},
+            refusal=self.refusal if self.refusal and "error" not in self.refusal else None,
         )
         st.write_json_atomic(self.fs, posixpath.join(self.root, "index_summary.json"), summary)
+        self.check_lock()
         write_manifest(manifest_path, manifest, filesystem=self.fs)
         read_manifest(manifest_path, filesystem=self.fs)  # the index is complete only if this reads back
         removed = prune(self.fs, self.root, manifest, self.cfg.generations.keep)
@@ -557,11 +619,13 @@ class IndexBuild:
 
         started = time.perf_counter()
         current = self.current_manifest()
-        if current is not None and current.fingerprint != self.fingerprint:
-            raise HxdError(
-                f"{self.output_uri} holds an index built with another configuration (fingerprint "
-                f"{current.fingerprint}, this run {self.fingerprint}); use a new --output or --overwrite")
         self._check_staging_fingerprint()
+        # Settings of the final graph only (synonym edges) changed: the staged work is reused and the input is
+        # built again into a new generation. Anything else that changed the fingerprint needs a new output.
+        rebuild = current is not None and current.fingerprint != self.fingerprint
+        if rebuild and self.options.dry_run:
+            raise HxdError(f"{self.output_uri} holds an index built with other synonym settings; a dry run estimates "
+                           "changes to an index of the same configuration (or a build into a new --output)")
         self.services = RunServices(self.cfg, self.options, self.fs, self.root, self.output_uri,
                                     self.prompts.version_hash)
         self.generation = next_generation_id(current)
@@ -572,7 +636,11 @@ class IndexBuild:
                 from jobs.index_dry_run import dry_run
 
                 return dry_run(self, listing, current)
-            if current is not None:
+            if rebuild:
+                _log(f"{self.output_uri} was built with other synonym settings: building the input again into a "
+                     "new generation (extractions and vectors are reused)")
+                summary = self.build(listing, parent=current)
+            elif current is not None:
                 from jobs.index_update import IndexUpdate
 
                 summary = IndexUpdate(self, current).upsert(listing)
@@ -584,8 +652,9 @@ class IndexBuild:
         self.services.compact_cache()
         return summary
 
-    def build(self, listing: InputListing) -> dict[str, Any]:
-        """A build from scratch (the output holds no index): every stage over the whole input."""
+    def build(self, listing: InputListing, parent: IndexManifest | None = None) -> dict[str, Any]:
+        """A build from scratch (the output holds no index, or ``parent``, an index of other synonym settings):
+        every stage over the whole input, reusing what is staged."""
         from hxd2_ray.indexing.generations import CorpusState
 
         with self.clock.stage("ingest"):
@@ -602,14 +671,16 @@ class IndexBuild:
             entities, relations = self.merge(extractions)
         with self.clock.stage("embed"):
             vectors = self.embed(entities, relations, chunks)
+        self.check_lock()
         ok = extractions.filter(pc.equal(extractions.column("error"), "")).column("chunk_id")
         state = CorpusState(sources=self.sources, documents=docs, chunks=chunks, quarantine=quarantine,
                             entities=entities, relations=relations,
                             merged_chunks=pa.table({"chunk_id": ok}, schema=tables.MERGED_CHUNKS))
         with self.clock.stage("write"):
             families = self.write(state, vectors)
-        summary = self.summary(state, extractions, families, kind="build")
-        self.commit(summary, families, None, "build", {"documents": docs.num_rows, "chunks": chunks.num_rows})
+        kind = "build" if parent is None else "rebuild"
+        summary = self.summary(state, extractions, families, kind=kind)
+        self.commit(summary, families, parent, kind, {"documents": docs.num_rows, "chunks": chunks.num_rows})
         return summary
 
     def summary(self, state: CorpusState, extractions: pa.Table, families: dict[str, Any], kind: str,
@@ -648,6 +719,9 @@ class IndexBuild:
             "endpoint_only_entities": self.counters["endpoint_only_entities"],
             "summarized_descriptions": self.counters["summarized_descriptions"],
             "embedded_texts": self.counters["embedded_texts"],
+            "synonym_edges": self.counters["synonym_edges"],
+            "synonyms": synonym_factors(self.cfg.synonyms),
+            "refusal_calibration": self.refusal,
             "vectors": {f: info.get("count", 0) for f, info in families.items()},
             "run": self.services.totals(),
             "llm_cache": self.services.cache_summary(),
@@ -711,21 +785,36 @@ def _as_dict(info: Any) -> dict[str, Any]:
     return asdict(info) if is_dataclass(info) and not isinstance(info, type) else dict(vars(info))
 
 
-def run_index(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool = False,
-              options: RunOptions | None = None) -> dict[str, Any]:
-    if overwrite:
-        from hxd2_ray.ingest.sources import resolve_filesystem
-        from jobs.index_run import LLM_CACHE_FOLDER
+def preflight(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool = False) -> InputSelection:
+    """Check the input (walked: the files to read) and the output (created if missing) before anything else is
+    written or started; an :class:`HxdError` says what is wrong. Returns the selected inputs."""
+    from hxd2_ray.indexing.output import check_input_outside, open_output
+    from hxd2_ray.ingest.sources import select_inputs
 
-        fs, root = resolve_filesystem(output_uri, cfg.s3)
-        if fs.get_file_info(root).type == pafs.FileType.Directory:
-            # The LLM cache survives: its replies are keyed by model, prompt and sampling, so never stale.
-            for info in fs.get_file_info(pafs.FileSelector(root)):
-                if posixpath.basename(info.path) == LLM_CACHE_FOLDER:
-                    continue
-                (fs.delete_dir if info.type == pafs.FileType.Directory else fs.delete_file)(info.path)
-    init_ray(cfg)
-    return IndexBuild(cfg, input_uri, output_uri, options).run()
+    inputs = select_inputs(input_uri, cfg.ingest, cfg.s3, exclude=(output_uri,))
+    if overwrite:
+        check_input_outside(input_uri, output_uri, cfg.s3)
+    open_output(output_uri, cfg.s3)
+    return inputs
+
+
+def run_index(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool = False,
+              options: RunOptions | None = None, inputs: InputSelection | None = None) -> dict[str, Any]:
+    """Check the input and the output (unless ``inputs`` says :func:`preflight` did), take the output's build
+    lock, then start Ray and build or change the index. ``overwrite`` empties the output first, but for its LLM
+    cache (replies keyed by model, prompt and sampling are never stale) and the run's log folder."""
+    from hxd2_ray.indexing.output import build_output
+    from jobs.console import LOG_FOLDER
+    from jobs.index_run import LLM_CACHE_FOLDER
+
+    if inputs is None:
+        inputs = preflight(cfg, input_uri, output_uri, overwrite)
+    with build_output(output_uri, cfg.s3, overwrite=overwrite, input_uri=input_uri, command="index",
+                      keep_on_overwrite=(LOG_FOLDER, LLM_CACHE_FOLDER)) as output:
+        for path in output.swept:
+            _log(f"removed {path}, left by a build that was killed")
+        init_ray(cfg)
+        return IndexBuild(cfg, input_uri, output_uri, options, output=output, inputs=inputs).run()
 
 
 def _run_line(summary: dict[str, Any]) -> str:
@@ -768,7 +857,12 @@ def format_summary(summary: dict[str, Any]) -> str:
         _run_line(summary),
         f"  malformed records skipped {summary['malformed_records']:,}  failed chunks {summary['failed_chunks']:,}",
         "  seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in summary["seconds_per_stage"].items()),
+        f"  synonym edges {summary.get('synonym_edges', 0):,} {summary.get('synonyms') or ''}",
     ]
+    refusal = summary.get("refusal_calibration") or {}
+    if "threshold" in refusal:
+        lines.append(f"  refusal threshold {refusal['threshold']:.4f} (rule {refusal['rule']}, F1 {refusal['f1']:.3f}; "
+                     f"with names F1 {refusal['with_names']['f1']:.3f})")
     return "\n".join(lines)
 
 
@@ -788,6 +882,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_options(parser)
     parser.add_argument("--dry-run", action="store_true",
                         help="estimate tokens, time and cost from a sample of the chunks to extract; build nothing")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show Ray, Ray Data and vLLM logs here (default: in <output>/_logs/)")
     return parser
 
 
@@ -816,23 +912,35 @@ EXIT_STOPPED = 3
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jobs.cli import run_and_report
+    from jobs.console import log_path_for, run_job
 
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "delete":  # hxd2 index delete --output DIR --doc-id ID | --source PATH
         from jobs.index_update import main_delete
 
         return main_delete(argv[1:])
+    if argv and argv[0] == "verify":  # hxd2 index verify --index DIR: the files against the manifest's checksums
+        from jobs.index_verify import main as verify_main
+
+        return verify_main(argv[1:])
     args = build_parser().parse_args(argv)
+    # A bad input or output is one error line before the console opens its log inside the output.
+    try:
+        cfg = config_with_run_options(args)
+        inputs = preflight(cfg, args.input, args.output, args.overwrite)
+    except (HxdError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     outcome: dict[str, Any] = {}
 
     def work() -> dict[str, Any]:
         options = RunOptions(budget_tokens=args.budget_tokens, budget_usd=args.budget_usd, dry_run=args.dry_run)
-        outcome.update(run_index(config_with_run_options(args), args.input, args.output, overwrite=args.overwrite,
-                                 options=options))
+        outcome.update(run_index(cfg, args.input, args.output, overwrite=args.overwrite, options=options,
+                                 inputs=inputs))
         return outcome
 
-    code = run_and_report(work, as_json=args.json, format_text=format_summary)
+    code = run_job(work, command="index", log_path=log_path_for("index", args.output), verbose=args.verbose,
+                   run=args.output, as_json=args.json, format_text=format_summary)
     return EXIT_STOPPED if code == 0 and outcome.get("status") == "stopped" else code
 
 

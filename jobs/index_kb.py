@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a config value (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show the build's log lines and the models' logs here (default: in a log file)")
     return parser
 
 
@@ -57,13 +59,41 @@ def main(argv: list[str] | None = None) -> int:
     if args.limit_entities is not None and args.limit_entities <= 0:
         print("error: --limit-entities must be positive", file=sys.stderr)
         return 2
-    from jobs.cli import run_and_report
+    from jobs import progress
+    from jobs.console import log_path_for, run_job
 
-    return run_and_report(
-        lambda: build_kb_index(load_config(args.config, args.overrides), args.triples, args.output,
-                               limit_entities=args.limit_entities, overwrite=args.overwrite,
-                               batch_size=args.batch_size or DEFAULT_EMBED_CALL_SIZE, log_every=max(1, args.log_every)),
-        as_json=args.json, format_text=format_summary)
+    from hxd2_ray.errors import HxdError
+
+    try:  # a bad output is one error line, before the console opens its log beside it
+        cfg = load_config(args.config, args.overrides)
+        _check_output_parent(args.output, cfg)
+    except HxdError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    def build() -> dict[str, Any]:
+        return build_kb_index(cfg, args.triples, args.output,
+                              limit_entities=args.limit_entities, overwrite=args.overwrite,
+                              batch_size=args.batch_size or DEFAULT_EMBED_CALL_SIZE, log_every=max(1, args.log_every),
+                              board=progress.current())
+
+    # The output folder must be empty or absent until the build is swapped in: the log goes beside it.
+    return run_job(build, command="index-kb", log_path=log_path_for("index-kb", args.output, beside=True),
+                   verbose=args.verbose, as_json=args.json, format_text=format_summary)
+
+
+def _check_output_parent(output: str, cfg: Any) -> None:
+    """The build folder and the final rename live beside the output: its parent must be a writable folder.
+    Checked before anything is embedded, by the one place that opens outputs (one ``error:`` line if not)."""
+    from pathlib import Path
+
+    from hxd2_ray.indexing.output import open_output
+
+    if "://" not in output:
+        path = Path(output).expanduser().absolute()
+        if path.is_file():
+            return  # build_kb_index says "is a file, not an index folder"
+        open_output(str(path.parent), cfg.s3)
 
 
 if __name__ == "__main__":

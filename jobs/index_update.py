@@ -31,6 +31,7 @@ from hxd2_ray.indexing.incremental import ExtractionIndex, apply, changed_entity
 if TYPE_CHECKING:
     from hxd2_ray.config import HxdConfig
     from hxd2_ray.indexing.manifest import IndexManifest
+    from hxd2_ray.indexing.output import BuildOutput
     from jobs.index import IndexBuild, InputListing
     from jobs.index_run import RunOptions
 
@@ -86,6 +87,7 @@ class IndexUpdate:
                                        f"and {len(added)} added chunks")
         with b.clock.stage("embed"):
             vectors = b.embed(entities, relations, change.chunks)
+        b.check_lock()
         new_state = CorpusState(sources=change.sources, documents=change.documents, chunks=change.chunks,
                                 quarantine=change.quarantine, entities=entities, relations=relations,
                                 merged_chunks=pa.table({"chunk_id": sorted(ok_now)}, schema=tables.MERGED_CHUNKS))
@@ -153,15 +155,28 @@ class IndexUpdate:
 
 def run_delete(cfg: HxdConfig, output_uri: str, doc_ids: list[str], source_paths: list[str],
                options: RunOptions | None = None) -> dict[str, Any]:
+    """Delete documents under the output's build lock (no other build or change runs meanwhile)."""
+    from hxd2_ray.indexing.output import build_output
+    from jobs.index import _log
+
+    if not doc_ids and not source_paths:
+        raise HxdError("name the documents to delete: --doc-id ID and/or --source PATH")
+    with build_output(output_uri, cfg.s3, command="index delete") as output:
+        for path in output.swept:
+            _log(f"removed {path}, left by a build that was killed")
+        return _delete_locked(cfg, output, doc_ids, source_paths, options)
+
+
+def _delete_locked(cfg: HxdConfig, output: BuildOutput, doc_ids: list[str], source_paths: list[str],
+                   options: RunOptions | None) -> dict[str, Any]:
     from hxd2_ray.indexing.generations import next_generation_id
     from jobs.index import IndexBuild, init_ray
     from jobs.index_run import RunServices
 
-    if not doc_ids and not source_paths:
-        raise HxdError("name the documents to delete: --doc-id ID and/or --source PATH")
+    output_uri = output.uri
     init_ray(cfg)
     started = time.perf_counter()
-    build = IndexBuild(cfg, "", output_uri, options)
+    build = IndexBuild(cfg, "", output_uri, options, output=output)
     current = build.current_manifest()
     if current is None:
         raise IndexNotFoundError(f"no index at {output_uri} (no manifest.json): nothing to delete from")
@@ -201,6 +216,8 @@ def build_delete_parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a config value (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show Ray, Ray Data and vLLM logs here (default: in <output>/_logs/)")
     add_run_options(parser)
     return parser
 
@@ -208,7 +225,7 @@ def build_delete_parser() -> argparse.ArgumentParser:
 def main_delete(argv: list[str]) -> int:
     from hxd2_ray.config import load_config
     from hxd2_ray.retrieval.query_config import load_query_config
-    from jobs.cli import run_and_report
+    from jobs.console import log_path_for, run_job
     from jobs.index import EXIT_STOPPED, format_summary
     from jobs.index_run import RunOptions
 
@@ -227,5 +244,6 @@ def main_delete(argv: list[str]) -> int:
         outcome.update(run_delete(cfg, args.output, args.doc_ids, args.sources, options))
         return outcome
 
-    code = run_and_report(work, as_json=args.json, format_text=format_summary)
+    code = run_job(work, command="index-delete", log_path=log_path_for("index-delete", args.output),
+                   verbose=args.verbose, run=args.output, as_json=args.json, format_text=format_summary)
     return EXIT_STOPPED if code == 0 and outcome.get("status") == "stopped" else code

@@ -26,6 +26,7 @@ from hxd2_ray.retrieval.flow import MODES
 
 if TYPE_CHECKING:
     from hxd2_ray.retrieval.results import Answer
+from hxd2_ray.text_validation import lone_surrogate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +64,11 @@ def _error(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with contextlib.ExitStack() as stack:  # holds the result stdout (jobs.result_stdout) once the work starts
+        return _main(argv, stack)
+
+
+def _main(argv: list[str] | None, stack: contextlib.ExitStack) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error argparse has already explained
@@ -76,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     elif not question.strip():
         _error('the question is empty; usage: hxd2 query --index PATH "your question"')
+        return 2
+    elif lone_surrogate(question):  # a non-UTF-8 byte in argv arrives as one
+        _error(f"the question holds a lone surrogate ({lone_surrogate(question)}): not valid Unicode text")
         return 2
     else:
         questions = [question]
@@ -92,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # stdout carries the answer (or the one JSON object): engine logs and stray library prints go to stderr.
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    answer_out = sys.stdout
+    from jobs.result_stdout import result_stdout
+
+    answer_out = stack.enter_context(result_stdout())  # engines' and libraries' lines go to stderr, even at fd 1
     resources: list[Any] = [index]
     try:
         with contextlib.redirect_stdout(sys.stderr):
@@ -128,15 +139,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _read_questions(path: str) -> list[str]:
-    questions = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                q = json.loads(line).get("question", "")
-                if not str(q).strip():
-                    raise ValueError(f"line {n} has no question")
-                questions.append(str(q))
-    return questions
+    from hxd2_ray.retrieval.question_file import read_questions
+
+    return read_questions(path)
 
 
 def _print_answer(answer: Answer, args: argparse.Namespace, streamed: bool, out: Any) -> None:

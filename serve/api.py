@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterable
@@ -20,10 +21,10 @@ from fastapi import Request  # module level: FastAPI resolves the routes' string
 from hxd2_ray.errors import BackendError, HxdError
 from serve.handles import DeadlineExceeded, RequestCancelled, cancel_quietly
 from serve.metrics import Metrics
+from serve.openapi import DEADLINE_HEADER
+from serve.schemas import ERROR_TYPES
 
 log = logging.getLogger("hxd2.serve")
-
-DEADLINE_HEADER = "x-hxd2-deadline-s"
 
 
 # ============================================================================================ payloads
@@ -80,14 +81,10 @@ class ApiError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-        self.type = type_ or _ERROR_TYPES.get(status, "server_error")
+        self.type = type_ or ERROR_TYPES.get(status, "server_error")
         self.code = code
         self.headers = headers or {}
 
-
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-                413: "invalid_request_error", 422: "invalid_request_error", 499: "cancelled",
-                502: "upstream_error", 503: "overloaded_error", 504: "timeout_error"}
 
 
 @dataclass(frozen=True)
@@ -99,9 +96,6 @@ class ApiSettings:
     max_body_bytes: int = 1 << 20
     max_question_chars: int = 32_000
     model_created: int = field(default_factory=lambda: int(time.time()))
-
-
-DEADLINE_HEADER = "x-hxd2-deadline-s"
 
 
 class RetrieverBackend:
@@ -116,8 +110,16 @@ class RetrieverBackend:
         seconds = self.retry_after_s if retry_after is None else max(0, int(-(-retry_after // 1)))
         return ApiError(503, message, code="overloaded", headers={"Retry-After": str(seconds)})
 
+    @staticmethod
+    def _for_client(err: dict[str, Any]) -> dict[str, Any]:
+        """The Retriever's error as the client sees it. Its 499 (the work was cancelled) reaches only a client
+        still waiting, and the Ingress cancels a live client's work only at the deadline: that is a 504."""
+        if int(err.get("status", 500)) == 499:
+            return {**err, "status": 504, "message": "the request deadline passed (its work was cancelled)"}
+        return err
+
     def _raise_payload_error(self, payload: dict[str, Any]) -> None:
-        err = payload["error"]
+        err = self._for_client(payload["error"])
         status = int(err.get("status", 500))
         if status == 503:
             raise self._overloaded(err.get("message", "overloaded"), err.get("retry_after"))
@@ -200,6 +202,8 @@ class RetrieverBackend:
                     done = True
                     self._raise_payload_error(event)
                 first = False
+                if event.get("type") == "error":
+                    event = {**event, "error": self._for_client(event["error"])}
                 if event.get("type") in ("final", "error"):
                     done = True
                 yield event
@@ -250,7 +254,9 @@ class HttpMetricsMiddleware:
             self.metrics.http_latency.observe((time.perf_counter() - started) * 1000, tags={"route": route})
 
 
-ROUTES = ("/v1/chat/completions", "/v1/query", "/v1/models", "/healthz")
+_DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
+ROUTES = ("/v1/chat/completions", "/v1/query", "/v1/models", "/healthz", "/openapi.json")
 
 
 def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | None = None) -> Any:
@@ -262,10 +268,14 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
     import json
 
     from fastapi import FastAPI
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
     from pydantic import ValidationError
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from serve.auth import GuardMiddleware
+    from hxd2_ray import __version__
+    from serve import openapi
+    from serve.auth import OPEN_PATHS, GuardMiddleware
     from serve.schemas import (
         AssistantMessage,
         ChatCompletion,
@@ -284,17 +294,31 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
     )
 
     metrics = metrics or Metrics(enabled=False)
-    api = FastAPI(title="hxd2", docs_url=None, redoc_url=None, openapi_url=None)
+    # The document is served (behind the key, like everything but /healthz) for clients and contract tests; no
+    # docs UI (it would load scripts from a CDN).
+    api = FastAPI(title="hxd2", version=__version__, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
 
     @api.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return JSONResponse(error_body(exc.message, exc.type, exc.code), status_code=exc.status,
                             headers=exc.headers)
 
+    # The framework's own errors (a query parameter of the wrong type, an unknown path, a wrong method) are error
+    # objects like ours, not FastAPI's {"detail": ...}.
+    @api.exception_handler(RequestValidationError)
+    async def _invalid_parameters(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(error_body(f"invalid request: {_problems(exc.errors())}", ERROR_TYPES[422],
+                                       "invalid_request"), status_code=422)
+
+    @api.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(error_body(str(exc.detail), ERROR_TYPES.get(exc.status_code, "invalid_request_error")),
+                            status_code=exc.status_code, headers=exc.headers)
+
     async def parse(request: Request, model: Any) -> Any:
         raw = await request.body()
         try:
-            data = json.loads(raw or b"")
+            data = json.loads(raw or b"", parse_constant=_not_json)
         except RecursionError:
             raise ApiError(400, "the request body is nested too deeply", code="invalid_json") from None
         except (ValueError, UnicodeDecodeError) as exc:
@@ -305,18 +329,14 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
         try:
             return model.model_validate(data)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}"
-                                 for e in exc.errors()[:10])
-            raise ApiError(422, f"invalid request: {problems}", code="invalid_request") from None
+            raise ApiError(422, f"invalid request: {_problems(exc.errors())}", code="invalid_request") from None
 
     def deadline_of(request: Request) -> float:
         seconds = settings.request_deadline_s
         asked = request.headers.get(DEADLINE_HEADER)
-        if asked:
-            try:
-                value = float(asked)
-            except ValueError:
-                value = math.nan
+        if asked is not None:
+            # A number as the document says (not Python's float(): "1_0", " 5", "nan"); sent empty, it is refused.
+            value = float(asked) if _DECIMAL.fullmatch(asked) else math.nan
             if not math.isfinite(value) or value <= 0:
                 raise ApiError(400, f"{DEADLINE_HEADER} must be a positive, finite number of seconds; got "
                                     f"{asked[:40]!r}", code="invalid_deadline")
@@ -333,7 +353,10 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
             raise ApiError(413, f"the question has {len(question):,} characters, over the limit of "
                                 f"{settings.max_question_chars:,}", code="question_too_long")
 
-    @api.get("/healthz")
+    @api.get("/healthz", operation_id="health", summary="Liveness (no key needed)", response_model=None,
+             responses=openapi.responses(
+                 openapi.ok_json("Health", "Alive (with ?deep=true: the retriever answered too)."), 422, 503,
+                 s422="The deep parameter is not a boolean.", s503="With ?deep=true: the retriever is not answering."))
     async def healthz(deep: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {"status": "ok", "indexes": list(settings.indexes)}
         if deep:
@@ -345,12 +368,18 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
                                headers={"Retry-After": str(settings.retry_after_s)}) from None
         return out
 
-    @api.get("/v1/models")
+    @api.get("/v1/models", operation_id="listModels", summary="The served indexes", response_model=None,
+             responses=openapi.responses(openapi.ok_json("ModelList", "The served indexes, as OpenAI models."),
+                                         *openapi.GUARDED, s400="Content-Length is not a number.",
+                                         s413="The declared Content-Length is over the server's byte limit."))
     async def models() -> dict[str, Any]:
         cards = [ModelCard(id=name, created=settings.model_created) for name in settings.indexes]
         return ModelList(data=cards).model_dump()
 
-    @api.post("/v1/query")
+    @api.post("/v1/query", operation_id="query", summary="Answer a question from an index", response_model=None,
+              openapi_extra=openapi.request_body("QueryRequest"),
+              responses=openapi.responses(openapi.ok_json("QueryResponse", "The answer, its references and timings."),
+                                          *openapi.GUARDED, *openapi.QUESTION))
     async def query(request: Request) -> dict[str, Any]:
         req = await parse(request, QueryRequest)
         index = req.index or settings.default_index
@@ -365,7 +394,11 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
             trace=result.get("trace") if req.trace else None,
         ).model_dump(exclude_none=True)
 
-    @api.post("/v1/chat/completions")
+    @api.post("/v1/chat/completions", operation_id="createChatCompletion",
+              summary="Answer the last user message from the index named by model (OpenAI-compatible)",
+              response_model=None,
+              openapi_extra=openapi.request_body("ChatCompletionRequest"),
+              responses=openapi.responses(openapi.ok_chat(), *openapi.GUARDED, *openapi.QUESTION))
     async def chat(request: Request) -> Any:
         req = await parse(request, ChatCompletionRequest)
         question = req.question()
@@ -397,11 +430,14 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
                                        choices=[ChunkChoice(delta=delta, finish_reason=finish)], **extra)
             return _sse(body.model_dump(exclude_none=True))
 
+        def error_event(status: int, message: str) -> bytes:
+            return _sse(error_body(message, ERROR_TYPES.get(status, "server_error"), status))
+
         async def sse() -> AsyncIterator[bytes]:
             try:
                 yield chunk(Delta(role="assistant", content=""))
-                event: dict[str, Any] | None = first
-                while event is not None:
+                event = first
+                while True:
                     kind = event.get("type")
                     if kind == "delta":
                         yield chunk(Delta(content=event["text"]))
@@ -415,15 +451,17 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
                         if include_usage:
                             yield _sse(ChatCompletionChunk(id=cid, created=created, model=req.model, choices=[],
                                                            usage=Usage.of(usage)).model_dump(exclude_none=True))
+                        break
                     elif kind == "error":
                         err = event["error"]
-                        yield _sse(error_body(err.get("message", "error"),
-                                              _ERROR_TYPES.get(int(err.get("status", 500)), "server_error"),
-                                              err.get("status")))
+                        yield error_event(int(err.get("status", 500)), err.get("message", "error"))
                         break
-                    event = await events.__anext__() if kind not in ("final",) else None
-                yield _sse("[DONE]")
-            except StopAsyncIteration:
+                    try:
+                        event = await events.__anext__()
+                    except StopAsyncIteration:
+                        # Ended before its final event: say so, rather than end as if the answer were whole.
+                        yield error_event(502, "the answer stream ended before the answer was complete")
+                        break
                 yield _sse("[DONE]")
             finally:
                 await events.aclose()  # on a client disconnect too: cancels the retriever stream → engine abort
@@ -431,6 +469,17 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
         return StreamingResponse(sse(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
+    def document() -> dict[str, Any]:
+        if api.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            base = get_openapi(title=api.title, version=api.version, routes=api.routes)
+            api.openapi_schema = openapi.build_document(
+                base, indexes=settings.indexes, max_question_chars=settings.max_question_chars,
+                max_body_bytes=settings.max_body_bytes, open_paths=OPEN_PATHS)
+        return api.openapi_schema
+
+    api.openapi = document  # type: ignore[method-assign]
     guarded = GuardMiddleware(api, keys=keys, max_body_bytes=settings.max_body_bytes,
                               on_reject=lambda status, path: None)
     return HttpMetricsMiddleware(guarded, metrics, ROUTES)
@@ -456,6 +505,16 @@ def check_text(data: Any) -> None:
                 stack.append((key, f"{where} (a key)"))
         elif isinstance(value, list):
             stack.extend((v, f"{where}.{i}") for i, v in enumerate(value))
+
+
+def _not_json(constant: str) -> Any:
+    """``parse_constant`` of the body's parser: NaN and Infinity are Python's, not JSON."""
+    raise ValueError(f"{constant} is not a JSON value")
+
+
+def _problems(errors: Any) -> str:
+    """Pydantic's errors (at most ten), one ``where: what`` each."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in list(errors)[:10])
 
 
 def _finish_reason(reason: str | None) -> str:

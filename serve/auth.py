@@ -164,11 +164,12 @@ class GuardMiddleware:
                 return
         declared = headers.get("content-length")
         if declared is not None:
-            try:
-                size = int(declared)
-            except ValueError:
-                await self._reject(send, 400, error_body("invalid Content-Length", "invalid_request_error"), path)
+            # Digits only (RFC 9110), not whatever int() reads: "-1", "+5", " 5", "5_0" are refused.
+            if not (declared.isascii() and declared.isdigit()):
+                await self._reject(send, 400, error_body("invalid Content-Length", "invalid_request_error",
+                                                         "invalid_content_length"), path)
                 return
+            size = int(declared)
             if size > self.max_body_bytes:
                 await self._reject(send, 413, _too_large(size, self.max_body_bytes), path)
                 return

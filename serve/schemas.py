@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from hxd2_ray.retrieval.flow import MODES
 
@@ -23,18 +23,34 @@ def _check_mode(value: str | None) -> str | None:
         raise ValueError(f"unknown mode {value!r}; valid: {', '.join(MODES)}")
     return value
 
+
+# The validator above checks the name; the published schema lists the names.
+ModeName = Annotated[str, WithJsonSchema({"type": "string", "enum": list(MODES)})]
+
+
+def _integral(value: Any) -> Any:
+    """JSON has one number type: 5.0 is the integer 5 (as JSON Schema's "integer" says), 5.5 is not."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_integral)]
+
 # ------------------------------------------------------------------------------------------ requests
+# Strict: a request is accepted exactly when the published schema says it is valid ("stream": "true" is not a
+# boolean, "n": true not an integer), so the OpenAPI document is the contract the fuzzing holds the API to.
 
 
 class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     type: str
     text: str | None = None
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")  # name, tool_calls, … are accepted and ignored
+    model_config = ConfigDict(extra="allow", strict=True)  # name, tool_calls, … are accepted and ignored
 
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[ContentPart] | None = None
@@ -48,7 +64,7 @@ class ChatMessage(BaseModel):
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     include_usage: bool = False
 
@@ -57,20 +73,20 @@ class ChatCompletionRequest(BaseModel):
     """OpenAI chat completion request. Sampling fields are accepted and ignored: the answer's generation settings
     come from the server's retrieval config, so every client gets the same grounded behaviour."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str = Field(..., min_length=1, description="The index to answer from (see GET /v1/models).")
     messages: list[ChatMessage] = Field(..., min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1, le=1, description="Only one choice is produced.")
+    n: JsonInt = Field(1, ge=1, le=1, description="Only one choice is produced.")
     temperature: float | None = None
     top_p: float | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    max_tokens: JsonInt | None = None
+    max_completion_tokens: JsonInt | None = None
     user: str | None = None
     trace: bool = Field(False, description="Extension: include the query's trace in the response.")
-    mode: str | None = Field(None, description=f"Extension: the query mode ({', '.join(MODES)}); default: the "
+    mode: ModeName | None = Field(None, description=f"Extension: the query mode ({', '.join(MODES)}); default: the "
                                                "server's (auto).")
 
     _mode = field_validator("mode")(_check_mode)
@@ -84,12 +100,12 @@ class ChatCompletionRequest(BaseModel):
 
 
 class QueryRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    question: str = Field(..., min_length=1)
+    question: str = Field(..., min_length=1, description="The question; it must hold a non-space character.")
     index: str | None = Field(None, description="Index name; the default index when omitted.")
-    trace: bool = False
-    mode: str | None = Field(None, description=f"Query mode ({', '.join(MODES)}); default: the server's (auto).")
+    trace: bool = Field(False, description="Include the query's trace in the response.")
+    mode: ModeName | None = Field(None, description=f"Query mode ({', '.join(MODES)}); default: the server's (auto).")
 
     _mode = field_validator("mode")(_check_mode)
 
@@ -192,8 +208,38 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
-def error_body(message: str, type_: str, code: int | str | None = None, param: str | None = None) -> dict[str, Any]:
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    indexes: list[str]
+    served: int | None = Field(None, description="With ?deep=true: answers the retriever replica that replied "
+                                                 "has served.")
+
+
+# The error ``type`` of each status the API answers with (the ``type`` field of every error body).
+ERROR_TYPES: dict[int, str] = {
+    400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error", 405: "invalid_request_error",
+    413: "invalid_request_error", 422: "invalid_request_error", 500: "server_error", 502: "upstream_error",
+    503: "overloaded_error", 504: "timeout_error",
+}
+
+
+class ErrorDetail(BaseModel):
+    message: str = Field(..., description="What went wrong, for a person to read.")
+    type: str = Field(..., description="The kind of error: " + ", ".join(sorted(set(ERROR_TYPES.values()))) + ".")
+    param: str | None = None
+    code: str | int | None = Field(None, description="A stable name of the error (invalid_json, invalid_text, "
+                                                     "model_not_found, overloaded, ...); in a stream's error event, "
+                                                     "the HTTP status the error would have had.")
+
+
+class ErrorResponse(BaseModel):
     """OpenAI-style error object (the openai client reads ``error.message``)."""
+
+    error: ErrorDetail
+
+
+def error_body(message: str, type_: str, code: int | str | None = None, param: str | None = None) -> dict[str, Any]:
+    """OpenAI-style error object (the openai client reads ``error.message``); :class:`ErrorResponse` is its schema."""
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 

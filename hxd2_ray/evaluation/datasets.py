@@ -43,6 +43,7 @@ from typing import Any
 
 from hxd2_ray.errors import HxdError
 from hxd2_ray.evaluation import metrics as M
+from hxd2_ray.text_validation import surrogate_reason
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ def _read_text(path: Path) -> str:
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(_read_text(path))
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, over-long integers, absurd nesting
         raise DatasetError(f"{path} is not valid JSON: {exc}") from exc
 
 
@@ -298,7 +299,7 @@ def load_seedbench(
             raise DatasetError(f"{path}: expected a JSON array of questions, got {type(data).__name__}")
         for index, row in enumerate(data):
             where = f"{path.name}#{index}"
-            item = _seedbench_row(subset, index, row, str(path))
+            item = surrogate_reason(row) or _seedbench_row(subset, index, row, str(path))
             if isinstance(item, str):
                 report.skipped.append((where, item))
             elif rice_only and not item.meta["rice"]:
@@ -316,10 +317,9 @@ def load_seedbench_segments(path: str | Path, skipped: list[tuple[str, str]] | N
     for lineno, line in enumerate(_read_text(p).splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            _note(skipped, f"{p.name}:{lineno}", f"invalid JSON: {exc.msg}")
+        rec, err = _loads_row(line)
+        if err:
+            _note(skipped, f"{p.name}:{lineno}", err)
             continue
         text = _nonblank_str(rec.get("segment")) if isinstance(rec, dict) else None
         if text is None:
@@ -353,7 +353,10 @@ def load_corpus_hotpotqa(path: str | Path, skipped: list[tuple[str, str]] | None
     data = _read_json(p)
     out: list[dict[str, str]] = []
     if isinstance(data, Mapping):
-        for title, body in data.items():
+        for n, (title, body) in enumerate(data.items()):
+            if bad := surrogate_reason([title, body]):
+                _note(skipped, f"{p.name}#{n}", bad)
+                continue
             if isinstance(body, list) and all(isinstance(s, str) for s in body):
                 text = "".join(body).strip()
             elif isinstance(body, str):
@@ -370,6 +373,9 @@ def load_corpus_hotpotqa(path: str | Path, skipped: list[tuple[str, str]] | None
         raise DatasetError(f"{p}: expected a JSON object or array, got {type(data).__name__}")
     rows = []
     for n, rec in enumerate(data):
+        if bad := surrogate_reason(rec):
+            _note(skipped, f"{p.name}#{n}", bad)
+            continue
         title = _nonblank_str(rec.get("title")) if isinstance(rec, Mapping) else None
         text = _nonblank_str(rec.get("text")) if isinstance(rec, Mapping) else None
         if title is None or text is None:
@@ -401,7 +407,7 @@ def load_hotpotqa(questions_path: str | Path, corpus_path: str | Path | None = N
     seen: set[str] = set()
     for index, row in enumerate(data):
         where = f"{qp.name}#{index}"
-        item = _hotpot_row(index, row, str(qp), by_content)
+        item = surrogate_reason(row) or _hotpot_row(index, row, str(qp), by_content)
         if isinstance(item, str):
             report.skipped.append((where, item))
             continue
@@ -470,14 +476,16 @@ _TOPIC = re.compile(r"\[([^\[\]]+)\]")
 _HOPS = re.compile(r"(\d)-hop")
 
 
-def load_metaqa(path: str | Path, qtype_path: str | Path | None = None) -> LoadReport:
-    """MetaQA questions from ``fixture_dev_200_reachable.tsv`` (``question TAB answers TAB qtype``) or
-    ``qa_dev.txt`` (``question TAB answers``; qtypes from a line-aligned ``qa_dev_qtype.txt`` next to it when
-    present, or ``qtype_path``).
+def load_metaqa(path: str | Path, qtype_path: str | Path | None = None, default_hops: int = 0) -> LoadReport:
+    """The project's one MetaQA question loader: any file in MetaQA's own ``question TAB answer1|answer2`` format
+    (the official ``qa_dev.txt`` / ``qa_test.txt``, qtypes from a line-aligned ``<stem>_qtype<suffix>`` next to it
+    when present, or ``qtype_path``) or ``fixture_dev_200_reachable.tsv`` (``question TAB answers TAB qtype``).
 
     ``question`` has the brackets removed (what a user would type); ``meta`` keeps ``question_marked`` (as in
-    the file), ``topic_entity``, ``hops`` (from the ``{h}-hop`` folder, else 0) and ``qtype``. Answers are the
-    ``|``-separated gold entities. Ids are ``{h}hop-{file stem}-{line}``.
+    the file), ``topic_entity``, ``hops`` (from a ``{h}-hop`` folder, the file or its parent folder, e.g. the
+    official ``1-hop/vanilla/qa_test.txt``; else ``default_hops``) and ``qtype``. Answers are the
+    ``|``-separated gold entities. Ids are ``{h}hop-{file stem}-{line}``. Lines without a TAB, without answers or
+    without a ``[topic entity]`` are skipped with their reason.
     """
     p = Path(path)
     lines = _read_text(p).splitlines()
@@ -488,8 +496,8 @@ def load_metaqa(path: str | Path, qtype_path: str | Path | None = None) -> LoadR
         if len(qtypes) != len(lines):
             log.warning("%s has %d lines but %s has %d; qtypes ignored", qt, len(qtypes), p, len(lines))
             qtypes = None
-    m = _HOPS.search(p.parent.name) or _HOPS.search(p.name)
-    hops = int(m.group(1)) if m else 0
+    m = _HOPS.search(p.parent.name) or _HOPS.search(p.name) or _HOPS.search(p.parent.parent.name)
+    hops = int(m.group(1)) if m else default_hops
     report = LoadReport(items=[])
     seen: set[str] = set()
     for lineno, line in enumerate(lines, 1):
@@ -549,14 +557,24 @@ def load_metaqa_kb(path: str | Path, skipped: list[tuple[str, str]] | None = Non
 # --------------------------------------------------------------------------------------------------------------
 
 
+def _loads_row(line: str) -> tuple[Any, str | None]:
+    """One JSON row, or the reason it is skipped (not JSON, or text that is not valid Unicode)."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return None, f"invalid JSON: {exc.msg}"
+    except (ValueError, RecursionError) as exc:  # over-long integer literals, absurd nesting
+        return None, f"invalid JSON: {type(exc).__name__}"
+    bad = surrogate_reason(rec)
+    return (None, bad) if bad else (rec, None)
+
+
 def _jsonl(path: Path) -> Iterable[tuple[int, Any, str | None]]:
     for lineno, line in enumerate(_read_text(path).splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            yield lineno, json.loads(line), None
-        except json.JSONDecodeError as exc:
-            yield lineno, None, f"invalid JSON: {exc.msg}"
+        rec, err = _loads_row(line)
+        yield lineno, rec, err
 
 
 def load_corpus_jsonl(path: str | Path, skipped: list[tuple[str, str]] | None = None) -> list[dict[str, str]]:
@@ -767,8 +785,11 @@ def _hotpot_loader(questions: Path, corpus: Path | None) -> LoadReport:
     return load_hotpotqa(questions, corpus)
 
 
-def _metaqa_loader(questions: Path, corpus: Path | None) -> LoadReport:
-    return load_metaqa(questions)
+def _metaqa_loader(hops: int) -> Callable[..., LoadReport]:
+    def load(questions: Path, corpus: Path | None) -> LoadReport:
+        return load_metaqa(questions, default_hops=hops)
+
+    return load
 
 
 def _generic_loader(questions: Path, corpus: Path | None) -> LoadReport:
@@ -815,7 +836,7 @@ def _build_registry() -> dict[str, BenchmarkSpec]:
             description=f"MetaQA {h}-hop: 200 dev questions answerable in the rebuilt KB (Hits@1, answer hit)",
             metrics=("hits@1", "hit"), primary_metric="hits@1",
             questions_path=f"metaqa/{h}-hop/fixture_dev_200_reachable.tsv", corpus_path="metaqa/kb.txt",
-            loader=_metaqa_loader, corpus_loader=load_metaqa_kb,
+            loader=_metaqa_loader(h), corpus_loader=load_metaqa_kb,
         ))
     specs.append(BenchmarkSpec(
         name="generic", task="generic",

@@ -28,6 +28,13 @@ Families:
   and :func:`perfect_retrieval_at_k` (all gold passages in the first k: HippoRAG's "perfect retrieval").
 * **KGQA (MetaQA):** :func:`hits_at_1` (the top answer equals a gold answer after normalization) and
   :func:`answer_hit` (a gold answer occurs, word-bounded, in the answer text).
+* **Ranked targets (GraphFlow):** over a ranked list of ids and a gold set, :func:`hit_at_k` (a gold id among
+  the first k), :func:`reciprocal_rank` (1 / rank of the first gold id, averaged: MRR), and over the raw list of
+  a retriever's k results *with their duplicates* (several trajectories ending at one node),
+  :func:`results_recall_at_k` (gold results among the first k results, duplicates counted, over
+  ``min(|gold|, k)``, capped at 1: the Recall@k of the GraphFlow paper) and :func:`diverse_recall_at_k` (distinct
+  gold targets among the distinct results of the first k, over ``min(|gold|, k)``). Diverse recall never exceeds
+  recall; they are equal when no gold target is returned twice, so their ratio measures redundancy.
 
 No function here imports Ray; jieba and rouge_score load on first use.
 """
@@ -500,3 +507,49 @@ def answer_hit(answer_text: str, golds: Iterable[str]) -> float:
     punctuation separates words (the "Hit" used for free-text KGQA answers)."""
     text = f" {_normalize_spaced(answer_text)} "
     return float(any((ng := _normalize_spaced(g)) and f" {ng} " in text for g in golds))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Ranked targets (GraphFlow)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _gold_set(gold: Iterable[object]) -> set[object]:
+    g = set(gold)
+    if not g:
+        raise ValueError("a ranking metric needs at least one gold target")
+    return g
+
+
+def hit_at_k(ranked: Sequence[object], gold: Iterable[object], k: int) -> float:
+    """1.0 when one of the first ``k`` ranked ids is gold."""
+    if k <= 0:
+        raise ValueError(f"k must be positive, got {k}")
+    g = _gold_set(gold)
+    return float(any(r in g for r in ranked[:k]))
+
+
+def reciprocal_rank(ranked: Sequence[object], gold: Iterable[object]) -> float:
+    """1 / (1-based rank of the first gold id); 0.0 when none is ranked. Its mean over questions is the MRR."""
+    g = _gold_set(gold)
+    for i, r in enumerate(ranked, 1):
+        if r in g:
+            return 1.0 / i
+    return 0.0
+
+
+def results_recall_at_k(results: Sequence[object], gold: Iterable[object], k: int) -> float:
+    """Gold results among the first ``k`` results, a duplicate counted each time, over ``min(|gold|, k)``,
+    capped at 1 (the paper's Recall@k: a retriever returning one gold target k times scores 1)."""
+    if k <= 0:
+        raise ValueError(f"k must be positive, got {k}")
+    g = _gold_set(gold)
+    return min(1.0, sum(1 for r in results[:k] if r in g) / min(len(g), k))
+
+
+def diverse_recall_at_k(results: Sequence[object], gold: Iterable[object], k: int) -> float:
+    """Distinct gold targets among the first ``k`` results, over ``min(|gold|, k)`` (duplicates count once)."""
+    if k <= 0:
+        raise ValueError(f"k must be positive, got {k}")
+    g = _gold_set(gold)
+    return len(g & set(results[:k])) / min(len(g), k)

@@ -45,7 +45,8 @@ class ParsedRecords:
 
 # --------------------------------------------------------------------------------------------- cleaning
 
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Control characters, and lone surrogates (a JSON "\\ud800" escape decodes to one; no encoder accepts it).
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _QUOTE_PAIRS = {'"': '"', "'": "'", "`": "`", "“": "”", "‘": "’", "「": "」"}
 _KEYWORD_SPLIT_RE = re.compile(r"[,，、;；]")
 
@@ -64,7 +65,8 @@ def _strip_quotes(s: str) -> str:
 
 
 def clean_name(raw: str) -> str:
-    """HTML-unescape, control characters to spaces, surrounding whitespace/quotes off; otherwise verbatim."""
+    """HTML-unescape, control characters (and lone surrogates) to spaces, surrounding whitespace/quotes off;
+    otherwise verbatim."""
     return _strip_quotes(_CONTROL_RE.sub(" ", html.unescape(raw)).strip())
 
 

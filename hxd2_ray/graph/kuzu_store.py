@@ -23,7 +23,7 @@ import re
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import kuzu
 import numpy as np
@@ -78,10 +78,14 @@ DDL = (
     " source_chunk_ids STRING[], mention_count INT64)",
     "CREATE REL TABLE MENTIONS(FROM Chunk TO Entity)",
     "CREATE REL TABLE PART_OF(FROM Chunk TO Document)",
+    # Near entity names (index-time kNN over the entity_name vectors); the ranking walk reads them, nothing else.
+    "CREATE REL TABLE SYNONYM(FROM Entity TO Entity, score DOUBLE)",
 )
 GRAPH_TABLES = ("Document", "Chunk", "Entity", "RELATED", "MENTIONS", "PART_OF")
+# Written by every build since synonym edges exist; a graph built before has none (read as no synonyms).
+OPTIONAL_TABLES = ("SYNONYM",)
 # Node tables before rel tables: a rel COPY looks its endpoints up by primary key.
-LOAD_ORDER = GRAPH_TABLES
+LOAD_ORDER = (*GRAPH_TABLES, *OPTIONAL_TABLES)
 
 _STR_LIST = pa.list_(pa.string())
 DOCUMENT_COLUMNS = pa.schema(
@@ -102,13 +106,14 @@ RELATED_COLUMNS = pa.schema(
      ("weight", pa.float64()), ("source_chunk_ids", _STR_LIST), ("mention_count", pa.int64())]
 )
 MENTIONS_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string())])
+SYNONYM_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string()), ("score", pa.float64())])
 PART_OF_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string())])
 
 # ---------------------------------------------------------------------------------------------------
 # Query templates: constants, so no data can ever be spliced into Cypher text.
 
 Q_SHOW_TABLES = "CALL show_tables() RETURN name"
-Q_COPY = {name: f"COPY {name} FROM $t" for name in GRAPH_TABLES}
+Q_COPY = {name: f"COPY {name} FROM $t" for name in LOAD_ORDER}
 Q_CHECKPOINT = "CHECKPOINT"
 Q_COUNTS = {
     "documents": "MATCH (d:Document) RETURN count(d) AS n",
@@ -205,6 +210,39 @@ Q_SCAN = {
         " r.source_chunk_ids AS source_chunk_ids, r.mention_count AS mention_count"
     ),
     "MENTIONS": "MATCH (c:Chunk)-[:MENTIONS]->(e:Entity) RETURN offset(id(c)) AS c, offset(id(e)) AS e",
+    "SYNONYM": (
+        "MATCH (a:Entity)-[s:SYNONYM]->(b:Entity) RETURN offset(id(a)) AS a, offset(id(b)) AS b, s.score AS score"
+    ),
+}
+
+# Pages of whole tables for exports and statistics (hxd2_ray.graph_export, hxd2_ray.graph_views): rows of the
+# nodes whose offset is in [$lo, $hi); a relationship table pages by its FROM node's offset, so every
+# relationship comes once and a page costs what it returns (~0.1 s per 10k entities at 100k).
+_RANGE = "offset(id({v})) >= $lo AND offset(id({v})) < $hi"
+Q_PAGE = {
+    "Document": f"MATCH (d:Document) WHERE {_RANGE.format(v='d')} RETURN d.id AS id, d.source_id AS source_id,"
+                " d.source_path AS source_path, d.title AS title, d.n_chars AS n_chars",
+    "Chunk": f"MATCH (c:Chunk) WHERE {_RANGE.format(v='c')} RETURN c.id AS id, c.doc_id AS doc_id, c.ord AS ord,"
+             " c.start AS start, c.text AS text, c.header_path AS header_path, c.language AS language",
+    "Entity": f"MATCH (e:Entity) WHERE {_RANGE.format(v='e')} RETURN {_ENTITY_RETURN}",
+    "RELATED": f"MATCH (a:Entity)-[r:RELATED]->(b:Entity) WHERE {_RANGE.format(v='a')} RETURN a.key AS source_key,"
+               " b.key AS target_key, r.description AS description, r.keywords AS keywords, r.weight AS weight,"
+               " r.source_chunk_ids AS source_chunk_ids, r.mention_count AS mention_count",
+    # Endpoints only, as node offsets (connected components without the keys' strings).
+    "RELATED_ENDS": f"MATCH (a:Entity)-[r:RELATED]->(b:Entity) WHERE {_RANGE.format(v='a')}"
+                    " RETURN offset(id(a)) AS a, offset(id(b)) AS b",
+    "MENTIONS": f"MATCH (c:Chunk)-[:MENTIONS]->(e:Entity) WHERE {_RANGE.format(v='c')}"
+                " RETURN c.id AS chunk_id, e.key AS entity_key",
+    "PART_OF": f"MATCH (c:Chunk)-[:PART_OF]->(d:Document) WHERE {_RANGE.format(v='c')}"
+               " RETURN c.id AS chunk_id, d.id AS doc_id",
+}
+# The node table a page's offsets count in, and the bound of those offsets.
+PAGE_NODE_TABLE = {"Document": "Document", "Chunk": "Chunk", "Entity": "Entity", "RELATED": "Entity",
+                   "RELATED_ENDS": "Entity", "MENTIONS": "Chunk", "PART_OF": "Chunk"}
+Q_MAX_OFFSET = {
+    "Document": "MATCH (n:Document) RETURN max(offset(id(n))) AS m",
+    "Chunk": "MATCH (n:Chunk) RETURN max(offset(id(n))) AS m",
+    "Entity": "MATCH (n:Entity) RETURN max(offset(id(n))) AS m",
 }
 
 # The named reads of :mod:`hxd2_ray.graph.templates`, per key / per pair (a batched ``UNWIND $keys`` form
@@ -319,9 +357,13 @@ def _canonical_relations(rel: pa.Table) -> pa.Table:
 
 
 def prepare_tables(
-    documents: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table
+    documents: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table,
+    synonyms: pa.Table | None = None,
 ) -> dict[str, pa.Table]:
-    """Turn the staging tables (:mod:`hxd2_ray.graph.schema`) into the six COPY inputs, keyed by graph table."""
+    """Turn the staging tables (graph.schema) into the COPY inputs, keyed by graph table.
+
+    ``synonyms`` (``schema.SYNONYMS``): entity pairs oriented smaller key first, one row per pair (the first),
+    self-pairs dropped; an endpoint that is not an entity is an error, as for relations."""
     _require_columns(documents, schema.DOCUMENTS, "documents")
     _require_columns(chunks, schema.CHUNKS.remove(schema.CHUNKS.get_field_index("shard")), "chunks")
     _require_columns(entities, schema.ENTITIES, "entities")
@@ -382,7 +424,24 @@ def prepare_tables(
     part = pa.Table.from_arrays([chk["id"], chk["doc_id"]], schema=PART_OF_COLUMNS)
     part = part.filter(pc.is_in(part["to"], value_set=docs["id"].combine_chunks()))
 
-    return {"Document": docs, "Chunk": chk, "Entity": ent, "RELATED": rel, "MENTIONS": men, "PART_OF": part}
+    syn = _prepare_synonyms(synonyms, keys, n_ent)
+    return {"Document": docs, "Chunk": chk, "Entity": ent, "RELATED": rel, "MENTIONS": men, "PART_OF": part,
+            "SYNONYM": syn}
+
+
+def _prepare_synonyms(synonyms: pa.Table | None, keys: pa.Array, n_ent: int) -> pa.Table:
+    if synonyms is None or synonyms.num_rows == 0:
+        return SYNONYM_COLUMNS.empty_table()
+    _require_columns(synonyms, schema.SYNONYMS, "synonyms")
+    for col in ("source_key", "target_key"):
+        _check_no_null(synonyms, col, "synonyms")
+    syn = _canonical_relations(_select(synonyms, ["source_key", "target_key", "score"], SYNONYM_COLUMNS, "synonyms"))
+    src, tgt = _positions(syn["from"], keys), _positions(syn["to"], keys)
+    if ((src < 0) | (tgt < 0)).any():
+        raise ValueError(f"{int(((src < 0) | (tgt < 0)).sum())} synonym pairs name entities that are not loaded")
+    keep = src != tgt
+    _, first = np.unique(src[keep] * n_ent + tgt[keep], return_index=True)
+    return syn.take(np.flatnonzero(keep)[np.sort(first)])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -422,7 +481,8 @@ class KuzuGraphWriter:
             )
 
     def bulk_load(
-        self, documents: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table
+        self, documents: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table,
+        synonyms: pa.Table | None = None,
     ) -> dict[str, int]:
         """Create the schema, COPY everything, checkpoint and close (also on failure).
 
@@ -432,7 +492,7 @@ class KuzuGraphWriter:
         if self._conn is None:
             raise RuntimeError("KuzuGraphWriter is closed: a writer loads once (build into a fresh path)")
         try:
-            prepared = prepare_tables(documents, chunks, entities, relations)
+            prepared = prepare_tables(documents, chunks, entities, relations, synonyms)
             for stmt in DDL:
                 self._conn.execute(stmt)
             for name in LOAD_ORDER:
@@ -476,10 +536,11 @@ def load_graph(
     relations: pa.Table,
     *,
     max_threads: int = 0,
+    synonyms: pa.Table | None = None,
 ) -> dict[str, int]:
     """Open a writer on a fresh ``path``, load, close. Returns the loaded counts."""
     with KuzuGraphWriter(path, max_threads=max_threads) as writer:
-        return writer.bulk_load(documents, chunks, entities, relations)
+        return writer.bulk_load(documents, chunks, entities, relations, synonyms)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -644,7 +705,10 @@ class KuzuGraphStore:
         """Every table of the graph as Arrow (:data:`Q_SCAN`'s columns; nodes carry their offset ``o``,
         relationships their endpoints' offsets), for a resident copy of a read-only index."""
         out = {}
+        present = {row["name"] for row in self._rows(Q_SHOW_TABLES, {})}
         for name, query in Q_SCAN.items():
+            if name in OPTIONAL_TABLES and name not in present:
+                continue
             check_params(query, {})
             res = _one_result(self._conn().execute(query))
             try:
@@ -652,6 +716,28 @@ class KuzuGraphStore:
             finally:
                 res.close()
         return out
+
+    def iter_pages(self, table: str, page_nodes: int = 50_000) -> Iterator[pa.Table]:
+        """Every row of ``table`` (a key of :data:`Q_PAGE`) as Arrow pages: the rows of ``page_nodes`` consecutive
+        nodes at a time (for a relationship table, of its FROM nodes), so memory stays bounded by the page."""
+        if table not in Q_PAGE:
+            raise ValueError(f"unknown page table {table!r}; valid: {', '.join(Q_PAGE)}")
+        node_table = PAGE_NODE_TABLE[table]
+        top = self._rows(Q_MAX_OFFSET[node_table], {})[0]["m"]
+        if top is None:  # an empty table
+            return
+        step = max(1, int(page_nodes))
+        for lo in range(0, int(top) + 1, step):
+            params = {"lo": lo, "hi": lo + step}
+            check_params(Q_PAGE[table], params)
+            conn, stmt = self._prepared(Q_PAGE[table])
+            res = conn.execute(stmt, params)
+            try:
+                page = res.get_as_arrow(chunk_size=max(step, 1024))
+            finally:
+                res.close()
+            if page.num_rows:
+                yield page
 
     def reopen(self, buffer_pool_bytes: int) -> None:
         """Close and reopen the database (a buffer pool of ``buffer_pool_bytes``, 0: the default), which drops

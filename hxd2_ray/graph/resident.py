@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -42,9 +43,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ResidentGraph", "open_resident"]
+__all__ = ["ResidentArrays", "ResidentGraph", "WalkEdges", "open_resident"]
 
 _EDGE_PROPS = ("description", "keywords", "weight", "source_chunk_ids", "mention_count")
+
+
+@dataclass(frozen=True)
+class ResidentArrays:
+    """The held columns and CSR arrays, shared (not copied), for code that walks the whole graph (GraphFlow).
+    Read-only by contract: nothing may write into them."""
+
+    entity_keys: list[str]  # entity offset -> key
+    entities: pa.Table  # entity offset -> row (name, type, description, ..., degree)
+    chunk_ids: list[str]  # chunk offset -> id
+    chunks: pa.Table  # chunk offset -> row (text, doc_id, ...)
+    adj_ptr: np.ndarray  # entity i's RELATED neighbours are adj_other[adj_ptr[i]:adj_ptr[i+1]] (each edge both ways)
+    adj_other: np.ndarray
+    adj_edge: np.ndarray  # ... through edge adj_edge[j] (a row of edges)
+    edges: pa.Table  # edge id -> description, keywords, weight, ...
+    edge_source: np.ndarray  # edge id -> its stored (smaller-key) end
+    mention_ptr: np.ndarray  # entity i is mentioned by the chunks mention_chunk[mention_ptr[i]:mention_ptr[i+1]]
+    mention_chunk: np.ndarray
 
 
 class NotDenseError(ValueError):
@@ -74,6 +93,17 @@ def _ints(table: pa.Table, column: str) -> np.ndarray:
     if table.num_rows == 0:
         return np.zeros(0, dtype=np.int64)
     return table[column].to_numpy().astype(np.int64)
+
+
+@dataclass(frozen=True)
+class WalkEdges:
+    """The graph as offset arrays, for a random walk over entities and chunks (``retrieval.ppr``)."""
+
+    n_entities: int
+    n_chunks: int
+    related: tuple[np.ndarray, np.ndarray]  # entity offsets of each RELATED edge (stored orientation)
+    mentions: tuple[np.ndarray, np.ndarray]  # (chunk offset, entity offset) of each MENTIONS edge
+    synonyms: tuple[np.ndarray, np.ndarray, np.ndarray]  # entity offsets and cosine of each SYNONYM edge
 
 
 class ResidentGraph:
@@ -111,6 +141,7 @@ class ResidentGraph:
         n_ent = len(self._entity_keys)
         rel = tables["RELATED"]
         self._rel_a, rel_b = _ints(rel, "a"), _ints(rel, "b")
+        self._rel_b = rel_b
         self._rel_props = rel.select(list(_EDGE_PROPS)) if rel.num_rows else rel
         self._rel_weight = rel["weight"].to_numpy() if rel.num_rows else np.zeros(0)
         # Undirected adjacency: each edge under both ends, a self-loop once (the ranking folds pairs anyway).
@@ -129,6 +160,23 @@ class ResidentGraph:
         men_chunk, men_entity = _ints(men, "c"), _ints(men, "e")
         self._men_ptr, order = _csr(men_entity, n_ent)
         self._men_chunk = men_chunk[order]
+        self._men_entity = men_entity[order]  # aligned with _men_chunk: the walk needs both ends
+
+        # SYNONYM edges (near entity names, written by index builds since synonym edges exist; an older graph
+        # has none). Only the random walk of the ``ppr`` chunk ranking reads them.
+        syn = tables.get("SYNONYM")
+        self._syn_a = _ints(syn, "a") if syn is not None else np.zeros(0, np.int64)
+        self._syn_b = _ints(syn, "b") if syn is not None else np.zeros(0, np.int64)
+        self._syn_score = (syn["score"].to_numpy().astype(np.float64) if syn is not None and syn.num_rows
+                           else np.zeros(0))
+
+    def arrays(self) -> ResidentArrays:
+        """Everything held, as shared read-only views (no copy)."""
+        return ResidentArrays(
+            entity_keys=self._entity_keys, entities=self._entities, chunk_ids=self._chunk_ids, chunks=self._chunks,
+            adj_ptr=self._adj_ptr, adj_other=self._adj_other, adj_edge=self._adj_edge, edges=self._rel_props,
+            edge_source=self._rel_a, mention_ptr=self._men_ptr, mention_chunk=self._men_chunk,
+        )
 
     # -- reads held in memory ------------------------------------------------------------------------
 
@@ -226,6 +274,42 @@ class ResidentGraph:
 
     def entity_degree(self, keys: Iterable[str]) -> dict[str, int]:
         return {k: int(self._degree[i]) for k in unique_in_order(keys) if (i := self._entity_of.get(k)) is not None}
+
+    # -- the arrays a random walk needs (chunk ranking ``ppr``) -------------------------------------------
+
+    def walk_edges(self) -> WalkEdges:
+        return WalkEdges(
+            n_entities=len(self._entity_keys), n_chunks=len(self._chunk_ids),
+            related=(self._rel_a, self._rel_b),
+            mentions=(self._men_chunk, self._men_entity),
+            synonyms=(self._syn_a, self._syn_b, self._syn_score),
+        )
+
+    def entity_offsets(self, keys: Iterable[str]) -> list[int | None]:
+        return [self._entity_of.get(k) for k in keys]
+
+    def chunk_offsets(self, ids: Iterable[str]) -> list[int | None]:
+        return [self._chunk_of.get(c) for c in ids]
+
+    def entity_keys_at(self, offsets: Iterable[int]) -> list[str]:
+        return [self._entity_keys[i] for i in offsets]
+
+    def chunk_ids_at(self, offsets: Iterable[int]) -> list[str]:
+        return [self._chunk_ids[i] for i in offsets]
+
+    def synonym_count(self) -> int:
+        return len(self._syn_a)
+
+    def document_chunks(self) -> list[tuple[str, np.ndarray]]:
+        """(document title, offsets of its chunks) per document that has chunks."""
+        if not self._chunk_ids:
+            return []
+        doc_of = self._chunks["doc_id"].to_pylist()
+        by_doc: dict[str, list[int]] = {}
+        for i, d in enumerate(doc_of):
+            by_doc.setdefault(d, []).append(i)
+        return [(self._docs.get(d, {}).get("doc_title") or "", np.asarray(rows, dtype=np.int64))
+                for d, rows in by_doc.items()]
 
     # -- everything else: the store of record ------------------------------------------------------
 

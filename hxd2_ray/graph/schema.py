@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-__all__ = ["CHUNKS", "DOCUMENTS", "ENTITIES", "RELATIONS"]
+__all__ = ["CHUNKS", "DOCUMENTS", "ENTITIES", "RELATIONS", "SYNONYMS"]
 
 DOCUMENTS = pa.schema(
     [
@@ -57,3 +57,6 @@ RELATIONS = pa.schema(
         ("mention_count", pa.int64()),
     ]
 )
+
+# SYNONYM edges between entities whose names embed alike (hxd2_ray.indexing.synonyms): smaller key first.
+SYNONYMS = pa.schema([("source_key", pa.string()), ("target_key", pa.string()), ("score", pa.float64())])

@@ -33,9 +33,8 @@ import pyarrow.parquet as pq
 from hxd2_ray.errors import IndexNotFoundError
 from hxd2_ray.indexing import tables
 from hxd2_ray.indexing.corpus import derive_documents, sources_from_documents
-from hxd2_ray.indexing.manifest import IndexManifest, utc_now_iso
+from hxd2_ray.indexing.manifest import GENERATIONS_DIR, IndexManifest, generation_dir, utc_now_iso
 
-GENERATIONS_DIR = "generations"
 TABLES_DIR = "tables"
 QUERY_FILES = ("graph.kuzu", "vectors")  # what a reader opens, relative to a generation's folder
 HISTORY_LIMIT = 200
@@ -59,11 +58,6 @@ def next_generation_id(current: IndexManifest | None) -> str:
     if current is None or not current.generation:
         return generation_id(1)
     return generation_id(int(current.generation.lstrip("g")) + 1)
-
-
-def generation_dir(generation: str) -> str:
-    """The generation's folder relative to the index root ("" for the flat layout)."""
-    return posixpath.join(GENERATIONS_DIR, generation) if generation else ""
 
 
 def query_root(root: str, manifest: IndexManifest) -> str:

@@ -31,12 +31,15 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow.compute as pc
 
-from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id
+from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, synonym_factors
 from hxd2_ray.errors import HxdError
 from hxd2_ray.indexing import tables
 from hxd2_ray.indexing.embedding_texts import embedding_inputs
-from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, write_manifest
+from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, record_files, write_manifest
+from hxd2_ray.indexing.synonyms import synonym_edges
 from hxd2_ray.logic.metaqa import empty_chunks, empty_documents, read_triples, triples_to_tables
+from hxd2_ray.progress import NO_BOARD, NO_COUNTER, BoardCounter, StageBoard, StageCounter
+from hxd2_ray.retrieval.refusal_calibration import calibrate_build
 from hxd2_ray.wiring import build_embedder
 
 __all__ = ["KB_PROMPT_VERSION", "build_kb_index", "embed_texts", "kb_fingerprint"]
@@ -72,6 +75,7 @@ def kb_fingerprint(cfg: HxdConfig, triples_sha256: str, limit_entities: int | No
         "extraction": cfg.extraction.model_dump(mode="json", include={"max_entity_name_chars"}),
         "embedding": [embedding_model_id(cfg.embedding), cfg.embedding.dim],
         "vectors": cfg.vectors.model_dump(mode="json", include={"num_shards", "index_type"}),
+        "synonyms": synonym_factors(cfg.synonyms),
     }
     blob = json.dumps(factors, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
@@ -85,6 +89,7 @@ def embed_texts(
     log_every: int = 20,
     progress: Progress | None = _log,
     max_retries: int = 2,
+    counter: StageCounter = NO_COUNTER,
 ) -> np.ndarray:
     """Embed ``texts`` (assumed distinct) in batches, shortest first; rows come back in input order.
 
@@ -113,6 +118,7 @@ def embed_texts(
                     raise HxdError(f"embedding batch {b + 1}/{n_batches} failed after {max_retries + 1} "
                                    f"attempts: {type(exc).__name__}: {exc}") from exc
         out[idx] = vectors
+        counter.add(done=len(batch))
         done = b + 1
         if progress is not None and (done % max(1, log_every) == 0 or done == n_batches):
             n = min(done * batch_size, len(texts))
@@ -164,6 +170,7 @@ def build_kb_index(
     batch_size: int = DEFAULT_EMBED_CALL_SIZE,
     log_every: int = 2,
     embedder: Any = None,
+    board: StageBoard = NO_BOARD,
 ) -> dict[str, Any]:
     """Build a queryable index from a triple file at the local folder ``output_dir``; returns the summary
     (also written as ``index_summary.json``).
@@ -173,10 +180,10 @@ def build_kb_index(
     Refuses an ``output_dir`` that holds anything (an index or not) unless ``overwrite``.
     ``batch_size``: texts per embedder call (the embedder splits it into ``embedding.batch_size`` model
     batches); a progress line every ``log_every`` calls. ``embedder``: an already-built embedder (default
-    ``wiring.build_embedder(cfg.embedding)``).
+    ``wiring.build_embedder(cfg.embedding)``). ``board``: the stages (read, embed, graph, vectors) as they run.
     """
     from hxd2_ray.graph.kuzu_store import load_graph
-    from hxd2_ray.vectors.faiss_index import write_family
+    from hxd2_ray.vectors.faiss_index import FaissFamilyIndex, write_family
 
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
@@ -195,11 +202,14 @@ def build_kb_index(
 
     # ------------------------------------------------------------------ triples -> tables
     t0 = time.perf_counter()
+    board.begin("read", unit="triples")
     digest = file_sha256(triples_path)
     malformed: list[str] = []
     triples = read_triples(triples_path, limit_entities=limit_entities, cfg=cfg.extraction, malformed=malformed)
     entities, relations = triples_to_tables(triples, cfg=cfg.extraction)
     seconds["read"] = round(time.perf_counter() - t0, 3)
+    board.add("read", done=len(triples), malformed=len(malformed))
+    board.end("read", f"{entities.num_rows:,} entities, {relations.num_rows:,} edges")
     say(f"read {len(triples):,} triples ({len(malformed):,} malformed lines skipped) -> "
         f"{entities.num_rows:,} entities, {relations.num_rows:,} edges in {seconds['read']:.1f}s")
     if entities.num_rows == 0:
@@ -217,21 +227,21 @@ def build_kb_index(
     del position
     say(f"embedding {len(distinct):,} distinct texts for {len(all_texts):,} vectors "
         f"({embedding_model_id(cfg.embedding)}, dim {cfg.embedding.dim})")
-    vectors = embed_texts(embedder, distinct, batch_size=batch_size, log_every=log_every, progress=progress)
+    board.begin("embed", total=len(distinct), unit="texts")
+    vectors = embed_texts(embedder, distinct, batch_size=batch_size, log_every=log_every, progress=progress,
+                          counter=BoardCounter(board, "embed"))
     seconds["embed"] = round(time.perf_counter() - t0, 3)
+    board.end("embed", f"for {len(all_texts):,} vectors")
 
     # ------------------------------------------------------------------ write into a temp folder
     t0 = time.perf_counter()
     output.parent.mkdir(parents=True, exist_ok=True)
     build_dir = Path(tempfile.mkdtemp(prefix=f".{output.name}.building-", dir=output.parent))
     try:
-        counts = load_graph(build_dir / "graph.kuzu", empty_documents(), empty_chunks(), entities, relations)
-        seconds["graph"] = round(time.perf_counter() - t0, 3)
-        say(f"graph loaded: {counts['entities']:,} entities, {counts['relations']:,} edges "
-            f"in {seconds['graph']:.1f}s")
-        t0 = time.perf_counter()
+        board.begin("vectors", total=len(tables.VECTOR_FAMILIES), unit="families")
         families: dict[str, dict[str, Any]] = {}
         fam_col = inputs.column("family")
+        name_vectors: tuple[list[str], np.ndarray] = ([], np.zeros((0, cfg.embedding.dim), np.float32))
         for family in tables.VECTOR_FAMILIES:
             mask = pc.equal(fam_col, family)
             keys = inputs.column("key").filter(mask).to_pylist()
@@ -239,8 +249,33 @@ def build_kb_index(
             arr = vectors[rows] if keys else np.zeros((0, cfg.embedding.dim), np.float32)
             info = write_family(build_dir, family, keys, arr, cfg.vectors)
             families[family] = info.to_dict()
+            if family == "entity_name":
+                name_vectors = (keys, arr)
             say(f"vector family {family}: {info.count:,} vectors ({info.index_type}, {info.num_shards} shards)")
+            board.add("vectors", done=1)
+        board.end("vectors")
         seconds["vectors"] = round(time.perf_counter() - t0, 3)
+
+        t0 = time.perf_counter()
+        name_family = FaissFamilyIndex.open(build_dir, "entity_name")
+        try:
+            synonyms = synonym_edges(*name_vectors, name_family, cfg.synonyms, progress=progress)
+        finally:
+            name_family.close()
+        seconds["synonyms"] = round(time.perf_counter() - t0, 3)
+        say(f"{synonyms.num_rows:,} synonym edges in {seconds['synonyms']:.1f}s")
+
+        t0 = time.perf_counter()
+        board.begin("graph")
+        counts = load_graph(build_dir / "graph.kuzu", empty_documents(), empty_chunks(), entities, relations,
+                            synonyms=synonyms)
+        board.end("graph", f"{counts['entities']:,} entities, {counts['relations']:,} edges")
+        seconds["graph"] = round(time.perf_counter() - t0, 3)
+        say(f"graph loaded: {counts['entities']:,} entities, {counts['relations']:,} edges "
+            f"in {seconds['graph']:.1f}s")
+        # A KB has no chunks: its questions are made from the edge descriptions ("S --rel--> O").
+        refusal = calibrate_build(build_dir, cfg, relations.column("description"), embedder=embedder,
+                                  progress=progress)
 
         fingerprint = kb_fingerprint(cfg, digest, limit_entities)
         summary: dict[str, Any] = {
@@ -265,6 +300,9 @@ def build_kb_index(
             "relations": counts["relations"],
             "embedded_texts": len(distinct),
             "vectors": {f: info.get("count", 0) for f, info in families.items()},
+            "synonym_edges": synonyms.num_rows,
+            "synonyms": synonym_factors(cfg.synonyms),
+            "refusal_calibration": refusal,
             "seconds_per_stage": seconds,
         }
         summary["seconds_total"] = round(time.perf_counter() - started, 3)
@@ -279,6 +317,9 @@ def build_kb_index(
             counts={k: summary[k] for k in ("documents", "chunks", "entities", "relations")},
             vector_families=families,
             config=cfg.model_dump(mode="json"),
+            files=record_files(build_dir),
+            synonyms={**synonym_factors(cfg.synonyms), "edges": synonyms.num_rows},
+            refusal=refusal if refusal and "error" not in refusal else None,
         )
         write_manifest(build_dir, manifest)  # last file of the build
         read_manifest(build_dir)

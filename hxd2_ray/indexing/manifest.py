@@ -2,7 +2,8 @@
 
 Readers open ``<root>/manifest.json`` before anything else; a crash mid-build leaves no manifest and the
 index reads as missing rather than half-there. The manifest also records the models, dimension and
-schema versions the query side must match.
+schema versions the query side must match, and the size and sha256 of every file the query side reads
+(``files``), so a truncated graph or a missing shard is named before Kùzu or Faiss trips over it.
 
 Format 2 adds generations: the query files of an index built or changed by the index job live in
 ``<root>/generations/<id>/`` and the manifest names the current one (``generation``), its parent and the history,
@@ -13,9 +14,12 @@ and of ``hxd2 index-kb``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import posixpath
 import tempfile
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
@@ -25,11 +29,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import hxd2_ray
 from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id
-from hxd2_ray.errors import IndexMismatchError, IndexNotFoundError
+from hxd2_ray.errors import IndexDamagedError, IndexMismatchError, IndexNotFoundError
 from hxd2_ray.graph.base import GRAPH_SCHEMA_VERSION
 
 MANIFEST_FORMAT_VERSION = 2
 MANIFEST_NAME = "manifest.json"
+GENERATIONS_DIR = "generations"
+
+
+def generation_dir(generation: str) -> str:
+    """The generation's folder relative to the index root ("" for the flat layout)."""
+    return posixpath.join(GENERATIONS_DIR, generation) if generation else ""
 
 
 class IndexManifest(BaseModel):
@@ -52,6 +62,14 @@ class IndexManifest(BaseModel):
     parent_generation: str = ""  # the generation this one was made from ("" for a build from scratch)
     # Every generation of this index, oldest first: {"id", "parent", "created_at", "kind", "change": {...}}.
     generations: list[dict[str, Any]] = Field(default_factory=list)
+    # The current generation's files: path relative to that generation's folder (the index root in the flat
+    # layout) -> {"size": bytes, "sha256": hex}; empty in manifests older than checksums
+    files: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # SYNONYM edges of the graph: the settings that made them and how many ({} for an index built before them).
+    synonyms: dict[str, Any] = Field(default_factory=dict)
+    # The refusal threshold calibrated on this index when it was built (hxd2_ray.retrieval.refusal_calibration):
+    # rule, threshold, precision/recall/F1 and the question sets; None when it was not calibrated.
+    refusal: dict[str, Any] | None = None
 
     @classmethod
     def create(
@@ -68,9 +86,16 @@ class IndexManifest(BaseModel):
         generation: str = "",
         parent_generation: str = "",
         generations: list[dict[str, Any]] | None = None,
+        files: Mapping[str, Mapping[str, Any]] | None = None,
+        synonyms: Mapping[str, Any] | None = None,
+        refusal: Mapping[str, Any] | None = None,
     ) -> "IndexManifest":
-        """A manifest stamped now, with this version's format, graph schema and package version."""
+        """A manifest stamped now, with this version's format, graph schema and package version.
+
+        ``files``: :func:`record_files` of the finished generation's folder (sizes and checksums)."""
         return cls(
+            synonyms=dict(synonyms or {}),
+            refusal=dict(refusal) if refusal is not None else None,
             fingerprint=fingerprint,
             prompt_version=prompt_version,
             llm_model_id=llm_model_id,
@@ -82,6 +107,7 @@ class IndexManifest(BaseModel):
             generation=generation,
             parent_generation=parent_generation,
             generations=list(generations or []),
+            files={k: dict(v) for k, v in (files or {}).items()},
         )
 
 
@@ -201,3 +227,75 @@ def check_compatible(manifest: IndexManifest, embedding_model_id: str, dim: int)
             f"the index has graph schema version {manifest.graph_schema_version} but this hxd2_ray reads "
             f"version {GRAPH_SCHEMA_VERSION}; rebuild the index"
         )
+
+
+# --------------------------------------------------------------------------------------------- file checks
+
+# What the query side reads, relative to the index root: the graph and every vector family's files.
+QUERY_FILE_ROOTS = ("graph.kuzu", "vectors")
+_HASH_BLOCK = 1 << 20
+
+
+def _sha256(stream: Any) -> str:
+    h = hashlib.sha256()
+    for block in iter(lambda: stream.read(_HASH_BLOCK), b""):
+        h.update(block)
+    return h.hexdigest()
+
+
+def record_files(root: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """Size and sha256 of every file under ``root`` that the query side reads (``graph.kuzu``, ``vectors/``)."""
+    base = Path(root)
+    out: dict[str, dict[str, Any]] = {}
+    for top in QUERY_FILE_ROOTS:
+        path = base / top
+        paths = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for p in paths:
+            with open(p, "rb") as fh:
+                out[p.relative_to(base).as_posix()] = {"size": p.stat().st_size, "sha256": _sha256(fh)}
+    return out
+
+
+@dataclass(frozen=True)
+class FileDamage:
+    file: str  # relative to the index root
+    problem: str
+
+
+def find_damage(root: str | os.PathLike[str], manifest: IndexManifest, *, checksums: bool = False,
+                filesystem: pafs.FileSystem | None = None, only: tuple[str, ...] | None = None) -> list[FileDamage]:
+    """Files whose presence, size (always) or sha256 (with ``checksums``) differ from the manifest's record.
+
+    ``root`` is the index root; the files are those of the manifest's current generation. ``only``: check just the
+    files equal to or under these paths relative to the generation's folder (``vectors/chunk/``)."""
+    fs, base = _resolve(root, filesystem)
+    fs = fs or pafs.LocalFileSystem()
+    names = sorted(n for n in manifest.files if only is None or any(n == o or n.startswith(o) for o in only))
+    # Recorded relative to the current generation's folder; named relative to the index root.
+    shown = [posixpath.join(generation_dir(manifest.generation), n) for n in names]
+    infos = fs.get_file_info([posixpath.join(base, n) for n in shown]) if names else []
+    damage = []
+    for key, name, info in zip(names, shown, infos, strict=True):
+        want = manifest.files[key]
+        if info.type != pafs.FileType.File:
+            damage.append(FileDamage(name, f"{name} is missing"))
+        elif info.size != want.get("size"):
+            damage.append(FileDamage(name, f"{name} has {info.size} bytes, the manifest recorded {want.get('size')}"
+                                           + (" (truncated)" if (info.size or 0) < (want.get("size") or 0) else "")))
+        elif checksums and want.get("sha256"):
+            with fs.open_input_stream(info.path) as fh:
+                got = _sha256(fh)
+            if got != want["sha256"]:
+                damage.append(FileDamage(name, f"{name} has sha256 {got[:16]}…, the manifest recorded "
+                                               f"{str(want['sha256'])[:16]}…"))
+    return damage
+
+
+def check_files(root: str | os.PathLike[str], manifest: IndexManifest, *, location: str, checksums: bool = False,
+                filesystem: pafs.FileSystem | None = None, only: tuple[str, ...] | None = None) -> None:
+    """Raise :class:`IndexDamagedError` naming the damaged files (sizes always; sha256 with ``checksums``)."""
+    damage = find_damage(root, manifest, checksums=checksums, filesystem=filesystem, only=only)
+    if damage:
+        more = f" (and {len(damage) - 1} more damaged files)" if len(damage) > 1 else ""
+        raise IndexDamagedError(f"index at {location} is damaged: {damage[0].problem}{more}; rebuild the index or "
+                                f"copy it again whole (hxd2 index verify --index {location} lists every file)")

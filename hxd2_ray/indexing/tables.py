@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from hxd2_ray.graph.schema import CHUNKS, DOCUMENTS, ENTITIES, RELATIONS
+from hxd2_ray.graph.schema import CHUNKS, DOCUMENTS, ENTITIES, RELATIONS, SYNONYMS
 
 __all__ = [
     "CHUNKS",
@@ -21,6 +21,7 @@ __all__ = [
     "MERGED_CHUNKS",
     "RELATIONS",
     "SOURCES",
+    "SYNONYMS",
     "TEXT_VECTORS",
     "VECTOR_FAMILIES",
 ]
@@ -83,3 +84,5 @@ EMBEDDINGS = pa.schema(
 TEXT_VECTORS = pa.schema([("text_key", pa.string()), ("vector", pa.list_(pa.float32()))])
 
 VECTOR_FAMILIES = ("entity_name", "entity_mix", "relation_keywords", "relation_mix", "chunk")
+
+# Entity pairs whose name vectors are near (hxd2_ray.indexing.synonyms); loaded as SYNONYM edges of the graph.

@@ -11,6 +11,8 @@ import json
 import os
 import posixpath
 import re
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Iterable
 from urllib.parse import urlparse
 
@@ -19,6 +21,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from hxd2_ray.config import IngestConfig, S3Config
+from hxd2_ray.errors import EmptyCorpusError
+from hxd2_ray.ingest.listing import InputListing, walk_inputs
+from hxd2_ray.text_validation import surrogate_reason
 from hxd2_ray.types import Document, QuarantinedFile, content_hash
 
 S3_SCHEME = "s3://"
@@ -30,7 +35,6 @@ RECORD_SUFFIXES = (".json", ".jsonl", ".parquet")
 _CONTROL_RATIO = 0.10
 _SNIFF_BYTES = 8192
 _CONTROL_BYTES = frozenset(range(0x20)) - {0x08, 0x09, 0x0A, 0x0C, 0x0D, 0x1B} | {0x7F}
-_GLOB_CHARS = re.compile(r"[*?\[]")
 _ATX_H1 = re.compile(r"^ {0,3}#[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 
@@ -52,11 +56,11 @@ def resolve_filesystem(uri: str, s3: S3Config) -> tuple[pafs.FileSystem, str]:
 
 
 def open_output_filesystem(uri: str, s3: S3Config) -> tuple[pafs.FileSystem, str]:
-    """Like :func:`resolve_filesystem`, for an output folder: a local folder is created; an S3 bucket must exist."""
-    fs, path = resolve_filesystem(uri, s3)
-    if isinstance(fs, pafs.LocalFileSystem):
-        fs.create_dir(path, recursive=True)
-    return fs, path
+    """Like :func:`resolve_filesystem`, for an output folder: checked and created by
+    :func:`hxd2_ray.indexing.output.open_output` (an ``OutputError`` says what is wrong with it)."""
+    from hxd2_ray.indexing.output import open_output
+
+    return open_output(uri, s3)
 
 
 def _s3_filesystem(s3: S3Config) -> pafs.S3FileSystem:
@@ -77,10 +81,6 @@ def _s3_filesystem(s3: S3Config) -> pafs.S3FileSystem:
     return pafs.S3FileSystem(**kwargs)
 
 
-def _to_uri(fs: pafs.FileSystem, path: str) -> str:
-    return S3_SCHEME + path if isinstance(fs, pafs.S3FileSystem) else path
-
-
 # --------------------------------------------------------------------------------------------- listing
 
 
@@ -88,87 +88,49 @@ def list_input_files(uri: str, cfg: IngestConfig, s3: S3Config) -> list[str]:
     """Files under ``uri`` (a file, a folder searched recursively, or a glob with ``*``/``**``/``?``), sorted.
 
     Names come back in the input's form (``s3://bucket/key`` or an absolute local path); pass each one to
-    :func:`resolve_filesystem` to read it. Hidden files and folders (dot-names) below the root are skipped, and
-    every other file is listed whatever its suffix so that :func:`read_documents` can quarantine it visibly.
-    A missing file or folder raises ``FileNotFoundError``; a glob matching nothing gives an empty list.
+    :func:`resolve_filesystem` to read it. The walk is :func:`hxd2_ray.ingest.listing.walk_inputs` (real paths
+    visited once, index folders and hidden names skipped); what it cannot read is dropped here, so call
+    ``walk_inputs`` when the quarantine rows matter. A missing file or folder raises ``FileNotFoundError``.
     """
     del cfg  # suffix filtering is read_documents' job: unsupported files are quarantined, not silently dropped
-    fs, path = resolve_filesystem(uri, s3)
-    if _GLOB_CHARS.search(path):
-        return [_to_uri(fs, p) for p in _glob(fs, path)]
-    info = fs.get_file_info(path)
-    if info.type == pafs.FileType.File:
-        return [_to_uri(fs, path)]
-    if info.type != pafs.FileType.Directory:
-        raise FileNotFoundError(f"input not found: {uri}")
-    return [_to_uri(fs, p) for p in _walk(fs, path)]
+    return walk_inputs(uri, s3).files
 
 
-def _walk(fs: pafs.FileSystem, root: str) -> list[str]:
-    selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
-    out = []
-    for info in fs.get_file_info(selector):
-        if info.type != pafs.FileType.File:
-            continue
-        rel = _relative(info.path, root)
-        if any(part.startswith(".") for part in rel.split("/")):
-            continue
-        out.append(info.path)
-    return sorted(out)
+@dataclass
+class InputSelection:
+    """An input walked and prechecked from names and sizes alone: what to read and what is already rejected."""
+
+    files: list[str]  # every listed file, in the input's URI form
+    infos: list[pafs.FileInfo]  # their sizes and times (the input fingerprint)
+    readable: list[str]  # the files worth fetching
+    rejected: list[QuarantinedFile]  # the walker's rows and the precheck's
+    listing: InputListing
 
 
-def _relative(path: str, root: str) -> str:
-    return path[len(root):].lstrip("/") if root and path.startswith(root) else path
+def select_inputs(uri: str, cfg: IngestConfig, s3: S3Config, exclude: tuple[str, ...] = ()) -> InputSelection:
+    """Walk ``uri`` (never entering ``exclude``) and precheck every file; raise when nothing is left to read.
 
-
-def _glob(fs: pafs.FileSystem, pattern: str) -> list[str]:
-    parts = pattern.split("/")
-    first_glob = next(i for i, part in enumerate(parts) if _GLOB_CHARS.search(part))
-    base = "/".join(parts[:first_glob])
-    if pattern.startswith("/") and not base:
-        base = "/"
-    regex = _glob_regex(parts[first_glob:])
-    root_info = fs.get_file_info(base) if base else None
-    if root_info is not None and root_info.type != pafs.FileType.Directory:
-        return []
-    matches = []
-    for path in _walk(fs, base):
-        rel = _relative(path, base)
-        if regex.fullmatch(rel):
-            matches.append(path)
-    return matches
-
-
-def _glob_regex(parts: list[str]) -> re.Pattern[str]:
-    """``**`` spans any number of folders (zero included); ``*``, ``?`` and ``[..]`` stay inside one name."""
-    out = []
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if part == "**":
-            out.append(".*" if last else "(?:[^/]+/)*")
-            continue
-        j, piece = 0, []
-        while j < len(part):
-            c = part[j]
-            if c == "*":
-                piece.append("[^/]*")
-            elif c == "?":
-                piece.append("[^/]")
-            elif c == "[":
-                k = part.find("]", j + 2)
-                if k < 0:
-                    piece.append(re.escape(c))
-                else:
-                    body = part[j + 1:k]
-                    if body.startswith("!"):
-                        body = "^" + body[1:]
-                    piece.append(f"[{body}]")
-                    j = k
-            else:
-                piece.append(re.escape(c))
-            j += 1
-        out.append("".join(piece) + ("" if last else "/"))
-    return re.compile("".join(out))
+    ``FileNotFoundError`` for a missing input, :class:`EmptyCorpusError` when no file (or none that could be
+    read) is there: both before any work starts, so a rejected input leaves nothing behind.
+    """
+    listing = walk_inputs(uri, s3, exclude=exclude)
+    if not listing.files and not listing.quarantined:
+        raise EmptyCorpusError(f"no input files under {uri}{listing.describe_exclusions()}")
+    infos: list[pafs.FileInfo] = []
+    if listing.files:
+        fs, _ = resolve_filesystem(listing.files[0], s3)
+        infos = fs.get_file_info([resolve_filesystem(f, s3)[1] for f in listing.files])
+    rejected = list(listing.quarantined)
+    readable = []
+    for file_uri, info in zip(listing.files, infos, strict=True):
+        verdict = precheck(file_uri, info.size, cfg)
+        (rejected.append(verdict) if verdict else readable.append(file_uri))
+    if not readable:
+        reasons = Counter(q.reason for q in rejected)
+        raise EmptyCorpusError(
+            f"no readable input file under {uri}: {len(rejected)} rejected "
+            f"({', '.join(f'{k}: {v}' for k, v in sorted(reasons.items()))}); no index was written")
+    return InputSelection(files=listing.files, infos=infos, readable=readable, rejected=rejected, listing=listing)
 
 
 def precheck(path: str, size: int | None, cfg: IngestConfig) -> QuarantinedFile | None:
@@ -188,9 +150,10 @@ def precheck(path: str, size: int | None, cfg: IngestConfig) -> QuarantinedFile 
 
 def load_documents(uri: str, cfg: IngestConfig, s3: S3Config) -> tuple[list[Document], list[QuarantinedFile]]:
     """List ``uri`` and read every file in this process (the serial path; Ray jobs call read_documents per file)."""
+    listing = walk_inputs(uri, s3)
     docs: list[Document] = []
-    quarantined: list[QuarantinedFile] = []
-    for file_uri in list_input_files(uri, cfg, s3):
+    quarantined: list[QuarantinedFile] = list(listing.quarantined)
+    for file_uri in listing.files:
         fs, path = resolve_filesystem(file_uri, s3)
         try:
             rejected = precheck(file_uri, fs.get_file_info(path).size, cfg)
@@ -372,6 +335,10 @@ def _records(
         if not isinstance(rec, dict):
             bad.append(QuarantinedFile(path, "malformed_json", f"{prefix}a {type(rec).__name__}, not an object"))
             continue
+        bad_text = surrogate_reason([rec.get(cfg.text_field), rec.get(cfg.id_field), rec.get(cfg.title_field)])
+        if bad_text:  # a JSON "\ud800" escape: no encoder (Arrow, the chunker, the models) accepts it
+            bad.append(QuarantinedFile(path, "undecodable", f"{prefix}{bad_text}"))
+            continue
         text = rec.get(cfg.text_field)
         if not isinstance(text, str) or not text:
             what = "missing" if text is None else ("empty" if text == "" else f"a {type(text).__name__}")
@@ -402,4 +369,5 @@ __all__ = [
     "precheck",
     "read_documents",
     "resolve_filesystem",
+    "select_inputs",
 ]

@@ -1,4 +1,7 @@
-"""MetaQA (and any ``subject|relation|object`` triple file) straight into the graph, plus the question files.
+"""MetaQA (and any ``subject|relation|object`` triple file) straight into the graph.
+
+The question files are read by :func:`hxd2_ray.evaluation.datasets.load_metaqa`, the project's one MetaQA question
+loader.
 
 No NER: every subject and object becomes an entity with ``key = entity_key(name)`` (the merge stage's
 normaliser, so a question's name links exactly), and every triple becomes a fact on the ``RELATED`` edge of
@@ -27,7 +30,6 @@ import os
 import re
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Collection, Iterable, Iterator, Mapping
 
 import pyarrow as pa
@@ -39,13 +41,11 @@ from hxd2_ray.logic.facts import directed_fact_line
 
 __all__ = [
     "METAQA_OBJECT_TYPES",
-    "MetaQAQuestion",
     "Triple",
     "build_graph",
     "empty_chunks",
     "empty_documents",
     "load_kb_triples",
-    "load_questions",
     "read_triples",
     "triples_to_tables",
 ]
@@ -248,58 +248,3 @@ def build_graph(graph_path: str | os.PathLike[str], entities: pa.Table, relation
     from hxd2_ray.graph.kuzu_store import load_graph
 
     return load_graph(graph_path, empty_documents(), empty_chunks(), entities, relations)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Questions
-
-_TOPIC_RE = re.compile(r"\[([^\[\]]+)\]")
-
-
-@dataclass(frozen=True, slots=True)
-class MetaQAQuestion:
-    text: str  # as in the file, with the topic entity in [brackets]
-    answers: tuple[str, ...]
-    qtype: str = ""  # e.g. movie_to_director_to_movie (fixture files; qa_dev_qtype.txt)
-    hops: int | None = None  # from the folder name "<h>-hop", when there is one
-
-    @property
-    def topic(self) -> str:
-        m = _TOPIC_RE.search(self.text)
-        return m.group(1) if m else ""
-
-    @property
-    def plain(self) -> str:
-        """The question without the brackets around the topic entity."""
-        return _TOPIC_RE.sub(lambda m: m.group(1), self.text)
-
-
-def load_questions(
-    path: str | os.PathLike[str],
-    *,
-    qtype_path: str | os.PathLike[str] | None = None,
-    limit: int | None = None,
-) -> list[MetaQAQuestion]:
-    """``qa_dev.txt`` (question TAB answers) or ``fixture_dev_200_reachable.tsv`` (question TAB answers TAB
-    qtype); answers are ``|``-separated. ``qtype_path``: a line-aligned ``qa_dev_qtype.txt``."""
-    p = Path(path)
-    m = re.match(r"(\d+)-hop$", p.parent.name)
-    hops = int(m.group(1)) if m else None
-    qtypes: list[str] | None = None
-    if qtype_path is not None:
-        qtypes = [ln.strip() for ln in Path(qtype_path).read_text(encoding="utf-8").splitlines()]
-    out: list[MetaQAQuestion] = []
-    with open(p, encoding="utf-8") as fh:
-        for i, line in enumerate(fh):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            fields = line.split("\t")
-            if len(fields) < 2:
-                raise ValueError(f"{p}:{i + 1}: expected question TAB answers, got {line[:120]!r}")
-            answers = tuple(a.strip() for a in fields[1].split("|") if a.strip())
-            qtype = fields[2].strip() if len(fields) > 2 else (qtypes[i] if qtypes and i < len(qtypes) else "")
-            out.append(MetaQAQuestion(fields[0].strip(), answers, qtype, hops))
-            if limit is not None and len(out) >= limit:
-                break
-    return out

@@ -26,6 +26,10 @@ Modes (:data:`MODES`):
   configured, runs and is recorded but does not gate; a failed plan is answered with a message naming the reason
   (path ``logic_form_failed``).
 * ``dual``: dual-level retrieval and a grounded answer (path ``dual_level``).
+* ``graphflow``: the learned graph walk alone (:mod:`hxd2_ray.retrieval.graph_walk`): the ranked entities it
+  reaches are the answer (no LLM), a passage policy's chunks the references; nothing reached is answered with the
+  reason (path ``graphflow_failed``). With ``multistage.graph_walk`` the walk is also a step of ``auto`` between
+  the logic form and the dual-level fallback.
 * ``llm_only``: the question to the LLM, no retrieval (the paper's baseline).
 * ``chunk_vector`` / ``dual_retrieval``: retrieval only, no generation (passage recall): the question's
   embedding against the chunk vectors, or dual-level retrieval's budgeted chunks; references in rank order.
@@ -48,6 +52,7 @@ from hxd2_ray.errors import HxdError
 from hxd2_ray.llm.base import LLMClient, LLMRequest
 from hxd2_ray.llm.streaming import StreamOutcome, stream_completion
 from hxd2_ray.retrieval.budget import ContextLimits
+from hxd2_ray.retrieval.graph_walk import GraphWalkStep, WalkOutcome
 from hxd2_ray.retrieval.index import OpenIndex
 from hxd2_ray.retrieval.intent import Intent, IntentClassifier, MultiStagePromptSet, fill, system_text
 from hxd2_ray.retrieval.logic_form import LogicFormStep
@@ -68,10 +73,10 @@ from hxd2_ray.retrieval.run_trace import RunTrace
 
 __all__ = ["MODES", "PATHS", "RETRIEVAL_ONLY_MODES", "ModeUnavailableError", "QueryFlow"]
 
-MODES = ("auto", "auto_post", "logic", "dual", "llm_only", "chunk_vector", "dual_retrieval")
+MODES = ("auto", "auto_post", "logic", "dual", "llm_only", "chunk_vector", "dual_retrieval", "graphflow")
 RETRIEVAL_ONLY_MODES = ("chunk_vector", "dual_retrieval")
 PATHS = ("direct", "refused", "logic_form", "dual_level", "logic_form_failed", "llm_only", "chunk_vector",
-         "dual_retrieval")
+         "dual_retrieval", "graphflow", "graphflow_failed")
 CHUNK_VECTOR_K = 20  # chunks a chunk_vector query returns: enough for recall@k up to ~10 distinct passages
 
 
@@ -94,6 +99,7 @@ class QueryFlow:
         index: OpenIndex | None = None,
         embedder: Embedder | None = None,
         logic: LogicFormStep | None = None,
+        walk: GraphWalkStep | None = None,
         intent: IntentClassifier | None = None,
         refusal_gate: RefusalGate | None = None,
         cfg: MultiStageConfig | None = None,
@@ -109,6 +115,7 @@ class QueryFlow:
         self.index = index
         self.embedder = embedder
         self.logic = logic
+        self.walk = walk
         self.intent = intent
         self.refusal_gate = refusal_gate
         self.prompts = prompts
@@ -139,6 +146,7 @@ class QueryFlow:
             "logic": [("an index", self.dual), ("the logic-form parts", self.logic)],
             "auto": [("an index", self.dual), ("the logic-form parts", self.logic)],
             "auto_post": [("an index", self.dual), ("the logic-form parts", self.logic)],
+            "graphflow": [("an index", self.index), ("a GraphFlow policy for the index", self.walk)],
         }
         missing = [what for what, part in parts[mode] if part is None]
         if mode in ("auto", "auto_post", "logic") and self.logic is not None:
@@ -201,6 +209,8 @@ class QueryFlow:
                 yield self._chunk_vector(trace, q, language)
             case "dual_retrieval":
                 yield self._dual_retrieval(trace, q)
+            case "graphflow":
+                yield from self._graphflow_mode(trace, q, gen_q, language)
 
     # ---------------------------------------------------------------------------------------- auto
 
@@ -251,7 +261,7 @@ class QueryFlow:
                          detail={"ok": not failure, "failure": failure, "seconds": round(logic.seconds, 3)})
         if failure:
             trace["verifier"] = {"mode": verifier_mode, "ran": False}
-            yield from self._dual_path(trace, q, gen_q, retrieval, f"fallback: {failure}", fallback=failure)
+            yield from self._after_logic(trace, q, gen_q, language, retrieval, failure)
             return
 
         evidence = logic.evidence
@@ -262,7 +272,7 @@ class QueryFlow:
             verdict, why = self.logic.verify(trace, "pre", q, evidence, None, language, gating=True)
             yield QueryEvent("progress", step="verifier", detail={"supported": verdict, "reason": why})
             if not verdict:
-                yield from self._dual_path(trace, q, gen_q, retrieval, f"fallback: {why}", fallback=why)
+                yield from self._after_logic(trace, q, gen_q, language, retrieval, why)
                 return
             why = "pre-check verifier said yes"
         else:
@@ -303,6 +313,34 @@ class QueryFlow:
         trace["path_reason"] = "post-check verifier said yes"
         answer = self._plain(gen_q, language, text, outcome=outcome, references=self.logic.references(evidence))
         yield self._final(trace, answer, "logic_form")
+
+    def _after_logic(self, trace: RunTrace, q: str, gen_q: str, language: str, retrieval: RetrievalResult | None,
+                     failure: str) -> Iterator[QueryEvent]:
+        """The logic form could not answer: the graph walk when configured, else (or then) dual-level."""
+        if self.cfg.graph_walk and self.walk is not None:
+            assert self.logic is not None
+            outcome = self.walk.run(trace, q)
+            yield QueryEvent("progress", step="graph_walk",
+                             detail={"ok": not outcome.failure, "failure": outcome.failure})
+            if not outcome.failure and outcome.entity_names:
+                evidence = outcome.evidence(self.walk.evidence_targets)
+                verdict, why = self.logic.verify(trace, "pre", q, evidence, None, language, gating=True)
+                yield QueryEvent("progress", step="verifier", detail={"supported": verdict, "reason": why,
+                                                                      "checked": "graph_walk"})
+                if verdict:
+                    text, outcome_llm, notices = yield from self.logic.answer_stream(trace, gen_q, language,
+                                                                                      evidence)
+                    if text:
+                        trace["path_reason"] = f"the logic form failed ({failure}); the graph walk's paths: {why}"
+                        answer = self._plain(gen_q, language, text, notices=notices, outcome=outcome_llm,
+                                             candidates=outcome.entity_names)
+                        yield self._final(trace, answer, "graphflow")
+                        return
+                    why = "the answer from the graph walk's paths was empty"
+                failure = f"{failure}; graph walk: {why}"
+            else:
+                failure = f"{failure}; graph walk: {outcome.failure or 'it reached passages, not answers'}"
+        yield from self._dual_path(trace, q, gen_q, retrieval, f"fallback: {failure}", fallback=failure)
 
     # ---------------------------------------------------------------------------------------- logic
 
@@ -411,6 +449,28 @@ class QueryFlow:
         trace["path_reason"] = reason
         yield self._final(trace, replace(final, fallback_reason=fallback), "dual_level")
 
+    def _graphflow_mode(self, trace: RunTrace, q: str, gen_q: str, language: str) -> Iterator[QueryEvent]:
+        assert self.walk is not None
+        outcome: WalkOutcome = self.walk.run(trace, q)
+        yield QueryEvent("progress", step="graph_walk", detail={"ok": not outcome.failure, "failure": outcome.failure})
+        if outcome.failure:
+            text = fill(self.prompts.for_language(language).graph_walk_failed, reason=outcome.failure)
+            trace["failure_reason"] = outcome.failure
+            trace["path_reason"] = f"mode graphflow: the walk found nothing ({outcome.failure})"
+            yield QueryEvent("delta", text=text)
+            yield self._final(trace, self._plain(gen_q, language, text, notices=(f"graph walk: {outcome.failure}",)),
+                              "graphflow_failed")
+            return
+        # The policy's ranking is the answer (MetaQA style: "first | second | ..."); chunks are the references.
+        names = outcome.entity_names
+        text = " | ".join(names)
+        if text:
+            yield QueryEvent("delta", text=text)
+        trace["path_reason"] = "mode graphflow: the ranked targets of the policy's trajectories"
+        answer = self._plain(q, language, text, references=self.walk.references(outcome.chunk_ids),
+                             candidates=names)
+        yield self._final(trace, answer, "graphflow")
+
     def _llm_only(self, trace: RunTrace, q: str, gen_q: str, language: str) -> Iterator[QueryEvent]:
         assert self.llm is not None
         request = LLMRequest(messages=({"role": "user", "content": gen_q},),
@@ -461,13 +521,14 @@ class QueryFlow:
 
     def _plain(self, question: str, language: str, text: str, keywords: Keywords | None = None, *,
                notices: tuple[str, ...] = (), outcome: StreamOutcome | None = None,
-               references: tuple[Reference, ...] = (), context: RetrievalResult | None = None) -> Answer:
+               references: tuple[Reference, ...] = (), context: RetrievalResult | None = None,
+               candidates: tuple[str, ...] = ()) -> Answer:
         """An Answer for a path that did not generate from dual-level context."""
         outcome = outcome or StreamOutcome()
         return Answer(question=question, text=text, language=language, references=references,
                       retrieval=context or self._empty_context(question, language, keywords, notices=notices),
                       prompt_tokens=outcome.prompt_tokens, completion_tokens=outcome.completion_tokens,
-                      finish_reason=outcome.finish_reason, notices=notices)
+                      finish_reason=outcome.finish_reason, notices=notices, candidates=candidates)
 
     def _final(self, trace: RunTrace, answer: Answer, path: str) -> QueryEvent:
         """The answer with its path and trace; its usage is the whole query's (every LLM call it made)."""

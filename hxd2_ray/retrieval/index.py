@@ -18,19 +18,28 @@ import hashlib
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from hxd2_ray.config import HxdConfig, RetrievalConfig, embedding_model_id
-from hxd2_ray.errors import IndexMismatchError, IndexNotFoundError
+from hxd2_ray.errors import HxdError, IndexDamagedError, IndexMismatchError, IndexNotFoundError
 from hxd2_ray.graph.base import GraphStore
 from hxd2_ray.graph.resident import open_resident
-from hxd2_ray.indexing.generations import generation_dir
-from hxd2_ray.indexing.manifest import MANIFEST_NAME, IndexManifest, check_compatible, read_manifest
+from hxd2_ray.indexing.manifest import (
+    MANIFEST_NAME,
+    IndexManifest,
+    check_compatible,
+    check_files,
+    generation_dir,
+    read_manifest,
+)
 from hxd2_ray.indexing.tables import VECTOR_FAMILIES
 from hxd2_ray.ingest.sources import resolve_filesystem
 from hxd2_ray.retrieval.fuzzy import FuzzyNameIndex
@@ -93,6 +102,10 @@ def open_index(
         manifest = read_manifest(path, filesystem=fs)
         root = _cached_copy(fs, path, location, manifest, _cache_root(cfg))
     check_compatible(manifest, embedding_model_id(cfg.embedding), cfg.embedding.dim)
+    # Sizes always (a stat per file), checksums on request: a damaged file is named before Kùzu or Faiss reads it.
+    check_files(root, manifest, location=location, checksums=cfg.retrieval.verify_checksums,
+                only=(GRAPH_NAME, *(f"vectors/{f}/" for f in families), *(f"vectors/{f}/{IDMAP_PARQUET}"
+                                                                         for f in ("entity_name", "entity_mix"))))
     if cfg.retrieval.search_threads is not None:
         _set_search_threads(cfg.retrieval.search_threads)
     return _open_local(location, root, manifest, families, cfg.retrieval)
@@ -121,17 +134,20 @@ def _open_local(
     if not graph_path.exists():
         raise IndexNotFoundError(f"index at {location} has a manifest but no {GRAPH_NAME}: copy or rebuild it whole")
     opened: dict[str, VectorIndex] = {}
-    for name in dict.fromkeys(families):
-        index = FaissFamilyIndex.open(root, name)
-        if index.count and index.dim != manifest.embedding_dim:
-            raise IndexMismatchError(
-                f"vector family {name!r} has dimension {index.dim} but the manifest says {manifest.embedding_dim}"
-            )
-        opened[name] = index
-    names = FuzzyNameIndex(_entity_keys(root))
-    store = KuzuGraphStore(graph_path, read_only=True, max_threads=retrieval.graph_threads)
     try:
-        graph = open_resident(store, retrieval.resident_graph, retrieval.resident_graph_max_mb)
+        for name in dict.fromkeys(families):
+            with _unreadable_as_damage(location, f"vector family {name!r}"):
+                index = FaissFamilyIndex.open(root, name)
+            if index.count and index.dim != manifest.embedding_dim:
+                raise IndexMismatchError(
+                    f"vector family {name!r} has dimension {index.dim} but the manifest says {manifest.embedding_dim}"
+                )
+            opened[name] = index
+        with _unreadable_as_damage(location, "the entity id map"):
+            names = FuzzyNameIndex(_entity_keys(root))
+        with _unreadable_as_damage(location, GRAPH_NAME):
+            store = KuzuGraphStore(graph_path, read_only=True, max_threads=retrieval.graph_threads)
+            graph = open_resident(store, retrieval.resident_graph, retrieval.resident_graph_max_mb)
     except BaseException:
         for ix in opened.values():
             ix.close()
@@ -139,6 +155,19 @@ def _open_local(
     closers = (graph.close, *(ix.close for ix in opened.values()))
     return OpenIndex(location=location, root=root, manifest=manifest, graph=graph, families=opened, names=names,
                      _closers=closers)
+
+
+@contextmanager
+def _unreadable_as_damage(location: str, what: str) -> Iterator[None]:
+    """What Kùzu, Faiss or Arrow raise on a damaged file (past the size check, e.g. an older manifest without
+    sizes, or a same-size corruption) becomes :class:`IndexDamagedError` naming the part."""
+    try:
+        yield
+    except HxdError:
+        raise
+    except (RuntimeError, OSError, pa.ArrowException) as exc:
+        raise IndexDamagedError(f"index at {location}: cannot read {what} ({str(exc)[:300]}); run hxd2 index verify "
+                                f"--index {location} --checksums, then rebuild or copy the index again") from None
 
 
 def _entity_keys(root: Path) -> list[str]:

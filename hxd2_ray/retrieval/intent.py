@@ -76,6 +76,7 @@ class MultiStageLanguagePrompts:
     logic_answer_system: str
     logic_answer_user: str  # {evidence}, ends with {question}
     logic_failed: str  # {reason}
+    graph_walk_failed: str  # {reason}
     empty_answer: str
     greeting_reply: str
 
@@ -136,14 +137,16 @@ def _language(lang: str, section: Any) -> MultiStageLanguagePrompts:
         logic_answer_system=text("logic_answer", "system"),
         logic_answer_user=text("logic_answer", "user"),
         logic_failed=text("logic_failed"),
+        graph_walk_failed=text("graph_walk_failed"),
         empty_answer=text("empty_answer"),
         greeting_reply=text("greeting_reply"),
     )
     for field_name in ("intent_user", "direct_user", "logic_answer_user"):
         if not getattr(prompts, field_name).endswith("{question}"):
             raise ValueError(f"multi-stage prompt file: {lang}.{field_name} must end with {{question}}")
-    for field_name, needed in (("logic_answer_user", "evidence"), ("logic_failed", "reason"), ("kb_hint", "kb"),
-                               ("intent_system", "kb"), ("direct_system", "kb")):
+    for field_name, needed in (("logic_answer_user", "evidence"), ("logic_failed", "reason"),
+                               ("graph_walk_failed", "reason"), ("kb_hint", "kb"), ("intent_system", "kb"),
+                               ("direct_system", "kb")):
         if "{" + needed + "}" not in getattr(prompts, field_name):
             raise ValueError(f"multi-stage prompt file: {lang}.{field_name} must contain {{{needed}}}")
     return prompts

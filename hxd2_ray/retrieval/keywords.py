@@ -59,6 +59,7 @@ _KEY_RE = re.compile(
 _ZH_KEY_RE = re.compile(r"(高层|高级|低层|低级)(?:关键词|关键字)?\s*[:：]\s*")
 _QUOTED_RE = re.compile(r"\"((?:[^\"\\]|\\.)*)\"|'((?:[^'\\]|\\.)*)'")
 _SPLIT_RE = re.compile(r"[,，、;；\n]")
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 
 def parse_keywords(text: str, max_keywords: int = SCHEMA_MAX_ITEMS) -> Keywords:
@@ -86,7 +87,8 @@ def clean_keywords(items: Iterable[Any], limit: int) -> tuple[str, ...]:
     """Strings only, trimmed, cut to a sane length, de-duplicated by normalised name, first ``limit``."""
     out: dict[str, str] = {}
     for item in _flatten(items):
-        word = " ".join(str(item).split()).strip(" \"'`[]{}()<>.,;:，。；：、")
+        # Lone surrogates (from a JSON "\\ud800" escape) become spaces: no encoder, embedder or Kùzu accepts them.
+        word = " ".join(_SURROGATE_RE.sub(" ", str(item)).split()).strip(" \"'`[]{}()<>.,;:，。；：、")
         if not word:
             continue
         word = word[:MAX_KEYWORD_CHARS]

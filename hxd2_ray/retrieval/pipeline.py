@@ -20,14 +20,16 @@ index itself, and the store binds them as parameters: question text is never par
 
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass, replace
-from typing import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator, Sequence
 
 from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.config import RetrievalConfig
 from hxd2_ray.embedding.base import Embedder
 from hxd2_ray.errors import BackendError
+from hxd2_ray.extraction.merge import normalize_name
 from hxd2_ray.graph.base import unique_in_order
 from hxd2_ray.indexing.manifest import check_compatible
 from hxd2_ray.llm.base import LLMClient, LLMRequest, Message
@@ -43,15 +45,22 @@ from hxd2_ray.retrieval.budget import (
 from hxd2_ray.llm.streaming import StreamOutcome, complete_one, stream_completion
 from hxd2_ray.retrieval.index import DUAL_LEVEL_FAMILIES, OpenIndex
 from hxd2_ray.retrieval.keywords import keyword_request, parse_keywords
+from hxd2_ray.retrieval.names import named_entities, title_index
+from hxd2_ray.retrieval.ppr import EdgeWeights, PropagationGraph, graph_for
 from hxd2_ray.retrieval.query_prompts import QueryLanguagePrompts, QueryPromptSet, load_query_prompts
 from hxd2_ray.retrieval.ranking import (
+    ChunkCandidate,
     RankedMatch,
     assemble_entities,
     assemble_relations,
+    calibrated_chunks,
+    dense_first,
+    dense_probabilities,
     rank_chunks,
     rank_matches,
     relation_pair_of_key,
     vector_hits,
+    walk_seeds,
 )
 from hxd2_ray.retrieval.render import (
     HEADERS,
@@ -80,6 +89,16 @@ from hxd2_ray.retrieval.results import (
 
 __all__ = ["QueryPipeline"]
 
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Matches:
+    entities: list[RankedMatch]
+    relations: list[RankedMatch]
+    chunk_scores: dict[str, float]  # the question's best top_k_chunks chunk hits (cosine)
+    dense_hits: dict[str, float] = field(default_factory=dict)  # every chunk hit above the threshold (cosine)
+
 
 @dataclass(frozen=True, slots=True)
 class _Fitted:
@@ -89,6 +108,24 @@ class _Fitted:
     tokens: SectionTokens
     dropped: SectionCounts
     messages: tuple[Message, ...]
+
+
+def drop_copied_keywords(keywords: Keywords, question: str, prompts: QueryLanguagePrompts
+                         ) -> tuple[Keywords, list[str]]:
+    """Keywords the model copied from the keyword prompt's own example: in the prompt, not in the question.
+
+    A small model often answers with the example's keywords ("Rachel Osei", "Bergen", "Halden Institute") for an
+    unrelated question; matched against the index they pull in whatever shares those names.
+    """
+    prompt = normalize_name(prompts.keywords_system + "\n" + prompts.keywords_user)
+    asked = normalize_name(question)
+    copied = [k for k in (*keywords.low_level, *keywords.high_level)
+              if (n := normalize_name(k)) and n in prompt and n not in asked]
+    if not copied:
+        return keywords, []
+    keep = set(copied)
+    return replace(keywords, low_level=tuple(k for k in keywords.low_level if k not in keep),
+                   high_level=tuple(k for k in keywords.high_level if k not in keep)), copied
 
 
 class QueryPipeline:
@@ -101,6 +138,7 @@ class QueryPipeline:
         embedder: Embedder,
         cfg: RetrievalConfig,
         prompts: QueryPromptSet | None = None,
+        reranker: Any = None,  # hxd2_ray.rerank.base.Reranker (wiring.build_reranker); None: no reranking
     ) -> None:
         # The embedder actually passed must be the one the index was built with, not just the configured one.
         check_compatible(index.manifest, embedder.model_id, embedder.dim)
@@ -120,6 +158,17 @@ class QueryPipeline:
         self.limits: ContextLimits = context_limits(int(context_length), cfg.answer_reserve_tokens,
                                                     cfg.answer_max_tokens)
         self._instruction_tokens: dict[str, int] = {}
+        self.reranker = reranker
+        # The walk graph of the ``ppr`` ranking, built once per open index (shared by every pipeline over it).
+        self._walk: PropagationGraph | None = None
+        if cfg.chunk_ranking == "ppr":
+            self._walk = graph_for(index.graph, EdgeWeights(mention=cfg.ppr_mention_weight,
+                                                            related=cfg.ppr_related_weight,
+                                                            synonym=cfg.ppr_synonym_weight,
+                                                            mention_idf=cfg.ppr_mention_idf))
+            if self._walk is None:
+                log.warning("retrieval.chunk_ranking=ppr needs the graph held in memory (retrieval.resident_graph); "
+                            "this index's graph is read through Kùzu, so chunks are ranked 'fused'")
 
     # ------------------------------------------------------------------------------------ public
 
@@ -140,10 +189,13 @@ class QueryPipeline:
         keywords, kw_notices = self.extract_keywords(q, prompts)
         notices += kw_notices
         lap("keywords")
-        entity_matches, relation_matches, chunk_scores = self._match(keywords, q, timings)
+        matches = self._match(keywords, q, timings)
         clock = time.perf_counter()
-        entities, relations, chunks = self._expand(entity_matches, relation_matches, chunk_scores)
+        ranking: dict[str, Any] = {}
+        entities, relations, chunks = self._expand(matches, q, ranking, timings)
         lap("graph")
+        if ranking.get("notice"):
+            notices.append(ranking["notice"])
         fitted = self._fit(q, language, entities, relations, chunks)
         lap("budget")
         if self.limits.notice:
@@ -153,7 +205,7 @@ class QueryPipeline:
             question=q, language=language, keywords=keywords, entities=fitted.entities,
             relations=fitted.relations, chunks=fitted.chunks, tokens=fitted.tokens,
             input_cap=self.limits.input_cap, answer_max_tokens=self.limits.answer_max_tokens,
-            dropped=fitted.dropped, notices=tuple(notices), timings_ms=timings,
+            dropped=fitted.dropped, notices=tuple(notices), timings_ms=timings, ranking=ranking,
         )
 
     def generate(self, question: str | None, context: RetrievalResult, stream: bool = False,
@@ -185,9 +237,15 @@ class QueryPipeline:
                            completion_tokens=response.completion_tokens)
         if not keywords.parsed:
             return keywords, ["the keyword reply could not be read; searched with the question only"]
+        notices = []
+        if cfg.drop_prompt_keywords:
+            keywords, copied = drop_copied_keywords(keywords, question, prompts)
+            if copied:
+                notices.append(f"dropped {len(copied)} keywords copied from the prompt's example: "
+                               + ", ".join(copied))
         if keywords.empty:
-            return keywords, ["the keyword reply held no keywords; searched with the question only"]
-        return keywords, []
+            return keywords, [*notices, "the keyword reply held no keywords; searched with the question only"]
+        return keywords, notices
 
     # --------------------------------------------------------------------------------- question
 
@@ -217,9 +275,7 @@ class QueryPipeline:
 
     # ---------------------------------------------------------------------------------- matching
 
-    def _match(
-        self, keywords: Keywords, question: str, timings: dict[str, float]
-    ) -> tuple[list[RankedMatch], list[RankedMatch], dict[str, float]]:
+    def _match(self, keywords: Keywords, question: str, timings: dict[str, float]) -> _Matches:
         cfg = self.cfg
         low, high = list(keywords.low_level), list(keywords.high_level)
         use_question = cfg.question_channel or keywords.empty
@@ -230,10 +286,10 @@ class QueryPipeline:
         t1 = time.perf_counter()
         timings["embed"] = (t1 - t0) * 1000
 
-        def search(family: str, queries: list[str]) -> list[list[tuple[str, float]]]:
+        def search(family: str, queries: list[str], k: int = cfg.search_k) -> list[list[tuple[str, float]]]:
             if not queries:
                 return []
-            return self.index.family(family).search(vectors[[row[t] for t in queries]], cfg.search_k)
+            return self.index.family(family).search(vectors[[row[t] for t in queries]], k)
 
         thr = cfg.similarity_threshold
         entity_hits: list[tuple[str, ChannelHit]] = []
@@ -250,8 +306,13 @@ class QueryPipeline:
         relation_hits = [(pair, hit) for key, hit in rel_hits if (pair := relation_pair_of_key(key)) is not None]
 
         chunk_scores: dict[str, float] = {}
-        if use_question and cfg.top_k_chunks:
-            hits = vector_hits(search("chunk", [question]), [question], "question:chunk", thr)
+        dense_hits: dict[str, float] = {}
+        walk = cfg.chunk_ranking == "ppr" and self._walk is not None
+        if use_question and (cfg.top_k_chunks or walk):
+            k = max(cfg.search_k, cfg.ppr_dense_seeds) if walk else cfg.search_k
+            hits = vector_hits(search("chunk", [question], k), [question], "question:chunk", thr)
+            for cid, hit in hits:
+                dense_hits.setdefault(cid, hit.score)
             for cid, hit in hits[: cfg.top_k_chunks]:
                 chunk_scores.setdefault(cid, hit.score)
         t2 = time.perf_counter()
@@ -261,16 +322,24 @@ class QueryPipeline:
             for kw in low:
                 for key, ratio in self.index.names.search(kw, cfg.fuzzy_score_cutoff, cfg.fuzzy_limit):
                     entity_hits.append((key, ChannelHit(channel="fuzzy", query=kw, score=ratio / 100.0)))
+        if cfg.question_names:
+            # Exact names only (a dictionary read per n-gram when the graph is resident); fuzzy n-gram matching
+            # costs ~1-3 ms per n-gram at a million names, so it is left to the refusal gate.
+            for named in named_entities(question, self.index.graph, None):
+                entity_hits.append((named.key, ChannelHit(channel="question:name", query=named.text,
+                                                          score=named.score)))
         timings["fuzzy"] = (time.perf_counter() - t2) * 1000
-        return (rank_matches(entity_hits, cfg.top_k_entities), rank_matches(relation_hits, cfg.top_k_relations),
-                chunk_scores)
+        return _Matches(rank_matches(entity_hits, cfg.top_k_entities), rank_matches(relation_hits, cfg.top_k_relations),
+                        chunk_scores, dense_hits)
 
     # --------------------------------------------------------------------------------- expansion
 
     def _expand(
-        self, entity_matches: list[RankedMatch], relation_matches: list[RankedMatch], chunk_scores: dict[str, float]
+        self, matches: _Matches, question: str, ranking: dict[str, Any], timings: dict[str, float]
     ) -> tuple[list[ContextEntity], list[ContextRelation], list[ContextChunk]]:
+        """Context rows in rank order; ``ranking`` receives how the chunks were ranked (the trace's ``ranking``)."""
         graph, cfg = self.index.graph, self.cfg
+        entity_matches, relation_matches = matches.entities, matches.relations
         entity_keys = [str(m.key) for m in entity_matches]
         pairs = [m.key for m in relation_matches]
         edges = graph.get_relations(pairs)  # type: ignore[arg-type]
@@ -289,8 +358,22 @@ class QueryPipeline:
 
         context_keys = [e.key for e in entities]
         by_entity = graph.chunks_for_entities(context_keys) if context_keys else {}
-        candidates = rank_chunks(context_keys, by_entity, chunk_scores, cfg.max_chunk_candidates,
-                                 cfg.chunk_ranking)
+        chosen = cfg.chunk_ranking
+        if chosen == "ppr" and self._walk is None:
+            chosen = "fused"
+            ranking["notice"] = ("chunk ranking ppr needs the graph held in memory (retrieval.resident_graph); "
+                                 "ranked 'fused' instead")
+        ranking["chunk_ranking"] = chosen
+        if chosen == "ppr":
+            t0 = time.perf_counter()
+            candidates = self._walk_rank(matches, question, context_keys, by_entity, ranking)
+            timings["walk"] = (time.perf_counter() - t0) * 1000
+        else:
+            candidates = rank_chunks(context_keys, by_entity, matches.chunk_scores, cfg.max_chunk_candidates,
+                                     chosen)
+            if cfg.dense_keep:
+                candidates = dense_first(candidates, matches.chunk_scores, cfg.dense_keep)
+                ranking["dense_keep"] = cfg.dense_keep
         fetched = {c["id"]: c for c in graph.get_chunks([c.id for c in candidates])}
         chunks = []
         for cand in candidates:
@@ -301,8 +384,82 @@ class QueryPipeline:
                 id=c["id"], doc_id=c["doc_id"], text=c["text"], header_path=c["header_path"],
                 doc_title=c["doc_title"], doc_source_id=c["doc_source_id"], doc_source_path=c["doc_source_path"],
                 mentions=cand.mentions, first_entity_rank=cand.first_entity_rank, score=cand.score,
+                graph_score=cand.graph_score, dense_score=cand.dense_score, rank_score=cand.rank_score,
             ))
+        if self.reranker is not None and cfg.rerank_top_n and chunks:
+            t0 = time.perf_counter()
+            chunks = self._rerank(question, chunks, ranking)
+            timings["rerank"] = (time.perf_counter() - t0) * 1000
         return entities, relations, chunks
+
+    def _walk_rank(self, matches: _Matches, question: str, context_keys: list[str],
+                   by_entity: dict[str, list[str]], ranking: dict[str, Any]) -> list[ChunkCandidate]:
+        """Chunks by personalized PageRank, on the dense floor's calibrated scale (:func:`calibrated_chunks`)."""
+        cfg, walk, graph = self.cfg, self._walk, self.index.graph
+        assert walk is not None
+        seed_dense = dict(list(matches.dense_hits.items())[: cfg.ppr_dense_seeds])
+        dense = dense_probabilities(matches.dense_hits, cfg.dense_temperature)
+        entity_keys = unique_in_order([*(str(m.key) for m in matches.entities),
+                                       *(k for m in matches.relations for k in m.key)])  # type: ignore[attr-defined]
+        entity_offsets = dict(zip(entity_keys, graph.entity_offsets(entity_keys)))  # type: ignore[attr-defined]
+        counts = None
+        if cfg.ppr_specificity:
+            counts = {k: int(walk.entity_chunk_count[o]) for k, o in entity_offsets.items() if o is not None}
+        titled: dict[str, tuple[float, int]] = {}
+        if cfg.ppr_title_seeds:
+            titles = title_index(graph)
+            for named in named_entities(question, titles):
+                offsets = titles.chunks[named.key]
+                for cid in graph.chunk_ids_at(offsets):  # type: ignore[attr-defined]
+                    titled[cid] = (named.score, len(offsets))
+        seeds = walk_seeds(matches.entities, matches.relations,
+                           dense_probabilities(seed_dense, cfg.dense_temperature),
+                           dense_share=cfg.ppr_dense_share, chunk_counts=counts,
+                           temperature=cfg.dense_temperature if cfg.ppr_seed_softmax else None, titled=titled)
+        seed_chunks = [*seed_dense, *titled]
+        chunk_offsets = dict(zip(seed_chunks, graph.chunk_offsets(seed_chunks)))  # type: ignore[attr-defined]
+        nodes, weights = [], []
+        for s in seeds:
+            off = entity_offsets.get(s.key) if s.kind == "entity" else chunk_offsets.get(s.key)
+            if off is not None:
+                nodes.append(off if s.kind == "entity" else walk.n_entities + off)
+                weights.append(s.weight)
+        result = walk.personalized_pagerank(nodes, weights, damping=cfg.ppr_damping, radius=cfg.ppr_radius,
+                                            max_nodes=cfg.ppr_max_nodes, max_fanout=cfg.ppr_max_fanout)
+        is_chunk = result.nodes >= walk.n_entities
+        mass = result.scores[is_chunk]
+        total = float(mass.sum())
+        chunk_offsets_found = (result.nodes[is_chunk] - walk.n_entities).tolist()
+        chunk_ids = graph.chunk_ids_at(chunk_offsets_found)  # type: ignore[attr-defined]
+        graph_share = {c: float(m) / total for c, m in zip(chunk_ids, mass.tolist()) if m > 0} if total > 0 else {}
+        ranked = calibrated_chunks(graph_share, dense, cfg.max_chunk_candidates, cfg.dense_floor)
+        mention_info = {c.id: c for c in rank_chunks(context_keys, by_entity, {},
+                                                     sum(len(ids) for ids in by_entity.values()))}
+        out = []
+        for pos, (cid, g, d, r) in enumerate(ranked):
+            info = mention_info.get(cid)
+            out.append(ChunkCandidate(
+                id=cid, mentions=info.mentions if info else 0,
+                first_entity_rank=info.first_entity_rank if info else None,
+                score=float(matches.dense_hits.get(cid, 0.0)), seen=pos, graph_score=g, dense_score=d, rank_score=r))
+        ranking.update({
+            "seeds": [{"kind": s.kind, "key": s.key, "weight": round(s.weight, 6), "score": round(s.score, 6),
+                       "channels": list(s.channels)} for s in seeds],
+            "walk": {"nodes": int(len(result.nodes)), "iterations": result.iterations,
+                     "residual": float(f"{result.residual:.3g}"), "mass_kept": round(float(result.scores.sum()), 6),
+                     "damping": cfg.ppr_damping, "dense_share": cfg.ppr_dense_share, "dense_floor": cfg.dense_floor,
+                     "synonym_edges": walk.n_synonym_edges},
+        })
+        return out
+
+    def _rerank(self, question: str, chunks: list[ContextChunk], ranking: dict[str, Any]) -> list[ContextChunk]:
+        """The first ``rerank_top_n`` chunks reordered by the reranker's score (stable on ties); the rest follow."""
+        n = min(self.cfg.rerank_top_n, len(chunks))
+        head, tail = chunks[:n], chunks[n:]
+        scores = self.reranker.score(question, [c.text for c in head])  # type: ignore[union-attr]
+        order = sorted(range(n), key=lambda i: -scores[i])  # sorted is stable: ties keep the ranking's order
+        ranking["rerank"] = {"model": getattr(self.reranker, "model_id", ""), "top_n": n}
+        return [replace(head[i], rerank_score=float(scores[i])) for i in order] + tail
 
     # ------------------------------------------------------------------------------------ budget
 

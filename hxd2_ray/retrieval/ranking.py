@@ -10,7 +10,19 @@ Order of the context, and why:
   the best rank among those entities, then by raw-question similarity, then first-seen order (entity order,
   document order within an entity). ``"fused"``: reciprocal-rank fusion (k = 60) of that mention order and
   the raw-question similarity order, so a graph built by a weak extractor cannot push the chunks that match
-  the question out of the budget; ties keep the mention order.
+  the question out of the budget; ties keep the mention order. ``"ppr"``: personalized PageRank over entities
+  and chunks (:mod:`hxd2_ray.retrieval.ppr`), seeded by :func:`walk_seeds`, ranked by :func:`calibrated_chunks`.
+
+**Dense never lost** (the dense floor). The question's own chunk hits are the one channel that does not depend
+on the extractor, so no graph ranking may bury them on evidence weaker than theirs:
+
+* the dense side is a probability: the softmax of the hits' cosines at the embedder's training temperature
+  (:func:`dense_probabilities`; 0.05 for MiniLM), the embedder's own estimate of which hit is the passage;
+* under ``ppr`` the graph side is one too: a chunk's share of the walk's mass on chunks; each chunk ranks by
+  the larger of the two, so a graph-found chunk takes a dense hit's place only with more probability than that
+  hit has, and the budget (which keeps a prefix) drops dense hits only for such chunks;
+* ``mentions`` and ``fused`` have no such scale (mention counts), so with ``retrieval.dense_keep = k`` the
+  question's k best hits simply go first (:func:`dense_first`).
 
 Scores from different channels are compared as is: cosine for vectors, ratio/100 for fuzzy names. Both
 are 1.0 for an exact name, and the fuzzy cutoff (85) keeps fuzzy hits to near-identical names.
@@ -21,6 +33,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 from typing import Hashable, Iterable, Mapping, Sequence, TypeVar
+
+import numpy as np
 
 from hxd2_ray.graph.base import EdgeRow, EntityRow, canonical_pair
 from hxd2_ray.retrieval.results import ChannelHit, ContextEntity, ContextRelation
@@ -142,9 +156,12 @@ class ChunkCandidate:
     first_entity_rank: int | None
     score: float
     seen: int  # first-seen position: entity order, then document order
+    graph_score: float | None = None  # ppr: share of the walk's chunk mass
+    dense_score: float | None = None  # dense probability (softmax of the question cosines)
+    rank_score: float | None = None  # ppr: max(graph_score, dense_score), the calibrated scale it ranks by
 
 
-CHUNK_RANKINGS = ("mentions", "fused")
+CHUNK_RANKINGS = ("mentions", "fused", "ppr")
 RRF_K = 60  # the usual reciprocal-rank-fusion constant: damps the weight of the very first ranks
 
 
@@ -153,8 +170,8 @@ def rank_chunks(
     limit: int, ranking: str = "mentions",
 ) -> list[ChunkCandidate]:
     """Chunks of the context entities plus the question's chunk hits, in context order (module docstring)."""
-    if ranking not in CHUNK_RANKINGS:
-        raise ValueError(f"unknown chunk ranking {ranking!r}; valid: {', '.join(CHUNK_RANKINGS)}")
+    if ranking not in ("mentions", "fused"):
+        raise ValueError(f"unknown chunk ranking {ranking!r} here; valid: mentions, fused (ppr: rank_chunks_by_walk)")
     mentions: dict[str, int] = {}
     first_rank: dict[str, int] = {}
     seen: dict[str, int] = {}
@@ -183,3 +200,121 @@ def rank_chunks(
 
         cands.sort(key=fused, reverse=True)  # stable: equal fused scores keep the mention order
     return cands[: max(0, limit)]
+
+
+# ------------------------------------------------------------------------------------ dense floor, walk seeds
+
+
+def dense_probabilities(scores: Mapping[str, float], temperature: float) -> dict[str, float]:
+    """The question's chunk hits as a probability: softmax of cosine / ``temperature`` over the hits.
+
+    A contrastively trained embedder models exactly this (all-MiniLM-L6-v2 and the sentence-transformers
+    family are trained with scale 20, i.e. temperature 0.05), so it is the dense channel's own estimate of
+    which hit is the passage sought, and a scale a graph probability can be compared on.
+    """
+    if not scores:
+        return {}
+    ids = list(scores)
+    logits = np.array([scores[c] for c in ids], dtype=np.float64) / temperature
+    weights = np.exp(logits - logits.max())
+    weights /= weights.sum()
+    return dict(zip(ids, weights.tolist()))
+
+
+def dense_first(cands: Sequence[ChunkCandidate], chunk_scores: Mapping[str, float], keep: int) -> list[ChunkCandidate]:
+    """The dense floor of the ``mentions`` and ``fused`` orders (not on a probability scale, so nothing on their
+    side can outrank a dense hit by a known margin): the question's ``keep`` best chunk hits go first, by cosine;
+    the rest keep their order."""
+    best = sorted(chunk_scores, key=lambda cid: -chunk_scores[cid])[: max(0, keep)]
+    by_id = {c.id: c for c in cands}
+    first = [by_id[cid] for cid in best if cid in by_id]
+    chosen = {c.id for c in first}
+    return first + [c for c in cands if c.id not in chosen]
+
+
+@dataclass(frozen=True, slots=True)
+class WalkSeed:
+    kind: str  # "entity" | "chunk"
+    key: str  # entity key or chunk id
+    weight: float  # its share of the walk's reset mass
+    score: float  # the match score it came from (cosine, fuzzy ratio / 100, or dense probability)
+    channels: tuple[str, ...]  # where it came from
+
+
+def walk_seeds(
+    entity_matches: Sequence[RankedMatch], relation_matches: Sequence[RankedMatch],
+    dense: Mapping[str, float], *, dense_share: float, chunk_counts: Mapping[str, int] | None = None,
+    temperature: float | None = None, titled: Mapping[str, tuple[float, int]] | None = None,
+) -> list[WalkSeed]:
+    """The reset vector of the walk, as :class:`WalkSeed` rows (weights sum to 1).
+
+    * entities: each matched entity with its best match score; both endpoints of a matched relation with the
+      relation's score (a key reached both ways keeps the higher); weighted by the score itself, or with
+      ``temperature`` by its softmax (``exp(score / temperature)``: the embedder's own odds, as for the dense
+      side, so an exact name, 1.0, outweighs a vague cosine of 0.5 by e^10 rather than 2); divided by the number
+      of chunks that mention it when ``chunk_counts`` is given (node specificity); together ``1 - dense_share``;
+    * chunks: the question's chunk hits with their dense probability (``dense``), together ``dense_share``.
+
+    ``titled``: chunks of documents whose title the question names (chunk id -> (match score, chunks of that
+    document)); they join the entity side as named things do (a title names what its document is about), the
+    document's weight shared among its chunks.
+
+    A side with no seeds gives its share to the other.
+    """
+    entity: dict[str, tuple[float, list[str]]] = {}
+
+    def add(key: str, score: float, channels: Iterable[str]) -> None:
+        old, chans = entity.get(key, (-1.0, []))
+        chans = list(dict.fromkeys([*chans, *channels]))
+        entity[key] = (max(old, score), chans)
+
+    for m in entity_matches:
+        add(str(m.key), m.score, (h.channel for h in m.hits))
+    for m in relation_matches:
+        for end in m.key:  # type: ignore[attr-defined]
+            add(end, m.score, (f"relation:{h.channel}" for h in m.hits))
+    raw: dict[tuple[str, str], float] = {}
+    titled = titled or {}
+    top = max([*(score for score, _ in entity.values()), *(score for score, _ in titled.values())], default=0.0)
+
+    def weigh(score: float) -> float:
+        return score if temperature is None else float(np.exp((score - top) / temperature))
+
+    for key, (score, _) in entity.items():
+        spread = max(1, int(chunk_counts.get(key, 0))) if chunk_counts is not None else 1
+        if score > 0:
+            raw[("entity", key)] = weigh(score) / spread
+    for cid, (score, size) in titled.items():
+        if score > 0:
+            raw[("chunk", cid)] = weigh(score) / max(1, size)
+    entity_total, dense_total = sum(raw.values()), sum(v for v in dense.values() if v > 0)
+    share_e = (1.0 - dense_share) if dense_total > 0 else 1.0
+    share_d = dense_share if entity_total > 0 else 1.0
+    seeds = []
+    if entity_total > 0:
+        seeds += [WalkSeed(kind, k, share_e * w / entity_total,
+                           entity[k][0] if kind == "entity" else titled[k][0],
+                           tuple(entity[k][1]) if kind == "entity" else ("question:title",))
+                  for (kind, k), w in raw.items()]
+    if dense_total > 0:
+        seeds += [WalkSeed("chunk", c, share_d * p / dense_total, p, ("question:chunk",))
+                  for c, p in dense.items() if p > 0]
+    return sorted((s for s in seeds if s.weight > 0), key=lambda s: (-s.weight, s.kind, s.key))
+
+
+def calibrated_chunks(
+    graph: Mapping[str, float], dense: Mapping[str, float], limit: int, floor: float = 1.0,
+) -> list[tuple[str, float, float, float]]:
+    """Chunks by the dense floor's calibrated scale: ``max(graph share, floor * dense probability)``, best first.
+
+    Both are probabilities over chunks for this question (the walk's mass on chunks, which already holds each
+    dense hit's reset share; the embedder's softmax over its hits). With ``floor`` 1 a chunk the walk does not
+    favour keeps what the dense channel alone gives it, so a graph chunk passes a dense one only with more
+    probability than that dense hit has; with ``floor`` 0 the walk alone ranks (HippoRAG 2), and a dense hit
+    keeps only its reset share. Ties: dense probability, then graph share, then id.
+    Rows: (id, graph share, dense probability, rank score).
+    """
+    ids = set(graph) | set(dense)
+    rows = [(cid, float(graph.get(cid, 0.0)), float(dense.get(cid, 0.0))) for cid in ids]
+    rows.sort(key=lambda r: (-max(r[1], floor * r[2]), -r[2], -r[1], r[0]))
+    return [(cid, g, d, max(g, floor * d)) for cid, g, d in rows[: max(0, limit)]]

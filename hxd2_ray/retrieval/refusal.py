@@ -11,6 +11,16 @@ reference's two (one for the gate, one for retrieval). Two more rules are offere
 ``"question"`` scores the question's own embedding, ``"min"`` takes the lower of both scores, which keeps a
 small model's made-up keywords from carrying an off-topic question past the gate.
 
+**A question that names an entity of the index is never refused** (``names``, on by default): its word n-grams
+are looked up among the entity names, exactly and fuzzily (:mod:`hxd2_ray.retrieval.names`), and a hit passes
+the gate whatever the score says. A user asking about "Qinghe 17" in a corpus whose heading is "Qinghe 17" is
+asking about the corpus, even when a small model's keywords ("Research affiliation") and the question's own
+embedding score low; the score still decides for questions that name nothing the index knows.
+
+The threshold comes from the index when it has one (:meth:`RefusalGate.for_index`): every build calibrates the
+``question`` rule on questions made from its own chunks against a shipped off-topic set and records it in the
+manifest (:mod:`hxd2_ray.retrieval.refusal_calibration`); otherwise, or for another rule, the configured one.
+
 Below the threshold the pipeline refuses politely in the question's language (the reference's v2 turned the
 refusal into an answer without retrieval; HuixiangDou v1 refused, which is what a domain assistant in a
 group chat needs). :func:`calibrate_threshold` picks the threshold that maximises F1 of "answer" over a set
@@ -39,6 +49,7 @@ __all__ = [
     "RefusalGate",
     "RefusalScore",
     "calibrate_threshold",
+    "index_threshold",
     "plot_calibration",
     "refusal_message",
 ]
@@ -60,10 +71,12 @@ class RefusalScore:
     rule: str = "keywords"  # keywords | question | min (see RefusalGate)
     keyword_score: float | None = None  # the reference rule's score (None under rule "question")
     question_score: float | None = None  # the question's own score (None under rule "keywords")
+    named: tuple[str, str, float] | None = None  # (n-gram, entity key, match score) the question names: never refused
+    threshold_source: str = "config"  # config | index (calibrated when the index was built)
 
     @property
     def refused(self) -> bool:
-        return self.score < self.threshold
+        return self.named is None and self.score < self.threshold
 
     def to_dict(self) -> dict[str, Any]:
         def r(x: float | None) -> float | None:
@@ -75,6 +88,9 @@ class RefusalScore:
             "low_best": r(self.low_best), "high_best": r(self.high_best),
             "low_match": list(self.low_match) if self.low_match else None,
             "high_match": list(self.high_match) if self.high_match else None,
+            "named": ({"text": self.named[0], "key": self.named[1], "score": round(self.named[2], 4)}
+                      if self.named else None),
+            "threshold_source": self.threshold_source,
             "ms": round(self.seconds * 1000, 2),
         }
 
@@ -98,7 +114,13 @@ class RefusalGate:
         rule: str = "keywords",
         entity_family: str = "entity_mix",
         relation_family: str = "relation_mix",
+        names: bool = True,
+        name_cutoff: float = 90.0,
+        threshold_source: str = "config",
     ):
+        """``names``: never refuse a question that names an entity of the index (exact merge key, or rapidfuzz
+        ratio >= ``name_cutoff`` for n-grams of 6+ characters); needs ``index.graph`` (and ``index.names`` for the
+        fuzzy part), else only the score decides."""
         if not -1.0 <= float(threshold) <= 1.0:
             raise ValueError(f"the refusal threshold is a cosine, between -1 and 1; got {threshold}")
         if rule not in RULES:
@@ -109,8 +131,23 @@ class RefusalGate:
         self.rule = rule
         self.entity_family = entity_family
         self.relation_family = relation_family
+        self.names = names and getattr(index, "graph", None) is not None
+        self.name_cutoff = float(name_cutoff)
+        self.threshold_source = threshold_source
         index.family(entity_family)  # fail now, not on the first question
         index.family(relation_family)
+
+    @classmethod
+    def for_index(cls, index: Any, embedder: Embedder, cfg: Any) -> "RefusalGate":
+        """The gate of ``cfg`` (a MultiStageConfig) over ``index``: the threshold calibrated for this index when
+        its manifest has one for ``cfg.refusal_rule`` (and ``cfg.refusal_index_threshold``), else the configured
+        ``refusal_threshold``."""
+        threshold, source = cfg.refusal_threshold, "config"
+        calibrated = index_threshold(getattr(index, "manifest", None), cfg.refusal_rule)
+        if cfg.refusal_index_threshold and calibrated is not None:
+            threshold, source = calibrated, "index"
+        return cls(index, embedder, threshold, rule=cfg.refusal_rule, names=cfg.refusal_names,
+                   name_cutoff=cfg.refusal_name_cutoff, threshold_source=source)
 
     def score(self, question: str, keywords: Keywords | None = None) -> RefusalScore:
         return self.scores([question], [keywords])[0]
@@ -137,9 +174,10 @@ class RefusalGate:
         row = {t: i for i, t in enumerate(texts)}
         low_best = self._best(self.entity_family, low_texts, vectors, row)
         high_best = self._best(self.relation_family, high_texts, vectors, row)
+        named = [self._named(q) for q in questions]
         elapsed = (time.perf_counter() - started) / max(1, len(questions))
         out = []
-        for q, (low, high) in zip(questions, queries):
+        for q, (low, high), name in zip(questions, queries, named):
             lo = _max_hit([(t, low_best.get(t)) for t in low])
             hi = _max_hit([(t, high_best.get(t)) for t in high])
             parts = [x[1] for x in (lo, hi) if x is not None]
@@ -166,9 +204,19 @@ class RefusalGate:
                 low_best=None if lo is None else lo[1], high_best=None if hi is None else hi[1],
                 low_match=None if lo is None else (lo[0], lo[2]), high_match=None if hi is None else (hi[0], hi[2]),
                 seconds=elapsed, rule=self.rule, keyword_score=kw_score if use_keywords else None,
-                question_score=q_score,
+                question_score=q_score, named=name, threshold_source=self.threshold_source,
             ))
         return out
+
+    def _named(self, question: str) -> tuple[str, str, float] | None:
+        """The best entity the question names (n-gram, key, score), or None."""
+        if not self.names:
+            return None
+        from hxd2_ray.retrieval.names import named_entities
+
+        found = named_entities(question, self.index.graph, getattr(self.index, "names", None),
+                               fuzzy_cutoff=self.name_cutoff)
+        return (found[0].text, found[0].key, found[0].score) if found else None
 
     def _best(self, family: str, texts: list[str], vectors: np.ndarray | None, row: dict[str, int]
               ) -> dict[str, tuple[float, str]]:
@@ -180,6 +228,15 @@ class RefusalGate:
             return {}
         hits = index.search(vectors[[row[t] for t in texts]], 1)
         return {t: (float(h[0][1]), str(h[0][0])) for t, h in zip(texts, hits) if h}
+
+
+def index_threshold(manifest: Any, rule: str) -> float | None:
+    """The refusal threshold calibrated for ``rule`` when the index was built (its manifest), or None."""
+    record = getattr(manifest, "refusal", None)
+    if not record or record.get("rule") != rule:
+        return None
+    value = record.get("threshold")
+    return float(value) if isinstance(value, (int, float)) and -1.0 <= value <= 1.0 else None
 
 
 def _max_hit(pairs: list[tuple[str, tuple[float, str] | None]]) -> tuple[str, float, str] | None:

@@ -88,6 +88,12 @@ class ContextChunk:
     mentions: int  # how many context entities this chunk mentions
     first_entity_rank: int | None  # position of the best-ranked context entity it mentions
     score: float  # raw-question cosine (0 when the chunk channel did not find it)
+    # Chunk ranking ``ppr`` (and the dense floor): the chunk's share of the walk's chunk mass, its dense probability
+    # (softmax of the question cosines), and the larger of the two, which it is ranked by. None: not computed.
+    graph_score: float | None = None
+    dense_score: float | None = None
+    rank_score: float | None = None
+    rerank_score: float | None = None  # the reranker's score, when one reordered the chunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +147,8 @@ class RetrievalResult:
     dropped: SectionCounts = SectionCounts()  # rows cut by the budgets, lowest-ranked first
     notices: tuple[str, ...] = ()
     timings_ms: dict[str, float] = field(default_factory=dict, compare=False)
+    # How the chunks were ranked: the ranking, its seeds and their weights, the walk's size, the reranker.
+    ranking: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def references(self) -> tuple[Reference, ...]:
         return references_of(self.chunks)
@@ -164,10 +172,14 @@ class RetrievalResult:
                 for r in self.relations
             ],
             "chunks": [
-                {"id": c.id, "doc_source_id": c.doc_source_id, "title": c.doc_title, "mentions": c.mentions,
-                 "first_entity_rank": c.first_entity_rank, "score": round(c.score, 4)}
-                for c in self.chunks
+                {"rank": rank, "id": c.id, "doc_source_id": c.doc_source_id, "title": c.doc_title,
+                 "mentions": c.mentions, "first_entity_rank": c.first_entity_rank, "score": round(c.score, 4),
+                 **{name: round(v, 6) for name, v in (("graph_score", c.graph_score), ("dense_score", c.dense_score),
+                                                      ("rank_score", c.rank_score), ("rerank_score", c.rerank_score))
+                    if v is not None}}
+                for rank, c in enumerate(self.chunks, 1)
             ],
+            "ranking": self.ranking,
             "tokens": {"instructions": self.tokens.instructions, "question": self.tokens.question,
                        "entities": self.tokens.entities, "relations": self.tokens.relations,
                        "chunks": self.tokens.chunks, "total": self.tokens.total, "input_cap": self.input_cap},
@@ -202,6 +214,7 @@ class Answer:
     fallback_reason: str | None = None
     refused: bool = False
     trace: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    candidates: tuple[str, ...] = ()  # ranked candidate answers, where the path ranks them (the graph walk)
 
     def to_dict(self, trace: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -212,6 +225,7 @@ class Answer:
             "mode": self.mode,
             "fallback_reason": self.fallback_reason,
             "refused": self.refused,
+            **({"candidates": list(self.candidates)} if self.candidates else {}),
             "references": [r.to_dict() for r in self.references],
             "notices": list(self.notices),
             "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,

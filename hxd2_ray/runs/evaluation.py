@@ -61,6 +61,8 @@ class ShardJob:
     concurrency: int
     cpus_per_worker: float
     gpus_per_worker: float
+    questions: int = 0  # in the pending shards
+    label: str = ""  # what progress lines call this run (a grid's cell)
 
 
 class ShardRunner(Protocol):
@@ -102,10 +104,11 @@ def run_config(req: EvalRunRequest | EvalGridRequest, index: str | None) -> HxdC
 
 
 def run_evaluation(req: EvalRunRequest, answer_shards: ShardRunner, log: Log = lambda _: None,
-                   cfg: HxdConfig | None = None) -> dict[str, Any]:
+                   cfg: HxdConfig | None = None, label: str = "") -> dict[str, Any]:
     """Answer, score and report one benchmark; a rerun answers only the shards that have no trace file.
 
     ``cfg``: the config already resolved from the request (a grid resolves each cell's); None resolves it here.
+    ``label``: what progress lines call this run (a grid names its cells).
     """
     spec = get_benchmark(req.benchmark)  # ValueError listing the valid names
     modes = list(req.modes)
@@ -117,7 +120,8 @@ def run_evaluation(req: EvalRunRequest, answer_shards: ShardRunner, log: Log = l
     report = spec.load(req.data_root, questions=req.questions, corpus=req.corpus)
     items = report.items[: req.limit] if req.limit is not None else list(report.items)
     if not items:
-        raise HxdError(f"benchmark {spec.name!r} has no questions to evaluate")
+        raise HxdError(f"benchmark {spec.name!r} has no questions to evaluate" + "".join(
+            f" ({len(report.skipped)} rows skipped; {where}: {why})" for where, why in report.skipped[:1]))
     fs, root = open_run_folder(req.output, cfg)
     n_shards = req.shards or min(len(items), 4 * req.workers)
     bounds = make_shards(len(items), n_shards)
@@ -152,9 +156,11 @@ def run_evaluation(req: EvalRunRequest, answer_shards: ShardRunner, log: Log = l
         workers = max(1, min(req.workers, len(pending)))
         log(f"mode {mode}: {len(pending)} of {len(bounds)} shards, {workers} worker(s)")
         t0 = time.perf_counter()
+        n_questions = sum(bounds[r["shard"]][1] - bounds[r["shard"]][0] for r in pending)
         stats = answer_shards(ShardJob(cfg=cfg, index=req.index or "", mode=mode, fs=fs, root=root, rows=pending,
                                        workers=workers, concurrency=req.concurrency,
-                                       cpus_per_worker=req.cpus_per_worker, gpus_per_worker=req.gpus_per_worker))
+                                       cpus_per_worker=req.cpus_per_worker, gpus_per_worker=req.gpus_per_worker,
+                                       questions=n_questions, label=label))
         answer_seconds += time.perf_counter() - t0
         if stats.num_rows:
             stats = stats.select(SHARD_STATS.names)
@@ -249,7 +255,7 @@ def run_grid(req: EvalGridRequest, answer_shards: ShardRunner, log: Log = lambda
         log(f"grid cell {i}/{len(cells)}: {cell.name} ({', '.join(cell.modes)})")
         cell_req = req.cell_run(tuple(cell.modes), cell.index.location if cell.index else None,
                                 f"{base}/cells/{cell.name}", tuple(cell.overrides))
-        summary = run_evaluation(cell_req, answer_shards, log, cfg=cell_cfgs[cell.name])
+        summary = run_evaluation(cell_req, answer_shards, log, cfg=cell_cfgs[cell.name], label=cell.name)
         summaries[cell.name] = summary
         cell_reports.append({"cell": cell.name, "output": summary["output"],
                              "answered_this_run": summary["answered_this_run"],

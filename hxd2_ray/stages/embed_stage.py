@@ -20,6 +20,8 @@ from hxd2_ray.embedding.base import Embedder
 from hxd2_ray.indexing import tables
 from hxd2_ray.indexing.cost import embedding_payload
 from hxd2_ray.indexing.embedding_texts import EMBED_INPUTS, embedding_inputs, relation_key, text_key
+from hxd2_ray.indexing.faults import crash_point
+from hxd2_ray.progress import NO_COUNTER, StageCounter
 from hxd2_ray.stages.stage_run import StageRun, current_node
 from hxd2_ray.stages.staging import batch_file_name, write_table_atomic
 from hxd2_ray.wiring import build_embedder
@@ -37,9 +39,6 @@ EMBED_STATS = pa.schema([("file", pa.string()), ("vectors", pa.int64()), ("faile
 TOKENS_PER_WORD_ESTIMATE = 1.3
 
 
-
-
-
 def count_embedding_tokens(embedder: Any, texts: Sequence[str]) -> int:
     """Tokens of ``texts`` under the embedder's tokenizer, or a words-based estimate when it has none."""
     count = getattr(embedder, "count_tokens", None)
@@ -48,23 +47,19 @@ def count_embedding_tokens(embedder: Any, texts: Sequence[str]) -> int:
     return int(sum(len(t.split()) for t in texts) * TOKENS_PER_WORD_ESTIMATE + 0.5)
 
 
-
-
-
-
-
-
 class EmbedAndPersist:
     """Embeds a batch of distinct texts (``text_key``, ``text``) and writes ``text_vectors/part-<hash>.parquet``
     (``text_key``, ``vector``); returns one stats row naming the file, its rows and the node that wrote it."""
 
     def __init__(self, cfg: HxdConfig, staging_fs: pafs.FileSystem, staging_root: str,
-                 embedder: Embedder | None = None, run: StageRun | None = None) -> None:
+                 embedder: Embedder | None = None, run: StageRun | None = None,
+                 counter: StageCounter = NO_COUNTER) -> None:
         self._max_retries = cfg.ray.max_batch_retries
         self._fs = staging_fs
         self._folder = posixpath.join(staging_root, TEXT_VECTORS_FOLDER)
         self._embedder = embedder if embedder is not None else build_embedder(cfg.embedding)
         self._run = run or StageRun()
+        self._counter = counter
         self._model_id = embedding_model_id(cfg.embedding)
         self._gpus = cfg.ray.gpus_per_embed_actor
 
@@ -91,6 +86,7 @@ class EmbedAndPersist:
             except Exception as exc:  # noqa: BLE001 - recorded below; the rerun embeds what is missing
                 error = f"{type(exc).__name__}: {exc}"
         else:
+            self._counter.add(failed=len(keys))
             return self._stats(failed=len(keys), error=error, chars=sum(map(len, texts)),
                                seconds=time.perf_counter() - started)
         flat = pa.array(vectors.reshape(-1), type=pa.float32())
@@ -99,9 +95,12 @@ class EmbedAndPersist:
                          schema=tables.TEXT_VECTORS)
         name = batch_file_name(keys)
         path = posixpath.join(self._folder, name)
+        crash_point("worker:embed")  # crash tests: a worker dies with its batch in flight
         write_table_atomic(self._fs, path, table)
         seconds = time.perf_counter() - started
         tokens = count_embedding_tokens(self._embedder, texts)
         self._run.charge(embedding_payload(self._model_id, len(texts), tokens, seconds, self._gpus))
+        crash_point("driver:embed")  # crash tests: the driver dies with the stage half done
+        self._counter.add(done=len(keys))
         return self._stats(file=name, vectors=len(keys), chars=sum(map(len, texts)), seconds=seconds, path=path,
                            rows=table.num_rows, tokens=tokens)

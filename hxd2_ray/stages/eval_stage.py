@@ -30,6 +30,7 @@ import pyarrow.fs as pafs
 
 from hxd2_ray.evaluation.datasets import EvalItem, Prediction, get_benchmark, score_item
 from hxd2_ray.llm.wrappers import ErrorTally
+from hxd2_ray.progress import NO_COUNTER, StageCounter
 from hxd2_ray.retrieval.flow import MODES as EVAL_MODES
 from hxd2_ray.retrieval.flow import RETRIEVAL_ONLY_MODES
 from hxd2_ray.retrieval.index import open_index
@@ -51,7 +52,7 @@ class AnswerQuestions:
     """Answer, score and persist whole shards; returns one stats row per shard."""
 
     def __init__(self, cfg: Any, index_location: str, mode: str, staging_fs: pafs.FileSystem, out_root: str,
-                 label: str | None = None, concurrency: int = 1) -> None:
+                 label: str | None = None, concurrency: int = 1, counter: StageCounter = NO_COUNTER) -> None:
         if mode not in EVAL_MODES:
             raise ValueError(f"unknown eval mode {mode!r}; valid: {', '.join(EVAL_MODES)}")
         if concurrency < 1:
@@ -66,6 +67,7 @@ class AnswerQuestions:
         self.fs = staging_fs
         self.out_root = out_root
         self.concurrency = concurrency
+        self.counter = counter  # each answered question: progress and metrics of the job
         # chunk_vector never calls the LLM, llm_only never reads the index: neither loads what it does not use.
         self.llm = None if mode == "chunk_vector" else ErrorTally(build_llm(cfg.llm, concurrent=concurrency > 1))
         self.index = None
@@ -86,7 +88,8 @@ class AnswerQuestions:
         evidence = list(dict.fromkeys(r.source_id for r in ans.references if r.source_id))
         return {"path": ans.path, "answer": ans.text or "", "prompt_tokens": int(totals.get("prompt", 0)),
                 "completion_tokens": int(totals.get("completion", 0)), "verifier": verifier,
-                "evidence_ids": evidence, "error": "", "path_reason": str(trace.get("path_reason") or "")}
+                "evidence_ids": evidence, "error": "", "path_reason": str(trace.get("path_reason") or ""),
+                "candidates": list(ans.candidates)}
 
     def answer_item(self, spec: Any, item: Any, position: int, shard: int) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -99,10 +102,13 @@ class AnswerQuestions:
         latency = time.perf_counter() - t0
         if not row["error"] and llm_errors:
             row["error"] = f"LLM error ({len(llm_errors)} call(s)): {llm_errors[0]}"
+        row.setdefault("candidates", [])
         pred = Prediction(answer_text=row["answer"], retrieved_passage_ids=tuple(row["evidence_ids"]),
-                          error=row["error"])
+                          answers=tuple(row["candidates"]), error=row["error"])
         scores = score_item(spec, item, pred)
         primary = scores.get(spec.primary_metric)
+        self.counter.add(done=1, correct=int(primary is not None and primary >= 0.5), failed=int(bool(row["error"])),
+                         prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"])
         row.setdefault("path_reason", "")
         return {"id": item.id, "position": position, "shard": shard, "mode": self.label, **row,
                 "scores": json.dumps(scores, sort_keys=True), "correct": bool(primary is not None and primary >= 0.5),

@@ -33,6 +33,8 @@ TRACES = pa.schema([
     ("error", pa.string()),
     # Why the answer took its path (e.g. "fallback: invalid plan: ..."); null in shards written before it existed.
     ("path_reason", pa.string()),
+    # Ranked candidate answers where the path ranks them (the graph walk); null in older shards.
+    ("candidates", pa.list_(pa.string())),
 ])
 
 SHARD_STATS = pa.schema([

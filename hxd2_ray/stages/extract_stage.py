@@ -11,7 +11,9 @@ import pyarrow.fs as pafs
 from hxd2_ray.config import HxdConfig
 from hxd2_ray.extraction.extractor import Extractor
 from hxd2_ray.extraction.prompts import load_prompts
+from hxd2_ray.indexing.faults import crash_point
 from hxd2_ray.llm.base import LLMClient
+from hxd2_ray.progress import NO_COUNTER, CountingLLM, StageCounter
 from hxd2_ray.stages.columns import chunks_from_table, extractions_to_table
 from hxd2_ray.stages.stage_run import IndexingLLM, StageRun, current_node
 from hxd2_ray.stages.staging import batch_file_name, write_table_atomic
@@ -45,11 +47,15 @@ class ExtractAndPersist:
     """
 
     def __init__(self, cfg: HxdConfig, staging_fs: pafs.FileSystem, staging_root: str, llm: LLMClient | None = None,
-                 run: StageRun | None = None) -> None:
+                 run: StageRun | None = None, counter: StageCounter = NO_COUNTER) -> None:
         self._fs = staging_fs
         self._folder = posixpath.join(staging_root, "extractions")
         self._run = run or StageRun()
-        self._llm = IndexingLLM(llm if llm is not None else build_llm(cfg.llm), self._run)
+        # Progress counts the backend's calls and tokens as each round returns (below the cache: a hit costs none);
+        # chunks when the batch is persisted.
+        backend = llm if llm is not None else build_llm(cfg.llm)
+        self._llm = IndexingLLM(CountingLLM(backend, counter), self._run)
+        self._counter = counter
         self._gpus = cfg.ray.gpus_per_ner_actor
         self._extractor = Extractor(self._llm.client, cfg.extraction, load_prompts(),
                                     max_retries=cfg.ray.max_batch_retries)
@@ -67,8 +73,10 @@ class ExtractAndPersist:
         table = extractions_to_table(extractions)
         name = batch_file_name(c.id for c in chunks)
         path = posixpath.join(self._folder, name)
+        crash_point("worker:extract")  # crash tests: a worker dies with its batch in flight
         write_table_atomic(self._fs, path, table)
         self._run.charge(self._llm.payload(self._gpus))
+        crash_point("driver:extract")  # crash tests: the driver dies with the stage half done
         row = {
             "file": name,
             "chunks": len(extractions),
@@ -85,4 +93,5 @@ class ExtractAndPersist:
             "node": current_node(),
             "skipped": 0,
         }
+        self._counter.add(done=row["chunks"], malformed=row["malformed_records"], failed=row["failed_chunks"])
         return pa.Table.from_pylist([row], schema=EXTRACT_STATS)

@@ -25,6 +25,7 @@ from hxd2_ray.extraction.prompts import load_prompts
 from hxd2_ray.indexing import tables
 from hxd2_ray.llm.base import LLMClient
 from hxd2_ray.llm.tokens import build_token_counter
+from hxd2_ray.progress import NO_COUNTER, CountingLLM, StageCounter
 from hxd2_ray.stages.stage_run import IndexingLLM, StageRun
 from hxd2_ray.types import EntityMention, MergedEntity, MergedRelation, RelationMention
 from hxd2_ray.wiring import build_llm
@@ -168,9 +169,12 @@ class SummarizeLongDescriptions:
     Once the run's budget is spent a batch is not started and comes back empty: the caller sees fewer rows than it
     sent and stops before publishing (the summaries done so far are in the LLM cache for the rerun)."""
 
-    def __init__(self, cfg: HxdConfig, llm: LLMClient | None = None, run: StageRun | None = None) -> None:
+    def __init__(self, cfg: HxdConfig, llm: LLMClient | None = None, run: StageRun | None = None,
+                 counter: StageCounter = NO_COUNTER) -> None:
         self._run = run or StageRun()
-        self._llm = IndexingLLM(llm if llm is not None else build_llm(cfg.llm), self._run)
+        # Progress counts the backend's calls and tokens (below the cache: a hit costs none).
+        backend = llm if llm is not None else build_llm(cfg.llm)
+        self._llm = IndexingLLM(CountingLLM(backend, counter), self._run)
         self._gpus = cfg.ray.gpus_per_ner_actor
         self._extractor = Extractor(self._llm.client, cfg.extraction, load_prompts(),
                                     max_retries=cfg.ray.max_batch_retries)

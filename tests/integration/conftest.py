@@ -101,19 +101,34 @@ def s3_bucket(s3_client) -> str:
     return name
 
 
+_RAY_METRICS_PORT: list[int] = []
+
+
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[None]:
-    """One local Ray for the whole session (about 5 s to start on 2 cores), torn down at the end."""
+    """One local Ray for the whole session (about 5 s to start on 2 cores), torn down at the end. Its metrics
+    agent exports on a free port (:func:`ray_metrics_url`), as a cluster's head does for Prometheus."""
     import ray
 
     if not ray.is_initialized():
+        port = _free_port()
         ray.init(
             address="local",  # never a `ray start` cluster that happens to run on this machine
             num_cpus=2,
             include_dashboard=False,
+            _metrics_export_port=port,
             runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                                       "TOKENIZERS_PARALLELISM": "false",
                                       "VLLM_LOGGING_STREAM": "ext://sys.stderr"}},
         )
+        _RAY_METRICS_PORT.append(port)
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_metrics_url(ray_local) -> str:
+    """``http://127.0.0.1:PORT/metrics`` of the session Ray's metrics agent (Prometheus text format)."""
+    if not _RAY_METRICS_PORT:
+        pytest.fail("Ray was started outside the ray_local fixture, without a known metrics port")
+    return f"http://127.0.0.1:{_RAY_METRICS_PORT[-1]}/metrics"

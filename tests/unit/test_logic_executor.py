@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hxd2_ray.embedding.hashing import HashingEmbedder
+from hxd2_ray.evaluation.datasets import EvalItem, load_metaqa
 from hxd2_ray.graph.kuzu_store import KuzuGraphStore
 from hxd2_ray.graph.templates import LOGIC_TEMPLATES
 from hxd2_ray.llm.base import LLMResponse
@@ -16,11 +17,9 @@ from hxd2_ray.llm.scripted import ScriptedLLM
 from hxd2_ray.logic import EntityLinker, GraphQueries, LogicFormExecutor, PredicateMatcher
 from hxd2_ray.logic.facts import edge_facts, parse_number
 from hxd2_ray.logic.metaqa import (
-    MetaQAQuestion,
     Triple,
     build_graph,
     load_kb_triples,
-    load_questions,
     read_triples,
     triples_to_tables,
 )
@@ -131,11 +130,11 @@ def rice_graph(rice_path):
 
 
 @pytest.fixture(scope="module")
-def fixture_questions() -> dict[str, MetaQAQuestion]:
+def fixture_questions() -> dict[str, EvalItem]:
     out = {}
     for h in (1, 2, 3):
-        for q in load_questions(METAQA / f"{h}-hop" / "logic_cases.tsv"):
-            out[q.text] = q
+        for q in load_metaqa(METAQA / f"{h}-hop" / "logic_cases.tsv").items:
+            out[q.meta["question_marked"]] = q
     return out
 
 
@@ -196,7 +195,7 @@ def test_metaqa_fixture_questions(metaqa_graph, fixture_questions, question, ste
 
 
 def test_hops_cover_1_2_3(fixture_questions):
-    hops = {fixture_questions[q].hops for q, _ in METAQA_CASES}
+    hops = {fixture_questions[q].meta["hops"] for q, _ in METAQA_CASES}
     assert hops == {1, 2, 3}
 
 
@@ -259,14 +258,14 @@ def test_metaqa_loader_multi_edges_and_questions():
     ]
     assert row["weight"] == 2.0 and row["mention_count"] == 2
     # qa_dev.txt format (question TAB answers) with line-aligned qtypes from a separate file
-    qs = load_questions(METAQA / "2-hop" / "qa_dev_head.txt", qtype_path=METAQA / "2-hop" / "qa_dev_head_qtype.txt",
-                        limit=2)
-    assert len(qs) == 2 and qs[0].hops == 2 and qs[0].topic == "Joel Zwick" and qs[0].answers == ("Greek",)
-    assert "[" not in qs[0].plain and qs[0].qtype == "director_to_movie_to_language"
-    assert qs[1].answers == ("1967", "1968") and qs[1].qtype == "actor_to_movie_to_year"
+    qs = load_metaqa(METAQA / "2-hop" / "qa_dev_head.txt", qtype_path=METAQA / "2-hop" / "qa_dev_head_qtype.txt")
+    q0, q1 = qs.items[:2]
+    assert q0.meta["hops"] == 2 and q0.meta["topic_entity"] == "Joel Zwick" and q0.answers == ("Greek",)
+    assert "[" not in q0.question and q0.meta["qtype"] == "director_to_movie_to_language"
+    assert q1.answers == ("1967", "1968") and q1.meta["qtype"] == "actor_to_movie_to_year"
     # fixture format (question TAB answers TAB qtype)
-    fx = load_questions(METAQA / "3-hop" / "logic_cases.tsv")
-    assert len(fx) == 3 and all(q.hops == 3 and q.qtype.count("_to_") == 3 for q in fx)
+    fx = load_metaqa(METAQA / "3-hop" / "logic_cases.tsv").items
+    assert len(fx) == 3 and all(q.meta["hops"] == 3 and q.meta["qtype"].count("_to_") == 3 for q in fx)
 
 
 def test_triples_to_tables_direction_types_and_limits(tmp_path):

@@ -221,8 +221,12 @@ def test_threshold_is_configurable(make):
     _, answer = run(make(llm, refusal_threshold=-1.0), "What is the weather forecast for Paris?")
     assert answer.path != "refused"
     llm = scripted()
-    _, answer = run(make(llm, refusal_threshold=0.99), QUESTION)
+    _, answer = run(make(llm, refusal_threshold=0.99, refusal_names=False), QUESTION)
     assert answer.path == "refused"
+    # ... but a question that names an entity of the index is never refused, whatever the threshold.
+    _, answer = run(make(scripted(), refusal_threshold=0.99), QUESTION)
+    assert answer.path != "refused"
+    assert answer.trace["refusal"]["named"]["key"] == "thomas südhof" and not answer.trace["refusal"]["refused"]
 
 
 def test_a_broken_gate_fails_open(make):
@@ -700,3 +704,93 @@ def test_serialized_llm_locks_only_backends_that_are_not_thread_safe(thread_safe
     for t in threads:
         t.join()
     assert inner.peak == expected_peak
+
+
+# ------------------------------------------------------------------------------------------ graph walk
+
+
+class FakeWalk:
+    """A GraphRetriever (the seam GraphFlow's retriever satisfies) with fixed targets: records the questions."""
+
+    def __init__(self, targets=(), reason="", fail: Exception | None = None):
+        self.targets, self.reason, self.fail, self.questions = tuple(targets), reason, fail, []
+
+    def retrieve(self, question):
+        from types import SimpleNamespace
+
+        self.questions.append(question)
+        if self.fail is not None:
+            raise self.fail
+        return SimpleNamespace(question=question, targets=self.targets, reason=self.reason,
+                               to_dict=lambda: {"targets": [t.name for t in self.targets], "reason": self.reason})
+
+
+def _target(name, kind="entity", key=None, score=0.5, via="award"):
+    from types import SimpleNamespace
+
+    step = SimpleNamespace(source="Thomas Südhof", relation=via, target=name)
+    return SimpleNamespace(key=key or name.lower(), name=name, kind=kind, score=score, path=(step,))
+
+
+@pytest.fixture
+def with_walk(tiny):
+    t, index, embedder = tiny
+    built: list[QueryFlow] = []
+
+    def _make(llm, walk, **ms) -> QueryFlow:
+        cfg = with_multistage(t.cfg, **ms)
+        parts = build_parts(index, llm, embedder, cfg)
+        flow = build_pipeline("auto", index, llm, embedder, cfg,
+                              FlowParts(parts.planner, parts.executor, parts.verifiers, graph_retriever=walk))
+        built.append(flow)
+        return flow
+
+    yield _make
+    for f in built:
+        f.close()
+
+
+def test_mode_graphflow_answers_with_the_ranked_entities_and_no_llm(with_walk):
+    llm = scripted()
+    walk = FakeWalk([_target("Nobel Prize", score=0.7), _target("Neurexin", score=0.2),
+                     _target("Thomas Südhof", kind="chunk", key="c1")])
+    events, answer = run(with_walk(llm, walk), mode="graphflow")
+    assert answer.path == "graphflow" and answer.text == "Nobel Prize | Neurexin"
+    assert answer.candidates == ("Nobel Prize", "Neurexin")
+    assert [r.source_id for r in answer.references] == ["thomas_sudhof.md"]  # the chunk the walk reached
+    assert llm.requests == [] and walk.questions == [QUESTION]
+    assert answer.trace["graphflow"]["targets"] == ["Nobel Prize", "Neurexin", "Thomas Südhof"]
+    assert answer.to_dict()["candidates"] == ["Nobel Prize", "Neurexin"]
+
+
+@pytest.mark.parametrize("walk,reason", [(FakeWalk(reason="no linkable start node in the question"),
+                                          "no linkable start node"),
+                                         (FakeWalk(fail=RuntimeError("policy exploded")), "policy exploded")])
+def test_mode_graphflow_without_targets_says_why(with_walk, walk, reason):
+    _, answer = run(with_walk(scripted(), walk), mode="graphflow")
+    assert answer.path == "graphflow_failed" and reason in answer.text and reason in answer.trace["failure_reason"]
+
+
+def test_auto_walks_the_graph_after_a_failed_logic_form(with_walk):
+    llm = scripted(logic_plan=UNKNOWN_ENTITY_PLAN, logic_answer="Nobel Prize, by the walk.")
+    walk = FakeWalk([_target("Nobel Prize")])
+    events, answer = run(with_walk(llm, walk, graph_walk=True))
+    assert answer.path == "graphflow" and answer.text == "Nobel Prize, by the walk."
+    assert "executor failed" in answer.trace["path_reason"]
+    assert [e.step for e in events if e.kind == "progress"] == ["intent", "refusal", "logic_form", "graph_walk",
+                                                                "verifier"]
+    evidence = llm.requests_by_tag("logic_verify_pre")[0].messages[-1]["content"]
+    assert "Thomas Südhof --award--> Nobel Prize" in evidence  # the walk's path is what the verifier checked
+    assert tags(llm) == ["intent", "keywords", "logic_plan", "logic_verify_pre", "logic_answer"]
+
+
+def test_auto_falls_back_to_dual_level_when_the_walk_fails_too(with_walk):
+    llm = scripted(logic_plan=UNKNOWN_ENTITY_PLAN)
+    _, answer = run(with_walk(llm, FakeWalk(reason="no linkable start node"), graph_walk=True))
+    assert answer.path == "dual_level"
+    assert answer.fallback_reason.startswith("executor failed") and "graph walk: no linkable start node" in \
+        answer.fallback_reason
+    # Off by default: the walk is not tried.
+    walk = FakeWalk([_target("Nobel Prize")])
+    _, answer = run(with_walk(scripted(logic_plan=UNKNOWN_ENTITY_PLAN), walk))
+    assert answer.path == "dual_level" and walk.questions == []

@@ -130,7 +130,8 @@ def test_scattered_offsets_are_put_back(tmp_path, small_tables):  # noqa: F811
     with KuzuGraphStore(path) as kuzu:
         scanned = kuzu.scan_tables()
         expected = _all_reads(kuzu, ["a", "b", "c", "d"], [("b", "a")], ["c1", "c3"])
-    reversed_tables = {name: t.take(pa.array(list(range(t.num_rows))[::-1])) for name, t in scanned.items()}
+    reversed_tables = {name: t.take(pa.array(list(range(t.num_rows))[::-1], type=pa.int64()))
+                       for name, t in scanned.items()}
     with ResidentGraph(KuzuGraphStore(path), reversed_tables) as mem:
         assert _all_reads(mem, ["a", "b", "c", "d"], [("b", "a")], ["c1", "c3"]) == expected
     holey = dict(scanned, Entity=scanned["Entity"].slice(1))  # offsets 1..n-1: not dense

@@ -1,0 +1,181 @@
+"""Walk the policy from a question's start nodes: M trajectories by beam search or by sampling, then the terminal
+nodes ranked by the probability mass that reaches them.
+
+* ``beam``: at each step every live path is extended by each of its actions (and STOP); the ``M`` most
+  probable extensions survive, those ending in STOP leave the beam as finished trajectories, those less probable
+  than ``min_prob`` are dropped. After ``max_steps`` moves the survivors stop. Deterministic.
+* ``sample``: ``M`` trajectories drawn from the policy (a start chosen uniformly each time).
+
+A terminal's score is the summed probability of the finished trajectories that end there (a lower bound of its
+marginal under beam search, an estimate under sampling); its evidence is its most probable path. Only nodes of
+the task's kind are ranked (entities for KG QA, chunks for passage retrieval). Questions are walked together:
+one scoring call per step for all of their paths.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch  # noqa: TID253 - a torch module: imported only by code that trains or walks
+
+from hxd2_ray.graphflow.model import FeatureTables, GraphFlowModel
+from hxd2_ray.graphflow.walker import PathStates, initial_states, sample_segments, score_actions
+
+__all__ = ["Finished", "WalkOutcome", "walk"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    log_prob: float
+    nodes: tuple[int, ...]  # the start first, the terminal last
+    actions: tuple[int, ...]  # entries (STOP not listed)
+
+
+@dataclass
+class WalkOutcome:
+    finished: list[Finished] = field(default_factory=list)  # best first
+
+    def ranked(self, allowed: np.ndarray | None = None) -> list[tuple[int, float, Finished]]:
+        """(terminal node, summed probability, its most probable trajectory), best first; ``allowed``: a boolean
+        mask over nodes of what may be ranked."""
+        mass: dict[int, float] = {}
+        best: dict[int, Finished] = {}
+        for f in self.finished:
+            node = f.nodes[-1]
+            if allowed is not None and not allowed[node]:
+                continue
+            mass[node] = mass.get(node, 0.0) + float(np.exp(f.log_prob))
+            if node not in best or f.log_prob > best[node].log_prob:
+                best[node] = f
+        return sorted(((n, mass[n], best[n]) for n in mass), key=lambda x: (-x[1], -x[2].log_prob, x[0]))
+
+    def terminals(self, allowed: np.ndarray | None = None) -> list[int]:
+        """Terminal of every finished trajectory, most probable trajectory first (duplicates kept)."""
+        return [f.nodes[-1] for f in self.finished if allowed is None or allowed[f.nodes[-1]]]
+
+
+def walk(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
+         starts: Sequence[Sequence[int]], *, mode: str, width: int, max_steps: int,
+         rng: np.random.Generator | None = None, min_prob: float = 0.0) -> list[WalkOutcome]:
+    """One :class:`WalkOutcome` per question (row i of ``qh``/``qfull``, start nodes ``starts[i]``)."""
+    with torch.no_grad():
+        if mode == "beam":
+            return _beam(model, tables, qh, qfull, starts, width, max_steps, min_prob)
+        if mode == "sample":
+            return _sample(model, tables, qh, qfull, starts, width, max_steps, rng or np.random.default_rng(0))
+    raise ValueError(f"unknown inference mode {mode!r}; valid: beam, sample")
+
+
+def _finish(outcomes: list[WalkOutcome]) -> list[WalkOutcome]:
+    for o in outcomes:
+        o.finished.sort(key=lambda f: (-f.log_prob, f.nodes))
+    return outcomes
+
+
+def _beam(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
+          starts: Sequence[Sequence[int]], width: int, max_steps: int, min_prob: float) -> list[WalkOutcome]:
+    outcomes = [WalkOutcome() for _ in starts]
+    q_rows = np.array([q for q, s in enumerate(starts) for _ in s], dtype=np.int64)
+    if len(q_rows) == 0:
+        return outcomes
+    start_nodes = np.array([n for s in starts for n in s], dtype=np.int64)
+    logp = np.concatenate([np.full(len(s), -np.log(len(s))) for s in starts if len(s)])
+    actions: list[tuple[int, ...]] = [() for _ in range(len(q_rows))]
+    states = initial_states(model, tables, qh, q_rows, start_nodes, max_steps)
+    for step in range(max_steps + 1):
+        if len(states) == 0:
+            break
+        if step == max_steps:  # survivors stop
+            for i in range(len(states)):
+                outcomes[int(states.question[i])].finished.append(
+                    Finished(float(logp[i]), tuple(int(n) for n in states.paths[i, :step + 1]), actions[i]))
+            break
+        scores = score_actions(model, tables, qh, qfull, states)
+        move_lp = scores.move_logp.cpu().numpy()
+        stop_lp = scores.stop_logp.cpu().numpy()
+        seg = np.repeat(np.arange(len(states)), np.diff(scores.seg_ptr))
+        # Candidates: every move (flat row r) and every STOP (row -1 - i), with cumulative log-probabilities.
+        cand_state = np.concatenate([seg, np.arange(len(states))])
+        cand_row = np.concatenate([np.arange(len(seg)), -1 - np.arange(len(states))])
+        cand_lp = np.concatenate([logp[seg] + move_lp, logp + stop_lp])
+        if min_prob > 0:  # moves too improbable to matter are not kept (STOP candidates always are)
+            keep = (cand_row < 0) | (cand_lp >= np.log(min_prob))
+            cand_state, cand_row, cand_lp = cand_state[keep], cand_row[keep], cand_lp[keep]
+        cand_q = states.question[cand_state]
+        keep_rows: list[int] = []
+        keep_states: list[int] = []
+        keep_lp: list[float] = []
+        order = np.lexsort((-cand_lp, cand_q))
+        bounds = np.searchsorted(cand_q[order], np.arange(len(starts) + 1))
+        for q in range(len(starts)):
+            mine = order[bounds[q]:bounds[q + 1]][:width]
+            for c in mine:
+                i = int(cand_state[c])
+                if cand_row[c] < 0:
+                    outcomes[q].finished.append(Finished(float(cand_lp[c]),
+                                                         tuple(int(n) for n in states.paths[i, :step + 1]),
+                                                         actions[i]))
+                else:
+                    keep_rows.append(int(cand_row[c]))
+                    keep_states.append(i)
+                    keep_lp.append(float(cand_lp[c]))
+        if not keep_rows:
+            break
+        ks = np.asarray(keep_states)
+        entries = scores.entries[np.asarray(keep_rows)]
+        g = model.next_path(scores.act[torch.as_tensor(keep_rows)], states.g[torch.as_tensor(ks)])
+        paths = states.paths[ks].copy()
+        paths[:, step + 1] = tables.target[entries]
+        actions = [actions[i] + (int(e),) for i, e in zip(ks, entries)]
+        logp = np.asarray(keep_lp)
+        states = PathStates(question=states.question[ks], g=g, paths=paths, steps=states.steps[ks] + 1)
+    return _finish(outcomes)
+
+
+def _sample(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
+            starts: Sequence[Sequence[int]], width: int, max_steps: int,
+            rng: np.random.Generator) -> list[WalkOutcome]:
+    outcomes = [WalkOutcome() for _ in starts]
+    q_rows = np.array([q for q, s in enumerate(starts) if len(s) for _ in range(width)], dtype=np.int64)
+    if len(q_rows) == 0:
+        return outcomes
+    start_nodes = np.array([int(starts[q][int(rng.integers(len(starts[q])))]) for q in q_rows], dtype=np.int64)
+    n_starts = np.array([len(starts[q]) for q in q_rows])
+    logp = -np.log(n_starts).astype(np.float64)
+    actions: list[tuple[int, ...]] = [() for _ in range(len(q_rows))]
+    states = initial_states(model, tables, qh, q_rows, start_nodes, max_steps)
+    for step in range(max_steps + 1):
+        if len(states) == 0:
+            break
+        if step == max_steps:
+            for i in range(len(states)):
+                outcomes[int(states.question[i])].finished.append(
+                    Finished(float(logp[i]), tuple(int(n) for n in states.paths[i, :step + 1]), actions[i]))
+            break
+        scores = score_actions(model, tables, qh, qfull, states)
+        move_lp = scores.move_logp.cpu().numpy()
+        stop_lp = scores.stop_logp.cpu().numpy()
+        picks = sample_segments(move_lp, stop_lp, scores.seg_ptr, rng)
+        keep, rows, lps = [], [], []
+        for i, pick in enumerate(picks):
+            if pick < 0:
+                outcomes[int(states.question[i])].finished.append(
+                    Finished(float(logp[i] + stop_lp[i]), tuple(int(n) for n in states.paths[i, :step + 1]),
+                             actions[i]))
+            else:
+                keep.append(i)
+                rows.append(int(pick))
+                lps.append(float(logp[i] + move_lp[pick]))
+        if not keep:
+            break
+        ks = np.asarray(keep)
+        entries = scores.entries[np.asarray(rows)]
+        g = model.next_path(scores.act[torch.as_tensor(rows)], states.g[torch.as_tensor(ks)])
+        paths = states.paths[ks].copy()
+        paths[:, step + 1] = tables.target[entries]
+        actions = [actions[i] + (int(e),) for i, e in zip(ks, entries)]
+        logp = np.asarray(lps)
+        states = PathStates(question=states.question[ks], g=g, paths=paths, steps=states.steps[ks] + 1)
+    return _finish(outcomes)

@@ -1,0 +1,73 @@
+"""Real process death at named points of an index build: how the crash-matrix tests kill a driver or a worker.
+
+Armed only by the environment, so a production run pays one dictionary lookup per point::
+
+    HXD2_CRASH_AT=driver:merge            the driver dies in the merge stage (after its first table is written)
+    HXD2_CRASH_AT=worker:extract,worker:embed   an extraction and an embedding actor each die once, mid-batch
+    HXD2_CRASH_ONCE_DIR=/some/folder       each point fires once (a marker file per point), so a restarted
+                                           actor or a rerun with the same environment does not die again
+
+A ``driver:<stage>`` point reached inside a Ray worker (the extract and embed stages run in actors) kills the
+driver process by its pid, ``HXD2_CRASH_DRIVER_PID``, which :func:`worker_env` hands to the workers: the driver
+then dies while its actors are mid-stage, which is the state a real crash leaves. Death is ``os._exit`` or
+SIGKILL, never an exception: nothing is cleaned up, no ``finally`` runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+CRASH_AT_ENV = "HXD2_CRASH_AT"
+CRASH_ONCE_DIR_ENV = "HXD2_CRASH_ONCE_DIR"
+DRIVER_PID_ENV = "HXD2_CRASH_DRIVER_PID"
+CRASH_EXIT_CODE = 86
+STAGES = ("ingest", "extract", "merge", "embed", "write")
+POINTS = tuple(f"driver:{s}" for s in STAGES) + ("worker:extract", "worker:embed")
+
+
+def armed_points() -> tuple[str, ...]:
+    spec = os.environ.get(CRASH_AT_ENV, "")
+    points = tuple(p.strip() for p in spec.split(",") if p.strip())
+    unknown = [p for p in points if p not in POINTS]
+    if unknown:
+        raise ValueError(f"{CRASH_AT_ENV}: unknown crash point(s) {unknown}; valid: {', '.join(POINTS)}")
+    return points
+
+
+def worker_env() -> dict[str, str]:
+    """The variables Ray workers need to honour the armed points (empty when nothing is armed)."""
+    if not os.environ.get(CRASH_AT_ENV):
+        return {}
+    env = {CRASH_AT_ENV: os.environ[CRASH_AT_ENV], DRIVER_PID_ENV: os.environ.get(DRIVER_PID_ENV, str(os.getpid()))}
+    if os.environ.get(CRASH_ONCE_DIR_ENV):
+        env[CRASH_ONCE_DIR_ENV] = os.environ[CRASH_ONCE_DIR_ENV]
+    return env
+
+
+def crash_point(point: str) -> None:
+    """Die here if ``point`` is armed (and has not fired yet); otherwise return at once."""
+    if not os.environ.get(CRASH_AT_ENV) or point not in armed_points() or not _first_time(point):
+        return
+    driver_pid = int(os.environ.get(DRIVER_PID_ENV) or os.getpid())
+    if point.startswith("driver:") and driver_pid != os.getpid():
+        print(f"[hxd2 fault injection] pid {os.getpid()} kills the driver (pid {driver_pid}) at {point}",
+              file=sys.stderr, flush=True)
+        os.kill(driver_pid, signal.SIGKILL)
+        return
+    print(f"[hxd2 fault injection] pid {os.getpid()} dies at {point}", file=sys.stderr, flush=True)
+    os._exit(CRASH_EXIT_CODE)
+
+
+def _first_time(point: str) -> bool:
+    once_dir = os.environ.get(CRASH_ONCE_DIR_ENV)
+    if not once_dir:
+        return True
+    os.makedirs(once_dir, exist_ok=True)
+    try:
+        fd = os.open(os.path.join(once_dir, point.replace(":", "-") + ".fired"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True

@@ -1,0 +1,183 @@
+"""Entity names a question spells out: its word n-grams looked up among the index's entity names.
+
+A small model's keywords can miss the very name a question asks about ("Qinghe 17" came back as "Research
+affiliation", "Field of study"); the question text itself does not. Both the ``ppr`` chunk ranking (as walk
+seeds) and the refusal gate (a question that names an entity of the index is never refused) use this.
+
+Which n-grams: runs of up to ``max_words`` words that neither start nor end with a function word and look
+like a name: a digit, a capital letter on a word other than the question's first, or two words or more.
+A single lower-case word ("film", "river") is a common noun, and an index built by a small extractor has
+entities named like that; matching them would let any question through the refusal gate. Chinese questions
+are cut into words with jieba, and every run of 2+ characters is name-like.
+
+How: exactly, by the merge stage's key of the n-gram (one lookup in the graph each, a dictionary read when the
+graph is resident; hyphens and slashes also read as spaces: "Qinghe-17" names "Qinghe 17"); and, for n-grams of
+at least ``FUZZY_MIN_CHARS`` characters (a short word fuzzy-matches too loosely: "Lilu" and "Lulu"), fuzzily
+through the index's :class:`~hxd2_ray.retrieval.fuzzy.FuzzyNameIndex` (rapidfuzz ratio >= ``fuzzy_cutoff``).
+Longest match first: the parts of a matched name are not names of their own.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from hxd2_ray.chunking.splitter import detect_language
+from hxd2_ray.extraction.merge import normalize_name
+
+__all__ = ["NamedEntity", "candidate_ngrams", "named_entities"]
+
+# Function and question words: an n-gram may hold them inside ("Bank of America") but not at its ends.
+STOPWORDS = frozenset("""
+a an the and or but nor of in on at to for from by with about as into onto over under than then that this these
+those is are was were be been being am do does did done has have had having will would shall should can could may
+might must not no yes it its it's he she they them their his her him we us our you your i me my mine what which
+who whom whose when where why how whether if so such there here any some all each every both either neither
+more most less least much many few other another same own very just also only too again ever even still yet
+one two first second much long tall old new
+""".split())
+
+FUZZY_MIN_CHARS = 6
+_JOINERS = re.compile(r"[-_/·]")
+ZH_STOPWORDS = frozenset("的 了 是 在 和 与 及 或 比 它 他 她 们 这 那 哪 什么 多少 怎么 为什么 吗 呢 吧 有 个 请 问 谁 哪个".split())
+
+_EN_WORD = re.compile(r"[^\W_](?:[\w'’&.-]*[^\W_])?")
+
+
+@dataclass(frozen=True, slots=True)
+class NamedEntity:
+    text: str  # the n-gram as the question wrote it
+    key: str  # the entity it names
+    score: float  # 1.0 exact (same merge key); else rapidfuzz ratio / 100
+
+
+@dataclass(frozen=True, slots=True)
+class _Gram:
+    text: str
+    start: int  # first word
+    end: int  # one past the last word
+    fuzzy: bool  # long enough to match fuzzily
+
+
+def _en_ngrams(question: str, max_words: int) -> list[_Gram]:
+    """Name-like n-grams, longest first (module docstring)."""
+    words = [(m.group(), m.start()) for m in _EN_WORD.finditer(question)]
+    out: list[_Gram] = []
+    for n in range(min(max_words, len(words)), 0, -1):
+        for i in range(len(words) - n + 1):
+            span = words[i:i + n]
+            first, last = span[0][0].lower(), span[-1][0].lower()
+            if first in STOPWORDS or last in STOPWORDS:
+                continue
+            capital = any(any(ch.isupper() for ch in w) for w, pos in span if pos != words[0][1])
+            # A digit marks a name ("Qinghe 17", "B-52") only beside letters: a bare number is not one.
+            digit = any(ch.isdigit() for w, _ in span for ch in w) and any(ch.isalpha() for w, _ in span for ch in w)
+            if not (n >= 2 or capital or digit):
+                continue
+            text = question[span[0][1]:span[-1][1] + len(span[-1][0])]
+            out.append(_Gram(text, i, i + n, len(text) >= FUZZY_MIN_CHARS))
+    return out
+
+
+def _zh_ngrams(question: str, max_words: int) -> list[_Gram]:
+    import jieba
+
+    words = [w for w in jieba.lcut(question) if w.strip() and not re.fullmatch(r"\W+", w)]
+    out: list[_Gram] = []
+    for n in range(min(max_words, len(words)), 0, -1):
+        for i in range(len(words) - n + 1):
+            if words[i] in ZH_STOPWORDS or words[i + n - 1] in ZH_STOPWORDS:
+                continue
+            text = "".join(words[i:i + n])
+            if len(text) >= 2 and not text.isdigit():
+                out.append(_Gram(text, i, i + n, len(text) >= FUZZY_MIN_CHARS // 2))  # a CJK character ~ 2 letters
+    return out
+
+
+def _grams(question: str, max_words: int) -> list[_Gram]:
+    return (_zh_ngrams if detect_language(question) == "zh" else _en_ngrams)(question, max_words)
+
+
+def candidate_ngrams(question: str, max_words: int = 4) -> list[tuple[str, bool]]:
+    """The question's name-like n-grams, longest first, each once: (text, long enough to match fuzzily)."""
+    return list(dict.fromkeys((g.text, g.fuzzy) for g in _grams(question, max_words)))
+
+
+def named_entities(
+    question: str,
+    graph: Any,  # GraphStore: get_entities(keys)
+    names: Any | None = None,  # FuzzyNameIndex: search(text, cutoff, limit); None: exact names only
+    *,
+    fuzzy_cutoff: float = 90.0,
+    max_words: int = 4,
+    fuzzy_limit: int = 3,
+) -> list[NamedEntity]:
+    """Entities the question names, best first (score, then longer n-gram); one entry per entity.
+
+    Longest match first: once an n-gram names an entity, the shorter n-grams inside it name nothing more
+    ("Tampa Bay Buccaneers" matched, "Tampa" and "Bay" are not looked at), as a reader links a name.
+    """
+    grams = _grams(question, max_words)
+    if not grams:
+        return []
+    variants = {g: {normalize_name(g.text), normalize_name(_JOINERS.sub(" ", g.text))} for g in grams}
+    known = {row["key"] for row in graph.get_entities(list({k for keys in variants.values() for k in keys}))}
+    covered: set[int] = set()
+    found: dict[str, NamedEntity] = {}
+
+    def take(gram: _Gram, key: str, score: float) -> None:
+        if key not in found or found[key].score < score:
+            found[key] = NamedEntity(text=gram.text, key=key, score=score)
+
+    for gram in grams:  # longest first
+        if covered.issuperset(range(gram.start, gram.end)):
+            continue
+        hits = [k for k in sorted(variants[gram]) if k in known]
+        if not hits and names is not None and gram.fuzzy and fuzzy_cutoff < 100:
+            fuzzy = names.search(gram.text, fuzzy_cutoff, fuzzy_limit)
+            for key, ratio in fuzzy:
+                take(gram, key, ratio / 100.0)
+            hits_fuzzy = bool(fuzzy)
+        else:
+            hits_fuzzy = False
+        for key in hits:
+            take(gram, key, 1.0)
+        if hits or hits_fuzzy:
+            covered.update(range(gram.start, gram.end))
+    return sorted(found.values(), key=lambda m: (-m.score, -len(m.text), m.key))
+
+
+_DISAMBIGUATION = re.compile(r"\s*\([^()]*\)\s*$")
+
+
+class TitleIndex:
+    """Document titles as names: normalised title (a trailing "(disambiguation)" dropped) -> chunk offsets.
+    Quacks like a graph for :func:`named_entities` (``get_entities``)."""
+
+    def __init__(self, documents: Any) -> None:
+        self.chunks: dict[str, list[int]] = {}
+        for title, offsets in documents:
+            key = normalize_name(_DISAMBIGUATION.sub("", title or ""))
+            if key:
+                self.chunks.setdefault(key, []).extend(int(o) for o in offsets)
+
+    def get_entities(self, keys: Any) -> list[dict[str, str]]:
+        return [{"key": k} for k in keys if k in self.chunks]
+
+
+_TITLES: "weakref.WeakKeyDictionary[object, TitleIndex]" = weakref.WeakKeyDictionary()
+_TITLES_LOCK = threading.Lock()
+
+
+def title_index(graph: Any) -> TitleIndex:
+    """The title index of a resident graph, built once and kept with it (empty for a graph without documents)."""
+    with _TITLES_LOCK:
+        index = _TITLES.get(graph)
+        if index is None:
+            docs = getattr(graph, "document_chunks", None)
+            index = TitleIndex(docs() if callable(docs) else [])
+            _TITLES[graph] = index
+        return index

@@ -1,0 +1,135 @@
+"""What a user sees from ``hxd2 index`` and ``hxd2 index-kb``, run as commands: on a terminal (a pseudo-terminal)
+a live progress line per stage and a table; on a pipe plain periodic lines; Ray's and Ray Data's logs in a
+file under the output unless ``-v``; ``--json`` output unchanged."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "hxd2_ray" / "sample_data" / "corpus"
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HXD2_PROGRESS", "RAY_ADDRESS"))}
+    env.update({"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **extra})
+    return env
+
+
+def _hxd2(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "jobs.cli", *args], cwd=ROOT, env=_env(**env), capture_output=True,
+                          text=True, timeout=900, check=False)
+
+
+def _hxd2_on_a_terminal(*args: str, timeout_s: float = 600) -> tuple[int, str]:
+    """Run with stdout and stderr on a pseudo-terminal; returns the exit status and everything it drew."""
+    main, child = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", *args], cwd=ROOT, env=_env(COLUMNS="120"),
+                            stdin=child, stdout=child, stderr=child, close_fds=True)
+    os.close(child)
+    chunks = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([main], [], [], 0.5)
+        if ready:
+            try:
+                data = os.read(main, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None:
+            break
+    os.close(main)
+    return proc.wait(timeout=60), b"".join(chunks).decode("utf-8", errors="replace")
+
+
+@pytest.fixture(scope="module")
+def triples(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("kb") / "kb.txt"
+    lines = [f"Film {i}|directed_by|Director {i % 37}" for i in range(1500)]
+    lines += [f"Film {i}|release_year|{1950 + i % 60}" for i in range(1500)]
+    path.write_text("\n".join(lines) + "\nnot a triple\n", encoding="utf-8")
+    return path
+
+
+def test_index_kb_on_a_terminal_draws_live_lines_and_a_table(triples, tmp_path):
+    out = tmp_path / "kb"
+    code, drawn = _hxd2_on_a_terminal("index-kb", "--triples", str(triples), "--output", str(out),
+                                      "--batch-size", "128")
+    assert code == 0, drawn[-3000:]
+    assert "\x1b[" in drawn  # cursor and colour codes: a live display
+    text = ANSI.sub("", drawn)
+    for stage in ("read", "embed", "graph", "vectors"):
+        assert f"✓ {stage}" in text, stage
+    assert "✓ embed  " in text and "texts 100%" in text
+    assert re.search(r"embed\s.*━", text)  # the bar while embedding
+    assert "logs go to" in text
+    assert "[hxd2 index-kb] embedded" not in text  # the build's own log lines are in the log file
+    assert "index written to" in text  # the summary
+    log = next((tmp_path / "_logs").glob("kb.index-kb-*.log")).read_text()
+    assert "[hxd2 index-kb] embedded" in log
+
+
+def test_index_kb_on_a_pipe_prints_periodic_plain_lines_and_json_is_unchanged(triples, tmp_path):
+    out = tmp_path / "kb"
+    proc = _hxd2("index-kb", "--triples", str(triples), "--output", str(out), "--batch-size", "128", "--json",
+                 HXD2_PROGRESS_INTERVAL_S="0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)  # stdout holds the summary alone
+    assert summary["triples"] == 3000 and summary["malformed_lines"] == 1
+    assert "\x1b" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    periodic = [x for x in lines if x.startswith("[hxd2] embed: ")]
+    assert len(periodic) >= 2 and all(re.search(r"\d+/[\d,]+ texts \d+%", x) for x in periodic)
+    assert any(x.startswith("[hxd2] embed done: ") and "texts 100%" in x for x in lines)
+    assert any(x.startswith("[hxd2] read done: 3,000 triples") for x in lines)
+    assert lines[-5].split()[:2] == ["stage", "items"]  # the stage table closes the output
+
+
+def test_index_kb_verbose_shows_the_build_log_and_writes_no_log_file(triples, tmp_path):
+    proc = _hxd2("index-kb", "--triples", str(triples), "--output", str(tmp_path / "kb"), "-v")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[hxd2 index-kb] embedded" in proc.stderr and "[hxd2] embed done" in proc.stderr
+    assert not (tmp_path / "_logs").exists()
+
+
+def test_index_is_quiet_by_default_and_verbose_restores_ray_logs(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "sudhof.md").write_text((SAMPLE / "thomas_sudhof.md").read_text(encoding="utf-8"), encoding="utf-8")
+    out = tmp_path / "index"
+    fast = ["--set", "ray.num_cpus=2", "--set", "embedding.dim=64"]
+    quiet = _hxd2("index", "--input", str(corpus), "--output", str(out), *fast)
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    for stage in ("ingest", "extract", "merge", "embed", "write"):
+        assert f"[hxd2] {stage} done: " in quiet.stderr, stage
+    assert re.search(r"\[hxd2\] extract done: \d+/\d+ chunks 100% .* tok/s", quiet.stderr)
+    for noise in ("Started a local Ray instance", "Starting execution of Dataset", "INFO"):
+        assert noise not in quiet.stderr, noise
+    logs = list((out / "_logs").glob("index-*.log"))
+    assert len(logs) == 1 and str(logs[0]) in quiet.stderr
+    log = logs[0].read_text()
+    assert "Started a local Ray instance" in log and "Starting execution of Dataset" in log
+    assert quiet.stdout.startswith("index written to ")
+
+    # A rerun skips every stage, and with -v Ray's own lines are back on stderr (and no new log file).
+    verbose = _hxd2("index", "--input", str(corpus), "--output", str(out), *fast, "-v")
+    assert verbose.returncode == 0, verbose.stderr[-3000:]
+    assert "Started a local Ray instance" in verbose.stderr
+    assert "[hxd2] extract done: " in verbose.stderr and "skipped" in verbose.stderr
+    assert len(list((out / "_logs").glob("index-*.log"))) == 1

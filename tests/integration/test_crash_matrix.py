@@ -1,0 +1,202 @@
+"""The crash matrix: real process death at every stage of an index build, then a rerun; the result must equal a
+clean build BY CONTENT (every graph table's rows, every vector family's key -> vector).
+
+* the driver dies in ingest, extract, merge, embed and write (``HXD2_CRASH_AT=driver:<stage>``: ``os._exit`` in
+  the driver, or SIGKILL of the driver from the actor that just persisted a batch, so it dies mid-stage): one
+  output, each run killed one stage further, then a run that finishes;
+* an extraction and an embedding actor die mid-batch (``worker:extract`` / ``worker:embed``, once each) inside
+  runs of that chain: Ray restarts them and retries the batch; the run with the embedding death finishes by
+  itself, equals the clean build, and its ``--json`` stdout is still JSON (issue 17, item 11);
+* the clean build races a second build into the same output: exactly one runs, the other refuses naming it
+  (item 9); the write-stage kill leaves a ``.building-*`` folder that the finishing run removes (item 10).
+
+Every run is a separate driver process (``python -m jobs.cli index``) joined to the session's local Ray, with
+the scripted LLM and the hashing embedder, so builds are deterministic and a run takes seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hxd2_ray.indexing.faults import CRASH_AT_ENV, CRASH_EXIT_CODE, CRASH_ONCE_DIR_ENV
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "hxd2_ray" / "sample_data" / "corpus"
+DOCS = ("brian_kobilka.txt", "thomas_sudhof.md", "TAC4.md")
+# Small chunks and batches: 10 chunks in 5 extraction batches, ~200 texts in 7 embedding batches, so a kill
+# after the first batch leaves a stage half done.
+SETTINGS = ["chunking.chunk_size_chars=300", "ray.ner_batch_size=2", "ray.embed_batch_size=32",
+            "ray.extraction_shards=4", "embedding.dim=32"]
+
+# Each graph table as rows (module constants: the test reads fixed tables, nothing is pasted in).
+GRAPH_ROWS = {
+    "Document": "MATCH (d:Document) RETURN d.id, d.source_id, d.source_path, d.title, d.n_chars",
+    "Chunk": "MATCH (c:Chunk) RETURN c.id, c.doc_id, c.ord, c.start, c.text, c.header_path, c.language",
+    "Entity": "MATCH (e:Entity) RETURN e.key, e.name, e.type, e.description, e.source_chunk_ids, e.mention_count, "
+              "e.name_truncated, e.degree",
+    "RELATED": "MATCH (a:Entity)-[r:RELATED]->(b:Entity) RETURN a.key, b.key, r.description, r.keywords, r.weight, "
+               "r.source_chunk_ids, r.mention_count",
+    "MENTIONS": "MATCH (c:Chunk)-[:MENTIONS]->(e:Entity) RETURN c.id, e.key",
+    "PART_OF": "MATCH (c:Chunk)-[:PART_OF]->(d:Document) RETURN c.id, d.id",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(request) -> str:
+    """The address the driver processes join: the cluster ``RAY_ADDRESS`` names, else the session's local Ray."""
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    request.getfixturevalue("ray_local")
+    import ray
+
+    return ray.get_runtime_context().gcs_address
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("crash-corpus")
+    for name in DOCS:
+        shutil.copy(SAMPLE / name, folder / name)
+    return folder
+
+
+def _start(cluster: str, corpus: Path, out: Path, crash: str = "", once_dir: Path | None = None,
+           extra: tuple[str, ...] = ()) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in (CRASH_AT_ENV, CRASH_ONCE_DIR_ENV)}
+    env.update({"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_DEDUP_LOGS": "1"})
+    if crash:
+        env[CRASH_AT_ENV] = crash
+        env[CRASH_ONCE_DIR_ENV] = str(once_dir or out.parent / f".once-{out.name}")
+    sets = [arg for s in [*SETTINGS, f"ray.address={cluster}"] for arg in ("--set", s)]
+    return subprocess.Popen([sys.executable, "-m", "jobs.cli", "index", "--input", str(corpus), "--output", str(out),
+                             "--json", *extra, *sets], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=600)
+    return proc.returncode, out, err
+
+
+def _build(cluster, corpus, out, crash="", once_dir=None, extra=()) -> tuple[int, str, str]:
+    return _finish(_start(cluster, corpus, out, crash, once_dir, extra))
+
+
+def _files(index: Path) -> Path:
+    """The folder of the manifest's current generation (graph and vectors)."""
+    generation = json.loads((index / "manifest.json").read_text()).get("generation", "")
+    return index / "generations" / generation if generation else index
+
+
+def _graph(index: Path) -> dict[str, list[str]]:
+    import kuzu
+
+    db = kuzu.Database(str(_files(index) / "graph.kuzu"), read_only=True)
+    conn = kuzu.Connection(db)
+    try:
+        return {name: sorted(repr(row) for row in conn.execute(q).get_all()) for name, q in GRAPH_ROWS.items()}
+    finally:
+        conn.close()
+        db.close()
+
+
+def _vectors(index: Path) -> dict[str, dict[str, bytes]]:
+    import faiss
+    import pyarrow.parquet as pq
+
+    from hxd2_ray.indexing.tables import VECTOR_FAMILIES
+
+    families = {}
+    for family in VECTOR_FAMILIES:
+        folder = _files(index) / "vectors" / family
+        idmap = pq.read_table(folder / "idmap.parquet").to_pydict()
+        key_of = dict(zip(idmap["vector_id"], idmap["key"], strict=True))
+        content: dict[str, bytes] = {}
+        for shard in sorted(folder.glob("shard-*.faiss")):
+            ix = faiss.read_index(str(shard))
+            ids = faiss.vector_to_array(ix.id_map)
+            vectors = faiss.downcast_index(ix.index).reconstruct_n(0, ix.ntotal)
+            for vid, vec in zip(ids.tolist(), np.asarray(vectors), strict=True):
+                content[key_of[vid]] = vec.tobytes()
+        assert len(content) == len(key_of), family
+        families[family] = content
+    return families
+
+
+def _same_content(index: Path, clean: Path) -> None:
+    assert (index / "manifest.json").exists()
+    got, want = _graph(index), _graph(clean)
+    for table in GRAPH_ROWS:
+        assert got[table] == want[table], f"graph table {table} differs from the clean build"
+    got_v, want_v = _vectors(index), _vectors(clean)
+    for family in want_v:
+        assert got_v[family].keys() == want_v[family].keys(), f"vector family {family}: other keys"
+        assert got_v[family] == want_v[family], f"vector family {family}: other vectors"
+    assert json.loads((index / "manifest.json").read_text())["counts"] == json.loads(
+        (clean / "manifest.json").read_text())["counts"]
+
+
+@pytest.fixture(scope="module")
+def clean(cluster, corpus, tmp_path_factory) -> Path:
+    """The reference build, raced by a second build into the same output: exactly one of them may run."""
+    out = tmp_path_factory.mktemp("clean") / "index"
+    first = _start(cluster, corpus, out)
+    time.sleep(0.5)
+    second = _start(cluster, corpus, out)
+    results = {p.pid: _finish(p) for p in (first, second)}
+    codes = sorted(code for code, _, _ in results.values())
+    assert codes == [0, 2], {pid: (c, e[-2000:]) for pid, (c, _, e) in results.items()}
+    winner = next(pid for pid, (c, _, _) in results.items() if c == 0)
+    refused = next(err for c, _, err in results.values() if c == 2)
+    assert f"another build is writing to {out}" in refused and f"pid {winner}" in refused and "started 20" in refused
+    assert not (out / ".hxd2-build.lock").exists()
+    return out
+
+
+# One output, each run killed one point further; workers die inside runs that go on. (point(s), the run survives?)
+# A run over a finished index of the same input changes nothing (an incremental update finds no change), so the
+# write-stage kill is armed on an --overwrite rebuild (which keeps the LLM cache).
+CHAIN = (
+    ("driver:ingest", False),
+    ("driver:extract", False),  # an actor kills the driver after persisting its first batch: extraction half done
+    ("worker:extract,driver:merge", False),  # the rest of the extraction loses an actor mid-batch; merge dies
+    ("driver:embed", False),
+    ("worker:embed", True),  # an embedding actor dies mid-batch; the run finishes and prints its JSON summary
+    ("driver:write", False),  # rebuilt with --overwrite: killed in write, leaving .building-* and no manifest
+)
+OVERWRITE_AT = "driver:write"
+
+
+def test_killed_everywhere_then_resumed_equals_a_clean_build(cluster, corpus, clean, tmp_path):
+    out = tmp_path / "index"
+    for step, (points, survives) in enumerate(CHAIN):
+        once = tmp_path / f"once-{step}"
+        code, stdout, err = _build(cluster, corpus, out, crash=points, once_dir=once,
+                                   extra=("--overwrite",) if points == OVERWRITE_AT else ())
+        for point in points.split(","):  # each point fired (its marker), whoever it killed
+            assert (once / f"{point.replace(':', '-')}.fired").exists(), f"{point} never fired:\n{err[-3000:]}"
+        if survives:
+            assert code == 0, f"{points}: the run should survive its dead worker:\n{err[-3000:]}"
+            summary = json.loads(stdout)  # nothing Ray printed about the dead worker reached stdout
+            assert summary["failed_chunks"] == 0 and "dies at worker:" in err
+            _same_content(out, clean)
+        else:
+            assert code in (CRASH_EXIT_CODE, -9), f"{points}: the driver did not die (exit {code}):\n{err[-3000:]}"
+            assert stdout == "" and not (out / "manifest.json").exists(), f"{points}: output after a crash"
+    assert list(out.glob(".building-*")), "the write-stage kill should leave its build folder behind"
+    code, stdout, err = _build(cluster, corpus, out)
+    assert code == 0, err[-3000:]
+    assert json.loads(stdout)["stage_status"]["extract"].startswith("skipped")
+    assert not list(out.glob(".building-*")) and "left by a build that was killed" in err
+    _same_content(out, clean)

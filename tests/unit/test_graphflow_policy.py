@@ -1,0 +1,188 @@
+"""A GraphFlow policy end to end on real indexes (Kùzu, Faiss, resident graph, hashing vectors): trained on the
+MetaQA slice, stored, loaded by the retriever, which answers with ranked entities and their paths; refused by
+another index; a question with no linkable start node gets an empty result with its reason; passage retrieval
+on a text index; and the LoRA question encoder's forward/backward on a tiny transformers model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from hxd2_ray.config import GraphFlowConfig
+from hxd2_ray.embedding.hashing import HashingEmbedder
+from hxd2_ray.errors import IndexMismatchError, IndexNotFoundError
+from hxd2_ray.evaluation.datasets import EvalItem
+from hxd2_ray.graphflow.dataset import index_inputs
+from hxd2_ray.graphflow.features import load_or_build_features
+from hxd2_ray.graphflow.policy import load_policy
+from hxd2_ray.graphflow.retriever import GraphFlowRetriever
+from hxd2_ray.graphflow.trainer import export_policy, train_policy
+from hxd2_ray.indexing.kb_index import build_kb_index
+from hxd2_ray.logic.metaqa import read_triples
+from hxd2_ray.retrieval import open_index
+from tests.unit.retrieval_fixtures import build_tiny_index
+from tests.unit.test_graphflow_data import DIM, KB, kb_config
+
+TRAIN = dict(hidden_dim=32, max_steps=2, batch_questions=8, learning_rate=5e-3, trajectories=16, torch_threads=1,
+             dev_fraction=0.0, test_fraction=0.0, epochs=8, patience=8, max_dev_questions=50)
+
+
+def kb_questions() -> list[EvalItem]:
+    """Who directed / what did X direct, from the slice's own triples."""
+    items = []
+    by_director: dict[str, list[str]] = {}
+    for t in read_triples(KB):
+        if t.relation == "directed_by":
+            items.append(EvalItem(f"d{len(items)}", f"who directed {t.subject}", (t.object,), task="kgqa",
+                                  meta={"question_marked": f"who directed [{t.subject}]", "hops": 1}))
+            by_director.setdefault(t.object, []).append(t.subject)
+    for person, films in by_director.items():
+        items.append(EvalItem(f"f{len(items)}", f"which films did {person} direct", tuple(films), task="kgqa",
+                              meta={"question_marked": f"which films did [{person}] direct", "hops": 1}))
+    return items
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Index A (the whole slice) with a policy trained on it, and index B (a 30-entity subset)."""
+    root = tmp_path_factory.mktemp("gf_policy")
+    cfg = kb_config()
+    build_kb_index(cfg, KB, root / "a", progress=None, batch_size=64)
+    build_kb_index(cfg, KB, root / "b", progress=None, batch_size=64, limit_entities=30)
+    gcfg = GraphFlowConfig(**TRAIN, cache_dir=str(root / "cache"))
+    emb = HashingEmbedder(dim=DIM)
+    with open_index(root / "a", cfg) as index:
+        inputs = index_inputs(index, emb, kb_questions(), gcfg, progress=None)
+    result = train_policy(inputs, gcfg, root / "policy", progress=None)
+    export_policy(result, inputs, root / "policy")
+    return root, cfg, gcfg, inputs
+
+
+def test_the_retriever_answers_with_ranked_entities_and_their_paths(trained):
+    root, cfg, gcfg, _ = trained
+    with open_index(root / "a", cfg) as index:
+        retriever = GraphFlowRetriever.open(index, HashingEmbedder(dim=DIM), str(root / "policy"), gcfg)
+        result = retriever.retrieve("who directed [The Public Eye]")
+        films = retriever.retrieve("which films did [Howard Franklin] direct")
+    assert result.ok and result.reason == ""
+    assert result.answers(1) == ["Howard Franklin"]
+    top = result.targets[0]
+    assert top.kind == "entity" and top.key == "howard franklin" and 0 < top.score <= 1
+    assert [(p.source, p.relation, p.target) for p in top.path] == [
+        ("The Public Eye", "directed by & written by", "Howard Franklin")]
+    assert [(s.key, s.method, s.mention) for s in result.starts] == [("the public eye", "exact", "The Public Eye")]
+    assert films.answers(1) == ["The Public Eye"] and films.targets[0].path[0].relation.startswith("<-directed by")
+    record = json.loads(json.dumps(result.to_dict()))
+    assert record["targets"][0]["path"][0]["target"] == "Howard Franklin" and "walk" in record["timings_ms"]
+    assert len(result.results) >= len(result.targets) >= 1
+
+
+def test_no_linkable_start_node_gives_an_empty_result_with_the_reason(trained):
+    root, cfg, gcfg, _ = trained
+    with open_index(root / "a", cfg) as index:
+        retriever = GraphFlowRetriever.open(index, HashingEmbedder(dim=DIM), str(root / "policy"), gcfg)
+        [bracketed, plain] = retriever.retrieve_many(["who directed [Zzyzx Qwvx]", "qqq zzz"])
+    for result in (bracketed, plain):
+        assert not result.ok and result.targets == () and result.starts == () and result.reason
+    assert "Zzyzx Qwvx" in bracketed.reason
+    assert json.loads(json.dumps(plain.to_dict()))["reason"] == plain.reason
+
+
+def test_a_policy_for_another_index_is_refused(trained):
+    root, cfg, gcfg, _ = trained
+    with open_index(root / "b", cfg) as other:
+        with pytest.raises(IndexMismatchError, match="trained on another index"):
+            GraphFlowRetriever.open(other, HashingEmbedder(dim=DIM), str(root / "policy"), gcfg)
+    with open_index(root / "a", cfg) as index:
+        with pytest.raises(IndexMismatchError, match="feature embedder"):  # same index, other feature embedder
+            feats = load_or_build_features(index, HashingEmbedder(dim=DIM, model_id="hashing-other"),
+                                           cache_dir=gcfg.cache_dir, progress=None)
+            load_policy(root / "policy", feats, index.manifest.fingerprint)
+    with pytest.raises(IndexNotFoundError, match="not a trained GraphFlow policy"):
+        load_policy(root, feats, "x")
+
+
+def test_the_policy_records_its_fingerprint_and_training(trained):
+    root, _, _, inputs = trained
+    meta = json.loads((root / "policy" / "policy.json").read_text())
+    assert meta["index_fingerprint"] == inputs.index_fingerprint and meta["graph_hash"] == inputs.features.graph_hash
+    assert meta["kind"] == "kgqa" and meta["config"]["objective"] == "db" and "epochs" not in meta["config"]
+    summary = json.loads((root / "policy" / "training_summary.json").read_text())
+    assert summary["history"] and summary["examples"]["examples"] == len(kb_questions())
+    assert (root / "policy" / "training.png").stat().st_size > 1000
+
+
+def test_passage_retrieval_on_a_text_index(tmp_path):
+    tiny = build_tiny_index(tmp_path / "tiny", dim=DIM)
+    gcfg = GraphFlowConfig(**{**TRAIN, "epochs": 6}, cache_dir=str(tmp_path / "cache"), link_threshold=0.2)
+    emb = HashingEmbedder(dim=DIM, model_id=tiny.cfg.embedding.model_id)
+    items = [EvalItem("s1", "Where does Thomas Südhof work?", (), ("thomas_sudhof.md",)),
+             EvalItem("s2", "What did Thomas Südhof discover?", (), ("thomas_sudhof.md",)),
+             EvalItem("m1", "What does Robert Malenka study?", (), ("robert_malenka.txt",)),
+             EvalItem("k1", "Which prize did Brian Kobilka win?", (), ("brian_kobilka.txt",))]
+    with open_index(tiny.root, tiny.cfg) as index:
+        inputs = index_inputs(index, emb, items, gcfg, progress=None)
+        assert inputs.kind == "passages" and len(inputs.train) == 4
+        result = train_policy(inputs, gcfg, tmp_path / "policy", progress=None)
+        export_policy(result, inputs, tmp_path / "policy")
+        retriever = GraphFlowRetriever.open(index, emb, str(tmp_path / "policy"), gcfg)
+        found = retriever.retrieve("Which prize did Brian Kobilka win?")
+    assert found.ok and all(t.kind == "chunk" for t in found.targets)
+    assert found.passage_ids(1) == ["brian_kobilka.txt"]
+    assert found.targets[0].path and found.targets[0].path[-1].relation == "~mentioned in passage"
+
+
+def tiny_encoder(tmp_path: Path):
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from hxd2_ray.graphflow.encoder import LoraQuestionEncoder
+    from hxd2_ray.models import minilm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(0)
+    base = BertModel(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1,
+                                num_attention_heads=2, intermediate_size=32, max_position_embeddings=64))
+    return LoraQuestionEncoder(base=base, tokenizer=tokenizer, rank=2, alpha=4, max_length=16)
+
+
+def test_lora_question_encoder_forward_and_backward_on_cpu(tmp_path):
+    enc = tiny_encoder(tmp_path)
+    out = enc(["who directed [entity]", "what films did [entity] write"])
+    assert out.shape == (2, 16) and torch.allclose(out.norm(dim=-1), torch.ones(2), atol=1e-5)
+    (out[0] - out[1]).pow(2).sum().backward()
+    trained = {n: p for n, p in enc.named_parameters() if p.requires_grad}
+    assert trained and all("lora_" in n for n in trained)
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for n, p in trained.items() if "lora_A" in n)
+    assert all(p.grad is None for p in enc.parameters() if not p.requires_grad)  # the base stays frozen
+    state = enc.adapter_state()
+    fresh = tiny_encoder(tmp_path)
+    fresh.load_adapter_state(state)
+    assert all(torch.equal(dict(fresh.named_parameters())[n], v) for n, v in state.items())
+
+
+def test_a_lora_policy_trains_through_the_encoder(trained, tmp_path):
+    import numpy as np
+
+    from hxd2_ray.graphflow.objective import trajectory_loss
+    from hxd2_ray.graphflow.policy import build_policy
+    from hxd2_ray.graphflow.trainer import _batch_trajectories, local_candidates
+
+    _, _, gcfg, inputs = trained
+    cfg = gcfg.model_copy(update={"encoder": "lora"})
+    policy = build_policy(inputs.features, cfg, inputs.kind, inputs.index_fingerprint, encoder=tiny_encoder(tmp_path))
+    idx = np.arange(4)
+    plain = torch.as_tensor(inputs.vectors["train"].plain[idx])
+    qh, qfull = policy.question_tables(None, [inputs.train[i].policy_text for i in idx], plain)
+    rng = np.random.default_rng(0)
+    trajs = _batch_trajectories(policy, inputs, idx, qh, qfull, cfg, rng)
+    cands = [local_candidates(inputs.features.graph, t, cfg.explore_k, cfg.explore_stop, rng) for t in trajs]
+    loss, _ = trajectory_loss(policy.model, policy.tables, qh, qfull, trajs, cands,
+                              [inputs.train[i].targets for i in idx], objective="db", miss_log_reward=-15.0,
+                              max_steps=cfg.max_steps)
+    loss.backward()
+    lora = [p for n, p in policy.encoder.named_parameters() if p.requires_grad and "lora_A" in n]
+    assert lora and any(p.grad is not None and p.grad.abs().sum() > 0 for p in lora)
+    assert "encoder" in policy.state_dict()
