@@ -680,7 +680,8 @@ class IndexBuild:
             families = self.write(state, vectors)
         kind = "build" if parent is None else "rebuild"
         summary = self.summary(state, extractions, families, kind=kind)
-        self.commit(summary, families, parent, kind, {"documents": docs.num_rows, "chunks": chunks.num_rows})
+        self.commit(summary, families, parent, kind, {"documents": docs.num_rows, "chunks": chunks.num_rows,
+                                                      "input": listing.fingerprint})
         return summary
 
     def summary(self, state: CorpusState, extractions: pa.Table, families: dict[str, Any], kind: str,

@@ -46,12 +46,25 @@ class IndexUpdate:
 
     def upsert(self, listing: InputListing) -> dict[str, Any]:
         b = self.build
+        if self.input_already_applied(listing.fingerprint):
+            b.clock.status["ingest"] = (f"skipped: the same input (paths, sizes, times) made generation "
+                                        f"{self.current.generation} and every chunk is extracted")
+            return self.unchanged(None)
         with b.clock.stage("ingest"):
             incoming = b.read_input(listing)
             change = upsert(self.state.sources, self.state.quarantine, self.state.chunks, incoming)
             b.clock.status["ingest"] = (f"read {len(listing.files)} files: {len(change.added)} new and "
                                         f"{len(change.updated)} changed documents, {change.unchanged} unchanged")
-        return self.apply(change, "update", heal=True)
+        return self.apply(change, "update", heal=True, input_fingerprint=listing.fingerprint)
+
+    def input_already_applied(self, fingerprint: str) -> bool:
+        """The current generation was made from exactly this input listing, and no chunk of it waits for an
+        extraction: reading the input again cannot change anything."""
+        made_by = (self.current.generations[-1].get("change", {}).get("input")
+                   if self.current.generations else None)
+        if made_by != fingerprint:
+            return False
+        return set(self.state.chunks.column("id").to_pylist()) <= self.state.merged_chunk_ids()
 
     def delete(self, doc_ids: list[str], source_paths: list[str]) -> dict[str, Any]:
         b = self.build
@@ -60,7 +73,7 @@ class IndexUpdate:
             b.clock.status["ingest"] = f"{len(change.deleted)} documents to delete"
         return self.apply(change, "delete", heal=False)
 
-    def apply(self, change: CorpusChange, kind: str, heal: bool) -> dict[str, Any]:
+    def apply(self, change: CorpusChange, kind: str, heal: bool, input_fingerprint: str = "") -> dict[str, Any]:
         """Bring the index to ``change``'s corpus. ``heal``: also extract the chunks whose extraction failed in
         earlier runs (an update may call the LLM; a delete never does)."""
         b, state = self.build, self.state
@@ -95,7 +108,10 @@ class IndexUpdate:
             families = b.write(new_state, vectors)
         described = {**change.describe(), **stats, "chunks_merged_in": len(added), "chunks_merged_out": len(removed)}
         summary = b.summary(new_state, extractions, families, kind=kind, change=described)
-        b.commit(summary, families, self.current, kind, {k: v for k, v in described.items() if k != "document_ids"})
+        recorded = {k: v for k, v in described.items() if k != "document_ids"}
+        if input_fingerprint:
+            recorded["input"] = input_fingerprint
+        b.commit(summary, families, self.current, kind, recorded)
         return summary
 
     def remerge(self, removed: set[str], added: set[str], extractions: pa.Table
@@ -130,12 +146,13 @@ class IndexUpdate:
                  "entities_changed": len(b.changed_entity_keys)}
         return entities, relations, stats
 
-    def unchanged(self, change: CorpusChange) -> dict[str, Any]:
+    def unchanged(self, change: CorpusChange | None) -> dict[str, Any]:
+        """The summary of a run that found nothing to do (``change`` None: the input was not read again)."""
         b = self.build
+        known = f"{change.unchanged} already indexed" if change is not None else "the input is unchanged"
         return {
             "status": "unchanged",
-            "reason": (f"no document was added, changed or removed ({change.unchanged} already indexed) and no "
-                       "chunk is left to extract"),
+            "reason": f"no document was added, changed or removed ({known}) and no chunk is left to extract",
             "input": b.input_uri,
             "output": b.output_uri,
             "generation": self.current.generation,
@@ -143,6 +160,7 @@ class IndexUpdate:
             "chunks": self.state.chunks.num_rows,
             "entities": self.state.entities.num_rows,
             "relations": self.state.relations.num_rows,
+            "quarantined_files": self.state.quarantine.num_rows,
             "run": b.services.totals(),
             "llm_cache": b.services.cache_summary(),
             "seconds_per_stage": dict(b.clock.seconds),
