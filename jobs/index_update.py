@@ -108,7 +108,7 @@ class IndexUpdate:
             families = b.write(new_state, vectors)
         described = {**change.describe(), **stats, "chunks_merged_in": len(added), "chunks_merged_out": len(removed)}
         summary = b.summary(new_state, extractions, families, kind=kind, change=described)
-        recorded = {k: v for k, v in described.items() if k != "document_ids"}
+        recorded: dict[str, Any] = {k: v for k, v in described.items() if k != "document_ids"}
         if input_fingerprint:
             recorded["input"] = input_fingerprint
         b.commit(summary, families, self.current, kind, recorded)
