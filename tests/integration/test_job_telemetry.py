@@ -71,7 +71,8 @@ def test_index_and_eval_metrics_equal_their_summaries(ray_metrics_url, tmp_path,
     for stage in ("ingest", "extract", "merge", "embed", "write"):
         assert m("ray_hxd2_stage_duration_seconds_count", stage=stage) == 1, stage
         assert m("ray_hxd2_stage_duration_seconds_sum", stage=stage) > 0, stage
-    assert len(list((index / "_logs").glob("index-*.log"))) == 1  # what goes in it: tests/integration/test_cli_output.py
+    # what goes in the log: tests/integration/test_cli_output.py
+    assert len(list((index / "_logs").glob("index-*.log"))) == 1
 
     evaluation = tmp_path / "eval"
     assert eval_job.main(["run", "--benchmark", "generic", "--questions", str(SAMPLE / "questions.jsonl"),
