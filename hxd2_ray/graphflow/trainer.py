@@ -346,7 +346,7 @@ def train_policy(inputs: TrainingInputs, cfg: GraphFlowConfig, output_dir: str |
                "demo_taken_best": round(totals[5] / totals[6], 4) if totals[6] else None,
                "dev_hit@1": round(dev_hit1, 4) if dev_hit1 is not None else None, "workers": hooks.world_size}
         history.append(row)
-        dev_text = f"dev Hit@1 {dev_hit1:.4f}{' (best)' if improved else ''}" if dev_hit1 is not None else "no dev split"
+        dev_text = "no dev split" if dev_hit1 is None else f"dev Hit@1 {dev_hit1:.4f}{' (best)' if improved else ''}"
         say(f"epoch {epoch}: loss {row['loss']:.4f}, {dev_text}, "
             f"{row['transitions']:,} transitions in {seconds:.1f}s ({row['transitions_per_s']}/s), on-policy hits "
             f"{row['onpolicy_hit_rate']}")
