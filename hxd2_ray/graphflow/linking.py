@@ -1,7 +1,7 @@
 """Where a GraphFlow walk starts: the question's topic entity, linked with the pipeline's own linkers.
 
 * A ``[bracketed]`` name (MetaQA marks its topic entity so) goes through the logic form's
-  :class:`~hxd2_ray.logic.executor.EntityLinker` (exact key, fuzzy name, then the entity_name vectors).
+  :class:`~hxd2_ray.logic.linking.EntityLinker` (exact key, fuzzy name, then the entity_name vectors).
 * Otherwise the question itself is matched the way dual-level retrieval's question channel matches it: its
   embedding against the entity_name and entity_mix families, hits at or above ``link_threshold`` ranked with
   :func:`~hxd2_ray.retrieval.ranking.rank_matches`, the best ``max_start_nodes`` kept.
@@ -21,7 +21,8 @@ import numpy as np
 
 from hxd2_ray.extraction.merge import normalize_name
 from hxd2_ray.graphflow.walk_graph import WalkGraph
-from hxd2_ray.logic.executor import EntityLinker, GraphQueries
+from hxd2_ray.logic.linking import EntityLinker
+from hxd2_ray.logic.queries import GraphQueries
 from hxd2_ray.retrieval.ranking import rank_matches, vector_hits
 
 __all__ = ["LinkedQuestion", "StartLinker", "StartNode", "TOPIC_PLACEHOLDER", "plain_question"]
@@ -67,7 +68,7 @@ class LinkedQuestion:
 class StartLinker:
     """Start nodes of questions over one walk graph.
 
-    ``entity_linker``: an :class:`~hxd2_ray.logic.executor.EntityLinker` over the index (for bracketed names).
+    ``entity_linker``: an :class:`~hxd2_ray.logic.linking.EntityLinker` over the index (for bracketed names).
     ``families``: the index's vector families (``entity_name``/``entity_mix``, whichever exist) and ``embedder``
     the index's embedder (for the question channel); without them a question without brackets links nothing.
     """
