@@ -20,46 +20,16 @@ from hxd2_ray.graphflow.features import load_or_build_features
 from hxd2_ray.graphflow.policy import load_policy
 from hxd2_ray.graphflow.retriever import GraphFlowRetriever
 from hxd2_ray.graphflow.trainer import export_policy, train_policy
-from hxd2_ray.indexing.kb_index import build_kb_index
-from hxd2_ray.logic.metaqa import read_triples
 from hxd2_ray.retrieval import open_index
+from tests.unit.graphflow_fixtures import TRAIN, kb_questions, trained_kb_policy
 from tests.unit.retrieval_fixtures import build_tiny_index
-from tests.unit.test_graphflow_data import DIM, KB, kb_config
-
-# Small batches: detailed balance learns by optimiser steps more than by samples per step (41 questions, 8 epochs).
-TRAIN = dict(hidden_dim=32, max_steps=2, batch_questions=2, learning_rate=5e-3, trajectories=16, torch_threads=1,
-             dev_fraction=0.0, test_fraction=0.0, epochs=8, patience=8, max_dev_questions=50)
-
-
-def kb_questions() -> list[EvalItem]:
-    """Who directed / what did X direct, from the slice's own triples."""
-    items = []
-    by_director: dict[str, list[str]] = {}
-    for t in read_triples(KB):
-        if t.relation == "directed_by":
-            items.append(EvalItem(f"d{len(items)}", f"who directed {t.subject}", (t.object,), task="kgqa",
-                                  meta={"question_marked": f"who directed [{t.subject}]", "hops": 1}))
-            by_director.setdefault(t.object, []).append(t.subject)
-    for person, films in by_director.items():
-        items.append(EvalItem(f"f{len(items)}", f"which films did {person} direct", tuple(films), task="kgqa",
-                              meta={"question_marked": f"which films did [{person}] direct", "hops": 1}))
-    return items
+from tests.unit.test_graphflow_data import DIM
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """Index A (the whole slice) with a policy trained on it, and index B (a 30-entity subset)."""
-    root = tmp_path_factory.mktemp("gf_policy")
-    cfg = kb_config()
-    build_kb_index(cfg, KB, root / "a", progress=None, batch_size=64)
-    build_kb_index(cfg, KB, root / "b", progress=None, batch_size=64, limit_entities=30)
-    gcfg = GraphFlowConfig(**TRAIN, cache_dir=str(root / "cache"))
-    emb = HashingEmbedder(dim=DIM)
-    with open_index(root / "a", cfg) as index:
-        inputs = index_inputs(index, emb, kb_questions(), gcfg, progress=None)
-    result = train_policy(inputs, gcfg, root / "policy", progress=None)
-    export_policy(result, inputs, root / "policy")
-    return root, cfg, gcfg, inputs
+    return trained_kb_policy(tmp_path_factory)
 
 
 def test_the_retriever_answers_with_ranked_entities_and_their_paths(trained):
