@@ -78,8 +78,9 @@ def _start(cluster: str, corpus: Path, out: Path, crash: str = "", once_dir: Pat
         env[CRASH_AT_ENV] = crash
         env[CRASH_ONCE_DIR_ENV] = str(once_dir or out.parent / f".once-{out.name}")
     sets = [arg for s in [*SETTINGS, f"ray.address={cluster}"] for arg in ("--set", s)]
+    # -v: the workers' and the driver's log lines on stderr, where the assertions read them (not in the log file)
     return subprocess.Popen([sys.executable, "-m", "jobs.cli", "index", "--input", str(corpus), "--output", str(out),
-                             "--json", *sets], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             "--json", "-v", *sets], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 
 
