@@ -458,6 +458,13 @@ class GraphFlowConfig(_Frozen):
     inference and linking fields can change between training and use.
     """
 
+    # -- use
+    policy: str | None = Field(
+        None,
+        description="Folder of a GraphFlow policy trained for the index (hxd2 graphflow train --output): enables mode "
+                    "graphflow and the multistage.graph_walk step; hxd2 query / hxd2 eval run --policy set it. None: "
+                    "no graph walk.",
+    )
     # -- model
     hidden_dim: int = Field(128, gt=0, description="Width of the state, action and flow heads.")
     encoder: Literal["frozen", "lora"] = Field(
@@ -559,7 +566,7 @@ class GraphFlowConfig(_Frozen):
 # on what it runs, and everything read only at inference.
 _GRAPHFLOW_RUNTIME_FIELDS = {
     "epochs", "patience", "keep_checkpoints", "torch_threads", "use_gpu", "workers", "inference", "trajectories",
-    "top_k", "beam_min_prob", "max_start_nodes", "link_threshold", "cache_dir", "max_dev_questions",
+    "top_k", "beam_min_prob", "max_start_nodes", "link_threshold", "cache_dir", "max_dev_questions", "policy",
 }
 
 

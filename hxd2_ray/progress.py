@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from hxd2_ray.llm.base import LLMRequest, LLMResponse, LLMWrapper
+from hxd2_ray.llm.base import LLMClient, LLMRequest, LLMResponse, LLMWrapper
 
 COUNTER_NAMES = ("done", "llm_calls", "prompt_tokens", "completion_tokens", "malformed", "failed", "correct")
 
@@ -38,7 +38,7 @@ class CountingLLM(LLMWrapper):
     """Reports every batched ``complete`` call to a :class:`StageCounter` as it returns: LLM calls and tokens,
     so a stage's token rate moves while a long batch is still in its rounds."""
 
-    def __init__(self, inner, counter: StageCounter) -> None:
+    def __init__(self, inner: LLMClient, counter: StageCounter) -> None:
         super().__init__(inner)
         self._counter = counter
 

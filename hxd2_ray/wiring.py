@@ -27,10 +27,10 @@ if TYPE_CHECKING:
     from hxd2_ray.embedding.base import Embedder
     from hxd2_ray.llm.base import LLMClient
     from hxd2_ray.logic import EvidenceVerifier, LogicFormExecutor, LogicFormPlanner
+    from hxd2_ray.rerank.base import Reranker
     from hxd2_ray.retrieval.flow import QueryFlow
     from hxd2_ray.retrieval.index import OpenIndex
-    from hxd2_ray.retrieval.parts import FlowParts
-    from hxd2_ray.rerank.base import Reranker
+    from hxd2_ray.retrieval.parts import FlowParts, GraphRetriever
 
 
 def build_llm(cfg: LLMConfig, *, concurrent: bool = False) -> "LLMClient":
@@ -97,12 +97,35 @@ def build_verifiers(llm: "LLMClient") -> dict[str, "EvidenceVerifier"]:
     return {mode: EvidenceVerifier(llm, mode=mode) for mode in ("pre", "post")}
 
 
+def build_graph_retriever(index: "OpenIndex", embedder: "Embedder", cfg: HxdConfig) -> "GraphRetriever | None":
+    """The GraphFlow retriever of ``graphflow.policy`` over ``index`` (None when no policy is configured).
+
+    The policy's own training config says which embedder made its features: the index's (``embedder``), or
+    ``graphflow.feature_embedding`` when it was trained with another one, which is built here. A policy trained on
+    another index is refused (:class:`~hxd2_ray.errors.IndexMismatchError`) before any feature is read. torch is
+    imported only when a policy is configured.
+    """
+    gcfg = cfg.graphflow
+    if gcfg.policy is None:
+        return None
+    from hxd2_ray.config import GraphFlowConfig
+    from hxd2_ray.graphflow.policy import read_policy_meta
+    from hxd2_ray.graphflow.retriever import GraphFlowRetriever
+
+    trained = GraphFlowConfig(**read_policy_meta(gcfg.policy).config)
+    feature_cfg = trained.feature_embedding
+    feature_embedder = None if feature_cfg is None else build_embedder(gcfg.feature_embedding or feature_cfg)
+    # On the CPU: a walk is a few small matrix products per step, and a query replica need not hold a GPU.
+    return GraphFlowRetriever.open(index, embedder, gcfg.policy, gcfg, feature_embedder=feature_embedder)
+
+
 def build_parts(index: "OpenIndex", llm: "LLMClient", embedder: "Embedder", cfg: HxdConfig) -> "FlowParts":
-    """The flow's parts in this process (Serve builds the same parts inside their deployments instead)."""
+    """The flow's parts in this process (Serve builds the same parts inside their deployments instead); the graph
+    retriever when ``graphflow.policy`` names a policy."""
     from hxd2_ray.retrieval.parts import FlowParts
 
     return FlowParts(planner=build_planner(llm, cfg), executor=build_plan_executor(index, llm, embedder),
-                     verifiers=build_verifiers(llm))
+                     verifiers=build_verifiers(llm), graph_retriever=build_graph_retriever(index, embedder, cfg))
 
 
 def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None", embedder: "Embedder | None",

@@ -95,7 +95,7 @@ def _run_request(args: argparse.Namespace) -> Any:
         limit=args.limit, data_root=args.data_root, questions=args.questions, corpus=args.corpus,
         workers=args.workers, concurrency=args.concurrency, shards=args.shards,
         cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker, config=args.config,
-        overrides=tuple(args.overrides))
+        overrides=tuple(args.overrides), policy=args.policy)
 
 
 def _grid_request(args: argparse.Namespace) -> Any:
@@ -232,6 +232,10 @@ def build_run_parser(prog: str = "hxd2 eval run", grid: bool = False) -> argpars
     p.add_argument("--gpus-per-worker", type=float, default=0.0)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a config value (repeatable)")
+    if not grid:
+        p.add_argument("--policy", default=None, metavar="DIR",
+                       help="a GraphFlow policy trained for the index: enables --mode graphflow and "
+                            "multistage.graph_walk (same as --set graphflow.policy=DIR)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="show Ray, Ray Data and vLLM logs here (default: in <output>/_logs/)")

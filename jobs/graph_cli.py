@@ -105,8 +105,8 @@ def run_show(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def format_show(s: dict[str, Any]) -> str:
-    return (f"{s['title']}\n  {s['nodes']} entities, {s['edges']} relations drawn -> {s['output']}"
-            + (f" ({s['not_shown']} more entities within reach not shown: raise --max-nodes)" if s["not_shown"] else ""))
+    more = f" ({s['not_shown']} more entities within reach not shown: raise --max-nodes)" if s["not_shown"] else ""
+    return f"{s['title']}\n  {s['nodes']} entities, {s['edges']} relations drawn -> {s['output']}" + more
 
 
 # ---------------------------------------------------------------------------------------------- stats

@@ -59,10 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.limit_entities is not None and args.limit_entities <= 0:
         print("error: --limit-entities must be positive", file=sys.stderr)
         return 2
+    from hxd2_ray.errors import HxdError
     from jobs import progress
     from jobs.console import log_path_for, run_job
-
-    from hxd2_ray.errors import HxdError
 
     try:  # a bad output is one error line, before the console opens its log beside it
         cfg = load_config(args.config, args.overrides)

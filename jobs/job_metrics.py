@@ -13,13 +13,15 @@ counters with a ``_total`` suffix, so a Prometheus scraping the cluster and the 
 | ``ray_hxd2_files_ingested_total`` | counter | job, run, stage | input files parsed (or quarantined) |
 | ``ray_hxd2_chunks_processed_total`` | counter | job, run, stage | chunks through loop-NER |
 | ``ray_hxd2_texts_embedded_total`` | counter | job, run, stage | texts embedded into vectors |
-| ``ray_hxd2_questions_answered_total`` | counter | job, run, stage, mode | evaluation questions answered and scored |
+| ``ray_hxd2_questions_answered_total`` | counter | job, run, stage, mode | evaluation questions answered, scored |
 | ``ray_hxd2_questions_correct_total`` | counter | job, run, stage, mode | ... of which scored correct |
-| ``ray_hxd2_llm_calls_total`` | counter | job, run, stage, mode | LLM requests (extraction rounds, summaries, answers) |
+| ``ray_hxd2_llm_calls_total`` | counter | job, run, stage, mode | LLM requests (NER rounds, summaries, answers) |
 | ``ray_hxd2_llm_tokens_total`` | counter | job, run, stage, mode, kind | tokens, ``kind`` = prompt or completion |
-| ``ray_hxd2_malformed_records_total`` | counter | job, run, stage | LLM output records that could not be parsed (skipped) |
-| ``ray_hxd2_failures_total`` | counter | job, run, stage, mode | items recorded with an error (failed chunks, texts, questions) |
-| ``ray_hxd2_stage_duration_seconds`` | histogram | job, run, stage, mode | wall time of each run of a stage (``_sum``, ``_count``, ``_bucket``) |
+| ``ray_hxd2_malformed_records_total`` | counter | job, run, stage | LLM output records not parsed (skipped) |
+| ``ray_hxd2_failures_total`` | counter | job, run, stage, mode | items with an error (chunks, texts, questions) |
+| ``ray_hxd2_stage_duration_seconds`` | histogram | job, run, stage, mode | wall time of each run of a stage |
+
+The histogram is exported as ``_sum``, ``_count`` and ``_bucket`` series.
 
 Durations are a histogram rather than a gauge: Ray drops a gauge's series once it is not set again within a
 TTL, and a stage that finished an hour ago must still show in the job's metrics.
@@ -75,7 +77,8 @@ class JobMetrics:
     def __init__(self) -> None:
         from ray.util.metrics import Counter, Histogram
 
-        self.counters = {name: Counter(name, description=desc, tag_keys=tags) for name, (desc, tags) in COUNTERS.items()}
+        self.counters = {name: Counter(name, description=desc, tag_keys=tags)
+                         for name, (desc, tags) in COUNTERS.items()}
         self.histograms = {name: Histogram(name, description=desc, boundaries=DURATION_BOUNDARIES, tag_keys=tags)
                            for name, (desc, tags) in HISTOGRAMS.items()}
 

@@ -1,7 +1,7 @@
 """Ask a question over a built index, in any query mode (multi-stage ``auto`` by default).
 
     hxd2 query --index PATH_OR_S3 [--config configs/local.yaml] [--set section.key=value] "question"
-               [--mode MODE] [--json] [--stream] [--trace]
+               [--mode MODE] [--policy GRAPHFLOW_POLICY_DIR] [--json] [--stream] [--trace]
 
 Without ``--config`` the index's own recorded config is used (the embedder and LLM it was built with).
 
@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default); auto_post: the same with the post-check verifier; logic: logic form only; "
                              "dual: dual-level only; llm_only: no retrieval; chunk_vector / dual_retrieval: "
                              "retrieval only (references, no answer)")
+    parser.add_argument("--policy", default=None, metavar="DIR",
+                        help="a GraphFlow policy trained for the index (hxd2 graphflow train): enables --mode "
+                             "graphflow and multistage.graph_walk (same as --set graphflow.policy=DIR)")
     parser.add_argument("--questions", default=None, metavar="JSONL",
                         help="answer every {\"question\": …} line of this file with one loaded model (demo/batch)")
     return parser
@@ -91,10 +94,11 @@ def _main(argv: list[str] | None, stack: contextlib.ExitStack) -> int:
 
     from hxd2_ray.retrieval import open_index
     from hxd2_ray.retrieval.query_config import load_query_config
+    from hxd2_ray.runs.requests import policy_overrides
     from hxd2_ray.wiring import build_embedder, build_llm, build_pipeline
 
     try:
-        cfg = load_query_config(args.index, args.config, args.overrides)
+        cfg = load_query_config(args.index, args.config, [*args.overrides, *policy_overrides(args.policy)])
         index = open_index(args.index, cfg)  # before the models: a bad index fails in a second, not a minute
     except HxdError as exc:
         _error(str(exc))

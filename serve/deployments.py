@@ -95,16 +95,42 @@ def default_pipeline(ctx: PipelineContext) -> Any:
     return build_pipeline(ctx.mode, ctx.index, ctx.llm, ctx.embedder, ctx.cfg, ctx.parts)
 
 
-def flow_parts(handles: dict[str, Any] | None, index_name: str) -> Any:
-    """The flow's parts as adapters over the part deployments' handles (None: build them in this replica)."""
+def flow_parts(handles: dict[str, Any] | None, index_name: str, index: Any = None, embedder: Any = None,
+               cfg: HxdConfig | None = None) -> Any:
+    """The flow's parts as adapters over the part deployments' handles (None: build them in this replica). The
+    GraphFlow retriever (``graphflow.policy``) runs in this replica either way: a walk is a few small matrix
+    products over the policy's tables, which are held next to the index they belong to."""
     if not handles:
         return None
     from hxd2_ray.retrieval.parts import FlowParts
+    from hxd2_ray.wiring import build_graph_retriever
 
     verifier = handles["verifier"]
+    walker = build_graph_retriever(index, embedder, cfg) if index is not None and cfg is not None else None
     return FlowParts(planner=HandlePlanner(handles["planner"]),
                      executor=HandlePlanExecutor(handles["executor"], index_name),
-                     verifiers={mode: HandleVerifier(verifier, mode) for mode in ("pre", "post")})
+                     verifiers={mode: HandleVerifier(verifier, mode) for mode in ("pre", "post")},
+                     graph_retriever=walker)
+
+
+def configs_per_index(cfg: HxdConfig, indexes: dict[str, Any]) -> dict[str, HxdConfig]:
+    """The config each served index is queried with. A GraphFlow policy (``graphflow.policy``) is trained for one
+    index: the others are served without it (their mode graphflow says it needs a policy); a policy that belongs
+    to none of them is an error, as it is for the CLI."""
+    policy = cfg.graphflow.policy
+    if policy is None or len(indexes) < 2:
+        return {name: cfg for name in indexes}
+    from hxd2_ray.errors import IndexMismatchError
+    from hxd2_ray.graphflow.policy import read_policy_meta
+
+    owner = read_policy_meta(policy).index_fingerprint
+    mine = [name for name, index in indexes.items() if index.manifest.fingerprint == owner]
+    if not mine:
+        raise IndexMismatchError(f"the GraphFlow policy at {policy} was trained on index {owner}, none of the served "
+                                 f"indexes ({', '.join(indexes)}); train one with hxd2 graphflow train --index ...")
+    without = cfg.model_copy(update={"graphflow": cfg.graphflow.model_copy(update={"policy": None})})
+    log.info("GraphFlow policy %s serves index %s only", policy, ", ".join(mine))
+    return {name: cfg if name in mine else without for name in indexes}
 
 
 def import_string(path: str) -> Callable[..., Any]:
@@ -303,9 +329,10 @@ class Retriever:
         self.embedder = embedder_for(embedder, self.cfg)
         factory = import_string(pipeline) if pipeline else default_pipeline
         self.indexes = _open_indexes(indexes, self.cfg)
+        cfgs = configs_per_index(self.cfg, self.indexes)
         self.pipelines = {
-            name: factory(PipelineContext(name, index, self.llm, self.embedder, self.cfg, flow_parts(parts, name),
-                                          mode))
+            name: factory(PipelineContext(name, index, self.llm, self.embedder, cfgs[name],
+                                          flow_parts(parts, name, index, self.embedder, cfgs[name]), mode))
             for name, index in self.indexes.items()
         }
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hxd2-pipeline")

@@ -36,7 +36,7 @@ import json
 import logging
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,7 +93,7 @@ class LoadReport:
     def __len__(self) -> int:
         return len(self.items)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[EvalItem]:
         return iter(self.items)
 
     def extend(self, other: "LoadReport") -> None:
@@ -133,7 +133,7 @@ def _nonblank_str(value: Any) -> str | None:
 
 
 def _has_cjk(text: str) -> bool:
-    return bool(M._CJK.search(text))
+    return bool(M.CJK_CHAR.search(text))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -272,7 +272,8 @@ def _seedbench_row(subset: str, index: int, row: Any, source: str) -> EvalItem |
             answers = tuple(sorted(gold))
     else:
         answers = (answer,)
-    split = row.get("split") if isinstance(row.get("split"), Mapping) else {}
+    split_field = row.get("split")
+    split = split_field if isinstance(split_field, Mapping) else {}
     meta = {
         "subset": subset, "source": source, "index": index, "instruction": instruction, "stem": stem,
         "level1": split.get("level1", ""), "level2": split.get("level2", ""), "task_type": task_type or "",
@@ -376,12 +377,12 @@ def load_corpus_hotpotqa(path: str | Path, skipped: list[tuple[str, str]] | None
         if bad := surrogate_reason(rec):
             _note(skipped, f"{p.name}#{n}", bad)
             continue
-        title = _nonblank_str(rec.get("title")) if isinstance(rec, Mapping) else None
-        text = _nonblank_str(rec.get("text")) if isinstance(rec, Mapping) else None
-        if title is None or text is None:
+        rec_title = _nonblank_str(rec.get("title")) if isinstance(rec, Mapping) else None
+        rec_text = _nonblank_str(rec.get("text")) if isinstance(rec, Mapping) else None
+        if rec_title is None or rec_text is None:
             _note(skipped, f"{p.name}#{n}", "missing or empty 'title' or 'text'")
             continue
-        rows.append((title, text, rec.get("idx", n)))
+        rows.append((rec_title, rec_text, rec.get("idx", n)))
     unique = len({r[0] for r in rows}) == len(rows)
     for title, text, idx in rows:
         out.append({"id": title if unique else f"{title} ({idx})", "title": title, "text": text})
@@ -639,7 +640,7 @@ def load_generic(corpus_jsonl: str | Path | None, questions_jsonl: str | Path) -
         if corpus_ids is not None and (missing := [g for g in gold if g not in corpus_ids]):
             report.skipped.append((where, f"gold passage(s) not in the corpus: {missing}"))
             continue
-        choices = ()
+        choices: tuple[tuple[str, str], ...] = ()
         if isinstance(rec.get("choices"), Mapping):
             choices = tuple((str(k), str(v)) for k, v in rec["choices"].items())
         seen.add(qid)

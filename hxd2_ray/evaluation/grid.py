@@ -79,7 +79,8 @@ def parse_axis(text: str) -> Axis:
     key = key.strip()
     values = tuple(v.strip() for v in rest.split(",")) if sep else ()
     if not key or not sep or not values or any(not v for v in values):
-        raise GridError(f"axis {text!r} must look like SECTION.KEY=V1,V2 (e.g. retrieval.chunk_budget_tokens=2000,8000)")
+        raise GridError(f"axis {text!r} must look like SECTION.KEY=V1,V2"
+                        " (e.g. retrieval.chunk_budget_tokens=2000,8000)")
     if "." not in key:
         raise GridError(f"axis key {key!r} must name a config section and key, e.g. retrieval.chunk_budget_tokens")
     if len(set(values)) != len(values):

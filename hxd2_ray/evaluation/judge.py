@@ -30,8 +30,10 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from hxd2_ray.chunking.splitter import detect_language
+from hxd2_ray.evaluation.report import new_figure, save_figure
 from hxd2_ray.llm.base import LLMClient, LLMRequest, LLMResponse
 from hxd2_ray.prompt_templates import (
     parse_prompt_languages,
@@ -424,8 +426,6 @@ class PairwiseJudge:
         """The request showing ``first`` as "A" and ``second`` as "B"."""
         lang = self.language
         if not lang or lang == "auto":
-            from hxd2_ray.chunking.splitter import detect_language
-
             lang = detect_language(item.question)
         lp = self.prompts.for_language(lang)
         custom = self.criteria[criterion]
@@ -536,24 +536,24 @@ def pair_items(traces_a: Sequence[Mapping[str, Any]], traces_b: Sequence[Mapping
 def plot_judge(totals: Mapping[str, Mapping[str, Any]], path: Path, label_a: str = "A",
                label_b: str = "B") -> Path:
     """Stacked horizontal bars per criterion: wins A, consistent ties, inconsistent, wins B, invalid."""
-    from hxd2_ray.evaluation.report import new_figure, save_figure
-
     crits = list(totals)
     fig = new_figure(7.5, 1.9 + 0.6 * len(crits))
     ax = fig.add_subplot(1, 1, 1)
-    parts = [(f"wins {label_a}", lambda t: t["wins_a"], "tab:blue"),
-             ("tie", lambda t: t["ties"] - t["inconsistent"], "lightgray"),
-             ("inconsistent (tie)", lambda t: t["inconsistent"], "darkgray"),
-             (f"wins {label_b}", lambda t: t["wins_b"], "tab:orange"),
-             ("invalid", lambda t: t["invalid"], "tab:red")]
+    parts: list[tuple[str, Callable[[Mapping[str, Any]], float], str]] = [
+        (f"wins {label_a}", lambda t: t["wins_a"], "tab:blue"),
+        ("tie", lambda t: t["ties"] - t["inconsistent"], "lightgray"),
+        ("inconsistent (tie)", lambda t: t["inconsistent"], "darkgray"),
+        (f"wins {label_b}", lambda t: t["wins_b"], "tab:orange"),
+        ("invalid", lambda t: t["invalid"], "tab:red"),
+    ]
     left = [0.0] * len(crits)
     for name, get, colour in parts:
         vals = [float(get(totals[c])) for c in crits]
         ax.barh(range(len(crits)), vals, left=left, color=colour, label=name)
-        for i, (l, v) in enumerate(zip(left, vals)):
+        for i, (start, v) in enumerate(zip(left, vals)):
             if v:
-                ax.text(l + v / 2, i, f"{v:.0f}", ha="center", va="center", fontsize=8)
-        left = [l + v for l, v in zip(left, vals)]
+                ax.text(start + v / 2, i, f"{v:.0f}", ha="center", va="center", fontsize=8)
+        left = [start + v for start, v in zip(left, vals)]
     ax.set_yticks(range(len(crits)), crits)
     ax.invert_yaxis()  # first criterion on top
     ax.set_title(f"Pairwise judge: {label_a} vs {label_b}")

@@ -49,6 +49,8 @@ import unicodedata
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from types import ModuleType
+from typing import Any
 
 # --------------------------------------------------------------------------------------------------------------
 # Choice extraction (QA-1 / QA-2)
@@ -302,12 +304,13 @@ def extract_answer_text(output: str) -> str:
     return (text[last.end():] if last else text).strip()
 
 
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+# one character of a CJK script (kana, ideographs, Hangul); also tells a question's language in datasets
+CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _WORD = re.compile(r"[a-z0-9]+(?:\.[0-9]+)*")
 
 
 @functools.lru_cache(maxsize=1)
-def _jieba():
+def _jieba() -> ModuleType:
     with warnings.catch_warnings():  # jieba 0.42 imports the deprecated pkg_resources
         warnings.simplefilter("ignore", DeprecationWarning)
         import jieba  # noqa: PLC0415 - loads its dictionary (about 1 s), so only when ROUGE is first used
@@ -329,7 +332,7 @@ def tokenize_mixed(text: str) -> list[str]:
         return []
     out: list[str] = []
     for seg in _jieba().lcut(text):
-        if _CJK.search(seg):
+        if CJK_CHAR.search(seg):
             kept = "".join(ch for ch in seg if ch.isalnum())
             if kept:
                 out.append(kept)
@@ -346,7 +349,7 @@ class MixedTokenizer:
 
 
 @functools.lru_cache(maxsize=1)
-def _rouge_l_scorer():
+def _rouge_l_scorer() -> Any:  # rouge_score ships no types: a rouge_scorer.RougeScorer
     from rouge_score import rouge_scorer  # noqa: PLC0415
 
     return rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False, tokenizer=MixedTokenizer())
@@ -380,13 +383,13 @@ def normalize_answer(s: str) -> str:
 def answer_tokens(s: str) -> list[str]:
     """Whitespace tokens of :func:`normalize_answer`; CJK characters (and CJK punctuation removed) split one each."""
     norm = normalize_answer(s)
-    if not _CJK.search(norm):
+    if not CJK_CHAR.search(norm):
         return norm.split()
     out: list[str] = []
     for tok in norm.split():
         buf = ""
         for ch in tok:
-            if _CJK.match(ch):
+            if CJK_CHAR.match(ch):
                 if buf:
                     out.append(buf)
                     buf = ""

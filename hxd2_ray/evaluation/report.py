@@ -29,7 +29,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # matplotlib loads on the first plot
+    from matplotlib.figure import Figure
 
 PRIMARY_PREFERENCE = ("accuracy", "f1", "rouge_l", "hits@1", "em", "exact_match", "hit")
 METRIC_LABELS = {
@@ -281,7 +284,7 @@ def render_markdown(title: str, summary: Mapping[str, Any], metrics: Sequence[st
 # --------------------------------------------------------------------------------------------------------------
 
 
-def new_figure(width: float, height: float):
+def new_figure(width: float, height: float) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
     from matplotlib.figure import Figure  # noqa: PLC0415
 
@@ -290,7 +293,7 @@ def new_figure(width: float, height: float):
     return fig
 
 
-def save_figure(fig, path: Path) -> Path:
+def save_figure(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, format="png")
     return path
@@ -450,7 +453,8 @@ def compare_runs(traces_a: Sequence[Mapping[str, Any]], traces_b: Sequence[Mappi
 
     a = {key(t): t for t in traces_a}
     b = {key(t): t for t in traces_b}
-    rows, deltas = [], []
+    rows: list[dict[str, Any]] = []
+    deltas: list[float] = []
     fixed = broken = changed = 0
     for k in [k for k in a if k in b]:
         ta, tb = a[k], b[k]

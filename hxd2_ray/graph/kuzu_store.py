@@ -731,7 +731,7 @@ class KuzuGraphStore:
             params = {"lo": lo, "hi": lo + step}
             check_params(Q_PAGE[table], params)
             conn, stmt = self._prepared(Q_PAGE[table])
-            res = conn.execute(stmt, params)
+            res = _one_result(conn.execute(stmt, params))
             try:
                 page = res.get_as_arrow(chunk_size=max(step, 1024))
             finally:

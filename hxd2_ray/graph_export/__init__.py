@@ -11,6 +11,7 @@ unordered pair, smaller key first: description, keywords, weight, source_chunk_i
 
 from __future__ import annotations
 
-from hxd2_ray.graph_export.rows import EXPORT_FORMATS, ExportSummary, export_graph
+from hxd2_ray.graph_export.export import export_graph
+from hxd2_ray.graph_export.rows import EXPORT_FORMATS, ExportSummary
 
 __all__ = ["EXPORT_FORMATS", "ExportSummary", "export_graph"]

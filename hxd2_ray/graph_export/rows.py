@@ -1,14 +1,10 @@
-"""The graph's tables as the exporters see them (names, property types, endpoints) and the export entry point."""
+"""The graph's tables as the exporters see them (names, property types, endpoints) and its pages."""
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-
-from hxd2_ray.progress import NO_COUNTER, StageCounter
 
 NODE_KINDS = ("Document", "Chunk", "Entity")
 EDGE_KINDS = ("RELATED", "MENTIONS", "PART_OF")
@@ -69,22 +65,3 @@ class ExportSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(vars(self))
-
-
-def export_graph(store: Any, fmt: str, output: str | os.PathLike[str],
-                 counter: StageCounter = NO_COUNTER) -> ExportSummary:
-    """Write the graph of ``store`` as ``fmt`` (graphml: one file; csv: a folder of Neo4j import files;
-    cypher: one script) at ``output``; ``counter`` gets ``done`` = rows written, page by page."""
-    if fmt not in EXPORT_FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}; valid: {', '.join(EXPORT_FORMATS)}")
-    started = time.perf_counter()
-    pages = store_pages(store)
-    if fmt == "graphml":
-        from hxd2_ray.graph_export.graphml import write_graphml as write
-    elif fmt == "csv":
-        from hxd2_ray.graph_export.neo4j_csv import write_neo4j_csv as write
-    else:
-        from hxd2_ray.graph_export.cypher import write_cypher as write
-    summary = write(pages, os.fspath(output), counter)
-    summary.seconds = round(time.perf_counter() - started, 3)
-    return summary

@@ -13,6 +13,9 @@ import math
 import os
 from typing import Any
 
+import networkx as nx
+import numpy as np
+
 from hxd2_ray.graph_views.subgraph import Subgraph
 
 MAX_EDGE_LABELS = 60
@@ -26,10 +29,8 @@ def short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def to_networkx(sub: Subgraph) -> Any:
-    import networkx as nx
-
-    graph = nx.Graph()
+def to_networkx(sub: Subgraph) -> nx.Graph[str]:
+    graph: nx.Graph[str] = nx.Graph()
     for key, ent in sub.entities.items():
         graph.add_node(key, name=ent["name"], type=ent["type"] or "unknown", degree=int(ent["degree"]),
                        description=ent["description"])
@@ -39,9 +40,7 @@ def to_networkx(sub: Subgraph) -> Any:
     return graph
 
 
-def layout(graph: Any) -> dict[str, tuple[float, float]]:
-    import networkx as nx
-
+def layout(graph: nx.Graph[str]) -> dict[str, tuple[float, float]]:
     if graph.number_of_nodes() == 0:
         return {}
     if graph.number_of_nodes() == 1:
@@ -57,8 +56,6 @@ def layout(graph: Any) -> dict[str, tuple[float, float]]:
 
 def _spread(pos: dict[str, tuple[float, float]], rounds: int = 200) -> dict[str, tuple[float, float]]:
     """Push apart nodes that sit closer than a disc's width (a hub's ring of leaves piles up in force layouts)."""
-    import numpy as np
-
     keys = list(pos)
     xy = np.array([pos[k] for k in keys], dtype=float)
     span = float(np.ptp(xy, axis=0).max()) or 1.0
@@ -110,12 +107,12 @@ def _free_labels(candidates: list[tuple[Any, str, tuple[float, float], tuple[flo
 
 
 def draw_png(sub: Subgraph, path: str | os.PathLike[str], *, subtitle: str = "") -> dict[str, Any]:
-    import matplotlib
+    # matplotlib loads when a picture is drawn, and pyplot only after the Agg backend is chosen (no display)
+    import matplotlib  # noqa: PLC0415
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import networkx as nx
-    from matplotlib.lines import Line2D
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+    from matplotlib.lines import Line2D  # noqa: PLC0415
 
     graph = to_networkx(sub)
     pos = layout(graph)

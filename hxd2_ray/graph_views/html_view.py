@@ -126,7 +126,9 @@ _PAGE = """<!DOCTYPE html>
   });
   // Pan and zoom: one transform on the world group.
   var view = {x: 0, y: 0, k: 1};
-  function apply() { world.setAttribute("transform", "translate(" + view.x + "," + view.y + ") scale(" + view.k + ")"); }
+  function apply() {
+    world.setAttribute("transform", "translate(" + view.x + "," + view.y + ") scale(" + view.k + ")");
+  }
   function fit() {
     var box = world.getBBox(), w = svg.clientWidth, h = svg.clientHeight;
     if (!box.width || !box.height) { view = {x: w / 2, y: h / 2, k: 1}; apply(); return; }

@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 _SUMMARY_KEYS = ("documents", "chunks", "quarantined_files", "quarantine_reasons", "duplicate_documents",
                  "llm_calls", "malformed_records", "failed_chunks", "failed_chunk_errors", "endpoint_only_entities",
@@ -37,9 +40,6 @@ def _degree_histogram(degrees: np.ndarray) -> list[dict[str, int]]:
 
 
 def _components(store: Any, n_nodes: int) -> dict[str, Any]:
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
     ends_a: list[np.ndarray] = []
     ends_b: list[np.ndarray] = []
     for page in store.iter_pages("RELATED_ENDS"):
@@ -62,8 +62,6 @@ def _quarantine_files(root: Path, limit: int) -> list[dict[str, str]]:
     folder = root / "_staging" / "quarantine"
     if not folder.is_dir():
         return []
-    import pyarrow.parquet as pq
-
     rows: list[dict[str, str]] = []
     for f in sorted(folder.glob("*.parquet")):
         rows.extend(pq.read_table(f, columns=["source_path", "reason", "detail"]).to_pylist())
@@ -151,10 +149,11 @@ def format_stats(stats: dict[str, Any]) -> str:
 
 
 def plot_stats(stats: dict[str, Any], path: str | os.PathLike[str]) -> None:
-    import matplotlib
+    # matplotlib loads when a plot is drawn, and pyplot only after the Agg backend is chosen (no display)
+    import matplotlib  # noqa: PLC0415
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415
 
     fig, axes = plt.subplots(2, 2, figsize=(13, 9), dpi=110)
     hist = stats["degree"]["histogram"]

@@ -103,5 +103,6 @@ def most_connected(store: Any, hops: int = 2, max_nodes: int = 40) -> Subgraph:
     entities = {e["key"]: e for e in store.get_entities(keys)}
     hub = entities[top[1]]
     shown = f"{len(keys)} entities" + (f", {cut} more not shown" if cut else "")
-    return Subgraph(title=f"Most connected: around {hub['name']} (degree {top[0]}), {hops} hop{'s' if hops != 1 else ''} ({shown})",
+    plural = "s" if hops != 1 else ""
+    return Subgraph(title=f"Most connected: around {hub['name']} (degree {top[0]}), {hops} hop{plural} ({shown})",
                     center=[top[1]], entities=entities, edges=_edges_among(store, keys), hops=distance, cut=cut)

@@ -1,13 +1,18 @@
 """Where a GraphFlow walk starts: the question's topic entity, linked with the pipeline's own linkers.
 
 * A ``[bracketed]`` name (MetaQA marks its topic entity so) goes through the logic form's
-  :class:`~hxd2_ray.logic.executor.EntityLinker` (exact key, fuzzy name, then the entity_name vectors).
-* Otherwise the question itself is matched the way dual-level retrieval's question channel matches it: its
+  :class:`~hxd2_ray.logic.linking.EntityLinker` (exact key, fuzzy name, then the entity_name vectors).
+* Otherwise the names the question spells out, found the way the ``ppr`` ranking and the refusal gate find them
+  (:func:`~hxd2_ray.retrieval.names.named_entities`: name-like word n-grams looked up exactly among the entity
+  keys, longest first; a leading "the" may belong to the name, as in MetaQA's film titles), the best
+  ``max_start_nodes`` kept: a typed question ("who directed The Public Eye") starts where its bracketed form
+  would.
+* Failing that, the question itself is matched the way dual-level retrieval's question channel matches it: its
   embedding against the entity_name and entity_mix families, hits at or above ``link_threshold`` ranked with
   :func:`~hxd2_ray.retrieval.ranking.rank_matches`, the best ``max_start_nodes`` kept.
 
-No third linker: this module only chooses between those two and maps keys to walk-graph nodes. The policy is
-conditioned on ``policy_text``: the question with each bracketed name replaced by :data:`TOPIC_PLACEHOLDER`
+This module only chooses between those linkers and maps keys to walk-graph nodes. The policy is conditioned on
+``policy_text``: the question with each bracketed (or spelled-out) name replaced by :data:`TOPIC_PLACEHOLDER`
 (``mask_topic``), so what it learns is the question's shape, not one entity's name.
 """
 
@@ -21,7 +26,9 @@ import numpy as np
 
 from hxd2_ray.extraction.merge import normalize_name
 from hxd2_ray.graphflow.walk_graph import WalkGraph
-from hxd2_ray.logic.executor import EntityLinker, GraphQueries
+from hxd2_ray.logic.linking import EntityLinker
+from hxd2_ray.logic.queries import GraphQueries
+from hxd2_ray.retrieval.names import named_entities
 from hxd2_ray.retrieval.ranking import rank_matches, vector_hits
 
 __all__ = ["LinkedQuestion", "StartLinker", "StartNode", "TOPIC_PLACEHOLDER", "plain_question"]
@@ -39,14 +46,35 @@ def bracketed_names(question: str) -> list[str]:
     return [m.group(1).strip() for m in _BRACKETS.finditer(question) if m.group(1).strip()]
 
 
+NAME_MAX_WORDS = 10  # film titles run long ("Harry Potter and the Prisoner of Azkaban")
+_ARTICLE = "the "
+
+
+class _GraphKeys:
+    """The walk graph's entity keys as the lookup :func:`named_entities` reads (``get_entities``); a key also
+    answers for the name with a leading "the" (an n-gram never starts with a function word)."""
+
+    def __init__(self, graph: WalkGraph):
+        self.graph = graph
+
+    def node(self, key: str) -> int | None:
+        node = self.graph.node_of(key)
+        if node is None and not key.startswith(_ARTICLE):
+            node = self.graph.node_of(_ARTICLE + key)
+        return node if node is not None and node < self.graph.n_entities else None
+
+    def get_entities(self, keys: Sequence[str]) -> list[dict[str, str]]:
+        return [{"key": k} for k in keys if self.node(k) is not None]
+
+
 @dataclass(frozen=True, slots=True)
 class StartNode:
     node: int
     key: str
     name: str
-    method: str  # exact | fuzzy | vector (a bracketed name), question:entity_name | question:entity_mix
+    method: str  # exact | fuzzy | vector (a bracketed name), question:name | question:entity_name | question:entity_mix
     score: float
-    mention: str  # the bracketed name, or "" when linked from the whole question
+    mention: str  # the bracketed or spelled-out name, or "" when linked from the whole question
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,7 +95,7 @@ class LinkedQuestion:
 class StartLinker:
     """Start nodes of questions over one walk graph.
 
-    ``entity_linker``: an :class:`~hxd2_ray.logic.executor.EntityLinker` over the index (for bracketed names).
+    ``entity_linker``: an :class:`~hxd2_ray.logic.linking.EntityLinker` over the index (for bracketed names).
     ``families``: the index's vector families (``entity_name``/``entity_mix``, whichever exist) and ``embedder``
     the index's embedder (for the question channel); without them a question without brackets links nothing.
     """
@@ -83,6 +111,7 @@ class StartLinker:
         self.max_start_nodes = max_start_nodes
         self.link_threshold = link_threshold
         self.search_k = search_k
+        self._keys = _GraphKeys(graph)
 
     @classmethod
     def for_index(cls, index: Any, graph: WalkGraph, embedder: Any, cfg: Any) -> "StartLinker":
@@ -105,6 +134,13 @@ class StartLinker:
             starts = self._link_names(names)
             reason = "" if starts else f"no entity of the index matches {', '.join(map(repr, names))}"
             return LinkedQuestion(plain, self.policy_text(question), tuple(starts), reason)
+        named = self._link_named(plain)
+        if named:
+            policy = plain
+            if self.mask_topic:
+                for mention in {s.mention for s in named}:
+                    policy = re.sub(rf"(?i)(?:\bthe\s+)?{re.escape(mention)}", TOPIC_PLACEHOLDER, policy, count=1)
+            return LinkedQuestion(plain, policy, tuple(named))
         starts = self._link_question(plain)
         reason = "" if starts else (
             f"no entity vector scores >= {self.link_threshold} against the question" if self._can_link_question()
@@ -124,6 +160,18 @@ class StartLinker:
                 if node is not None and node not in out:
                     out[node] = StartNode(node, key, self.graph.names[node], method, score, name)
         return list(out.values())
+
+    def _link_named(self, question: str) -> list[StartNode]:
+        out: list[StartNode] = []
+        for match in named_entities(question, self._keys, None, max_words=NAME_MAX_WORDS):
+            node = self._keys.node(match.key)
+            if node is None or any(s.node == node for s in out):
+                continue
+            out.append(StartNode(node, self.graph.keys[node], self.graph.names[node], "question:name", match.score,
+                                 match.text))
+            if len(out) == self.max_start_nodes:
+                break
+        return out
 
     def _can_link_question(self) -> bool:
         return self.embedder is not None and bool(self.families)

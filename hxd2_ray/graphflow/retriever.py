@@ -112,6 +112,11 @@ class GraphFlowRetriever:
         policy trained on another index (:class:`~hxd2_ray.errors.IndexMismatchError`). ``feature_embedder``: the
         policy's feature embedder when it is not the index's (``graphflow.feature_embedding``, built by wiring)."""
         meta = read_policy_meta(policy_dir)
+        if meta.index_fingerprint != index.manifest.fingerprint:  # before the features: they may take minutes
+            raise IndexMismatchError(
+                f"the GraphFlow policy at {policy_dir} was trained on another index (fingerprint "
+                f"{meta.index_fingerprint}) than {index.location} ({index.manifest.fingerprint}); train a policy for "
+                "this index with hxd2 graphflow train --index ...")
         train_cfg = GraphFlowConfig(**meta.config)
         if feature_embedder is None:
             if train_cfg.feature_embedding is not None:

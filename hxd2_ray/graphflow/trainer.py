@@ -327,10 +327,14 @@ def train_policy(inputs: TrainingInputs, cfg: GraphFlowConfig, output_dir: str |
             say(message)
             break
         totals = hooks.sum(sums)
-        dev_hit1 = _dev_hit1(policy, inputs, dev_idx, cfg, hooks)
-        improved = dev_hit1 > best["score"]
+        dev_hit1: float | None = None
+        if len(dev_idx):
+            dev_hit1 = _dev_hit1(policy, inputs, dev_idx, cfg, hooks)
+            improved = dev_hit1 > best["score"]
+        else:  # no dev questions: nothing to select on, so the latest epoch is the policy and nothing stops early
+            improved = True
         if improved:
-            best = {"score": dev_hit1, "epoch": epoch, "state": policy.state_dict()}
+            best = {"score": dev_hit1 or 0.0, "epoch": epoch, "state": policy.state_dict()}
             bad_epochs = 0
         else:
             bad_epochs += 1
@@ -340,9 +344,10 @@ def train_policy(inputs: TrainingInputs, cfg: GraphFlowConfig, output_dir: str |
                "transitions_per_s": round(totals[2] / seconds, 1) if seconds > 0 else None,
                "onpolicy_hit_rate": round(totals[4] / totals[3], 4) if totals[3] else None,
                "demo_taken_best": round(totals[5] / totals[6], 4) if totals[6] else None,
-               "dev_hit@1": round(dev_hit1, 4), "workers": hooks.world_size}
+               "dev_hit@1": round(dev_hit1, 4) if dev_hit1 is not None else None, "workers": hooks.world_size}
         history.append(row)
-        say(f"epoch {epoch}: loss {row['loss']:.4f}, dev Hit@1 {dev_hit1:.4f}{' (best)' if improved else ''}, "
+        dev_text = "no dev split" if dev_hit1 is None else f"dev Hit@1 {dev_hit1:.4f}{' (best)' if improved else ''}"
+        say(f"epoch {epoch}: loss {row['loss']:.4f}, {dev_text}, "
             f"{row['transitions']:,} transitions in {seconds:.1f}s ({row['transitions_per_s']}/s), on-policy hits "
             f"{row['onpolicy_hit_rate']}")
         state = {"fingerprint": policy.meta.fingerprint, "epoch": epoch, "policy": policy.state_dict(),
@@ -411,7 +416,8 @@ def plot_training(history: Sequence[dict[str, Any]], path: Path) -> str | None:
     ax1.set_ylabel("training loss (mean per state)")
     ax1.set_yscale("log")
     ax1.set_title("loss")
-    ax2.plot(epochs, [h["dev_hit@1"] for h in history], marker="o", label="dev Hit@1")
+    if any(h.get("dev_hit@1") is not None for h in history):
+        ax2.plot(epochs, [h.get("dev_hit@1") or 0 for h in history], marker="o", label="dev Hit@1")
     if any(h.get("onpolicy_hit_rate") is not None for h in history):
         ax2.plot(epochs, [h.get("onpolicy_hit_rate") or 0 for h in history], marker=".", label="on-policy hit rate")
     if any(h.get("demo_taken_best") is not None for h in history):

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from hxd2_ray.logic.executor import edge_facts
+from hxd2_ray.logic.facts import edge_facts
 
 __all__ = ["MENTIONED_IN", "MENTIONS", "Signature", "WalkGraph"]
 

@@ -15,6 +15,7 @@ say which build holds it and how to clear it.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -26,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Self
+
+import pyarrow.fs as pafs
 
 from hxd2_ray.config import S3Config
 from hxd2_ray.errors import HxdError
@@ -121,7 +124,6 @@ class BuildLock:
 def acquire_build_lock(fs: Any, root: str, uri: str, s3: S3Config, command: str = "", *,
                        clock: Clock = time.time, log: Log = _log, heartbeat_s: float | None = None) -> BuildLock:
     """Take the build lock of the output at ``root`` on ``fs`` (a pyarrow filesystem) or refuse, naming the holder."""
-    import pyarrow.fs as pafs
 
     command = command or " ".join(sys.argv)
     if isinstance(fs, pafs.LocalFileSystem):
@@ -144,7 +146,6 @@ class LocalBuildLock(BuildLock):
     @classmethod
     def acquire(cls, path: str, uri: str, command: str, *, clock: Clock = time.time, log: Log = _log
                 ) -> LocalBuildLock:
-        import fcntl
 
         for _ in range(5):
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -199,7 +200,7 @@ def _local_refusal(uri: str, path: str, holder: LockHolder | None) -> str:
 
 
 def s3_client(s3: S3Config) -> Any:
-    import boto3
+    import boto3  # noqa: PLC0415 - only S3 outputs need it (and it costs a second to import)
 
     endpoint = s3.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     return boto3.client("s3", endpoint_url=endpoint or None, region_name=s3.region)
@@ -230,7 +231,7 @@ class S3BuildLock(BuildLock):
     @classmethod
     def acquire(cls, client: Any, bucket: str, key: str, uri: str, command: str, *, stale_after_s: float,
                 clock: Clock = time.time, log: Log = _log, heartbeat_s: float | None = None) -> S3BuildLock:
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415 - with boto3, S3 only
 
         where = f"s3://{bucket}/{key}"
         beat = heartbeat_s if heartbeat_s is not None else max(1.0, min(60.0, stale_after_s / 4))
@@ -277,7 +278,7 @@ class S3BuildLock(BuildLock):
         raise BuildLockedError(f"could not take the build lock {where}: other builds keep taking it")
 
     def _beat(self, interval: float) -> None:
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415 - with boto3, S3 only
 
         while not self._stop.wait(interval):
             holder = LockHolder(**{**asdict(self.holder), "heartbeat_at": self._clock()})
@@ -307,7 +308,7 @@ class S3BuildLock(BuildLock):
                                    "before publishing anything")
 
     def release(self) -> None:
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415 - with boto3, S3 only
 
         if self._stop.is_set():
             return

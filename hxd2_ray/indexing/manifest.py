@@ -192,6 +192,11 @@ def read_manifest(path: str | os.PathLike[str], filesystem: pafs.FileSystem | No
             with fs.open_input_stream(where) as fh:
                 raw = fh.read()
     except (FileNotFoundError, NotADirectoryError):
+        folder = os.path.dirname(where) if fs is None else posixpath.dirname(where)
+        local = fs is None or isinstance(fs, pafs.LocalFileSystem)  # object stores have no folders to check
+        if local and not os.path.isdir(folder):
+            raise IndexNotFoundError(f"no index at {folder}: the folder does not exist (the index is missing or "
+                                     "was never completed)") from None
         raise IndexNotFoundError(
             f"no manifest.json at {where}: the index is missing or was never completed"
         ) from None

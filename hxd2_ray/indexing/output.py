@@ -24,6 +24,8 @@ import pyarrow.fs as pafs
 from hxd2_ray.config import S3Config
 from hxd2_ray.errors import HxdError
 from hxd2_ray.indexing.build_lock import LOCK_NAME, BuildLock, acquire_build_lock
+from hxd2_ray.ingest.filesystems import resolve_filesystem
+from hxd2_ray.ingest.listing import GLOB_CHARS
 
 BUILDING_PREFIX = ".building-"
 STAGING_TMP_PREFIX = ".tmp-"
@@ -36,7 +38,6 @@ class OutputError(HxdError):
 
 def open_output(uri: str, s3: S3Config) -> tuple[pafs.FileSystem, str]:
     """(filesystem, path) of an output folder, created if missing, after checking it can hold an index."""
-    from hxd2_ray.ingest.sources import resolve_filesystem
 
     fs, root = resolve_filesystem(uri, s3)
     if isinstance(fs, pafs.LocalFileSystem):
@@ -85,8 +86,6 @@ def _same_or_inside(path: str, folder: str) -> bool:
 
 def check_input_outside(input_uri: str, output_uri: str, s3: S3Config) -> None:
     """``--overwrite`` empties the output: refuse when the input lies inside it."""
-    from hxd2_ray.ingest.listing import GLOB_CHARS
-    from hxd2_ray.ingest.sources import resolve_filesystem
 
     in_fs, in_path = resolve_filesystem(input_uri, s3)
     out_fs, out_path = resolve_filesystem(output_uri, s3)

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 import pyarrow.fs as pafs
 
 from hxd2_ray.config import S3Config
+from hxd2_ray.ingest.filesystems import S3_SCHEME, resolve_filesystem
 from hxd2_ray.types import QuarantinedFile
 
-S3_SCHEME = "s3://"
 GLOB_CHARS = re.compile(r"[*?\[]")
 # Ray's path handling (urllib) silently drops TAB, CR and LF, so such a file could never be read back.
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
@@ -64,8 +64,6 @@ def walk_inputs(uri: str, s3: S3Config, exclude: tuple[str, ...] = ()) -> InputL
     ``exclude``: folders (local paths or ``s3://`` URIs) never read, e.g. the job's output when it sits inside
     the input. A missing file or folder raises ``FileNotFoundError``; a glob matching nothing gives no files.
     """
-    from hxd2_ray.ingest.sources import resolve_filesystem
-
     fs, path = resolve_filesystem(uri, s3)
     local = isinstance(fs, pafs.LocalFileSystem)
     excluded_roots = tuple(_exclusion_key(e, s3) for e in exclude)
@@ -113,8 +111,6 @@ def _single_file(path: str, local: bool, fs: pafs.FileSystem) -> InputListing:
 
 
 def _exclusion_key(location: str, s3: S3Config) -> str:
-    from hxd2_ray.ingest.sources import resolve_filesystem
-
     fs, path = resolve_filesystem(location, s3)
     return os.path.realpath(path) if isinstance(fs, pafs.LocalFileSystem) else path.rstrip("/")
 
@@ -200,7 +196,7 @@ def _walk_local(root: str, excluded_roots: tuple[str, ...]) -> InputListing:
     return listing
 
 
-def _is_dir(entry: os.DirEntry) -> bool:
+def _is_dir(entry: os.DirEntry[str]) -> bool:
     try:
         return entry.is_dir()
     except OSError:

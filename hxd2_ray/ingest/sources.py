@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import codecs
 import json
-import os
 import posixpath
 import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable
-from urllib.parse import urlparse
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -22,11 +20,11 @@ import pyarrow.parquet as pq
 
 from hxd2_ray.config import IngestConfig, S3Config
 from hxd2_ray.errors import EmptyCorpusError
+from hxd2_ray.ingest.filesystems import resolve_filesystem
 from hxd2_ray.ingest.listing import InputListing, walk_inputs
 from hxd2_ray.text_validation import surrogate_reason
 from hxd2_ray.types import Document, QuarantinedFile, content_hash
 
-S3_SCHEME = "s3://"
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")
 RECORD_SUFFIXES = (".json", ".jsonl", ".parquet")
 
@@ -42,43 +40,13 @@ _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 # --------------------------------------------------------------------------------------------- file systems
 
 
-def resolve_filesystem(uri: str, s3: S3Config) -> tuple[pafs.FileSystem, str]:
-    """Filesystem and in-filesystem path for a local path (or ``file://``) or an ``s3://bucket/key`` URI.
-
-    S3 credentials come from the usual AWS chain (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
-    ``AWS_SESSION_TOKEN``, profile, instance role). Glob characters are kept in the returned path.
-    """
-    if uri.startswith(S3_SCHEME):
-        return _s3_filesystem(s3), uri[len(S3_SCHEME):].rstrip("/")
-    if uri.startswith("file://"):
-        uri = uri[len("file://"):]
-    return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(uri))
-
-
 def open_output_filesystem(uri: str, s3: S3Config) -> tuple[pafs.FileSystem, str]:
     """Like :func:`resolve_filesystem`, for an output folder: checked and created by
     :func:`hxd2_ray.indexing.output.open_output` (an ``OutputError`` says what is wrong with it)."""
-    from hxd2_ray.indexing.output import open_output
+    # indexing.output sits above ingest and reads through resolve_filesystem: imported here, no cycle at import
+    from hxd2_ray.indexing.output import open_output  # noqa: PLC0415
 
     return open_output(uri, s3)
-
-
-def _s3_filesystem(s3: S3Config) -> pafs.S3FileSystem:
-    kwargs: dict[str, Any] = {"region": s3.region}
-    endpoint = s3.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        # pyarrow wants host:port and the scheme apart; an http:// URL passed whole is not understood.
-        parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
-        kwargs["endpoint_override"] = parsed.netloc + parsed.path.rstrip("/")
-        kwargs["scheme"] = parsed.scheme or "https"
-    # Explicit keys travel with the pickled filesystem, so Ray workers whose environment lacks them (a worker
-    # started before the credentials were set, another node) can still read and write.
-    if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
-        kwargs["access_key"] = os.environ["AWS_ACCESS_KEY_ID"]
-        kwargs["secret_key"] = os.environ["AWS_SECRET_ACCESS_KEY"]
-        if os.environ.get("AWS_SESSION_TOKEN"):
-            kwargs["session_token"] = os.environ["AWS_SESSION_TOKEN"]
-    return pafs.S3FileSystem(**kwargs)
 
 
 # --------------------------------------------------------------------------------------------- listing

@@ -146,7 +146,9 @@ class QueryFlow:
             "logic": [("an index", self.dual), ("the logic-form parts", self.logic)],
             "auto": [("an index", self.dual), ("the logic-form parts", self.logic)],
             "auto_post": [("an index", self.dual), ("the logic-form parts", self.logic)],
-            "graphflow": [("an index", self.index), ("a GraphFlow policy for the index", self.walk)],
+            "graphflow": [("an index", self.index),
+                          ("a GraphFlow policy for the index (--policy DIR, or graphflow.policy in the config; "
+                           "train one with hxd2 graphflow train)", self.walk)],
         }
         missing = [what for what, part in parts[mode] if part is None]
         if mode in ("auto", "auto_post", "logic") and self.logic is not None:

@@ -183,9 +183,9 @@ _GREETINGS = frozenset(_fold(g) for g in (
     "good morning", "good afternoon", "good evening", "morning", "thanks", "thank you", "thank you very much",
     "thanks a lot", "many thanks", "thx", "ty", "cheers", "bye", "goodbye", "good bye", "see you", "ok thanks",
     "ok thank you",
-    "你好", "您好", "你好呀", "你好啊", "大家好", "嗨", "哈喽", "哈啰", "嗨喽", "在吗", "在么", "早", "早上好", "上午好",
-    "中午好", "下午好", "晚上好", "早安", "晚安", "谢谢", "谢谢你", "谢谢您", "多谢", "感谢", "非常感谢", "谢啦", "再见",
-    "拜拜", "好的谢谢", "好的 谢谢",
+    "你好", "您好", "你好呀", "你好啊", "大家好", "嗨", "哈喽", "哈啰", "嗨喽", "在吗", "在么", "早",
+    "早上好", "上午好", "中午好", "下午好", "晚上好", "早安", "晚安", "谢谢", "谢谢你", "谢谢您", "多谢",
+    "感谢", "非常感谢", "谢啦", "再见", "拜拜", "好的谢谢", "好的 谢谢",
 ))
 # An identity phrase, alone or with a greeting around it ("hi, who are you?").
 _IDENTITY = tuple(_fold(p) for p in (

@@ -42,7 +42,8 @@ one two first second much long tall old new
 
 FUZZY_MIN_CHARS = 6
 _JOINERS = re.compile(r"[-_/·]")
-ZH_STOPWORDS = frozenset("的 了 是 在 和 与 及 或 比 它 他 她 们 这 那 哪 什么 多少 怎么 为什么 吗 呢 吧 有 个 请 问 谁 哪个".split())
+ZH_STOPWORDS = frozenset(("的 了 是 在 和 与 及 或 比 它 他 她 们 这 那 哪 "
+                          "什么 多少 怎么 为什么 吗 呢 吧 有 个 请 问 谁 哪个").split())
 
 _EN_WORD = re.compile(r"[^\W_](?:[\w'’&.-]*[^\W_])?")
 
@@ -83,7 +84,7 @@ def _en_ngrams(question: str, max_words: int) -> list[_Gram]:
 
 
 def _zh_ngrams(question: str, max_words: int) -> list[_Gram]:
-    import jieba
+    import jieba  # noqa: PLC0415 - about 0.2 s (pkg_resources), and its dictionary: only for a Chinese question
 
     words = [w for w in jieba.lcut(question) if w.strip() and not re.fullmatch(r"\W+", w)]
     out: list[_Gram] = []

@@ -33,6 +33,8 @@ from hxd2_ray.extraction.merge import normalize_name
 from hxd2_ray.graph.base import unique_in_order
 from hxd2_ray.indexing.manifest import check_compatible
 from hxd2_ray.llm.base import LLMClient, LLMRequest, Message
+from hxd2_ray.llm.streaming import StreamOutcome, complete_one, stream_completion
+from hxd2_ray.rerank.base import Reranker
 from hxd2_ray.retrieval.budget import (
     DEFAULT_CONTEXT_LENGTH,
     ContextLimits,
@@ -42,7 +44,6 @@ from hxd2_ray.retrieval.budget import (
     fit_total,
     table_tokens,
 )
-from hxd2_ray.llm.streaming import StreamOutcome, complete_one, stream_completion
 from hxd2_ray.retrieval.index import DUAL_LEVEL_FAMILIES, OpenIndex
 from hxd2_ray.retrieval.keywords import keyword_request, parse_keywords
 from hxd2_ray.retrieval.names import named_entities, title_index
@@ -74,13 +75,13 @@ from hxd2_ray.retrieval.render import (
 from hxd2_ray.retrieval.results import (
     SECTIONS,
     Answer,
-    QueryEvent,
     ChannelHit,
     ContextChunk,
     ContextEntity,
     ContextRelation,
     EmptyQuestionError,
     Keywords,
+    QueryEvent,
     RetrievalResult,
     SectionCounts,
     SectionTokens,
@@ -138,7 +139,7 @@ class QueryPipeline:
         embedder: Embedder,
         cfg: RetrievalConfig,
         prompts: QueryPromptSet | None = None,
-        reranker: Any = None,  # hxd2_ray.rerank.base.Reranker (wiring.build_reranker); None: no reranking
+        reranker: Reranker | None = None,  # wiring.build_reranker; None: no reranking
     ) -> None:
         # The embedder actually passed must be the one the index was built with, not just the configured one.
         check_compatible(index.manifest, embedder.model_id, embedder.dim)
@@ -347,7 +348,7 @@ class QueryPipeline:
         neighbor_edges = (graph.neighbors(entity_keys, limit_per_entity=cfg.max_neighbors_per_entity)
                           if entity_keys else [])
         endpoint_keys = unique_in_order(
-            k for m in relation_matches if m.key in matched_edges for k in m.key  # type: ignore[union-attr]
+            k for m in relation_matches if m.key in matched_edges for k in m.key
         )
         wanted = unique_in_order([*entity_keys, *endpoint_keys,
                                   *(k for e in neighbor_edges for k in (e["source_key"], e["target_key"]))])
@@ -388,7 +389,7 @@ class QueryPipeline:
             ))
         if self.reranker is not None and cfg.rerank_top_n and chunks:
             t0 = time.perf_counter()
-            chunks = self._rerank(question, chunks, ranking)
+            chunks = self._rerank(self.reranker, question, chunks, ranking)
             timings["rerank"] = (time.perf_counter() - t0) * 1000
         return entities, relations, chunks
 
@@ -452,13 +453,14 @@ class QueryPipeline:
         })
         return out
 
-    def _rerank(self, question: str, chunks: list[ContextChunk], ranking: dict[str, Any]) -> list[ContextChunk]:
+    def _rerank(self, reranker: Reranker, question: str, chunks: list[ContextChunk],
+                ranking: dict[str, Any]) -> list[ContextChunk]:
         """The first ``rerank_top_n`` chunks reordered by the reranker's score (stable on ties); the rest follow."""
         n = min(self.cfg.rerank_top_n, len(chunks))
         head, tail = chunks[:n], chunks[n:]
-        scores = self.reranker.score(question, [c.text for c in head])  # type: ignore[union-attr]
+        scores = reranker.score(question, [c.text for c in head])
         order = sorted(range(n), key=lambda i: -scores[i])  # sorted is stable: ties keep the ranking's order
-        ranking["rerank"] = {"model": getattr(self.reranker, "model_id", ""), "top_n": n}
+        ranking["rerank"] = {"model": getattr(reranker, "model_id", ""), "top_n": n}
         return [replace(head[i], rerank_score=float(scores[i])) for i in order] + tail
 
     # ------------------------------------------------------------------------------------ budget
@@ -475,7 +477,7 @@ class QueryPipeline:
         count = self.llm.count_tokens
         cfg = self.cfg
         prompts = self.prompts.for_language(language)
-        items = {"entities": list(entities), "relations": list(relations), "chunks": list(chunks)}
+        available = {"entities": len(entities), "relations": len(relations), "chunks": len(chunks)}
         rendered = {"entities": entity_rows(entities), "relations": relation_rows(relations),
                     "chunks": chunk_rows(chunks)}
         # +1 per line for the newline that joins it to the table.
@@ -505,11 +507,11 @@ class QueryPipeline:
             instructions=instructions, question=question_tokens,
             **{s: table_tokens(row_tokens[s], header_tokens[s], kept[s]) for s in SECTIONS},
         )
-        dropped = SectionCounts(**{s: len(items[s]) - kept[s] for s in SECTIONS})
+        dropped = SectionCounts(**{s: available[s] - kept[s] for s in SECTIONS})
         return _Fitted(
-            entities=tuple(items["entities"][: kept["entities"]]),
-            relations=tuple(items["relations"][: kept["relations"]]),
-            chunks=tuple(items["chunks"][: kept["chunks"]]),
+            entities=tuple(entities[: kept["entities"]]),
+            relations=tuple(relations[: kept["relations"]]),
+            chunks=tuple(chunks[: kept["chunks"]]),
             tokens=tokens, dropped=dropped, messages=messages,
         )
 

@@ -82,7 +82,8 @@ class PropagationGraph:
         synonyms: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,  # (entity, entity, cosine)
         weights: EdgeWeights = EdgeWeights(),
     ):
-        import scipy.sparse as sp
+        # scipy.sparse (about half a second) loads when a graph is built, not with the query pipeline
+        import scipy.sparse as sp  # noqa: PLC0415
 
         self.n_entities = int(n_entities)
         self.n_chunks = int(n_chunks)

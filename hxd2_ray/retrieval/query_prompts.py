@@ -19,7 +19,6 @@ from hxd2_ray.prompt_templates import (
     section_text,
 )
 
-
 PLACEHOLDERS = ("question", "entities", "relations", "chunks")
 
 

@@ -41,6 +41,7 @@ import numpy as np
 from hxd2_ray.embedding.base import Embedder
 from hxd2_ray.graph.base import unique_in_order
 from hxd2_ray.retrieval.intent import MultiStagePromptSet, load_multistage_prompts
+from hxd2_ray.retrieval.names import named_entities
 from hxd2_ray.retrieval.results import Keywords
 
 __all__ = [
@@ -193,12 +194,12 @@ class RefusalGate:
             if use_question:
                 q_parts = [h[0] for h in (low_best.get(q), high_best.get(q)) if h is not None]
                 q_score = float(sum(q_parts) / len(q_parts)) if q_parts else 0.0
-            if self.rule == "keywords":
+            if q_score is None:  # rule "keywords"
                 score = kw_score
             elif self.rule == "question":
-                score = q_score  # type: ignore[assignment]
+                score = q_score
             else:
-                score = min(kw_score, q_score)  # type: ignore[type-var]
+                score = min(kw_score, q_score)
             out.append(RefusalScore(
                 score=float(score), threshold=self.threshold, basis=level if use_keywords else "question",
                 low_best=None if lo is None else lo[1], high_best=None if hi is None else hi[1],
@@ -212,8 +213,6 @@ class RefusalGate:
         """The best entity the question names (n-gram, key, score), or None."""
         if not self.names:
             return None
-        from hxd2_ray.retrieval.names import named_entities
-
         found = named_entities(question, self.index.graph, getattr(self.index, "names", None),
                                fuzzy_cutoff=self.name_cutoff)
         return (found[0].text, found[0].key, found[0].score) if found else None
@@ -289,7 +288,7 @@ def calibrate_threshold(good_scores: Sequence[float], bad_scores: Sequence[float
     best F1, ties broken by higher precision, then by the higher threshold (fewer answers to off-topic
     questions). Raises ValueError unless both lists are non-empty and finite.
     """
-    from sklearn.metrics import precision_recall_curve
+    from sklearn.metrics import precision_recall_curve  # noqa: PLC0415 - seconds to import: only when calibrating
 
     good = [float(s) for s in good_scores]
     bad = [float(s) for s in bad_scores]
@@ -320,10 +319,10 @@ def calibrate_threshold(good_scores: Sequence[float], bad_scores: Sequence[float
 
 def plot_calibration(cal: Calibration, path: str | Path, title: str = "Refusal gate calibration") -> Path:
     """PNG: the precision-recall curve with the chosen point, and F1 / precision / recall by threshold."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - loads when a plot is drawn
 
     matplotlib.use("Agg")  # no display; must precede pyplot
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415
 
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -21,10 +21,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
+import pyarrow.parquet as pq
+
 from hxd2_ray.chunking.splitter import detect_language
+from hxd2_ray.retrieval.fuzzy import FuzzyNameIndex
+from hxd2_ray.retrieval.refusal import RefusalGate, calibrate_threshold
+from hxd2_ray.vectors.base import IDMAP_PARQUET, family_dir
 
 __all__ = ["OFF_TOPIC_FILE", "calibrate_index", "chunk_questions", "off_topic_questions"]
 
@@ -88,8 +94,6 @@ def calibrate_index(index: Any, embedder: Any, texts: Sequence[str], *, n: int =
                     seed: int = 0, negatives: Sequence[str] | None = None) -> dict[str, Any] | None:
     """The manifest's ``refusal`` record for an index (``index``: ``.family(name)``, and ``.graph`` /
     ``.names`` for the names rule), or None when there is nothing to calibrate on (no text, empty families)."""
-    from hxd2_ray.retrieval.refusal import RefusalGate, calibrate_threshold
-
     good = chunk_questions(texts, n, seed)
     bad = list(negatives) if negatives is not None else off_topic_questions()
     families = [index.family(f) for f in ("entity_mix", "relation_mix")]
@@ -116,12 +120,9 @@ class _BuiltIndex:
     fuzzy names): the index before its manifest exists."""
 
     def __init__(self, root: Path) -> None:
-        import pyarrow.parquet as pq
-
-        from hxd2_ray.graph.kuzu_store import KuzuGraphStore
-        from hxd2_ray.retrieval.fuzzy import FuzzyNameIndex
-        from hxd2_ray.vectors.base import IDMAP_PARQUET, family_dir
-        from hxd2_ray.vectors.faiss_index import FaissFamilyIndex
+        # the backends' modules load Kùzu and Faiss: imported when a build folder is opened
+        from hxd2_ray.graph.kuzu_store import KuzuGraphStore  # noqa: PLC0415
+        from hxd2_ray.vectors.faiss_index import FaissFamilyIndex  # noqa: PLC0415
 
         self.families = {f: FaissFamilyIndex.open(root, f) for f in ("entity_mix", "relation_mix")}
         self.graph = KuzuGraphStore(root / "graph.kuzu", read_only=True)
@@ -142,14 +143,13 @@ def calibrate_build(root: str | Path, cfg: Any, texts: Sequence[str], *, embedde
     """:func:`calibrate_index` on a build folder (graph and vector families written, manifest not yet), with
     ``embedder`` or one built from ``cfg.embedding``. A failure is reported in the record, never raised: the
     index stays usable with the configured threshold."""
-    import time
-
     started = time.perf_counter()
     own = embedder is None
     view = None
     try:
         if own:
-            from hxd2_ray.wiring import build_embedder
+            # the composition root sits above retrieval (and imports it)
+            from hxd2_ray.wiring import build_embedder  # noqa: PLC0415
 
             embedder = build_embedder(cfg.embedding)
         view = _BuiltIndex(Path(root))

@@ -24,7 +24,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from hxd2_ray.config import HxdConfig, embedding_model_id, load_config
-from hxd2_ray.errors import HxdError
+from hxd2_ray.errors import HxdError, IndexNotFoundError
 from hxd2_ray.evaluation.datasets import get_benchmark
 from hxd2_ray.evaluation.grid import (
     describe_extraction,
@@ -228,7 +228,10 @@ def run_grid(req: EvalGridRequest, answer_shards: ShardRunner, log: Log = lambda
     variants = [parse_index_variant(x) for x in req.indexes]
     cells = plan_cells(variants, axes, list(req.modes))
     first_index = variants[0].location if variants else None
-    cfg = run_config(req, first_index)
+    try:
+        cfg = run_config(req, first_index)
+    except IndexNotFoundError as exc:  # without --config the first index's manifest is the config
+        raise HxdError(f"index {variants[0].label}: {exc}") from None
     manifests: dict[str, Any] = {}
     cell_cfgs: dict[str, HxdConfig] = {}
     for cell in cells:

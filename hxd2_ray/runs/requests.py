@@ -7,11 +7,23 @@ directly. Frozen, and checked where they are built: a bad value fails before any
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import json
+import os
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hxd2_ray.retrieval.flow import MODES
 
 GRID_DEFAULT_MODES = ("llm_only", "dual", "logic", "auto")
+
+
+def policy_overrides(policy: str | None) -> tuple[str, ...]:
+    """``--policy DIR`` as the config override it stands for (``graphflow.policy``); the folder made absolute so
+    that Ray workers started elsewhere find it, and quoted so that YAML reads any name as a string."""
+    if not policy:
+        return ()
+    return (f"graphflow.policy={json.dumps(os.path.abspath(policy))}",)
 
 
 class _Request(BaseModel):
@@ -43,6 +55,9 @@ class EvalRunRequest(_Request):
     shards: int | None = Field(None, ge=1, description="question shards (default min(n, 4 x workers))")
     cpus_per_worker: float = Field(1.0, ge=0)
     gpus_per_worker: float = Field(0.0, ge=0)
+    policy: str | None = Field(
+        None, description="GraphFlow policy folder for mode graphflow / multistage.graph_walk; added to the "
+                          "overrides as graphflow.policy (so the run records it)")
 
     _modes = field_validator("modes")(_check_modes)
 
@@ -50,6 +65,16 @@ class EvalRunRequest(_Request):
     @classmethod
     def _some_mode(cls, modes: tuple[str, ...]) -> tuple[str, ...]:
         return modes or ("auto",)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _policy_is_an_override(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("policy"):
+            extra = policy_overrides(data["policy"])
+            overrides = tuple(data.get("overrides") or ())
+            if extra[0] not in overrides:
+                data = {**data, "overrides": (*overrides, *extra)}
+        return data
 
 
 class EvalGridRequest(_Request):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
+from hxd2_ray.stages.eval_traces import load_traces
 from jobs import evaluate as eval_job
 from jobs import index as index_job
 
@@ -47,7 +48,7 @@ def test_dense_misses_the_bridge_passage_and_the_graph_walk_finds_it(bridge_inde
     graph = summary["per_mode"]["dual_retrieval"]["metrics"]
     assert dense["recall@2"] == pytest.approx(0.5)  # the named passage only: an "advice" passage beats the bridge
     assert graph["recall@2"] == pytest.approx(1.0)
-    traces = {(t["mode"], t["id"]): t for t in eval_job.load_traces(pafs.LocalFileSystem(), str(tmp_path / "ppr"),
+    traces = {(t["mode"], t["id"]): t for t in load_traces(pafs.LocalFileSystem(), str(tmp_path / "ppr"),
                                                                     ["chunk_vector", "dual_retrieval"])}
     for qid, bridge in (("q1", "osterberg"), ("q2", "rieger"), ("q3", "korhonen")):
         assert bridge not in traces[("chunk_vector", qid)]["evidence_ids"][:2]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from hxd2_ray.stages.eval_traces import load_traces
 from jobs import evaluate as eval_job
 from jobs import index as index_job
 from jobs.job_metrics import metric_value, parse_prometheus
@@ -71,7 +72,8 @@ def test_index_and_eval_metrics_equal_their_summaries(ray_metrics_url, tmp_path,
     for stage in ("ingest", "extract", "merge", "embed", "write"):
         assert m("ray_hxd2_stage_duration_seconds_count", stage=stage) == 1, stage
         assert m("ray_hxd2_stage_duration_seconds_sum", stage=stage) > 0, stage
-    assert len(list((index / "_logs").glob("index-*.log"))) == 1  # what goes in it: tests/integration/test_cli_output.py
+    # what goes in the log: tests/integration/test_cli_output.py
+    assert len(list((index / "_logs").glob("index-*.log"))) == 1
 
     evaluation = tmp_path / "eval"
     assert eval_job.main(["run", "--benchmark", "generic", "--questions", str(SAMPLE / "questions.jsonl"),
@@ -80,7 +82,7 @@ def test_index_and_eval_metrics_equal_their_summaries(ray_metrics_url, tmp_path,
     esummary = json.loads(capsys.readouterr().out)
     import pyarrow.fs as pafs
 
-    traces = eval_job.load_traces(pafs.LocalFileSystem(), str(evaluation), ["dual"])
+    traces = load_traces(pafs.LocalFileSystem(), str(evaluation), ["dual"])
     run = str(evaluation)
     samples = _wait_for(ray_metrics_url, lambda s: metric_value(s, "ray_hxd2_questions_answered_total", run=run)
                         >= 3 and metric_value(s, "ray_hxd2_stage_duration_seconds_count", run=run) >= 1)

@@ -3,7 +3,8 @@
 They run in a scratch folder that looks like the repository root to them (``.venv/bin/python`` and
 ``.venv/bin/hxd2`` on this interpreter, ``hxd2_ray/`` with the sample data) and whose ``configs/local.yaml`` is
 a fast configuration (scripted LLM, hashing embedder), so the models' minutes are not spent here; the only
-other change is the HTTP port, 8000 in the README, swapped for a free one. The server command (``... &``) runs in the background until the SDK call has been answered.
+other change is the HTTP port, 8000 in the README, swapped for a free one. The server command (``... &``) runs
+in the background until the SDK call has been answered.
 """
 
 from __future__ import annotations

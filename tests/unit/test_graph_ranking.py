@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from hxd2_ray.embedding.hashing import HashingEmbedder
+from hxd2_ray.rerank.overlap import OverlapReranker
 from hxd2_ray.retrieval import QueryPipeline, open_index
 from hxd2_ray.retrieval.names import candidate_ngrams, named_entities
 from hxd2_ray.retrieval.ranking import (
@@ -18,7 +19,6 @@ from hxd2_ray.retrieval.ranking import (
     walk_seeds,
 )
 from hxd2_ray.retrieval.results import ChannelHit
-from hxd2_ray.rerank.overlap import OverlapReranker
 from tests.unit.retrieval_fixtures import DIM, build_tiny_index, key, keyword_reply, scripted_llm
 
 SUDHOF, STANFORD, NOBEL, KOBILKA = (key(n) for n in ("Thomas Südhof", "Stanford University", "Nobel Prize",

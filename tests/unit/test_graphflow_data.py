@@ -137,6 +137,20 @@ def test_examples_targets_and_skip_reasons(kb_index):
     assert kept.examples[1].starts == () and "Zzyzx Qwv" in kept.examples[1].link.reason
 
 
+def test_a_typed_question_starts_where_its_bracketed_form_does(kb_index):
+    graph, _ = walk_graph_of_index(kb_index)
+    linker = StartLinker.for_index(kb_index, graph, HashingEmbedder(dim=DIM), GraphFlowConfig())
+    typed, marked = linker.link("who directed The Public Eye"), linker.link("who directed [The Public Eye]")
+    assert [s.node for s in typed.starts] == [s.node for s in marked.starts] == [graph.node_of("the public eye")]
+    assert typed.starts[0].method == "question:name" and typed.starts[0].mention == "Public Eye"
+    assert typed.policy_text == marked.policy_text == f"who directed {TOPIC_PLACEHOLDER}"
+    films = linker.link("which films did Howard Franklin direct")  # no leading article
+    assert [s.key for s in films.starts] == ["howard franklin"]
+    assert films.policy_text == f"which films did {TOPIC_PLACEHOLDER} direct"
+    unnamed = linker.link("who directed zzyzx qwv")  # names nothing: the question's vector decides, if anything
+    assert all(s.method.startswith("question:entity_") for s in unnamed.starts)
+
+
 def test_passage_examples_map_documents_to_their_chunks(tmp_path):
     tiny = build_tiny_index(tmp_path / "tiny", dim=DIM)
     with open_index(tiny.root, tiny.cfg) as index:
@@ -149,8 +163,8 @@ def test_passage_examples_map_documents_to_their_chunks(tmp_path):
     assert out.kind == "passages" and [e.id for e in out.examples] == ["p1"]
     assert out.examples[0].targets == {graph.node_of("c1"), graph.node_of("c2")}
     starts = [graph.keys[s] for s in out.examples[0].starts]
-    assert starts and starts[0] == "thomas südhof"  # linked from the question channel, no brackets needed
-    assert out.examples[0].link.starts[0].method.startswith("question:")
+    assert starts and starts[0] == "thomas südhof"  # linked from the question's words, no brackets needed
+    assert out.examples[0].link.starts[0].method == "question:name"
     assert out.reasons() == {"gold passage not in the index": 1}
 
 

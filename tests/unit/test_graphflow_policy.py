@@ -20,45 +20,16 @@ from hxd2_ray.graphflow.features import load_or_build_features
 from hxd2_ray.graphflow.policy import load_policy
 from hxd2_ray.graphflow.retriever import GraphFlowRetriever
 from hxd2_ray.graphflow.trainer import export_policy, train_policy
-from hxd2_ray.indexing.kb_index import build_kb_index
-from hxd2_ray.logic.metaqa import read_triples
 from hxd2_ray.retrieval import open_index
+from tests.unit.graphflow_fixtures import TRAIN, kb_questions, trained_kb_policy
 from tests.unit.retrieval_fixtures import build_tiny_index
-from tests.unit.test_graphflow_data import DIM, KB, kb_config
-
-TRAIN = dict(hidden_dim=32, max_steps=2, batch_questions=8, learning_rate=5e-3, trajectories=16, torch_threads=1,
-             dev_fraction=0.0, test_fraction=0.0, epochs=8, patience=8, max_dev_questions=50)
-
-
-def kb_questions() -> list[EvalItem]:
-    """Who directed / what did X direct, from the slice's own triples."""
-    items = []
-    by_director: dict[str, list[str]] = {}
-    for t in read_triples(KB):
-        if t.relation == "directed_by":
-            items.append(EvalItem(f"d{len(items)}", f"who directed {t.subject}", (t.object,), task="kgqa",
-                                  meta={"question_marked": f"who directed [{t.subject}]", "hops": 1}))
-            by_director.setdefault(t.object, []).append(t.subject)
-    for person, films in by_director.items():
-        items.append(EvalItem(f"f{len(items)}", f"which films did {person} direct", tuple(films), task="kgqa",
-                              meta={"question_marked": f"which films did [{person}] direct", "hops": 1}))
-    return items
+from tests.unit.test_graphflow_data import DIM
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """Index A (the whole slice) with a policy trained on it, and index B (a 30-entity subset)."""
-    root = tmp_path_factory.mktemp("gf_policy")
-    cfg = kb_config()
-    build_kb_index(cfg, KB, root / "a", progress=None, batch_size=64)
-    build_kb_index(cfg, KB, root / "b", progress=None, batch_size=64, limit_entities=30)
-    gcfg = GraphFlowConfig(**TRAIN, cache_dir=str(root / "cache"))
-    emb = HashingEmbedder(dim=DIM)
-    with open_index(root / "a", cfg) as index:
-        inputs = index_inputs(index, emb, kb_questions(), gcfg, progress=None)
-    result = train_policy(inputs, gcfg, root / "policy", progress=None)
-    export_policy(result, inputs, root / "policy")
-    return root, cfg, gcfg, inputs
+    return trained_kb_policy(tmp_path_factory)
 
 
 def test_the_retriever_answers_with_ranked_entities_and_their_paths(trained):
@@ -112,6 +83,9 @@ def test_the_policy_records_its_fingerprint_and_training(trained):
     assert meta["kind"] == "kgqa" and meta["config"]["objective"] == "db" and "epochs" not in meta["config"]
     summary = json.loads((root / "policy" / "training_summary.json").read_text())
     assert summary["history"] and summary["examples"]["examples"] == len(kb_questions())
+    # no dev split: nothing to select on, so the policy is the last epoch's and nothing stopped early
+    assert summary["best_epoch"] == summary["epochs_run"] == TRAIN["epochs"]
+    assert all(h["dev_hit@1"] is None for h in summary["history"])
     assert (root / "policy" / "training.png").stat().st_size > 1000
 
 
@@ -155,8 +129,18 @@ def test_lora_question_encoder_forward_and_backward_on_cpu(tmp_path):
     (out[0] - out[1]).pow(2).sum().backward()
     trained = {n: p for n, p in enc.named_parameters() if p.requires_grad}
     assert trained and all("lora_" in n for n in trained)
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for n, p in trained.items() if "lora_A" in n)
+
+    def moved(part: str) -> bool:
+        return any(p.grad is not None and p.grad.abs().sum() > 0 for n, p in trained.items() if part in n)
+
+    # LoRA starts as the base model (B = 0), so the first gradient reaches B only; after one step A's does too.
+    assert moved("lora_B") and not moved("lora_A")
     assert all(p.grad is None for p in enc.parameters() if not p.requires_grad)  # the base stays frozen
+    torch.optim.SGD(list(trained.values()), lr=0.5).step()
+    enc.zero_grad()
+    out = enc(["who directed [entity]", "what films did [entity] write"])
+    (out[0] - out[1]).pow(2).sum().backward()
+    assert moved("lora_A") and moved("lora_B")
     state = enc.adapter_state()
     fresh = tiny_encoder(tmp_path)
     fresh.load_adapter_state(state)
@@ -183,6 +167,7 @@ def test_a_lora_policy_trains_through_the_encoder(trained, tmp_path):
                               [inputs.train[i].targets for i in idx], objective="db", miss_log_reward=-15.0,
                               max_steps=cfg.max_steps)
     loss.backward()
-    lora = [p for n, p in policy.encoder.named_parameters() if p.requires_grad and "lora_A" in n]
+    # B is where the first gradient of a fresh adapter lands (A's is zero while B = 0)
+    lora = [p for n, p in policy.encoder.named_parameters() if p.requires_grad and "lora_B" in n]
     assert lora and any(p.grad is not None and p.grad.abs().sum() > 0 for p in lora)
     assert "encoder" in policy.state_dict()

@@ -114,7 +114,8 @@ def test_the_index_threshold_is_used_when_calibrated_for_the_rule(rice, tmp_path
 def test_questions_made_from_chunks():
     assert question_from_text("# Qinghe 17\nQinghe 17 is a japonica rice variety bred in the north of China in 2009.") \
         == "What is known about Qinghe 17 Qinghe 17 is a japonica rice variety bred in the?"  # 12 words
-    assert question_from_text("青禾17号是粳稻品种，由青禾5号选育而成。株高98厘米。") == "关于“青禾17号是粳稻品种，由青禾5号选育而成”有什么信息？"
+    assert question_from_text("青禾17号是粳稻品种，由青禾5号选育而成。株高98厘米。") \
+        == "关于“青禾17号是粳稻品种，由青禾5号选育而成”有什么信息？"
     assert question_from_text("   ") is None
     texts = [f"Passage number {i} talks about topic {i} at some length." for i in range(50)]
     first = chunk_questions(texts, 10, seed=3)
