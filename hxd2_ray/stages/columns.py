@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import pyarrow as pa
 
@@ -26,7 +26,7 @@ PARSED = pa.schema(
 )
 
 
-def chunk_row(chunk: Chunk) -> dict:
+def chunk_row(chunk: Chunk) -> dict[str, Any]:
     return {
         "id": chunk.id,
         "doc_id": chunk.doc_id,

@@ -24,7 +24,7 @@ class ParseAndChunk:
         for path, data in zip(paths, blobs, strict=True):
             try:
                 file_docs, file_quarantine = read_documents(path, data, self._cfg.ingest)
-            except Exception as exc:  # a reader bug must cost one file, never the job
+            except Exception as exc:  # noqa: BLE001 - a reader bug must cost one file, never the job
                 file_docs, file_quarantine = [], [QuarantinedFile(path, "unreadable", f"{type(exc).__name__}: {exc}")]
             quarantined.extend(file_quarantine)
             for doc in file_docs:
