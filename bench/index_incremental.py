@@ -82,10 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     info = write_corpus(corpus, args.chunks, seed=args.seed, chunk_size=CHUNK_SIZE, chunks_per_doc=CHUNKS_PER_DOC)
     base = work / "base"
     print(f"corpus: {args.chunks:,} chunks, {info['documents']:,} documents in {info['files']} files", flush=True)
-    full, full_s, load = _timed(lambda: run_index(cfg, str(corpus), str(base)))
+    full, full_s, full_load = _timed(lambda: run_index(cfg, str(corpus), str(base)))
     full_calls = _llm_calls(full)
     print(f"full build: {full_s:.1f} s, {full_calls:,} LLM calls, {full['entities']:,} entities, "
-          f"{full['relations']:,} relations (load {load:.1f})", flush=True)
+          f"{full['relations']:,} relations (load {full_load:.1f})", flush=True)
     fs, root = resolve_filesystem(str(base), cfg.s3)
     doc_ids = sorted(read_state(fs, root, read_manifest(str(base))).sources.column("source_id").to_pylist())
 
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(target, ignore_errors=True)
 
     report = {"chunks": args.chunks, "documents": len(doc_ids), "full_seconds": full_s, "full_llm_calls": full_calls,
-              "full_stages": full["seconds_per_stage"], "full_load": load, "rows": rows}
+              "full_stages": full["seconds_per_stage"], "full_load": full_load, "rows": rows}
     print("\n| change | fraction | documents | LLM calls | calls / full | seconds | time / full | load |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
