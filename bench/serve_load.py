@@ -95,13 +95,18 @@ class HopsOnlyPipeline:
     def __init__(self, ctx: Any):
         self.llm, self.embedder = ctx.llm, ctx.embedder
 
-    def answer(self, question: str, *, mode: str | None = None, **_: Any) -> str:
+    def answer(self, question: str, *, mode: str | None = None, **_: Any) -> Any:
         from hxd2_ray.llm.base import LLMRequest
+        from hxd2_ray.retrieval.results import Answer, Keywords, RetrievalResult, SectionTokens
 
         messages = ({"role": "user", "content": question},)
         self.llm.complete([LLMRequest(messages=messages, max_tokens=64, tag="keywords")])
         self.embedder.embed([question])
-        return self.llm.complete([LLMRequest(messages=messages, max_tokens=128, tag="answer")])[0].text
+        text = self.llm.complete([LLMRequest(messages=messages, max_tokens=128, tag="answer")])[0].text
+        # The one Answer type the Retriever serializes, with nothing retrieved.
+        empty = RetrievalResult(question=question, language="en", keywords=Keywords(parsed=False), entities=(),
+                                relations=(), chunks=(), tokens=SectionTokens(), input_cap=0, answer_max_tokens=128)
+        return Answer(question=question, text=text, language="en", references=(), retrieval=empty, mode="dual")
 
 
 def hops_only_pipeline(ctx: Any) -> HopsOnlyPipeline:
