@@ -335,6 +335,7 @@ class LiveRenderer:
 
         self.console = Console(file=stream, force_terminal=True, highlight=False, soft_wrap=False)
         self._board: ProgressBoard | None = None
+        self._last: Any = ""  # the last frame drawn (a rich Table; nothing before the first)
         self.live = Live(console=self.console, get_renderable=self._render, refresh_per_second=refresh_per_second,
                          transient=True, redirect_stdout=False, redirect_stderr=False)
         self._started = False
@@ -348,7 +349,11 @@ class LiveRenderer:
         grid = Table.grid(padding=(0, 1))
         if board is None:
             return grid
-        with board.lock:
+        # Rich's refresh thread calls this holding the Live's lock, while the board calls the renderer holding its
+        # own lock (and then needs the Live's): waiting here would deadlock, so a busy board redraws the last frame.
+        if not board.lock.acquire(blocking=False):
+            return self._last
+        try:
             now = board.clock()
             for stage in board.stages.values():
                 if stage.finished is not None:
@@ -358,6 +363,9 @@ class LiveRenderer:
                                   pulse=frac is None, animation_time=now)
                 grid.add_row(Text(f"  {stage.name}", style="bold cyan", no_wrap=True), bar,
                              Text(describe(stage, now), no_wrap=True, overflow="ellipsis"))
+        finally:
+            board.lock.release()
+        self._last = grid
         return grid
 
     def _ensure_live(self, board: ProgressBoard) -> None:
