@@ -51,6 +51,7 @@ from hxd2_ray.graph.templates import (
     LF_NAMES_OF,
     LF_PATHS_2HOP,
     LF_PATHS_BETWEEN,
+    LOGIC_TEMPLATES,
     check_template,
 )
 
@@ -867,7 +868,7 @@ class KuzuGraphStore:
             return self._rows(Q_LF_ENTITY_NAMES, {"skip": params["skip"], "limit": params["limit"]})
         if name == LF_NAMES_OF:
             return self._lf_per_key(Q_LF_NAME_OF, params["keys"], None)
-        raise NotImplementedError(f"the named read {name!r} has no Kùzu template yet")
+        raise ValueError(f"unknown named read {name!r}; valid: {', '.join(sorted(LOGIC_TEMPLATES))}")
 
     def _lf_per_key(self, query: str, keys: Iterable[str], limit: int | None) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
