@@ -162,6 +162,12 @@ class RayConfig(_Frozen):
     embed_batch_size: int = Field(512, gt=0)
     extraction_shards: int = Field(16, ge=1, description="Chunk shards whose extraction files make the job resumable.")
     max_batch_retries: int = Field(2, ge=0, description="Retries of a failed LLM/embedding batch before recording it.")
+    merge_in_driver_below: int = Field(
+        2000, ge=0,
+        description="Chunk extractions below which the merge runs in the driver with the same functions, skipping "
+                    "Ray Data's shuffle and actor start-up (seconds on a small corpus or an incremental update); "
+                    "0: always the distributed merge.",
+    )
     stage_resources: dict[str, float] = Field(
         default_factory=dict,
         description="Custom Ray resources every LLM and embedding actor asks for, e.g. {gpu_node: 1}: pins the "

@@ -352,24 +352,35 @@ class IndexBuild:
             return ents, rels
 
         ok = extractions.filter(pc.equal(extractions.column("error"), ""))
-        ds = ray.data.from_arrow(_blocks(ok, 256))
-        # Merge partitions: enough to spread a large corpus over the workers, few enough to keep calls cheap.
-        parts = max(1, min(64, ok.num_rows // 2000 + 1))
-        merged_entities = _conform(_collect(
-            ds.map_batches(ExplodeEntityMentions, fn_constructor_args=(self.cfg, parts), batch_format="pyarrow",
-                           compute=ray.data.ActorPoolStrategy(size=1))
-            .groupby("partition", num_partitions=parts)
-            .map_groups(MergeEntityGroups, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
-                        compute=ray.data.ActorPoolStrategy(size=1))
-        ), MERGED_ENTITIES)
-        relation_mentions = ds.map_batches(ExplodeRelationMentions, fn_constructor_args=(self.cfg, parts),
-                                           batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=1)
-                                           ).materialize()
-        merged_relations = _conform(_collect(
-            relation_mentions.groupby("partition", num_partitions=parts)
-            .map_groups(MergeRelationGroups, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
-                        compute=ray.data.ActorPoolStrategy(size=1))
-        ), MERGED_RELATIONS)
+        if ok.num_rows < self.cfg.ray.merge_in_driver_below:
+            # One partition holds every key: the same explode and merge functions, called here, give the rows the
+            # distributed merge gives, without seconds of shuffle and actor start-up for a small input.
+            relation_mention_rows = ExplodeRelationMentions(self.cfg)(ok)
+            merged_entities = _conform(MergeEntityGroups(self.cfg)(ExplodeEntityMentions(self.cfg)(ok)),
+                                       MERGED_ENTITIES)
+            merged_relations = _conform(MergeRelationGroups(self.cfg)(relation_mention_rows), MERGED_RELATIONS)
+            where = "in the driver"
+        else:
+            ds = ray.data.from_arrow(_blocks(ok, 256))
+            # Merge partitions: enough to spread a large corpus over the workers, few enough to keep calls cheap.
+            parts = max(1, min(64, ok.num_rows // 2000 + 1))
+            merged_entities = _conform(_collect(
+                ds.map_batches(ExplodeEntityMentions, fn_constructor_args=(self.cfg, parts), batch_format="pyarrow",
+                               compute=ray.data.ActorPoolStrategy(size=1))
+                .groupby("partition", num_partitions=parts)
+                .map_groups(MergeEntityGroups, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
+                            compute=ray.data.ActorPoolStrategy(size=1))
+            ), MERGED_ENTITIES)
+            relation_mentions = ds.map_batches(ExplodeRelationMentions, fn_constructor_args=(self.cfg, parts),
+                                               batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=1)
+                                               ).materialize()
+            relation_mention_rows = _collect(relation_mentions)
+            merged_relations = _conform(_collect(
+                relation_mentions.groupby("partition", num_partitions=parts)
+                .map_groups(MergeRelationGroups, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
+                            compute=ray.data.ActorPoolStrategy(size=1))
+            ), MERGED_RELATIONS)
+            where = f"on Ray in {parts} partition{'s' if parts > 1 else ''}"
 
         summarized = 0
         for name, merged, schema in (("entities", merged_entities, MERGED_ENTITIES),
@@ -394,7 +405,7 @@ class IndexBuild:
         if endpoints - known:
             from hxd2_ray.types import RelationMention
 
-            mention_rows = _collect(relation_mentions).to_pylist()
+            mention_rows = relation_mention_rows.to_pylist()
             missing = missing_endpoint_entities(
                 known,
                 (RelationMention(r["source"], r["target"], r["description"], tuple(r["keywords"] or ()),
@@ -415,7 +426,7 @@ class IndexBuild:
             crash_point("driver:merge")
         self._mark("merge", {"input": input_fp, "entities": ents.num_rows, "relations": rels.num_rows,
                              "summarized": summarized})
-        self.clock.status["merge"] = f"merged {ok.num_rows} chunk extractions"
+        self.clock.status["merge"] = f"merged {ok.num_rows} chunk extractions {where}"
         return ents, rels
 
     def summarize(self, long_rows: pa.Table, schema: pa.Schema, name: str) -> pa.Table:
