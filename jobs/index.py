@@ -626,8 +626,6 @@ class IndexBuild:
 
     def run(self) -> dict[str, Any]:
         """Build the index, or change it when the output already holds one (``jobs.index_update``)."""
-        from hxd2_ray.indexing.generations import next_generation_id
-
         started = time.perf_counter()
         current = self.current_manifest()
         self._check_staging_fingerprint()
@@ -639,6 +637,14 @@ class IndexBuild:
                            "changes to an index of the same configuration (or a build into a new --output)")
         self.services = RunServices(self.cfg, self.options, self.fs, self.root, self.output_uri,
                                     self.prompts.version_hash)
+        try:
+            return self._run(current, rebuild, started)
+        finally:
+            self.services.close()
+
+    def _run(self, current: IndexManifest | None, rebuild: bool, started: float) -> dict[str, Any]:
+        from hxd2_ray.indexing.generations import next_generation_id
+
         self.generation = next_generation_id(current)
         listing = self.list_input(self.input_uri)
         self.services.check_nodes(self.staging, listing.fs, listing.paths)

@@ -5,6 +5,7 @@ check before the first stage.
 
 from __future__ import annotations
 
+import logging
 import posixpath
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,8 @@ from hxd2_ray.llm.cache import CacheLocation, ResponseStore
 from hxd2_ray.stages.stage_run import RemoteLedger, StageRun
 
 LLM_CACHE_FOLDER = "_llm_cache"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,15 @@ class RunServices:
         self.nodes_checked = 0
         self.files_checked = 0
         self.writer_nodes: set[str] = set()  # nodes whose actors wrote the files checked
+
+    def close(self) -> None:
+        """End the ledger actor (its totals are read by then): a driver running many jobs keeps no idle ones."""
+        import ray
+
+        try:
+            ray.kill(self.ledger, no_restart=True)
+        except Exception as exc:  # noqa: BLE001 - the run's result matters more than an actor's clean exit
+            log.debug("ending the ledger actor failed: %s", exc)
 
     def totals(self) -> dict[str, Any]:
         import ray

@@ -202,15 +202,18 @@ def _delete_locked(cfg: HxdConfig, output: BuildOutput, doc_ids: list[str], sour
         raise HxdError(f"{output_uri} was built with another configuration (fingerprint {current.fingerprint}, "
                        f"this one {build.fingerprint}); delete with the index's own config (omit --config)")
     build.services = RunServices(cfg, build.options, build.fs, build.root, output_uri, build.prompts.version_hash)
-    build.generation = next_generation_id(current)
-    build.services.check_nodes(build.staging, None, [])
     try:
-        summary = IndexUpdate(build, current).delete(doc_ids, [_as_source(p) for p in source_paths])
-    except BudgetReached as exc:
-        return build.stopped_summary(exc, current, started)
-    summary["seconds_total"] = round(time.perf_counter() - started, 3)
-    build.services.compact_cache()
-    return summary
+        build.generation = next_generation_id(current)
+        build.services.check_nodes(build.staging, None, [])
+        try:
+            summary = IndexUpdate(build, current).delete(doc_ids, [_as_source(p) for p in source_paths])
+        except BudgetReached as exc:
+            return build.stopped_summary(exc, current, started)
+        summary["seconds_total"] = round(time.perf_counter() - started, 3)
+        build.services.compact_cache()
+        return summary
+    finally:
+        build.services.close()
 
 
 def _as_source(path: str) -> str:

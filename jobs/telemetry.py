@@ -7,7 +7,8 @@ stage's totals and records them as ``ray.util.metrics`` (``jobs/job_metrics.py``
 sink's totals twice a second into the :class:`~jobs.progress.ProgressBoard`, so the progress lines come from
 what the workers did, not from Ray's or vLLM's logs.
 
-The sink lives as long as the driver (it is not detached): Prometheus sees the job's metrics while it runs.
+The sink lives as long as the driver (it is not detached): Prometheus sees the job's metrics while it runs, and
+the driver's later runs of the same job reuse it (:meth:`TelemetrySink.start_run`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ class TelemetrySink:
         self.metrics = JobMetrics()
         self.totals: dict[str, dict[str, float]] = {}
         self.meta: dict[str, tuple[str, dict[str, str]]] = {}
+
+    def start_run(self, run: str) -> None:
+        """Begin another run of the job in the same driver: totals from zero, metrics under the new run label."""
+        self.run = run
+        self.totals = {}
+        self.meta = {}
 
     def register(self, stage: str, unit: str, tags: Mapping[str, str]) -> None:
         self.meta[stage] = (unit, {**self._base(stage), **tags})
@@ -89,10 +96,7 @@ class JobTelemetry:
     def _ensure(self) -> Any:
         with self._lock:
             if self._sink is None:
-                import ray
-
-                # One call at a time, in order per caller: totals are plain dict updates.
-                self._sink = ray.remote(num_cpus=0)(TelemetrySink).remote(self.job, self.run)
+                self._sink = _sink_for(self.job, self.run)
                 self._thread = threading.Thread(target=self._poll, name="hxd2-telemetry", daemon=True)
                 self._thread.start()
             return self._sink
@@ -195,6 +199,25 @@ def stage(job: str, name: str, status: Callable[[], str] = lambda: "") -> Iterat
         ok = True
     finally:
         run.end(status() if ok else "stopped")
+
+
+# One sink per job name and Ray job (driver connection), reused by the driver's later runs: a process that runs
+# many jobs (a notebook, the test suite) would otherwise keep one idle actor process per run until it exits.
+_sinks: dict[tuple[str, str], Any] = {}
+
+
+def _sink_for(job: str, run: str) -> Any:
+    import ray
+
+    key = (job, ray.get_runtime_context().get_job_id())
+    sink = _sinks.get(key)
+    if sink is None:
+        # One call at a time, in order per caller: totals are plain dict updates.
+        sink = ray.remote(num_cpus=0)(TelemetrySink).remote(job, run)
+        _sinks[key] = sink
+    else:
+        ray.get(sink.start_run.remote(run))
+    return sink
 
 
 def _ray_is_up() -> bool:
