@@ -259,11 +259,13 @@ def test_cli_errors(hotpot_index, tmp_path, capsys):
 
 
 @pytest.mark.vllm
+@pytest.mark.extended
 def test_eval_with_the_real_small_model(hotpot_index, tmp_path, capsys):
     """The small model answers through the whole job; the index's hashing vectors are kept for retrieval."""
     out = tmp_path / "vllm"
     code, summary, err = _run(capsys, "run", *DATA, "--config", str(ROOT / "configs" / "local.yaml"),
                               "--set", "embedding={backend: hashing, dim: 64}", "--set", "ray.num_cpus=2",
+                              "--set", "retrieval.answer_max_tokens=32", "--set", "retrieval.keyword_max_tokens=48",
                               "--index", str(hotpot_index), "--output", str(out), "--limit", "2",
                               "--mode", "dual", "--workers", "1", "--concurrency", "2")
     assert code == 0, err

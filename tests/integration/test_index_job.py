@@ -200,14 +200,16 @@ def test_index_from_and_to_s3(ray_local, s3_server, s3_client, s3_bucket, capsys
 def test_end_to_end_with_the_real_vllm_engine_and_minilm(ray_local, tmp_path, capsys):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    for name in ("brian_kobilka.txt", "thomas_sudhof.md", "TAC4.md"):
-        shutil.copy(SAMPLE / name, corpus / name)
+    # One short document and no gleaning round: the real engine's minutes on a CPU go to what only it can show
+    # (its actor in the Ray Data stage, constrained decoding, MiniLM vectors); the loop itself is unit-tested.
+    shutil.copy(SAMPLE / "brian_kobilka.txt", corpus / "brian_kobilka.txt")
     out = tmp_path / "index"
     code, summary, err = _run(capsys, "--config", str(ROOT / "configs" / "local.yaml"), "--input", str(corpus),
-                              "--output", str(out), "--set", "ray.ner_batch_size=8")
+                              "--output", str(out), "--set", "ray.ner_batch_size=8",
+                              "--set", "extraction.max_gleaning=0")
     assert code == 0, err[-3000:]
     assert summary["llm_model"] == "SmolLM2-135M-Instruct" and summary["embedding_model"] == "all-MiniLM-L6-v2"
-    assert summary["documents"] == 3 and summary["failed_chunks"] == 0
+    assert summary["documents"] == 1 and summary["failed_chunks"] == 0
     # Constrained decoding yields parseable records even from a 135M model.
     assert summary["entities"] > 0
     assert summary["llm_calls"] >= summary["chunks"] and summary["completion_tokens"] > 0

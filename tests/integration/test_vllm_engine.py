@@ -1,6 +1,6 @@
 """VllmEngineLLM with the real SmolLM2-135M-Instruct on the CPU build of vLLM.
 
-One engine for the whole module (start-up is 10-30 s). The engine core runs in-process
+One engine for the whole module (start-up is 10-30 s), also for the pairwise judge. The engine core runs in-process
 (VLLM_ENABLE_V1_MULTIPROCESSING=0, the wrapper's default), so nothing is spawned and pytest's
 ``__main__`` is never re-imported. Assertions are about structure, not about what the 135M model says.
 """
@@ -221,6 +221,24 @@ def test_same_structure_as_scripted_llm(engine):
                 assert set(data) == {"entities", "relations", "content_keywords"}
                 assert all(e["type"] in DEFAULT_ENTITY_TYPES for e in data["entities"])
         assert backend.count_tokens("Marie Curie was born in Warsaw.") > 0
+
+
+def test_pairwise_judge_on_the_real_model(engine):
+    """The pairwise judge (hxd2_ray.evaluation.judge): 2 pairs, both orders, JSON schema constrained. Structure
+    only: every reply parses (the schema forces a verdict), counts add up."""
+    from hxd2_ray.evaluation.judge import TAG, JudgeItem, PairwiseJudge
+
+    items = [JudgeItem("q1", "What is the capital of France?", "Paris is the capital of France.", "Berlin.",
+                       reference="Paris"),
+             JudgeItem("q2", "水稻最常见的真菌病害是什么？", "稻瘟病。", "我不知道。")]
+    result = PairwiseJudge(engine, max_tokens=96).judge(items)
+    t = result.totals["overall"]
+    assert t["n"] == 2 and t["replies"] == 4
+    assert t["wins_a"] + t["wins_b"] + t["ties"] + t["invalid"] == 2
+    assert t["invalid_replies"] == 0 and t["llm_errors"] == 0, [(v.raw_a_first, v.raw_b_first) for v in result.verdicts]
+    assert result.info["structured"] is True and result.info["llm_requests"] == 4
+    assert all(v.verdict in ("A", "B", "tie") for v in result.verdicts)
+    assert result.info["prompt_tokens"] > 0 and TAG == "pairwise_judge"
 
 
 def test_zz_close_releases_and_a_new_engine_starts(engine):
