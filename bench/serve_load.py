@@ -176,6 +176,8 @@ async def level(base: str, concurrency: int, total: int, mode: str = "dual") -> 
 FLOOR = "floor"  # label of the hops-only app (HopsOnlyPipeline) in the sweep
 LOCAL_EMBED = "1+emb"  # label of the app whose Retriever embeds in-process (args.embedder: in_replica)
 AUTO = "1:auto"  # label of the 1-replica app answering in mode auto (its parts as their own deployments)
+OVERLAP = "1:auto+overlap"  # the same with multistage.overlap_steps: plan and retrieval start with the intent call
+OVERLAP_CONFIG = dict(CONFIG, multistage={"overlap_steps": True})
 
 
 def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int], requests: int,
@@ -193,15 +195,18 @@ def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int
                  "in_replica", "dual"))
     if in_replica:
         apps.append((LOCAL_EMBED, "bench-emb", "/emb", 1, None, "in_replica", "in_replica", "dual"))
-    for label, name, route, n, pipeline, embedder, parts, _mode in apps:
+    apps.append((OVERLAP, "bench-overlap", "/overlap", 1, None, "deployment", "deployments", "auto"))
+    for label, name, route, n, pipeline, embedder, parts, app_mode in apps:
         t0 = time.perf_counter()
-        deploy(name, index, CONFIG, n, route=route, pipeline=pipeline, embedder=embedder, parts=parts)
-        what = {FLOOR: "the hops-only pipeline", LOCAL_EMBED: "1 retriever replica embedding in-process"}.get(
-            label, f"{n} retriever replica(s)")
+        deploy(name, index, OVERLAP_CONFIG if label == OVERLAP else CONFIG, n, route=route, pipeline=pipeline,
+               embedder=embedder, parts=parts)
+        what = {FLOOR: "the hops-only pipeline", LOCAL_EMBED: "1 retriever replica embedding in-process",
+                OVERLAP: "1 retriever replica, auto with overlap_steps"}.get(label, f"{n} retriever replica(s)")
         print(f"deployed {what} in {time.perf_counter() - t0:.0f}s", flush=True)
         with httpx.Client(base_url=f"{base}{route}", timeout=60) as c:  # warm every replica's caches and connections
             for i in range(20 * n):
-                for mode in ("dual", "auto") if parts == "deployments" else ("dual",):
+                modes = ("dual", "auto") if parts == "deployments" and app_mode == "dual" else (app_mode,)
+                for mode in modes:
                     c.post("/v1/query", json={"question": QUESTIONS[i % len(QUESTIONS)],
                                               "mode": mode}).raise_for_status()
     # The first app answers in mode auto too: the same deployments, measured as one more app in the rotation.
@@ -219,15 +224,17 @@ def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int
     for label, name, route, *_rest, mode in [apps[0], *apps[len(replicas):]]:
         cpu = cpu_profile(base, name, route, 200, 8, mode)
         if cpu:
-            what = {FLOOR: "hops-only app", LOCAL_EMBED: "in-process embedder app",
-                    AUTO: "1 app, mode auto"}.get(label, "1 app, mode dual")
+            what = {FLOOR: "hops-only app", LOCAL_EMBED: "in-process embedder app", AUTO: "1 app, mode auto",
+                    OVERLAP: "1 app, mode auto, overlap_steps"}.get(label, "1 app, mode dual")
             print(f"\nCPU ms per request by process ({what}, 200 requests at concurrency 8): "
                   + ", ".join(f"{k} {v}" for k, v in cpu.items()), flush=True)
             rows.append({"cpu_ms_per_request": cpu, "app": name, "mode": mode})
     for label, *_ in apps:
         title = {FLOOR: "hops only (Serve floor: same deployments and calls, no retrieval work)",
                  LOCAL_EMBED: "1 retriever replica, embedder in-process (args.embedder: in_replica)",
-                 AUTO: "1 retriever replica, mode auto (Planner, PlanExecutor, Verifier deployments)"}.get(
+                 AUTO: "1 retriever replica, mode auto (Planner, PlanExecutor, Verifier deployments)",
+                 OVERLAP: "1 retriever replica, mode auto with multistage.overlap_steps (plan and retrieval "
+                          "start with the intent call)"}.get(
                      label, f"{label} retriever replica(s), mode dual")
         print(f"\n== scripted LLM, {title}: best of {rounds} interleaved round(s)", flush=True)
         print(f"{'conc':>5} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'server p50':>11} "
@@ -379,6 +386,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mode auto at concurrency 1 (intent, keywords + gate, Planner, PlanExecutor, Verifier, answer): "
                   f"p50 {auto['p50_ms']:.1f} ms vs dual {one['p50_ms']:.1f} ms: x{report['auto_over_dual_p50']:.2f} "
                   "(target <= 1.3)")
+        overlap = by.get((OVERLAP, 1))
+        if one and overlap:
+            report["auto_overlap_p50_ms"] = overlap["p50_ms"]
+            report["auto_overlap_over_dual_p50"] = overlap["p50_ms"] / one["p50_ms"]
+            print(f"mode auto with overlap_steps at concurrency 1: p50 {overlap['p50_ms']:.1f} ms: "
+                  f"x{report['auto_overlap_over_dual_p50']:.2f} of dual (target <= 1.3)")
         emb = next((r for r in report["overhead"] if r.get("replicas") == LOCAL_EMBED and r["concurrency"] == 1), None)
         if one and emb:
             report["in_replica_embedder_p50_ms"] = emb["p50_ms"]

@@ -448,6 +448,15 @@ class MultiStageConfig(_Frozen):
     )
     prompt_version: str = Field("v1", description="prompts/multistage_<version>.yaml")
     logic_workers: int = Field(4, ge=1, description="Worker threads running plan + execute (per pipeline).")
+    overlap_steps: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Mode auto: start the logic form's plan and the dual-level retrieval while the intent is "
+                    "classified, instead of one after the other. The decisions and the answer are the same; the "
+                    "latency is the longest of the three instead of their sum; a question answered directly or "
+                    "refused has spent a planning call for nothing. auto: on when the LLM takes concurrent calls "
+                    "(its thread_safe: Serve's LLM deployment, the threaded vLLM engine, an API), off when they "
+                    "would only queue behind one lock.",
+    )
     graph_walk: bool = Field(
         False,
         description="After a failed or rejected logic form, walk the graph with the GraphFlow policy (graphflow) "

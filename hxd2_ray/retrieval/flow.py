@@ -20,6 +20,11 @@ Modes (:data:`MODES`):
      unclear reply counts as NO), a failed or empty plan, an executor failure, any exception, a timeout, or an
      empty logic-form answer: the paper's semantics (the reference produced nothing on NO).
 
+  With ``multistage.overlap_steps`` the plan and execution (3) and the gate's retrieval (2) start together with
+  the intent call (1), since all three depend on the question alone; the decisions are still taken in the order
+  above, so the answer is the same and the latency is the longest of the three instead of their sum (the price:
+  a question answered directly or refused has spent its planning call for nothing).
+
 * ``auto_post``: ``auto`` with the post-check verifier (ablation, paper Table 7): generate from the evidence
   first, then check question + evidence + answer; the answer is streamed only once it passed.
 * ``logic``: the logic form alone (paper Table 6): no intent, no gate, no fallback; the verifier, when
@@ -41,7 +46,10 @@ Every run streams :class:`~hxd2_ray.retrieval.results.QueryEvent` s: ``progress`
 
 from __future__ import annotations
 
+import contextvars
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Mapping
 
@@ -55,7 +63,7 @@ from hxd2_ray.retrieval.budget import ContextLimits
 from hxd2_ray.retrieval.graph_walk import GraphWalkStep, WalkOutcome
 from hxd2_ray.retrieval.index import OpenIndex
 from hxd2_ray.retrieval.intent import Intent, IntentClassifier, MultiStagePromptSet, fill, system_text
-from hxd2_ray.retrieval.logic_form import LogicFormStep
+from hxd2_ray.retrieval.logic_form import LogicFormStep, PendingLogic
 from hxd2_ray.retrieval.pipeline import QueryPipeline
 from hxd2_ray.retrieval.refusal import RefusalGate, RefusalScore
 from hxd2_ray.retrieval.results import (
@@ -121,12 +129,19 @@ class QueryFlow:
         self.prompts = prompts
         self.prompt_versions = dict(prompt_versions or {})
         self.clock = clock
+        # Overlapping steps pays only when their LLM calls can run at once; behind one lock they would just queue.
+        self.overlap = self.cfg.overlap_steps == "on" or (
+            self.cfg.overlap_steps == "auto" and llm is not None and llm.thread_safe)
+        self._side: ThreadPoolExecutor | None = None
+        self._side_lock = threading.Lock()
         self.modes = tuple(m for m in MODES if not self._missing(m))
         self.mode = self.check_mode(mode)
 
     def close(self) -> None:
         if self.logic is not None:
             self.logic.close()
+        if self._side is not None:
+            self._side.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> "QueryFlow":
         return self
@@ -220,6 +235,14 @@ class QueryFlow:
               ) -> Iterator[QueryEvent]:
         cfg = self.cfg
         assert self.dual is not None and self.logic is not None
+        # overlap_steps: the plan and the gate's retrieval depend on the question alone, so they start now and the
+        # steps below only wait for them; every decision is still taken in the paper's order.
+        pending: PendingLogic | None = None
+        early_retrieval: Future[RetrievalResult] | None = None
+        if self.overlap:
+            pending = self.logic.start(q, language)
+            if cfg.refusal_enabled and self.refusal_gate is not None:
+                early_retrieval = self._side_pool().submit(contextvars.copy_context().run, self._retrieve, trace, q)
         if cfg.intent_enabled and self.intent is not None:
             with trace.timed("intent"):
                 intent = self.intent.classify(q, language)
@@ -228,6 +251,8 @@ class QueryFlow:
                 trace.tokens("intent", intent.prompt_tokens, intent.completion_tokens)
             yield QueryEvent("progress", step="intent", detail={"label": intent.label, "source": intent.source})
             if not intent.needs_retrieval:
+                if pending is not None:
+                    pending.abandon()
                 yield from self._direct_path(trace, q, language, intent)
                 return
         else:
@@ -237,8 +262,10 @@ class QueryFlow:
         if cfg.refusal_enabled and self.refusal_gate is not None:
             score: RefusalScore | None = None
             try:
-                with trace.timed("retrieve"):
-                    retrieval = self.dual.retrieve(q)
+                if early_retrieval is not None:
+                    retrieval = early_retrieval.result()
+                else:
+                    retrieval = self._retrieve(trace, q)
                 trace.keywords(retrieval.keywords)
                 with trace.timed("refusal"):
                     score = self.refusal_gate.score(q, retrieval.keywords)
@@ -252,12 +279,14 @@ class QueryFlow:
                     "score": round(score.score, 4), "threshold": score.threshold, "refused": score.refused})
                 if score.refused:
                     assert retrieval is not None
+                    if pending is not None:
+                        pending.abandon()
                     yield from self._refused(trace, q, language, retrieval, score)
                     return
         else:
             trace["refusal"] = {"enabled": False}
 
-        logic = self.logic.run(trace, q, language)
+        logic = self.logic.finish(trace, pending) if pending is not None else self.logic.run(trace, q, language)
         failure = logic.failure(cfg.max_plan_steps)
         yield QueryEvent("progress", step="logic_form",
                          detail={"ok": not failure, "failure": failure, "seconds": round(logic.seconds, 3)})
@@ -289,6 +318,18 @@ class QueryFlow:
         answer = self._plain(gen_q, language, text, notices=notices, outcome=outcome,
                              references=self.logic.references(evidence))
         yield self._final(trace, answer, "logic_form")
+
+    def _retrieve(self, trace: RunTrace, q: str) -> RetrievalResult:
+        assert self.dual is not None
+        with trace.timed("retrieve"):
+            return self.dual.retrieve(q)
+
+    def _side_pool(self) -> ThreadPoolExecutor:
+        """Threads for the gate's retrieval under ``overlap_steps`` (made on first use)."""
+        with self._side_lock:
+            if self._side is None:
+                self._side = ThreadPoolExecutor(max_workers=self.cfg.logic_workers, thread_name_prefix="hxd2-side")
+            return self._side
 
     def _post_checked(self, trace: RunTrace, q: str, gen_q: str, language: str, evidence: Any,
                       retrieval: RetrievalResult | None) -> Iterator[QueryEvent]:

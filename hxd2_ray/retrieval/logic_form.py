@@ -13,7 +13,7 @@ import contextlib
 import contextvars
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, Mapping, Sequence
@@ -75,6 +75,21 @@ class LogicRun:
         }
 
 
+@dataclass
+class PendingLogic:
+    """A plan + execution started by :meth:`LogicFormStep.start`; ``abandon()`` when its answer is not wanted."""
+
+    box: LogicRun
+    cancel: threading.Event
+    future: Future[None]
+    started: float
+
+    def abandon(self) -> None:
+        """Not needed after all (a direct reply, a refusal): the worker stops at its next LLM call, if it has one."""
+        self.cancel.set()
+        self.future.cancel()
+
+
 class LogicFormStep:
     """Plan → execute → verify → answer from the evidence, over the flow's seams (see the module docstring)."""
 
@@ -103,6 +118,13 @@ class LogicFormStep:
 
     def run(self, trace: RunTrace, q: str, language: str) -> LogicRun:
         """Plan + execute in a worker thread, with a deadline; never raises."""
+        return self.finish(trace, self.start(q, language), started_early=False)
+
+    def start(self, q: str, language: str) -> "PendingLogic":
+        """Start planning + execution in a worker thread and return at once; :meth:`finish` waits for it.
+
+        The deadline (``logic_timeout_s``) counts from here, so a plan started early has used its time by then.
+        """
         box = LogicRun()
         cancel = threading.Event()
         clock = self.clock
@@ -111,6 +133,8 @@ class LogicFormStep:
             with contextlib.ExitStack() as stack:
                 for guard in self.guards:
                     stack.enter_context(guard.cancel_on(cancel))
+                if cancel.is_set():
+                    return
                 t0 = clock()
                 plan = self.planner.plan(q, language=language, relations=self.relations)
                 box.plan, box.plan_s = plan, clock() - t0
@@ -124,16 +148,29 @@ class LogicFormStep:
                 box.evidence, box.execute_s = evidence, clock() - t1
 
         started = clock()
+        # The caller's context (a Serve request's deadline, the evaluation job's error tally) follows the work.
+        future: Future[None]
         try:
-            # The caller's context (a Serve request's deadline, the evaluation job's error tally) follows the work.
             future = self._pool.submit(contextvars.copy_context().run, work)
-            future.result(timeout=self.cfg.logic_timeout_s)
+        except RuntimeError as exc:  # a closed step: the logic form fails, the flow falls back
+            future = Future()
+            future.set_exception(exc)
+        return PendingLogic(box=box, cancel=cancel, future=future, started=started)
+
+    def finish(self, trace: RunTrace, pending: "PendingLogic", *, started_early: bool = True) -> LogicRun:
+        """Wait for a started plan (at most what is left of its deadline) and record it in the trace."""
+        box, clock = pending.box, self.clock
+        try:
+            left = self.cfg.logic_timeout_s
+            if started_early:
+                left -= clock() - pending.started
+            pending.future.result(timeout=max(0.0, left))
         except FuturesTimeout:
-            cancel.set()
+            pending.cancel.set()
             box.timed_out = True
         except Exception as exc:  # noqa: BLE001 - any failure falls back
             box.error = exc
-        box.seconds = clock() - started
+        box.seconds = clock() - pending.started
         snap = LogicRun(plan=box.plan, evidence=box.evidence if not box.timed_out else None, plan_s=box.plan_s,
                         execute_s=box.execute_s, error=box.error, timed_out=box.timed_out, seconds=box.seconds)
         trace["logic"] = snap.to_dict()

@@ -13,7 +13,8 @@ from hxd2_ray.retrieval.results import Keywords
 
 
 class RunTrace:
-    """Mutable trace of one query under construction (one per query; never shared between threads)."""
+    """Mutable trace of one query under construction (one per query). Under ``overlap_steps`` two threads write
+    into it at once, each its own keys (a dict item set is atomic in CPython); nothing reads it until they joined."""
 
     def __init__(self, question: str, mode: str, language: str, generation_question: str,
                  clock: Callable[[], float] = time.perf_counter):
