@@ -216,6 +216,11 @@ class GenerationsConfig(_Frozen):
 class RetrievalConfig(_Frozen):
     """Query-time settings: dual-level retrieval, context budgets and answer generation (not part of the index)."""
 
+    embedding_cache_texts: int = Field(
+        4096, ge=0,
+        description="Texts whose query vectors the query flow remembers (least recently used first out), so the "
+                    "refusal gate reuses retrieval's keyword vectors instead of a second embedding call; 0: off.",
+    )
     top_k_entities: int = Field(6, ge=0, description="Entities kept from the low-level matches (reference: 6).")
     top_k_relations: int = Field(5, ge=0, description="Relations kept from the high-level matches (reference: 5).")
     top_k_chunks: int = Field(5, ge=0, description="Chunks kept from the raw-question chunk channel.")

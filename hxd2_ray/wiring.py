@@ -139,6 +139,7 @@ def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None"
     :class:`~hxd2_ray.llm.wrappers.SerializedLLM` (one call at a time unless the backend is thread-safe, and
     cancellable for the logic form's deadline); the planner's relation hints are read from the graph once, here.
     """
+    from hxd2_ray.embedding.cached import CachedEmbedder
     from hxd2_ray.indexing.manifest import check_compatible
     from hxd2_ray.llm.wrappers import SerializedLLM
     from hxd2_ray.logic import load_logic_prompts
@@ -154,6 +155,8 @@ def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None"
     guarded = None if llm is None else (llm if isinstance(llm, SerializedLLM) else SerializedLLM(llm))
     if index is not None and embedder is not None:
         check_compatible(index.manifest, embedder.model_id, embedder.dim)
+    if embedder is not None and rc.embedding_cache_texts and not isinstance(embedder, CachedEmbedder):
+        embedder = CachedEmbedder(embedder, rc.embedding_cache_texts)
     dual = None
     if index is not None and guarded is not None and embedder is not None:
         dual = QueryPipeline(index, guarded, embedder, rc, reranker=build_reranker(cfg.rerank))
