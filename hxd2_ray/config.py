@@ -168,6 +168,12 @@ class RayConfig(_Frozen):
                     "Ray Data's shuffle and actor start-up (seconds on a small corpus or an incremental update); "
                     "0: always the distributed merge.",
     )
+    stall_timeout_s: float = Field(
+        0, ge=0,
+        description="Fail a Ray Data stage that produced nothing for this long; 0: never. Ray's own default (30 "
+                    "min) killed whole builds whose first NER batch took longer (a small model on a busy CPU, a large "
+                    "one on a slow GPU); the job's progress lines already say when a stage has made no progress.",
+    )
     stage_resources: dict[str, float] = Field(
         default_factory=dict,
         description="Custom Ray resources every LLM and embedding actor asks for, e.g. {gpu_node: 1}: pins the "

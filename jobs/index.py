@@ -67,8 +67,17 @@ class StageClock:
 def init_ray(cfg: HxdConfig) -> None:
     import ray
 
-    if ray.is_initialized():
-        return
+    if not ray.is_initialized():
+        _start_ray(cfg)
+    import ray.data
+
+    # Datasets made from here on take this driver's context.
+    ray.data.DataContext.get_current().execution_no_progress_timeout_s = cfg.ray.stall_timeout_s or -1
+
+
+def _start_ray(cfg: HxdConfig) -> None:
+    import ray
+
     env_vars = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                 # Engine logs belong on stderr: stdout carries the --json summary.
                 "VLLM_LOGGING_STREAM": "ext://sys.stderr"}

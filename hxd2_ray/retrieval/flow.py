@@ -21,9 +21,11 @@ Modes (:data:`MODES`):
      empty logic-form answer: the paper's semantics (the reference produced nothing on NO).
 
   With ``multistage.overlap_steps`` the plan and execution (3) and the gate's retrieval (2) start together with
-  the intent call (1), since all three depend on the question alone; the decisions are still taken in the order
-  above, so the answer is the same and the latency is the longest of the three instead of their sum (the price:
-  a question answered directly or refused has spent its planning call for nothing).
+  the intent call (1), since all three depend on the question alone, and the answer from the evidence is
+  generated while the pre-check verifier decides (sent only after YES). The decisions are still taken in the
+  order above, so the answer is the same and the latency is the longest of the overlapped steps instead of their
+  sum (the price: a question answered directly or refused has spent its planning call for nothing, and a NO its
+  answer's first tokens).
 
 * ``auto_post``: ``auto`` with the post-check verifier (ablation, paper Table 7): generate from the evidence
   first, then check question + evidence + answer; the answer is streamed only once it passed.
@@ -47,6 +49,7 @@ Every run streams :class:`~hxd2_ray.retrieval.results.QueryEvent` s: ``progress`
 from __future__ import annotations
 
 import contextvars
+import functools
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -78,6 +81,7 @@ from hxd2_ray.retrieval.results import (
     references_of,
 )
 from hxd2_ray.retrieval.run_trace import RunTrace
+from hxd2_ray.retrieval.speculation import BackgroundGenerator
 
 __all__ = ["MODES", "PATHS", "RETRIEVAL_ONLY_MODES", "ModeUnavailableError", "QueryFlow"]
 
@@ -299,17 +303,31 @@ class QueryFlow:
         if verifier_mode == "post":
             yield from self._post_checked(trace, q, gen_q, language, evidence, retrieval)
             return
+        answer_trace: RunTrace | None = None
+        ahead: BackgroundGenerator[QueryEvent, tuple[str, StreamOutcome, tuple[str, ...]]] | None = None
         if verifier_mode == "pre":
+            if self.overlap:
+                # The answer is generated while the verifier decides; it is sent only after YES. Its own trace
+                # keeps an abandoned answer's records out of the fallback's.
+                answer_trace = trace.scratch()
+                ahead = BackgroundGenerator(self._side_pool(), functools.partial(
+                    self.logic.answer_stream, answer_trace, gen_q, language, evidence))
             verdict, why = self.logic.verify(trace, "pre", q, evidence, None, language, gating=True)
             yield QueryEvent("progress", step="verifier", detail={"supported": verdict, "reason": why})
             if not verdict:
+                if ahead is not None:
+                    ahead.abandon()
                 yield from self._after_logic(trace, q, gen_q, language, retrieval, why)
                 return
             why = "pre-check verifier said yes"
         else:
             trace["verifier"] = {"mode": "none", "ran": False}
             why = "the plan executed (no verifier)"
-        text, outcome, notices = yield from self.logic.answer_stream(trace, gen_q, language, evidence)
+        if ahead is not None and answer_trace is not None:
+            text, outcome, notices = yield from ahead.replay()
+            trace.adopt(answer_trace)
+        else:
+            text, outcome, notices = yield from self.logic.answer_stream(trace, gen_q, language, evidence)
         if not text:
             empty = "the logic-form answer was empty"
             yield from self._dual_path(trace, q, gen_q, retrieval, f"fallback: {empty}", fallback=empty)
@@ -325,10 +343,13 @@ class QueryFlow:
             return self.dual.retrieve(q)
 
     def _side_pool(self) -> ThreadPoolExecutor:
-        """Threads for the gate's retrieval under ``overlap_steps`` (made on first use)."""
+        """Threads for the gate's retrieval and the answer generated ahead under ``overlap_steps`` (made on first
+        use)."""
         with self._side_lock:
             if self._side is None:
-                self._side = ThreadPoolExecutor(max_workers=self.cfg.logic_workers, thread_name_prefix="hxd2-side")
+                # Each query in flight holds at most two (its retrieval, its answer), mostly waiting on a remote call.
+                self._side = ThreadPoolExecutor(max_workers=max(8, 8 * self.cfg.logic_workers),
+                                                thread_name_prefix="hxd2-side")
             return self._side
 
     def _post_checked(self, trace: RunTrace, q: str, gen_q: str, language: str, evidence: Any,

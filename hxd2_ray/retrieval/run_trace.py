@@ -58,6 +58,18 @@ class RunTrace:
         self.data["tokens"][step] = {"prompt": int(prompt), "completion": int(completion)}
         self.data["llm_calls"][step] = int(calls)
 
+    def scratch(self) -> "RunTrace":
+        """A trace of the same query for a step whose records may be thrown away (work started ahead)."""
+        data = self.data
+        return RunTrace(data["question"], data["mode"], data["language"], data["generation_question"],
+                        clock=self.clock)
+
+    def adopt(self, other: "RunTrace") -> None:
+        """Take a scratch trace's timings, tokens, LLM calls and notices: its step was wanted after all."""
+        for key in ("timings_ms", "tokens", "llm_calls"):
+            self.data[key].update(other.data[key])
+        self.data["notices"].extend(other.data["notices"])
+
     def keywords(self, kw: Keywords) -> None:
         """The keyword call of dual-level retrieval (one per query: the fallback reuses the gate's)."""
         self.data["keywords"] = {"low_level": list(kw.low_level), "high_level": list(kw.high_level),

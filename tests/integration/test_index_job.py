@@ -178,6 +178,20 @@ def test_a_corpus_with_no_valid_document_fails_clearly_and_leaves_no_index(ray_l
     assert not (out / "graph.kuzu").exists()
 
 
+def test_a_slow_stage_is_not_killed_by_ray_datas_stall_timeout(ray_local):
+    """Ray Data fails a dataset that moved no block for 30 min; a first NER batch of a small model on a busy CPU
+    takes that long. The jobs turn the timeout off (``ray.stall_timeout_s: 0``) or set it from the config."""
+    import ray.data
+
+    from hxd2_ray.config import validate_config
+
+    index_job.init_ray(validate_config({}))
+    assert ray.data.DataContext.get_current().execution_no_progress_timeout_s == -1
+    index_job.init_ray(validate_config({"ray": {"stall_timeout_s": 7200}}))
+    assert ray.data.DataContext.get_current().execution_no_progress_timeout_s == 7200
+    index_job.init_ray(validate_config({}))
+
+
 def test_index_from_and_to_s3(ray_local, s3_server, s3_client, s3_bucket, capsys):
     from hxd2_ray.config import S3Config
     from hxd2_ray.indexing.manifest import read_manifest

@@ -72,7 +72,8 @@ SCENARIOS = {
 }
 OFF_TOPIC = "What is the weather forecast for Paris?"
 QUESTIONS = {"refused": OFF_TOPIC, "greeting": "hello there"}
-DECISIONS = ("intent", "refusal", "keywords", "logic", "verifier", "fallback_reason", "path", "path_reason")
+DECISIONS = ("intent", "refusal", "keywords", "logic", "verifier", "fallback_reason", "path", "path_reason",
+             "tokens", "llm_calls", "notices")
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
@@ -158,3 +159,28 @@ def test_auto_overlaps_only_when_the_llm_takes_concurrent_calls(make):
     assert make(serial, overlap_steps="auto").overlap is False
     assert make(serial, overlap_steps="on").overlap is True
     assert make(concurrent_scripted(), overlap_steps="off").overlap is False
+
+
+def test_the_answer_is_generated_while_the_verifier_decides(make):
+    """YES finds the answer under way; NO sends none of it (the dual-level answer instead)."""
+    for verdict in ("yes", "no"):
+        answer_started = threading.Event()
+        seen: list[bool] = []
+
+        def verify(_req: LLMRequest, verdict: str = verdict) -> str:
+            seen.append(answer_started.wait(timeout=0.5))
+            return verdict
+
+        def logic_answer(_req: LLMRequest) -> str:
+            answer_started.set()
+            return DEFAULT_REPLIES["logic_answer"]
+
+        _, answer = run(make(concurrent_scripted(logic_verify_pre=verify, logic_answer=logic_answer),
+                             overlap_steps="on"))
+        assert seen == [True], verdict
+        if verdict == "yes":
+            assert answer.path == "logic_form" and answer.text == DEFAULT_REPLIES["logic_answer"]
+            assert answer.trace["llm_calls"]["answer"] == 1 and "generate" in answer.trace["timings_ms"]
+        else:
+            assert answer.path == "dual_level" and answer.text == DEFAULT_REPLIES["answer"]
+            assert answer.trace["fallback_reason"] == "the pre-check verifier said no"
