@@ -3,6 +3,7 @@ the answers stay those of the sequential flow, and a plan nobody needs (direct r
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -11,17 +12,10 @@ import pytest
 from hxd2_ray.embedding.hashing import HashingEmbedder
 from hxd2_ray.llm.base import LLMRequest, LLMResponse
 from hxd2_ray.llm.scripted import ScriptedLLM
-from hxd2_ray.retrieval import QueryFlow, open_index
+from hxd2_ray.retrieval import open_index
 from hxd2_ray.wiring import build_pipeline
 from tests.unit.retrieval_fixtures import DIM, build_tiny_index
-from tests.unit.test_query_flow import (
-    BAD_PLAN,
-    DEFAULT_REPLIES,
-    OFF_TOPIC_KEYWORDS,
-    QUESTION,
-    run,
-    with_multistage,
-)
+from tests.unit.test_query_flow import BAD_PLAN, DEFAULT_REPLIES, OFF_TOPIC_KEYWORDS, QUESTION, run, with_multistage
 
 
 class ConcurrentScripted(ScriptedLLM):
@@ -41,26 +35,13 @@ def concurrent_scripted(**overrides: Any) -> ConcurrentScripted:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def make(tmp_path_factory):
+    """make(llm, **MultiStageConfig fields) -> an auto flow over the tiny index (all closed with the module)."""
     tiny = build_tiny_index(tmp_path_factory.mktemp("overlap") / "index")
-    index = open_index(tiny.root, tiny.cfg)
-    yield tiny, index, HashingEmbedder(dim=DIM, model_id=tiny.cfg.embedding.model_id)
-    index.close()
-
-
-@pytest.fixture
-def make(tiny):
-    t, index, embedder = tiny
-    built: list[QueryFlow] = []
-
-    def _make(llm, **ms) -> QueryFlow:
-        flow = build_pipeline("auto", index, llm, embedder, with_multistage(t.cfg, **ms))
-        built.append(flow)
-        return flow
-
-    yield _make
-    for flow in built:
-        flow.close()
+    embedder = HashingEmbedder(dim=DIM, model_id=tiny.cfg.embedding.model_id)
+    with open_index(tiny.root, tiny.cfg) as index, contextlib.ExitStack() as flows:
+        yield lambda llm, **ms: flows.enter_context(
+            build_pipeline("auto", index, llm, embedder, with_multistage(tiny.cfg, **ms)))
 
 
 SCENARIOS = {
