@@ -115,6 +115,9 @@ def hops_only_pipeline(ctx: Any) -> HopsOnlyPipeline:
     return HopsOnlyPipeline(ctx)
 
 
+LLM_DELAY_S = 0.0  # --llm-delay-ms: simulated model time per scripted LLM call (a sleep, no CPU)
+
+
 def deploy(name: str, index: Path, config: dict[str, Any], retrievers: int, llm_cpus: float = 0.1,
            auth: bool = False, route: str = "/", pipeline: str | None = None, embedder: str = "deployment",
            parts: str = "in_replica") -> None:
@@ -126,6 +129,7 @@ def deploy(name: str, index: Path, config: dict[str, Any], retrievers: int, llm_
     tiny = {"ray_actor_options": {"num_cpus": 0.05}, "max_ongoing_requests": 64, "max_queued_requests": -1}
     app = build_app({
         "indexes": {"bench": str(index)}, "config_data": config, "auth": auth, "pipeline_threads": 16,
+        "scripted": {"delay_s": LLM_DELAY_S},
         "embedder": embedder, "parts": parts,
         **({"pipeline": pipeline} if pipeline else {}),
         "deployment_options": {
@@ -341,8 +345,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-vllm", action="store_true")
     parser.add_argument("--no-in-replica", action="store_true", help="leave out the in-process embedder app")
     parser.add_argument("--ttft-runs", type=int, default=5)
+    parser.add_argument("--llm-delay-ms", type=float, default=0.0,
+                        help="simulated model time per scripted LLM call (an awaited sleep in the LLM replica, no "
+                             "CPU): the serving path where the model's time is waiting, as on a GPU engine")
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args(argv)
+    global LLM_DELAY_S
+    LLM_DELAY_S = args.llm_delay_ms / 1000
 
     import ray
     from ray import serve
