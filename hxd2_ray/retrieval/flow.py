@@ -24,8 +24,8 @@ Modes (:data:`MODES`):
   the intent call (1), since all three depend on the question alone, and the answer from the evidence is
   generated while the pre-check verifier decides (sent only after YES). The decisions are still taken in the
   order above, so the answer is the same and the latency is the longest of the overlapped steps instead of their
-  sum (the price: a question answered directly or refused has spent its planning call for nothing, and a NO its
-  answer's first tokens).
+  sum (the price: a question answered directly or refused has spent its planning call for nothing, a direct
+  one its keyword call too, and a NO its answer's first tokens).
 
 * ``auto_post``: ``auto`` with the post-check verifier (ablation, paper Table 7): generate from the evidence
   first, then check question + evidence + answer; the answer is streamed only once it passed.
@@ -243,10 +243,14 @@ class QueryFlow:
         # steps below only wait for them; every decision is still taken in the paper's order.
         pending: PendingLogic | None = None
         early_retrieval: Future[RetrievalResult] | None = None
+        # Work started ahead records into its own trace, adopted only when used: an abandoned retrieval still
+        # running must not write into a trace that went out with the answer.
+        retrieval_trace = trace.scratch()
         if self.overlap:
             pending = self.logic.start(q, language)
             if cfg.refusal_enabled and self.refusal_gate is not None:
-                early_retrieval = self._side_pool().submit(contextvars.copy_context().run, self._retrieve, trace, q)
+                early_retrieval = self._side_pool().submit(contextvars.copy_context().run, self._retrieve,
+                                                           retrieval_trace, q)
         if cfg.intent_enabled and self.intent is not None:
             with trace.timed("intent"):
                 intent = self.intent.classify(q, language)
@@ -268,6 +272,7 @@ class QueryFlow:
             try:
                 if early_retrieval is not None:
                     retrieval = early_retrieval.result()
+                    trace.adopt(retrieval_trace)
                 else:
                     retrieval = self._retrieve(trace, q)
                 trace.keywords(retrieval.keywords)

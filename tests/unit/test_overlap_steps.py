@@ -87,6 +87,8 @@ def test_an_abandoned_plan_leaves_no_trace(make, scenario):
     assert answer.path == ("refused" if scenario == "refused" else "direct")
     assert answer.trace["logic"] is None
     assert "plan" not in answer.trace["llm_calls"] and "logic_total" not in answer.trace["timings_ms"]
+    if scenario == "greeting":  # the gate's retrieval, started ahead, was not used either
+        assert "retrieve" not in answer.trace["timings_ms"] and "keywords" not in answer.trace["llm_calls"]
 
 
 def _plan_seen_during_intent(make, overlap: bool) -> bool:
