@@ -539,6 +539,13 @@ class GraphFlowConfig(_Frozen):
         16, gt=0, description="Questions per optimiser step (per worker); small batches: detailed balance needs steps."
     )
     learning_rate: float = Field(2e-3, gt=0)
+    lr_schedule: Literal["cosine", "constant"] = Field(
+        "cosine",
+        description="cosine: each step's rate falls from learning_rate to learning_rate * lr_min_ratio along a "
+                    "half cosine over the run's epochs (late epochs refine instead of oscillating); constant: "
+                    "learning_rate throughout.",
+    )
+    lr_min_ratio: float = Field(0.05, ge=0, le=1, description="cosine: the last step's share of learning_rate.")
     flow_lr_scale: float = Field(
         1.0, gt=0, description="db: the flow head learns at learning_rate times this (flows lead, the policy follows)."
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -231,6 +232,15 @@ def _batch_trajectories(policy: GraphFlowPolicy, inputs: TrainingInputs, idx: np
     return trajs
 
 
+def scheduled_rate(cfg: GraphFlowConfig, step: int, total_steps: int) -> float:
+    """The share of each parameter group's base rate at optimiser step ``step`` (0-based) of ``total_steps``: a
+    function of the step alone, so a resumed run continues the same curve (its epochs are the run's own)."""
+    if cfg.lr_schedule == "constant" or total_steps <= 1:
+        return 1.0
+    progress = min(step / (total_steps - 1), 1.0)
+    return cfg.lr_min_ratio + (1.0 - cfg.lr_min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
 def _steps_per_epoch(n: int, world: int, batch: int) -> int:
     full = n // (world * batch)
     return full + (1 if n - full * world * batch >= world else 0)
@@ -254,6 +264,7 @@ def train_policy(inputs: TrainingInputs, cfg: GraphFlowConfig, output_dir: str |
         {"params": [p for p in policy.parameters() if id(p) not in flow_params]},
         {"params": list(policy.model.flow.parameters()), "lr": cfg.learning_rate * cfg.flow_lr_scale},
     ], lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    base_rates = [group["lr"] for group in optimizer.param_groups]
     history: list[dict[str, Any]] = []
     best: dict[str, Any] = {"score": -1.0, "epoch": 0, "state": None}
     bad_epochs = 0
@@ -306,6 +317,9 @@ def train_policy(inputs: TrainingInputs, cfg: GraphFlowConfig, output_dir: str |
             if not finite:
                 nan_at = step
                 break
+            share = scheduled_rate(cfg, (epoch - 1) * steps + step, cfg.epochs * steps)
+            for group, base in zip(optimizer.param_groups, base_rates):
+                group["lr"] = base * share
             optimizer.zero_grad(set_to_none=False)
             loss.backward()
             hooks.average_gradients(policy.parameters())
@@ -344,7 +358,8 @@ def train_policy(inputs: TrainingInputs, cfg: GraphFlowConfig, output_dir: str |
                "transitions_per_s": round(totals[2] / seconds, 1) if seconds > 0 else None,
                "onpolicy_hit_rate": round(totals[4] / totals[3], 4) if totals[3] else None,
                "demo_taken_best": round(totals[5] / totals[6], 4) if totals[6] else None,
-               "dev_hit@1": round(dev_hit1, 4) if dev_hit1 is not None else None, "workers": hooks.world_size}
+               "dev_hit@1": round(dev_hit1, 4) if dev_hit1 is not None else None, "workers": hooks.world_size,
+               "learning_rate": round(optimizer.param_groups[0]["lr"], 8)}
         history.append(row)
         dev_text = "no dev split" if dev_hit1 is None else f"dev Hit@1 {dev_hit1:.4f}{' (best)' if improved else ''}"
         say(f"epoch {epoch}: loss {row['loss']:.4f}, {dev_text}, "

@@ -46,7 +46,7 @@ def same_state(a, b) -> bool:
 
 def test_training_reaches_the_held_out_targets(tmp_path):
     inputs = world_inputs(40, 20)
-    cfg = GraphFlowConfig(**QUICK, epochs=10, patience=10)
+    cfg = GraphFlowConfig(**{**QUICK, "learning_rate": 1e-2}, epochs=10, patience=10)  # cosine-decayed to 5e-4
     result = train_policy(inputs, cfg, tmp_path, progress=None)
     result.policy.load_state_dict(result.best_state)
     vec = inputs.vectors["test"]
@@ -72,13 +72,22 @@ def test_a_seed_fixes_the_run(tmp_path):
 def test_a_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path):
     inputs = world_inputs(16, 10)
     cfg = GraphFlowConfig(**QUICK, epochs=3, patience=5)
+    assert cfg.lr_schedule == "cosine"
     straight = train_policy(inputs, cfg, tmp_path / "straight", progress=None)
-    first = train_policy(inputs, cfg.model_copy(update={"epochs": 2}), tmp_path / "resumed", progress=None)
+
+    def crash_after_two(epoch, policy):
+        if epoch == 2:
+            raise RuntimeError("killed after epoch 2")
+
+    with pytest.raises(RuntimeError, match="killed after epoch 2"):
+        train_policy(inputs, cfg, tmp_path / "resumed", progress=None, on_epoch_end=crash_after_two)
     assert [p.name for p in sorted((tmp_path / "resumed" / "checkpoints").iterdir())] == ["epoch-0001", "epoch-0002"]
     resumed = train_policy(inputs, cfg, tmp_path / "resumed", progress=None)
     assert resumed.resumed_from_epoch == 2 and len(resumed.history) == 3
-    assert history_without_timings(resumed.history[:2]) == history_without_timings(first.history)
+    # the schedule is a function of the step: the resumed epoch 3 runs at the rates the straight run's did
     assert history_without_timings(resumed.history) == history_without_timings(straight.history)
+    rates = [h["learning_rate"] for h in straight.history]
+    assert rates[0] > rates[1] > rates[2] == pytest.approx(cfg.learning_rate * cfg.lr_min_ratio)
     assert same_state(resumed.policy.state_dict(), straight.policy.state_dict())
     # keep_checkpoints=2: the oldest is gone
     assert [p.name for p in sorted((tmp_path / "resumed" / "checkpoints").iterdir())] == ["epoch-0002", "epoch-0003"]
@@ -86,6 +95,19 @@ def test_a_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path):
     with pytest.raises(Exception, match="another index or training configuration"):
         train_policy(inputs, cfg.model_copy(update={"hidden_dim": 16, "epochs": 4}), tmp_path / "resumed",
                      progress=None)
+
+
+def test_the_cosine_schedule_falls_from_the_rate_to_its_floor_and_constant_stays():
+    from hxd2_ray.graphflow.trainer import scheduled_rate
+
+    cfg = GraphFlowConfig(lr_min_ratio=0.1)
+    assert scheduled_rate(cfg, 0, 101) == 1.0
+    assert scheduled_rate(cfg, 50, 101) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert scheduled_rate(cfg, 100, 101) == pytest.approx(0.1)
+    shares = [scheduled_rate(cfg, s, 101) for s in range(101)]
+    assert all(a >= b for a, b in zip(shares, shares[1:]))
+    flat = cfg.model_copy(update={"lr_schedule": "constant"})
+    assert {scheduled_rate(flat, s, 101) for s in range(101)} == {1.0}
 
 
 def test_a_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
