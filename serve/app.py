@@ -3,10 +3,12 @@
 ``build_app(args)`` takes the typed :class:`~serve.schemas.ServeAppArgs` (Serve validates the config file's
 ``args`` block into it) and returns the bound application::
 
-    Ingress(Retriever(LLM, Embedder, Planner(LLM), PlanExecutor(LLM, Embedder), Verifier(LLM)))
+    Ingress(Retriever(LLM, Embedder, Planner(LLM), PlanExecutor(LLM, Embedder), Verifier(LLM),
+                      GraphWalker(Embedder)))
 
-(no Embedder deployment with ``args.embedder: in_replica``: the Retriever and PlanExecutor replicas embed; no
-part deployments with ``args.parts: in_replica``: the Retriever replicas run the parts).
+(no Embedder deployment with ``args.embedder: in_replica``: the Retriever, PlanExecutor and GraphWalker replicas
+embed; no part deployments with ``args.parts: in_replica``: the Retriever replicas run the parts; no GraphWalker
+without a GraphFlow policy, ``graphflow.policy``).
 
 The hxd2 config (``args.config`` + ``args.overrides``, or ``args.config_data``, or else the config the first index
 was built with, from its manifest) is read and validated here, at build time, and handed to the deployments as
@@ -16,7 +18,7 @@ config, the controller's checkpoint or the dashboard.
 
 Deployment sizing (replicas, autoscaling, max_ongoing_requests, max_queued_requests, resources) has defaults in
 :mod:`serve.deployments`; a Serve config file's ``deployments:`` list overrides them by name (``Ingress``,
-``Retriever``, ``LLM``, ``Embedder``, ``Planner``, ``PlanExecutor``, ``Verifier``), and
+``Retriever``, ``LLM``, ``Embedder``, ``Planner``, ``PlanExecutor``, ``Verifier``, ``GraphWalker``), and
 ``args.deployment_options`` does the same when the app is built in code.
 
 Note: no ``from __future__ import annotations`` here; Serve reads ``build_app``'s parameter annotation as a
@@ -31,6 +33,7 @@ from ray.serve import Application
 from hxd2_ray.config import HxdConfig, config_from_data, load_config
 from serve.deployments import (
     EmbedderServer,
+    GraphWalkerServer,
     Ingress,
     LLMServer,
     PlanExecutorServer,
@@ -41,9 +44,9 @@ from serve.deployments import (
 from serve.schemas import ServeAppArgs
 
 _ALL: tuple[Any, ...] = (Ingress, Retriever, LLMServer, EmbedderServer, PlannerServer, PlanExecutorServer,
-                         VerifierServer)
+                         VerifierServer, GraphWalkerServer)
 DEPLOYMENTS: dict[str, Any] = {d.name: d for d in _ALL}
-PART_DEPLOYMENTS = ("Planner", "PlanExecutor", "Verifier")
+PART_DEPLOYMENTS = ("Planner", "PlanExecutor", "Verifier", "GraphWalker")
 
 
 def load_hxd_config(args: ServeAppArgs) -> HxdConfig:
@@ -102,6 +105,9 @@ def build_app(args: Union[ServeAppArgs, dict[str, Any]]) -> Application:
         raise ValueError(f"deployment_options name {sized_parts}, but args.parts is in_replica (no part "
                          "deployments): drop those entries or set parts: deployments")
     cfg = load_hxd_config(args)
+    if args.parts == "deployments" and cfg.graphflow.policy is None and "GraphWalker" in args.deployment_options:
+        raise ValueError("deployment_options name the GraphWalker, but the config has no graphflow.policy (no "
+                         "GraphWalker deployment): drop the GraphWalker entry or configure a policy")
     cfg_json = cfg.model_dump(mode="json")
     indexes = {name: _resolve(loc) for name, loc in args.indexes.items()}
     check_local_indexes(indexes, cfg)
@@ -122,6 +128,8 @@ def build_app(args: Union[ServeAppArgs, dict[str, Any]]) -> Application:
             "executor": _options(PlanExecutorServer, args).bind(cfg_json, indexes, llm, embedder),
             "verifier": _options(VerifierServer, args).bind(cfg_json, llm),
         }
+        if cfg.graphflow.policy is not None:  # no policy, no walker (an idle one would only hold resources)
+            parts["walker"] = _options(GraphWalkerServer, args).bind(cfg_json, indexes, embedder)
     retriever = _options(Retriever, args, {"max_ongoing_requests": args.pipeline_threads}).bind(
         cfg_json, indexes, llm, embedder, parts, args.pipeline, args.pipeline_threads, args.mode)
     settings = {

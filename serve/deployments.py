@@ -11,12 +11,14 @@ Request flow (``serve.app:build_app`` wires it)::
                        ├─► Planner ×N    plan(question)            LogicFormPlanner ─┐
                        ├─► PlanExecutor  execute(index, plan)      LogicFormExecutor │ (its own index copies)
                        ├─► Verifier ×N   verify(question, evidence, mode)            ├─► LLM (AsyncVllmEngine:
-                       ├─► Embedder      embed(texts), @serve.batch                   │   continuous batching,
-                       └─► LLM           complete / stream (keywords, answers) ◄──────┘   streaming, abort)
+                       ├─► GraphWalker   retrieve(index, question)  GraphFlow policy  │   continuous batching,
+                       ├─► Embedder      embed(texts), @serve.batch                   │   streaming, abort)
+                       └─► LLM           complete / stream (keywords, answers) ◄──────┘
 
 The flow reaches every part through the seams of :mod:`hxd2_ray.retrieval.parts` (and the LLM/Embedder seams);
 here those are handle adapters (:mod:`serve.handles`), in the CLI the library objects themselves, so the
-orchestration is one object in both places. ``args.parts: in_replica`` builds the parts inside each Retriever
+orchestration is one object in both places. The GraphWalker deployment exists only when the config names a
+GraphFlow policy (``graphflow.policy``). ``args.parts: in_replica`` builds the parts inside each Retriever
 replica instead; ``args.embedder: in_replica`` embeds there too (a CPU embedder: the hop costs more than batching
 across requests saves). Each deployment's replicas, ``max_ongoing_requests`` and autoscaling are in
 ``configs/serve.yaml`` (and ``cluster/kuberay/rayservice.yaml``).
@@ -49,11 +51,13 @@ from serve.api import ApiSettings, RetrieverBackend, _error, answer_payload, err
 from serve.handles import (
     DeadlineExceeded,
     HandleEmbedder,
+    HandleGraphRetriever,
     HandleLLM,
     HandlePlanExecutor,
     HandlePlanner,
     HandleVerifier,
     RequestScope,
+    WalkResult,
     cancel_soon,
     run_in_thread,
 )
@@ -98,19 +102,31 @@ def default_pipeline(ctx: PipelineContext) -> Any:
 def flow_parts(handles: dict[str, Any] | None, index_name: str, index: Any = None, embedder: Any = None,
                cfg: HxdConfig | None = None) -> Any:
     """The flow's parts as adapters over the part deployments' handles (None: build them in this replica). The
-    GraphFlow retriever (``graphflow.policy``) runs in this replica either way: a walk is a few small matrix
-    products over the policy's tables, which are held next to the index they belong to."""
+    GraphFlow retriever is there only when ``cfg`` (the index's, see :func:`configs_per_index`) has a policy: an
+    adapter over the GraphWalker deployment (``handles["walker"]``), or, in an app bound without one, the
+    retriever itself built in this replica."""
     if not handles:
         return None
     from hxd2_ray.retrieval.parts import FlowParts
-    from hxd2_ray.wiring import build_graph_retriever
 
     verifier = handles["verifier"]
-    walker = build_graph_retriever(index, embedder, cfg) if index is not None and cfg is not None else None
     return FlowParts(planner=HandlePlanner(handles["planner"]),
                      executor=HandlePlanExecutor(handles["executor"], index_name),
                      verifiers={mode: HandleVerifier(verifier, mode) for mode in ("pre", "post")},
-                     graph_retriever=walker)
+                     graph_retriever=_graph_retriever(handles, index_name, index, embedder, cfg))
+
+
+def _graph_retriever(handles: dict[str, Any], index_name: str, index: Any, embedder: Any,
+                     cfg: HxdConfig | None) -> Any:
+    if cfg is None or cfg.graphflow.policy is None:
+        return None  # mode graphflow then says it needs a policy
+    if handles.get("walker") is not None:
+        return HandleGraphRetriever(handles["walker"], index_name)
+    if index is None:
+        return None
+    from hxd2_ray.wiring import build_graph_retriever
+
+    return build_graph_retriever(index, embedder, cfg)
 
 
 def configs_per_index(cfg: HxdConfig, indexes: dict[str, Any]) -> dict[str, HxdConfig]:
@@ -131,6 +147,24 @@ def configs_per_index(cfg: HxdConfig, indexes: dict[str, Any]) -> dict[str, HxdC
     without = cfg.model_copy(update={"graphflow": cfg.graphflow.model_copy(update={"policy": None})})
     log.info("GraphFlow policy %s serves index %s only", policy, ", ".join(mine))
     return {name: cfg if name in mine else without for name in indexes}
+
+
+@dataclass(frozen=True)
+class _Manifested:
+    """What :func:`configs_per_index` reads of an index (its manifest), without opening (or copying) it."""
+
+    manifest: Any
+
+
+def _manifests(locations: dict[str, str], cfg: HxdConfig) -> dict[str, _Manifested]:
+    from hxd2_ray.indexing.manifest import read_manifest
+    from hxd2_ray.ingest.sources import resolve_filesystem
+
+    out = {}
+    for name, location in locations.items():
+        fs, path = resolve_filesystem(location, cfg.s3)
+        out[name] = _Manifested(read_manifest(path, filesystem=fs))
+    return out
 
 
 def import_string(path: str) -> Callable[..., Any]:
@@ -591,6 +625,53 @@ class VerifierServer(_Part):
         if mode not in self.verifiers:
             raise ValueError(f"verifier mode must be one of {sorted(self.verifiers)}, got {mode!r}")
         return await self._run(deadline, self.verifiers[mode].verify, question, evidence, answer, language=language)
+
+
+@serve.deployment(name="GraphWalker", max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.1})
+class GraphWalkerServer(_Part):
+    """``retrieve(index, question)`` → :class:`~serve.handles.WalkResult`: the GraphFlow retriever of
+    ``graphflow.policy`` (``hxd2_ray.wiring.build_graph_retriever``) over its own read-only copy of the index the
+    policy was trained on (with several indexes, only that one: :func:`configs_per_index`). Bound by
+    ``serve.app:build_app`` only when a policy is configured."""
+
+    part = "walker"
+
+    def __init__(self, cfg_json: dict[str, Any], indexes: dict[str, str], embedder: Any):
+        from hxd2_ray.wiring import build_graph_retriever
+
+        cfg = validate_config(cfg_json, source="serve args")
+        # Which index the policy belongs to, from the manifests: the others are neither opened nor copied here.
+        cfgs = configs_per_index(cfg, _manifests(indexes, cfg)) if len(indexes) > 1 else {n: cfg for n in indexes}
+        self.indexes = _open_indexes({n: loc for n, loc in indexes.items() if cfgs[n].graphflow.policy is not None},
+                                     cfg)
+        emb = embedder_for(embedder, cfg)
+        self.retrievers: dict[str, Any] = {}
+        for name, index in self.indexes.items():
+            retriever = build_graph_retriever(index, emb, cfgs[name])
+            if retriever is not None:
+                self.retrievers[name] = retriever
+        self._setup(max(16, replica_max_ongoing() or 0))
+
+    async def retrieve(self, index: str, question: str, deadline: float | None = None) -> WalkResult:
+        if index not in self.retrievers:
+            raise IndexNotFoundError(f"no GraphFlow policy for index {index!r}; walked here: "
+                                     f"{', '.join(self.retrievers) or 'none'}")
+        result: WalkResult = await self._run(deadline, self._walk, self.retrievers[index], question)
+        return result
+
+    @staticmethod
+    def _walk(retriever: Any, question: str) -> WalkResult:
+        return WalkResult.of(retriever.retrieve(question))  # in the worker thread, as the walk itself
+
+    async def stats(self) -> dict[str, Any]:
+        return {**await super().stats(), "indexes": sorted(self.retrievers)}
+
+    def __del__(self) -> None:
+        for index in getattr(self, "indexes", {}).values():
+            try:
+                index.close()
+            except Exception:  # noqa: BLE001
+                pass
 
 
 # ===================================================================================== ingress

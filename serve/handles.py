@@ -1,6 +1,6 @@
 """Adapters that make Serve ``DeploymentHandle``s satisfy the library's seams — the LLM and Embedder protocols and
-the query flow's parts (:mod:`hxd2_ray.retrieval.parts`: Planner, PlanExecutor, Verifier) — so the very flow the
-CLI builds runs inside a Retriever replica unchanged: ``build_pipeline(mode, index, HandleLLM(...),
+the query flow's parts (:mod:`hxd2_ray.retrieval.parts`: Planner, PlanExecutor, Verifier, GraphRetriever) — so the
+very flow the CLI builds runs inside a Retriever replica unchanged: ``build_pipeline(mode, index, HandleLLM(...),
 HandleEmbedder(...), cfg, parts=FlowParts(planner=HandlePlanner(...), ...))``.
 
 Threads, not async adapters (the design choice)
@@ -28,9 +28,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import copy
 import functools
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
@@ -275,3 +277,59 @@ class HandleVerifier:
 
     def verify(self, question: str, evidence: Any, answer: str | None = None, *, language: str | None = None) -> Any:
         return _wait(self._handle.verify.remote(question, evidence, answer, language, self.mode, _deadline()))
+
+
+class HandleGraphRetriever:
+    """:class:`~hxd2_ray.retrieval.parts.GraphRetriever` over the GraphWalker deployment, for one index: the walk
+    runs there, bounded by the request's deadline; the result comes back as a :class:`WalkResult`."""
+
+    def __init__(self, handle: Any, index: str):
+        self._handle = handle
+        self.index = index
+
+    def retrieve(self, question: str) -> Any:
+        return _wait(self._handle.retrieve.remote(self.index, question, _deadline()))
+
+
+@dataclass(frozen=True, slots=True)
+class WalkStep:
+    source: str
+    relation: str
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class WalkTarget:
+    key: str
+    name: str
+    kind: str  # entity | chunk
+    score: float
+    path: tuple[WalkStep, ...]
+    source_id: str = ""
+
+
+@dataclass(frozen=True)
+class WalkResult:
+    """A graph retriever's result as it crosses the handle: what the flow reads (``question``, ``targets`` with
+    their paths, ``reason``) and the trace record (``to_dict()``), in plain classes, so that the Retriever replica
+    unpickling it needs no torch (the module of ``GraphFlowResult`` imports it)."""
+
+    question: str
+    targets: tuple[WalkTarget, ...]
+    reason: str
+    record: dict[str, Any]
+
+    @classmethod
+    def of(cls, result: Any) -> "WalkResult":
+        targets = tuple(WalkTarget(key=t.key, name=t.name, kind=t.kind, score=float(t.score),
+                                   path=tuple(WalkStep(s.source, s.relation, s.target) for s in t.path),
+                                   source_id=getattr(t, "source_id", ""))
+                        for t in result.targets)
+        return cls(question=result.question, targets=targets, reason=result.reason, record=result.to_dict())
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.targets)
+
+    def to_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(self.record)

@@ -305,8 +305,9 @@ class ServeAppArgs(BaseModel):
     parts: Literal["deployments", "in_replica"] = Field(
         "deployments",
         description="deployments: the planner, plan executor and verifier run as their own deployments (Planner, "
-                    "PlanExecutor, Verifier), each sized and scaled on its own; in_replica: inside each Retriever "
-                    "replica (one process, no hops).",
+                    "PlanExecutor, Verifier), and the GraphFlow walk too when graphflow.policy is set "
+                    "(GraphWalker), each sized and scaled on its own; in_replica: inside each Retriever replica "
+                    "(one process, no hops).",
     )
     embedder: Literal["deployment", "in_replica"] = Field(
         "deployment",

@@ -4,7 +4,9 @@ SmolLM2-135M), queried with the official ``openai`` client and httpx.
 
 One Serve instance and one application serve the whole module (start-up ~15-25 s on 2 cores). Deployments are
 small (num_cpus 0.1-0.2) and the Retriever is sized so that 16 concurrent requests fit (8 running + 12 queued)
-while a burst of 48 slow ones overflows its queue (503 + Retry-After).
+while a burst of 48 slow ones overflows its queue (503 + Retry-After). The app's config names a GraphFlow policy
+(a tiny one, trained in the fixture for a KB index served beside the tiny ones), so it has a GraphWalker
+deployment too.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class Served:
     base: str  # http://127.0.0.1:PORT
     index_root: Path
     cache_dir: Path  # where replicas copy s3:// indexes
+    movies_root: Path  # a KB index with a GraphFlow policy (graphflow.policy of the app's config)
+    config: dict[str, Any]  # the app's hxd2 config
 
     def client(self, key: str | None = KEY, timeout: float = 30.0) -> httpx.Client:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -63,6 +67,32 @@ class Served:
 
 def _small(cpus: float, **extra: Any) -> dict[str, Any]:
     return {"ray_actor_options": {"num_cpus": cpus}, **extra}
+
+
+def _movies_with_policy(root: Path) -> tuple[Path, Path]:
+    """A KB index of the MetaQA slice (the app's embedder) and a tiny GraphFlow policy trained on it (3 epochs: the
+    tests check where the walk runs and what comes back, not how well it learned). A few seconds: the build skips
+    the refusal calibration (advisory, unused here) and the policy is saved without the training plot."""
+    from hxd2_ray.config import GraphFlowConfig, HashingEmbeddingConfig
+    from hxd2_ray.embedding.hashing import HashingEmbedder
+    from hxd2_ray.graphflow.dataset import index_inputs
+    from hxd2_ray.graphflow.policy import save_policy
+    from hxd2_ray.graphflow.trainer import train_policy
+    from hxd2_ray.indexing.kb_index import build_kb_index
+    from hxd2_ray.retrieval import open_index
+    from tests.unit.graphflow_fixtures import TRAIN, kb_questions
+    from tests.unit.test_graphflow_data import KB, kb_config
+
+    cfg = kb_config().model_copy(update={"embedding": HashingEmbeddingConfig(dim=DIM)})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("hxd2_ray.indexing.kb_index.calibrate_build", lambda *args, **kwargs: None)
+        build_kb_index(cfg, KB, root / "movies", progress=None, batch_size=64)
+    gcfg = GraphFlowConfig(**dict(TRAIN, epochs=3, patience=3), cache_dir=str(root / "cache"))
+    with open_index(root / "movies", cfg) as index:
+        inputs = index_inputs(index, HashingEmbedder(dim=DIM), kb_questions(), gcfg, progress=None)
+    result = train_policy(inputs, gcfg, root / "policy", progress=None)
+    save_policy(result.policy, root / "policy", state=result.best_state)
+    return root / "movies", root / "policy"
 
 
 @pytest.fixture(scope="module")
@@ -85,15 +115,19 @@ def served(ray_local, s3_server, tmp_path_factory) -> Served:
                     destination_filesystem=fs)
     keys = tmp / "api_keys"
     keys.write_text(f"# test keys\n{KEY}\n")
+    movies, policy = _movies_with_policy(tmp / "graphflow")
+    # The policy serves its own index (a GraphWalker deployment walks it); the tiny ones are served without it.
     config = dict(TINY_CONFIG, s3={"endpoint_url": s3_server},
-                  retrieval=dict(TINY_CONFIG["retrieval"], cache_dir=str(tmp / "index-cache")))
+                  retrieval=dict(TINY_CONFIG["retrieval"], cache_dir=str(tmp / "index-cache")),
+                  graphflow={"policy": str(policy), "cache_dir": str(tmp / "graphflow" / "cache")})
     # Dummy credentials of the local S3 server, for the replicas that open indexes (not secrets).
     s3_env = {"runtime_env": {"env_vars": {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                                            "AWS_EC2_METADATA_DISABLED": "true"}}}
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60})
     app = build_app({
-        "indexes": {"tiny": str(root), "tiny-copy": str(root), "tiny-s3": f"s3://{bucket}/indexes/tiny"},
+        "indexes": {"tiny": str(root), "tiny-copy": str(root), "tiny-s3": f"s3://{bucket}/indexes/tiny",
+                    "movies": str(movies)},
         "config_data": config,
         "api_keys_file": str(keys),
         "max_body_bytes": 64 * 1024,
@@ -109,10 +143,12 @@ def served(ray_local, s3_server, tmp_path_factory) -> Served:
             "Planner": _small(0.05),
             "PlanExecutor": {"ray_actor_options": {"num_cpus": 0.05, **s3_env}},
             "Verifier": _small(0.05),
+            "GraphWalker": {"ray_actor_options": {"num_cpus": 0.05, **s3_env}},
         },
     })
     serve.run(app, name=APP, route_prefix="/")
-    yield Served(base=f"http://127.0.0.1:{port}", index_root=root, cache_dir=tmp / "index-cache")
+    yield Served(base=f"http://127.0.0.1:{port}", index_root=root, cache_dir=tmp / "index-cache", movies_root=movies,
+                 config=config)
     serve.shutdown()
 
 
@@ -130,10 +166,10 @@ def test_health_models_and_openai_chat(served):
         assert c.get("/healthz").json()["status"] == "ok"
     with served.client() as c:
         deep = c.get("/healthz", params={"deep": "true"})
-        assert deep.status_code == 200 and deep.json()["indexes"] == ["tiny", "tiny-copy", "tiny-s3"]
+        assert deep.status_code == 200 and deep.json()["indexes"] == ["tiny", "tiny-copy", "tiny-s3", "movies"]
 
     client = served.openai()
-    assert sorted(m.id for m in client.models.list()) == ["tiny", "tiny-copy", "tiny-s3"]
+    assert sorted(m.id for m in client.models.list()) == ["movies", "tiny", "tiny-copy", "tiny-s3"]
     completion = client.chat.completions.create(
         model="tiny", messages=[{"role": "system", "content": "Be brief."},
                                 {"role": "user", "content": "Where does Robert Malenka work?"}])
@@ -451,6 +487,38 @@ def test_mode_dual_skips_the_parts_and_every_mode_streams(served):
     with served.client() as c:
         r = c.post("/v1/query", json={"question": "q?", "mode": "nonsense"})
         assert r.status_code == 422 and "dual_retrieval" in r.json()["error"]["message"]
+
+
+def test_mode_graphflow_is_walked_by_the_graph_walker_deployment(served):
+    """Over real HTTP: the policy's index is walked by the GraphWalker deployment (its own call counter), with the
+    answer and the targets of the in-process flow; an index served without the policy says it needs one."""
+    from hxd2_ray.config import config_from_data
+    from hxd2_ray.embedding.hashing import HashingEmbedder
+    from hxd2_ray.retrieval import open_index
+    from hxd2_ray.wiring import build_llm, build_pipeline
+
+    walker = _handle("GraphWalker")
+    before = walker.stats.remote().result(timeout_s=10)
+    assert before["part"] == "walker" and before["indexes"] == ["movies"]  # the policy's index only
+    question = "who directed [The Public Eye]"
+    with served.client() as c:
+        r = c.post("/v1/query", json={"question": question, "index": "movies", "mode": "graphflow", "trace": True})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        other = c.post("/v1/query", json={"question": question, "index": "tiny", "mode": "graphflow"})
+        assert other.status_code == 400 and "needs a GraphFlow policy" in other.json()["error"]["message"]
+    after = walker.stats.remote().result(timeout_s=10)
+    assert after["calls"] == {"ok": before["calls"]["ok"] + 1, "error": before["calls"]["error"]}
+    targets = body["trace"]["graphflow"]["targets"]
+    assert body["path"] == "graphflow" and body["mode"] == "graphflow" and targets
+    assert body["answer"] == " | ".join(t["name"] for t in targets if t["kind"] == "entity")
+    # The CLI's flow, in this process, with the same config and policy: the same walk.
+    cfg = config_from_data(served.config)
+    with open_index(served.movies_root, cfg) as index, build_pipeline(
+            "graphflow", index, build_llm(cfg.llm), HashingEmbedder(dim=DIM), cfg) as flow:
+        local = flow.answer(question)
+    assert body["answer"] == local.text
+    assert [t["key"] for t in targets] == [t["key"] for t in local.trace["graphflow"]["targets"]]
 
 
 def test_cli_eval_and_serve_answer_alike(served, tmp_path, capsys):
