@@ -38,16 +38,19 @@ def load_avg() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def inputs_for(hop: int, index, embedder, gcfg, data_root: Path, cache: Path, max_train: int | None):
+def inputs_for(hop: int, index, embedder, gcfg, data_root: Path, cache: Path, max_train: int | None,
+               feature_embedder=None):
     from hxd2_ray.graphflow.dataset import index_inputs, load_items
 
-    path = cache / f"{hop}hop-{index.manifest.fingerprint}-{embedder.model_id}-{gcfg.seed}-{gcfg.max_steps}.pkl"
+    features = f"-{feature_embedder.model_id}" if feature_embedder is not None else ""
+    key = f"{index.manifest.fingerprint}-{embedder.model_id}{features}-{gcfg.seed}-{gcfg.max_steps}"
+    path = cache / f"{hop}hop-{key}.pkl"
     if path.exists():
         with path.open("rb") as fh:
             inputs = pickle.load(fh)
     else:
         items, summary = load_items(f"metaqa-{hop}hop", [str(data_root / "metaqa" / f"{hop}-hop" / "qa_dev.txt")])
-        inputs = index_inputs(index, embedder, items, gcfg, load_summary=summary)
+        inputs = index_inputs(index, embedder, items, gcfg, load_summary=summary, feature_embedder=feature_embedder)
         cache.mkdir(parents=True, exist_ok=True)
         with path.open("wb") as fh:
             pickle.dump(inputs, fh)
@@ -61,12 +64,12 @@ def inputs_for(hop: int, index, embedder, gcfg, data_root: Path, cache: Path, ma
     return inputs
 
 
-def latency(index, embedder, policy_dir: Path, gcfg, questions: list[str]) -> dict[str, float]:
+def latency(index, embedder, policy_dir: Path, gcfg, questions: list[str], feature_embedder=None) -> dict[str, float]:
     import numpy as np
 
     from hxd2_ray.graphflow.retriever import GraphFlowRetriever
 
-    retriever = GraphFlowRetriever.open(index, embedder, str(policy_dir), gcfg)
+    retriever = GraphFlowRetriever.open(index, embedder, str(policy_dir), gcfg, feature_embedder=feature_embedder)
     retriever.retrieve(questions[0])  # warm
     times = []
     for q in questions:
@@ -87,12 +90,15 @@ def main() -> int:
     p.add_argument("--data-root", default="../shared/data")
     p.add_argument("--max-train", type=int, default=None, help="first N training questions only")
     p.add_argument("--latency", type=int, default=100, help="test questions timed one at a time")
+    p.add_argument("--evaluate-only", action="store_true",
+                   help="score the policies an earlier run left in --output instead of training them")
     args = p.parse_args()
 
     import torch
 
     from hxd2_ray.config import load_config
     from hxd2_ray.graphflow.evaluation import evaluate_policy
+    from hxd2_ray.graphflow.policy import load_policy
     from hxd2_ray.graphflow.trainer import export_policy, train_policy
     from hxd2_ray.retrieval.index import open_index
     from hxd2_ray.wiring import build_embedder
@@ -105,22 +111,33 @@ def main() -> int:
     results_path = out / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {"hops": {}}
     embedder = build_embedder(cfg.embedding)
+    # graphflow.feature_embedding: the policy's features (names, labels, questions) from another embedder
+    feature_embedder = build_embedder(gcfg.feature_embedding) if gcfg.feature_embedding is not None else None
     with open_index(args.index, cfg) as index:
         for hop in [int(h) for h in args.hops.split(",")]:
             log(f"{hop}-hop: preparing ({load_avg()})")
-            inputs = inputs_for(hop, index, embedder, gcfg, Path(args.data_root), out / "inputs", args.max_train)
+            inputs = inputs_for(hop, index, embedder, gcfg, Path(args.data_root), out / "inputs", args.max_train,
+                                feature_embedder)
             policy_dir = out / f"policy_{hop}hop"
-            t0 = time.perf_counter()
-            result = train_policy(inputs, gcfg, policy_dir)
-            train_s = time.perf_counter() - t0
-            summary = export_policy(result, inputs, policy_dir)
-            result.policy.load_state_dict(result.best_state)
+            if args.evaluate_only:  # rescore the policy trained by an earlier run (e.g. after an inference change)
+                policy = load_policy(policy_dir, inputs.features, inputs.index_fingerprint)
+                summary = json.loads((policy_dir / "training_summary.json").read_text())
+                train_s = results["hops"][str(hop)]["train_seconds"]
+            else:
+                t0 = time.perf_counter()
+                result = train_policy(inputs, gcfg, policy_dir)
+                train_s = time.perf_counter() - t0
+                summary = export_policy(result, inputs, policy_dir)
+                result.policy.load_state_dict(result.best_state)
+                policy = result.policy
             vec = inputs.vectors["test"]
             t0 = time.perf_counter()
-            scores = evaluate_policy(result.policy, inputs.test, vec.policy, vec.plain, mode=gcfg.inference,
-                                     width=gcfg.trajectories, min_prob=gcfg.beam_min_prob, progress=log)
+            scores = evaluate_policy(policy, inputs.test, vec.policy, vec.plain, mode=gcfg.inference,
+                                     width=gcfg.trajectories, min_prob=gcfg.beam_min_prob,
+                                     exclude_starts=gcfg.exclude_starts, progress=log)
             lat = latency(index, embedder, policy_dir, gcfg,
-                          [_marked(e) if e.link is not None else e.question for e in inputs.test[:args.latency]])
+                          [_marked(e) if e.link is not None else e.question for e in inputs.test[:args.latency]],
+                          feature_embedder)
             results["hops"][str(hop)] = {
                 "test": scores.to_dict(), "train_questions": len(inputs.train), "dev": len(inputs.dev),
                 "status": summary["status"], "best_epoch": summary["best_epoch"], "epochs_run": summary["epochs_run"],
@@ -131,7 +148,9 @@ def main() -> int:
             log(f"{hop}-hop: test Hit@1 {scores.metrics['hit@1']:.4f} (target {TARGETS[hop]}), "
                 f"R@20 {scores.metrics['recall@20']:.4f}, D-R@20 {scores.metrics['diverse_recall@20']:.4f}, "
                 f"p50 {lat['p50_ms']} ms")
-            results.update({"index": args.index, "embedding": embedder.model_id, "config": gcfg.model_dump(
+            results.update({"index": args.index, "embedding": embedder.model_id,
+                            "feature_embedding": feature_embedder.model_id if feature_embedder else None,
+                            "config": gcfg.model_dump(
                 mode="json", exclude={"feature_embedding"})})
             results_path.write_text(json.dumps(results, indent=2) + "\n")
     write_report(results, out)

@@ -565,6 +565,11 @@ class GraphFlowConfig(_Frozen):
     )
     trajectories: int = Field(32, gt=0, description="M: trajectories per question (beam width when beam).")
     top_k: int = Field(20, gt=0, description="Ranked targets returned.")
+    exclude_starts: bool = Field(
+        True, description="A question's start nodes are what it asks about, never its answer: they are not ranked "
+                          "(walks that return to them, e.g. through a co-star back to the film asked about, would "
+                          "otherwise outrank the answers).",
+    )
     beam_min_prob: float = Field(
         1e-6, ge=0, lt=1,
         description="beam: a partial trajectory less probable than this is dropped (it cannot carry enough mass to "
@@ -599,7 +604,8 @@ class GraphFlowConfig(_Frozen):
 # on what it runs, and everything read only at inference.
 _GRAPHFLOW_RUNTIME_FIELDS = {
     "epochs", "patience", "keep_checkpoints", "torch_threads", "use_gpu", "workers", "inference", "trajectories",
-    "top_k", "beam_min_prob", "max_start_nodes", "link_threshold", "cache_dir", "max_dev_questions", "policy",
+    "top_k", "exclude_starts", "beam_min_prob", "max_start_nodes", "link_threshold", "cache_dir", "max_dev_questions",
+    "policy",
 }
 
 

@@ -72,10 +72,11 @@ def _mean(rows: Sequence[dict[str, float]], keys: Sequence[str]) -> dict[str, fl
 
 def evaluate_policy(policy: GraphFlowPolicy, examples: Sequence[Example], policy_vectors: np.ndarray | None,
                     plain_vectors: np.ndarray, *, mode: str, width: int, batch: int = 64, seed: int = 0,
-                    min_prob: float = 1e-6,
+                    min_prob: float = 1e-6, exclude_starts: bool = True,
                     keep_rows: bool = False, progress: Callable[[str], None] | None = None) -> EvaluationResult:
     """Walk every example (``batch`` questions per scoring call) and average the metrics; ``*_vectors`` are the
-    examples' question vectors (row per example; ``policy_vectors`` None for a LoRA policy)."""
+    examples' question vectors (row per example; ``policy_vectors`` None for a LoRA policy); ``exclude_starts``:
+    a question's start nodes are not ranked (``graphflow.exclude_starts``)."""
     started = time.perf_counter()
     kind = policy.meta.kind
     allowed = allowed_nodes(policy, kind)
@@ -93,7 +94,7 @@ def evaluate_policy(policy: GraphFlowPolicy, examples: Sequence[Example], policy
         outcomes = walk(policy.model, policy.tables, qh, qfull, [e.starts for e in part], mode=mode, width=width,
                         max_steps=policy.train_cfg.max_steps, rng=rng, min_prob=min_prob)
         for ex, outcome in zip(part, outcomes):
-            rows.append(_row(ex, outcome, allowed, g, kind, keep_rows))
+            rows.append(_row(ex, outcome, allowed, g, kind, keep_rows, ex.starts if exclude_starts else ()))
         if progress is not None and (b // batch) % 20 == 19:
             progress(f"evaluated {len(rows):,}/{len(examples):,} questions")
     keys = list(rows[0]["scores"]) if rows else []
@@ -110,9 +111,11 @@ def evaluate_policy(policy: GraphFlowPolicy, examples: Sequence[Example], policy
     return result
 
 
-def _row(ex: Example, outcome: WalkOutcome, allowed: np.ndarray, g: Any, kind: str, keep: bool) -> dict[str, Any]:
-    ranked = [n for n, _, _ in outcome.ranked(allowed)]
-    results = outcome.terminals(allowed)
+def _row(ex: Example, outcome: WalkOutcome, allowed: np.ndarray, g: Any, kind: str, keep: bool,
+         exclude: Sequence[int]) -> dict[str, Any]:
+    skip = frozenset(int(n) for n in exclude)
+    ranked = [n for n, _, _ in outcome.ranked(allowed, skip)]
+    results = outcome.terminals(allowed, skip)
     passages = None
     if kind == "passages":
         passages = list(dict.fromkeys(g.chunk_sources[n - g.n_entities] for n in ranked))

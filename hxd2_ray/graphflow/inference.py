@@ -8,14 +8,15 @@ nodes ranked by the probability mass that reaches them.
 
 A terminal's score is the summed probability of the finished trajectories that end there (a lower bound of its
 marginal under beam search, an estimate under sampling); its evidence is its most probable path. Only nodes of
-the task's kind are ranked (entities for KG QA, chunks for passage retrieval). Questions are walked together:
+the task's kind are ranked (entities for KG QA, chunks for passage retrieval), and with ``exclude_starts`` not the
+question's start nodes. Questions are walked together:
 one scoring call per step for all of their paths.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Collection, Sequence
 
 import numpy as np
 import torch  # noqa: TID253 - a torch module: imported only by code that trains or walks
@@ -37,23 +38,25 @@ class Finished:
 class WalkOutcome:
     finished: list[Finished] = field(default_factory=list)  # best first
 
-    def ranked(self, allowed: np.ndarray | None = None) -> list[tuple[int, float, Finished]]:
+    def ranked(self, allowed: np.ndarray | None = None,
+               exclude: Collection[int] = ()) -> list[tuple[int, float, Finished]]:
         """(terminal node, summed probability, its most probable trajectory), best first; ``allowed``: a boolean
-        mask over nodes of what may be ranked."""
+        mask over nodes of what may be ranked; ``exclude``: nodes never ranked (a question's start nodes)."""
         mass: dict[int, float] = {}
         best: dict[int, Finished] = {}
         for f in self.finished:
             node = f.nodes[-1]
-            if allowed is not None and not allowed[node]:
+            if (allowed is not None and not allowed[node]) or node in exclude:
                 continue
             mass[node] = mass.get(node, 0.0) + float(np.exp(f.log_prob))
             if node not in best or f.log_prob > best[node].log_prob:
                 best[node] = f
         return sorted(((n, mass[n], best[n]) for n in mass), key=lambda x: (-x[1], -x[2].log_prob, x[0]))
 
-    def terminals(self, allowed: np.ndarray | None = None) -> list[int]:
+    def terminals(self, allowed: np.ndarray | None = None, exclude: Collection[int] = ()) -> list[int]:
         """Terminal of every finished trajectory, most probable trajectory first (duplicates kept)."""
-        return [f.nodes[-1] for f in self.finished if allowed is None or allowed[f.nodes[-1]]]
+        return [f.nodes[-1] for f in self.finished
+                if (allowed is None or allowed[f.nodes[-1]]) and f.nodes[-1] not in exclude]
 
 
 def walk(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,

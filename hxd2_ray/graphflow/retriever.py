@@ -159,9 +159,10 @@ class GraphFlowRetriever:
 
     def _result(self, link: LinkedQuestion, outcome: Any, k: int, timings: dict[str, float]) -> GraphFlowResult:
         g = self.graph
-        ranked = outcome.ranked(self.allowed)
+        skip = frozenset(s.node for s in link.starts) if self.cfg.exclude_starts else frozenset()
+        ranked = outcome.ranked(self.allowed, skip)
         targets = tuple(self._target(node, score, best) for node, score, best in ranked[:k])
-        results = tuple(g.keys[n] for n in outcome.terminals(self.allowed)[:max(k, 20)])
+        results = tuple(g.keys[n] for n in outcome.terminals(self.allowed, skip)[:max(k, 20)])
         reason = link.reason
         if link.starts and not targets:
             what = "passage" if self.policy.meta.kind == "passages" else "entity"

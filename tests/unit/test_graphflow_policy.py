@@ -51,6 +51,39 @@ def test_the_retriever_answers_with_ranked_entities_and_their_paths(trained):
     assert len(result.results) >= len(result.targets) >= 1
 
 
+def test_the_ranking_sums_mass_per_terminal_and_never_ranks_an_excluded_start():
+    import numpy as np
+
+    from hxd2_ray.graphflow.inference import Finished, WalkOutcome
+
+    # start 0; 0 -> 1 -> 0 twice (back to the film asked about), 0 -> 2 and 0 -> 3 once each
+    outcome = WalkOutcome([Finished(np.log(0.3), (0, 1, 0), (5, 6)), Finished(np.log(0.25), (0, 4, 0), (7, 8)),
+                           Finished(np.log(0.2), (0, 2), (1,)), Finished(np.log(0.15), (0, 3), (2,)),
+                           Finished(np.log(0.1), (0, 1), (5,))])
+    assert [n for n, _, _ in outcome.ranked()] == [0, 2, 3, 1]
+    assert outcome.ranked()[0][1] == pytest.approx(0.55)
+    assert [n for n, _, _ in outcome.ranked(exclude=frozenset({0}))] == [2, 3, 1]
+    assert outcome.terminals(exclude=frozenset({0})) == [2, 3, 1]
+    allowed = np.array([True, True, False, True, True])
+    assert [n for n, _, _ in outcome.ranked(allowed, frozenset({0}))] == [3, 1]
+
+
+def test_the_retriever_never_answers_with_the_entity_asked_about_unless_told(trained):
+    root, cfg, gcfg, _ = trained
+    question = "which films share a director with [The Public Eye]"
+    with open_index(root / "a", cfg) as index:
+        emb = HashingEmbedder(dim=DIM)
+        default = GraphFlowRetriever.open(index, emb, str(root / "policy"), gcfg).retrieve(question)
+        kept = GraphFlowRetriever.open(index, emb, str(root / "policy"),
+                                       gcfg.model_copy(update={"exclude_starts": False})).retrieve(question)
+    assert gcfg.exclude_starts and default.starts
+    start = default.starts[0].key
+    assert start not in [t.key for t in default.targets] and start not in default.results
+    # the walks that come back to the film asked about are there, and ranked, only when the rule is off
+    assert start in [t.key for t in kept.targets]
+    assert [t.key for t in default.targets] == [t.key for t in kept.targets if t.key != start]
+
+
 def test_no_linkable_start_node_gives_an_empty_result_with_the_reason(trained):
     root, cfg, gcfg, _ = trained
     with open_index(root / "a", cfg) as index:
