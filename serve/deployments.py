@@ -185,6 +185,15 @@ def fallback_kind(reason: str | None) -> str | None:
     return reason.split(":", 1)[0].strip()[:48] or "fallback"
 
 
+def _close_indexes(indexes: dict[str, Any]) -> None:
+    """Close a replica's indexes on its way out; one that fails to close does not keep the others open."""
+    for index in indexes.values():
+        try:
+            index.close()
+        except Exception:  # noqa: BLE001 - a replica being torn down has no one to report to
+            pass
+
+
 def _open_indexes(locations: dict[str, str], cfg: HxdConfig) -> dict[str, Any]:
     from hxd2_ray.retrieval import open_index
 
@@ -517,11 +526,7 @@ class Retriever:
             close = getattr(pipeline, "close", None)
             if callable(close):
                 close()
-        for index in getattr(self, "indexes", {}).values():
-            try:
-                index.close()
-            except Exception:  # noqa: BLE001
-                pass
+        _close_indexes(getattr(self, "indexes", {}))
 
 
 # ======================================================================================= flow parts
@@ -600,11 +605,7 @@ class PlanExecutorServer(_Part):
         return await self._run(deadline, self.executors[index].execute, checked, question)
 
     def __del__(self) -> None:
-        for index in getattr(self, "indexes", {}).values():
-            try:
-                index.close()
-            except Exception:  # noqa: BLE001
-                pass
+        _close_indexes(getattr(self, "indexes", {}))
 
 
 @serve.deployment(name="Verifier", max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.1})
@@ -667,11 +668,7 @@ class GraphWalkerServer(_Part):
         return {**await super().stats(), "indexes": sorted(self.retrievers)}
 
     def __del__(self) -> None:
-        for index in getattr(self, "indexes", {}).values():
-            try:
-                index.close()
-            except Exception:  # noqa: BLE001
-                pass
+        _close_indexes(getattr(self, "indexes", {}))
 
 
 # ===================================================================================== ingress
