@@ -122,7 +122,8 @@ def main() -> int:
             if args.evaluate_only:  # rescore the policy trained by an earlier run (e.g. after an inference change)
                 policy = load_policy(policy_dir, inputs.features, inputs.index_fingerprint)
                 summary = json.loads((policy_dir / "training_summary.json").read_text())
-                train_s = results["hops"][str(hop)]["train_seconds"]
+                train_s = results["hops"].get(str(hop), {}).get("train_seconds") or sum(
+                    h["train_seconds"] for h in summary["history"])  # the epochs' own time when no run recorded it
             else:
                 t0 = time.perf_counter()
                 result = train_policy(inputs, gcfg, policy_dir)
@@ -134,7 +135,7 @@ def main() -> int:
             t0 = time.perf_counter()
             scores = evaluate_policy(policy, inputs.test, vec.policy, vec.plain, mode=gcfg.inference,
                                      width=gcfg.trajectories, min_prob=gcfg.beam_min_prob,
-                                     exclude_starts=gcfg.exclude_starts, progress=log)
+                                     exclude_starts=gcfg.exclude_starts, ranking=gcfg.ranking, progress=log)
             lat = latency(index, embedder, policy_dir, gcfg,
                           [_marked(e) if e.link is not None else e.question for e in inputs.test[:args.latency]],
                           feature_embedder)

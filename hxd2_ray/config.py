@@ -565,6 +565,14 @@ class GraphFlowConfig(_Frozen):
     )
     trajectories: int = Field(32, gt=0, description="M: trajectories per question (beam width when beam).")
     top_k: int = Field(20, gt=0, description="Ranked targets returned.")
+    ranking: Literal["path", "mass"] = Field(
+        "path",
+        description="How answer entities are ranked. path: the trajectories' relation chains by their summed "
+                    "probability first, then the entities each chain reaches (the policy's reading of which chain "
+                    "the question asks for decides); mass: each entity by the probability of the trajectories "
+                    "ending there. Passages are always ranked by mass (their gold passages come through different "
+                    "chains).",
+    )
     exclude_starts: bool = Field(
         True, description="A question's start nodes are what it asks about, never its answer: they are not ranked "
                           "(walks that return to them, e.g. through a co-star back to the film asked about, would "
@@ -604,8 +612,8 @@ class GraphFlowConfig(_Frozen):
 # on what it runs, and everything read only at inference.
 _GRAPHFLOW_RUNTIME_FIELDS = {
     "epochs", "patience", "keep_checkpoints", "torch_threads", "use_gpu", "workers", "inference", "trajectories",
-    "top_k", "exclude_starts", "beam_min_prob", "max_start_nodes", "link_threshold", "cache_dir", "max_dev_questions",
-    "policy",
+    "top_k", "ranking", "exclude_starts", "beam_min_prob", "max_start_nodes", "link_threshold", "cache_dir",
+    "max_dev_questions", "policy",
 }
 
 

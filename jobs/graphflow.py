@@ -240,7 +240,8 @@ def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
         chosen = chosen[:args.limit]
     vec = question_vectors(retriever.feature_embedder, chosen, policy.encoder is not None)
     result = evaluate_policy(policy, chosen, vec.policy, vec.plain, mode=gcfg.inference, width=gcfg.trajectories,
-                             min_prob=gcfg.beam_min_prob, exclude_starts=gcfg.exclude_starts, progress=_log)
+                             min_prob=gcfg.beam_min_prob, exclude_starts=gcfg.exclude_starts, ranking=gcfg.ranking,
+                             progress=_log)
     summary = {"policy": args.policy, "index": args.index, "split": args.split, "inference": gcfg.inference,
                "trajectories": gcfg.trajectories, **result.to_dict(), "load": load_summary,
                "examples": examples.summary()}

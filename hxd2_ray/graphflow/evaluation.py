@@ -22,7 +22,7 @@ from hxd2_ray.graphflow.examples import Example
 from hxd2_ray.graphflow.inference import WalkOutcome, walk
 from hxd2_ray.graphflow.policy import GraphFlowPolicy
 
-__all__ = ["EvaluationResult", "evaluate_policy", "score_outcome"]
+__all__ = ["EvaluationResult", "evaluate_policy", "ranking_signatures", "score_outcome"]
 
 RECALL_K = 20
 PASSAGE_KS = (2, 5)
@@ -36,6 +36,17 @@ def allowed_nodes(policy: GraphFlowPolicy, kind: str) -> np.ndarray:
     else:
         mask[:g.n_entities] = True
     return mask
+
+
+def ranking_signatures(policy: GraphFlowPolicy, ranking: str) -> np.ndarray | None:
+    """The entry -> relation signature array when ``ranking`` is ``path`` and the policy answers with entities;
+    None (rank by probability mass) otherwise. Passages keep mass: a multi-hop question's gold passages are
+    reached through different chains (one per supporting fact), so no single chain holds its answer set."""
+    if ranking not in ("path", "mass"):
+        raise ValueError(f"unknown ranking {ranking!r}; valid: path, mass")
+    if ranking == "mass" or policy.meta.kind == "passages":
+        return None
+    return np.asarray(policy.features.graph.sig)
 
 
 def score_outcome(ranked: Sequence[int], results: Sequence[int], targets: frozenset[int],
@@ -72,14 +83,15 @@ def _mean(rows: Sequence[dict[str, float]], keys: Sequence[str]) -> dict[str, fl
 
 def evaluate_policy(policy: GraphFlowPolicy, examples: Sequence[Example], policy_vectors: np.ndarray | None,
                     plain_vectors: np.ndarray, *, mode: str, width: int, batch: int = 64, seed: int = 0,
-                    min_prob: float = 1e-6, exclude_starts: bool = True,
+                    min_prob: float = 1e-6, exclude_starts: bool = True, ranking: str = "path",
                     keep_rows: bool = False, progress: Callable[[str], None] | None = None) -> EvaluationResult:
     """Walk every example (``batch`` questions per scoring call) and average the metrics; ``*_vectors`` are the
     examples' question vectors (row per example; ``policy_vectors`` None for a LoRA policy); ``exclude_starts``:
-    a question's start nodes are not ranked (``graphflow.exclude_starts``)."""
+    a question's start nodes are not ranked (``graphflow.exclude_starts``); ``ranking``: ``graphflow.ranking``."""
     started = time.perf_counter()
     kind = policy.meta.kind
     allowed = allowed_nodes(policy, kind)
+    signatures = ranking_signatures(policy, ranking)
     g = policy.features.graph
     rows: list[dict[str, Any]] = []
     rng = np.random.default_rng(seed)
@@ -94,7 +106,8 @@ def evaluate_policy(policy: GraphFlowPolicy, examples: Sequence[Example], policy
         outcomes = walk(policy.model, policy.tables, qh, qfull, [e.starts for e in part], mode=mode, width=width,
                         max_steps=policy.train_cfg.max_steps, rng=rng, min_prob=min_prob)
         for ex, outcome in zip(part, outcomes):
-            rows.append(_row(ex, outcome, allowed, g, kind, keep_rows, ex.starts if exclude_starts else ()))
+            rows.append(_row(ex, outcome, allowed, g, kind, keep_rows, ex.starts if exclude_starts else (),
+                             signatures))
         if progress is not None and (b // batch) % 20 == 19:
             progress(f"evaluated {len(rows):,}/{len(examples):,} questions")
     keys = list(rows[0]["scores"]) if rows else []
@@ -112,9 +125,9 @@ def evaluate_policy(policy: GraphFlowPolicy, examples: Sequence[Example], policy
 
 
 def _row(ex: Example, outcome: WalkOutcome, allowed: np.ndarray, g: Any, kind: str, keep: bool,
-         exclude: Sequence[int]) -> dict[str, Any]:
+         exclude: Sequence[int], signatures: np.ndarray | None) -> dict[str, Any]:
     skip = frozenset(int(n) for n in exclude)
-    ranked = [n for n, _, _ in outcome.ranked(allowed, skip)]
+    ranked = [n for n, _, _ in outcome.ranked(allowed, skip, signatures)]
     results = outcome.terminals(allowed, skip)
     passages = None
     if kind == "passages":

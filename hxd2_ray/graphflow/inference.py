@@ -38,20 +38,40 @@ class Finished:
 class WalkOutcome:
     finished: list[Finished] = field(default_factory=list)  # best first
 
-    def ranked(self, allowed: np.ndarray | None = None,
-               exclude: Collection[int] = ()) -> list[tuple[int, float, Finished]]:
+    def ranked(self, allowed: np.ndarray | None = None, exclude: Collection[int] = (),
+               signatures: np.ndarray | None = None) -> list[tuple[int, float, Finished]]:
         """(terminal node, summed probability, its most probable trajectory), best first; ``allowed``: a boolean
-        mask over nodes of what may be ranked; ``exclude``: nodes never ranked (a question's start nodes)."""
+        mask over nodes of what may be ranked; ``exclude``: nodes never ranked (a question's start nodes).
+
+        ``signatures`` (the relation signature of every CSR entry) ranks *path first*: the trajectories are grouped
+        by their chain of relation signatures, the chains ordered by their summed probability, and the terminals
+        listed chain by chain (by their probability within the chain; a node once, where it first appears). The
+        policy's belief about which relation chain the question asks for then decides, not a node that many
+        chains happen to share (a year or a language every film of a director has)."""
         mass: dict[int, float] = {}
         best: dict[int, Finished] = {}
+        chains: dict[tuple[int, ...], dict[int, float]] = {}
         for f in self.finished:
             node = f.nodes[-1]
             if (allowed is not None and not allowed[node]) or node in exclude:
                 continue
-            mass[node] = mass.get(node, 0.0) + float(np.exp(f.log_prob))
+            p = float(np.exp(f.log_prob))
+            mass[node] = mass.get(node, 0.0) + p
             if node not in best or f.log_prob > best[node].log_prob:
                 best[node] = f
-        return sorted(((n, mass[n], best[n]) for n in mass), key=lambda x: (-x[1], -x[2].log_prob, x[0]))
+            if signatures is not None:
+                within = chains.setdefault(tuple(int(signatures[a]) for a in f.actions), {})
+                within[node] = within.get(node, 0.0) + p
+        if signatures is None:
+            return sorted(((n, mass[n], best[n]) for n in mass), key=lambda x: (-x[1], -x[2].log_prob, x[0]))
+        out: list[tuple[int, float, Finished]] = []
+        seen: set[int] = set()
+        for chain in sorted(chains, key=lambda c: (-sum(chains[c].values()), c)):
+            for node, _ in sorted(chains[chain].items(), key=lambda kv: (-kv[1], kv[0])):
+                if node not in seen:
+                    seen.add(node)
+                    out.append((node, mass[node], best[node]))
+        return out
 
     def terminals(self, allowed: np.ndarray | None = None, exclude: Collection[int] = ()) -> list[int]:
         """Terminal of every finished trajectory, most probable trajectory first (duplicates kept)."""

@@ -68,6 +68,27 @@ def test_the_ranking_sums_mass_per_terminal_and_never_ranks_an_excluded_start():
     assert [n for n, _, _ in outcome.ranked(allowed, frozenset({0}))] == [3, 1]
 
 
+def test_path_first_ranking_lets_the_likeliest_relation_chain_decide():
+    import numpy as np
+
+    from hxd2_ray.graphflow.inference import Finished, WalkOutcome
+
+    # "genres of the films directed by X": two films (1, 2); the genre chain (entries 10, 11, 12 of signature 2)
+    # holds 0.55 spread over two genres (5, 6), the year chain (entries 20, 21 of signature 3) 0.4 on one year (7)
+    signatures = np.zeros(32, dtype=np.int64)
+    signatures[[3, 4]] = 1
+    signatures[[10, 11, 12]] = 2
+    signatures[[20, 21]] = 3
+    outcome = WalkOutcome([Finished(np.log(0.2), (0, 1, 5), (3, 10)), Finished(np.log(0.2), (0, 2, 6), (4, 11)),
+                           Finished(np.log(0.15), (0, 2, 5), (4, 12)), Finished(np.log(0.2), (0, 1, 7), (3, 20)),
+                           Finished(np.log(0.2), (0, 2, 7), (4, 21))])
+    by_mass = outcome.ranked()
+    assert [n for n, _, _ in by_mass] == [7, 5, 6]  # the shared year outweighs each genre alone
+    by_path = outcome.ranked(signatures=signatures)
+    assert [n for n, _, _ in by_path] == [5, 6, 7]
+    assert dict((n, m) for n, m, _ in by_path) == pytest.approx({5: 0.35, 6: 0.2, 7: 0.4})  # scores stay mass
+
+
 def test_the_retriever_never_answers_with_the_entity_asked_about_unless_told(trained):
     root, cfg, gcfg, _ = trained
     question = "which films share a director with [The Public Eye]"
