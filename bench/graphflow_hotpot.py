@@ -102,7 +102,8 @@ def main() -> int:
         result.policy.load_state_dict(result.best_state)
         vec = question_vectors(embedder, test, gcfg.encoder == "lora")
         scores = evaluate_policy(result.policy, test, vec.policy, vec.plain, mode=gcfg.inference,
-                                 width=gcfg.trajectories, exclude_starts=gcfg.exclude_starts, keep_rows=True)
+                                 width=gcfg.trajectories, exclude_starts=gcfg.exclude_starts, ranking=gcfg.ranking,
+                                 keep_rows=True)
         got = {r["id"]: r["scores"] for r in scores.rows}
         for i in test_idx:
             it = items[i]

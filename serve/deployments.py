@@ -57,7 +57,6 @@ from serve.handles import (
     HandlePlanner,
     HandleVerifier,
     RequestScope,
-    WalkResult,
     cancel_soon,
     run_in_thread,
 )
@@ -630,7 +629,7 @@ class VerifierServer(_Part):
 
 @serve.deployment(name="GraphWalker", max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.1})
 class GraphWalkerServer(_Part):
-    """``retrieve(index, question)`` → :class:`~serve.handles.WalkResult`: the GraphFlow retriever of
+    """``retrieve(index, question)`` → :class:`~hxd2_ray.graphflow.results.GraphFlowResult`: the GraphFlow retriever of
     ``graphflow.policy`` (``hxd2_ray.wiring.build_graph_retriever``) over its own read-only copy of the index the
     policy was trained on (with several indexes, only that one: :func:`configs_per_index`). Bound by
     ``serve.app:build_app`` only when a policy is configured."""
@@ -653,16 +652,11 @@ class GraphWalkerServer(_Part):
                 self.retrievers[name] = retriever
         self._setup(max(16, replica_max_ongoing() or 0))
 
-    async def retrieve(self, index: str, question: str, deadline: float | None = None) -> WalkResult:
+    async def retrieve(self, index: str, question: str, deadline: float | None = None) -> Any:
         if index not in self.retrievers:
             raise IndexNotFoundError(f"no GraphFlow policy for index {index!r}; walked here: "
                                      f"{', '.join(self.retrievers) or 'none'}")
-        result: WalkResult = await self._run(deadline, self._walk, self.retrievers[index], question)
-        return result
-
-    @staticmethod
-    def _walk(retriever: Any, question: str) -> WalkResult:
-        return WalkResult.of(retriever.retrieve(question))  # in the worker thread, as the walk itself
+        return await self._run(deadline, self.retrievers[index].retrieve, question)
 
     async def stats(self) -> dict[str, Any]:
         return {**await super().stats(), "indexes": sorted(self.retrievers)}

@@ -28,11 +28,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-import copy
 import functools
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
@@ -281,7 +279,8 @@ class HandleVerifier:
 
 class HandleGraphRetriever:
     """:class:`~hxd2_ray.retrieval.parts.GraphRetriever` over the GraphWalker deployment, for one index: the walk
-    runs there, bounded by the request's deadline; the result comes back as a :class:`WalkResult`."""
+    runs there, bounded by the request's deadline; the result comes back as the retriever's own
+    :class:`~hxd2_ray.graphflow.results.GraphFlowResult` (plain data: reading it loads no torch)."""
 
     def __init__(self, handle: Any, index: str):
         self._handle = handle
@@ -289,47 +288,3 @@ class HandleGraphRetriever:
 
     def retrieve(self, question: str) -> Any:
         return _wait(self._handle.retrieve.remote(self.index, question, _deadline()))
-
-
-@dataclass(frozen=True, slots=True)
-class WalkStep:
-    source: str
-    relation: str
-    target: str
-
-
-@dataclass(frozen=True, slots=True)
-class WalkTarget:
-    key: str
-    name: str
-    kind: str  # entity | chunk
-    score: float
-    path: tuple[WalkStep, ...]
-    source_id: str = ""
-
-
-@dataclass(frozen=True)
-class WalkResult:
-    """A graph retriever's result as it crosses the handle: what the flow reads (``question``, ``targets`` with
-    their paths, ``reason``) and the trace record (``to_dict()``), in plain classes, so that the Retriever replica
-    unpickling it needs no torch (the module of ``GraphFlowResult`` imports it)."""
-
-    question: str
-    targets: tuple[WalkTarget, ...]
-    reason: str
-    record: dict[str, Any]
-
-    @classmethod
-    def of(cls, result: Any) -> "WalkResult":
-        targets = tuple(WalkTarget(key=t.key, name=t.name, kind=t.kind, score=float(t.score),
-                                   path=tuple(WalkStep(s.source, s.relation, s.target) for s in t.path),
-                                   source_id=getattr(t, "source_id", ""))
-                        for t in result.targets)
-        return cls(question=result.question, targets=targets, reason=result.reason, record=result.to_dict())
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.targets)
-
-    def to_dict(self) -> dict[str, Any]:
-        return copy.deepcopy(self.record)

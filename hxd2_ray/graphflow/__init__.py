@@ -6,7 +6,8 @@
 * :mod:`.model` the policy and flow heads; :mod:`.encoder` the optional LoRA question encoder;
 * :mod:`.trajectories` demonstrations, on-policy samples, local exploration; :mod:`.objective` the loss;
 * :mod:`.trainer` the training loop; :mod:`.policy` storage and fingerprint; :mod:`.inference` beam / sampling;
-* :mod:`.retriever` :class:`GraphFlowRetriever`; :mod:`.evaluation` the metrics over examples;
+* :mod:`.retriever` :class:`GraphFlowRetriever`, :mod:`.results` what it returns (plain data, no torch);
+  :mod:`.evaluation` the metrics over examples;
 * :mod:`.synthetic` small generated graphs for tests and benchmarks.
 
 Importing this package loads nothing heavy; the modules that need torch import it themselves (model, objective,

@@ -1,6 +1,6 @@
 """The GraphWalker deployment's seam without Ray: ``HandleGraphRetriever`` over a fake handle (the request's deadline
-goes along, the result comes back, errors propagate), the torch-free ``WalkResult`` that crosses the handle reads
-like the retriever's own result, and ``flow_parts`` / ``build_app`` choose the deployment only with a policy."""
+goes along, the result comes back, errors propagate), the retriever's own result crosses the handle and is read
+without torch, and ``flow_parts`` / ``build_app`` choose the deployment only with a policy."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from serve.handles import (
     HandleGraphRetriever,
     RequestCancelled,
     RequestScope,
-    WalkResult,
     _scope,
 )
 
@@ -69,7 +68,7 @@ def in_scope(scope: RequestScope | None, fn: Any, *args: Any) -> Any:
 
 def graphflow_result() -> Any:
     from hxd2_ray.graphflow.linking import StartNode
-    from hxd2_ray.graphflow.retriever import GraphFlowResult, PathStep, RankedTarget
+    from hxd2_ray.graphflow.results import GraphFlowResult, PathStep, RankedTarget
 
     start = StartNode(node=3, key="e:public_eye", name="The Public Eye", method="exact", score=1.0,
                       mention="The Public Eye")
@@ -86,7 +85,7 @@ def graphflow_result() -> Any:
 
 
 def test_the_adapter_sends_index_question_and_the_request_deadline_and_returns_the_result():
-    expected = WalkResult.of(graphflow_result())
+    expected = graphflow_result()
     handle = FakeHandle(FakeResponse(expected))
     walker = HandleGraphRetriever(handle, "movies")
     scope = RequestScope.after(30.0)
@@ -127,7 +126,7 @@ def test_the_flows_walk_step_records_the_same_trace_through_the_adapter():
     """GraphWalkStep (the flow's caller) over the adapter: the trace, the evidence text and the references' chunk ids
     are those of the retriever's own result; an error of the deployment is a failed walk, not a failed query."""
     result = graphflow_result()
-    remote = HandleGraphRetriever(FakeHandle(FakeResponse(WalkResult.of(result))), "movies")
+    remote = HandleGraphRetriever(FakeHandle(FakeResponse(pickle.loads(pickle.dumps(result)))), "movies")
 
     class Local:
         def retrieve(self, question: str) -> Any:
@@ -154,15 +153,12 @@ def test_the_flows_walk_step_records_the_same_trace_through_the_adapter():
 
 def test_a_walk_result_pickles_and_unpickles_without_torch(tmp_path):
     result = graphflow_result()
-    view = WalkResult.of(result)
-    back = pickle.loads(pickle.dumps(view))
-    assert back == view and back.ok and back.to_dict() == result.to_dict()
-    assert [(t.key, t.name, t.kind, t.score, t.source_id) for t in back.targets] == \
-        [(t.key, t.name, t.kind, t.score, t.source_id) for t in result.targets]
+    back = pickle.loads(pickle.dumps(result))
+    assert back == result and back.ok and back.to_dict() == result.to_dict()
     back.to_dict()["targets"].clear()
     assert back.to_dict() == result.to_dict()  # each call is a fresh record: a trace may change its copy
     data = tmp_path / "walk.pickle"
-    data.write_bytes(pickle.dumps(view))
+    data.write_bytes(pickle.dumps(result))
     # What the Retriever replica does with the reply: unpickle it, read it; torch must stay out of that process.
     code = ("import pickle, sys; r = pickle.loads(open(sys.argv[1], 'rb').read()); "
             "assert r.targets[0].path[0].relation == 'directed by', r; "
