@@ -100,7 +100,7 @@ def main() -> int:
         t0 = time.perf_counter()
         result = train_policy(inputs, gcfg, tempfile.mkdtemp(prefix="gf-hotpot-"), progress=log)
         result.policy.load_state_dict(result.best_state)
-        vec = question_vectors(embedder, test, gcfg.encoder == "lora")
+        vec = question_vectors(embedder, test, gcfg.encoder == "lora", gcfg.question_segments)
         scores = evaluate_policy(result.policy, test, vec.policy, vec.plain, mode=gcfg.inference,
                                  width=gcfg.trajectories, exclude_starts=gcfg.exclude_starts, ranking=gcfg.ranking,
                                  keep_rows=True)

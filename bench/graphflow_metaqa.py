@@ -43,7 +43,9 @@ def inputs_for(hop: int, index, embedder, gcfg, data_root: Path, cache: Path, ma
     from hxd2_ray.graphflow.dataset import index_inputs, load_items
 
     features = f"-{feature_embedder.model_id}" if feature_embedder is not None else ""
-    key = f"{index.manifest.fingerprint}-{embedder.model_id}{features}-{gcfg.seed}-{gcfg.max_steps}"
+    segments = f"-q{gcfg.question_segments}" if gcfg.question_segments else ""
+    segments += f"-{gcfg.demonstrations}{gcfg.chain_max_frontier}" if gcfg.demonstrations == "chain" else ""
+    key = f"{index.manifest.fingerprint}-{embedder.model_id}{features}-{gcfg.seed}-{gcfg.max_steps}{segments}"
     path = cache / f"{hop}hop-{key}.pkl"
     if path.exists():
         with path.open("rb") as fh:
@@ -92,7 +94,12 @@ def main() -> int:
     p.add_argument("--latency", type=int, default=100, help="test questions timed one at a time")
     p.add_argument("--evaluate-only", action="store_true",
                    help="score the policies an earlier run left in --output instead of training them")
+    p.add_argument("--split", choices=("test", "dev"), default="test",
+                   help="dev: score that split instead (to choose inference settings on it; with --evaluate-only, "
+                        "written to dev_results.json, never to the report)")
     args = p.parse_args()
+    if args.split == "dev" and not args.evaluate_only:
+        p.error("--split dev scores policies a run left in --output: add --evaluate-only")
 
     import torch
 
@@ -131,11 +138,22 @@ def main() -> int:
                 summary = export_policy(result, inputs, policy_dir)
                 result.policy.load_state_dict(result.best_state)
                 policy = result.policy
-            vec = inputs.vectors["test"]
+            scored = inputs.dev if args.split == "dev" else inputs.test
+            vec = inputs.vectors[args.split]
             t0 = time.perf_counter()
-            scores = evaluate_policy(policy, inputs.test, vec.policy, vec.plain, mode=gcfg.inference,
+            scores = evaluate_policy(policy, scored, vec.policy, vec.plain, mode=gcfg.inference,
                                      width=gcfg.trajectories, min_prob=gcfg.beam_min_prob,
                                      exclude_starts=gcfg.exclude_starts, ranking=gcfg.ranking, progress=log)
+            if args.split == "dev":
+                dev_path = out / "dev_results.json"
+                dev = json.loads(dev_path.read_text()) if dev_path.exists() else {}
+                point = {"inference": gcfg.inference, "trajectories": gcfg.trajectories, "ranking": gcfg.ranking,
+                         "exclude_starts": gcfg.exclude_starts, "beam_min_prob": gcfg.beam_min_prob}
+                key = f"{hop}hop " + " ".join(f"{k}={v}" for k, v in point.items())
+                dev[key] = {**point, "hop": hop, "n": scores.n, "metrics": scores.metrics}
+                dev_path.write_text(json.dumps(dev, indent=2) + "\n")
+                log(f"{hop}-hop dev ({key}): " + ", ".join(f"{k} {v:.4f}" for k, v in scores.metrics.items()))
+                continue
             lat = latency(index, embedder, policy_dir, gcfg,
                           [_marked(e) if e.link is not None else e.question for e in inputs.test[:args.latency]],
                           feature_embedder)
@@ -154,7 +172,8 @@ def main() -> int:
                             "config": gcfg.model_dump(
                 mode="json", exclude={"feature_embedding"})})
             results_path.write_text(json.dumps(results, indent=2) + "\n")
-    write_report(results, out)
+    if args.split == "test":
+        write_report(results, out)
     return 0
 
 

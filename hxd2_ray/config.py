@@ -521,6 +521,16 @@ class GraphFlowConfig(_Frozen):
     )
     max_steps: int = Field(3, ge=1, le=8, description="Moves before STOP is forced (MetaQA: 3 hops).")
     # -- trajectories
+    demonstrations: Literal["chain", "shortest"] = Field(
+        "shortest",
+        description="Positive trajectories. chain: along the relation chain whose reach best matches the answers, "
+                    "shared by questions asked in the same words (hxd2_ray/graphflow/chains.py); shortest: a "
+                    "shortest path to a random answer (often not the question's chain: an English film's own "
+                    "language answers 'the languages of the films its director made').",
+    )
+    chain_max_frontier: int = Field(
+        5000, gt=0, description="chain: a chain's frontier of more nodes is not expanded (hubs such as a year).",
+    )
     demos_per_question: int = Field(
         2, ge=0, description="Positive trajectories per question and epoch: a shortest path to a random target."
     )
@@ -602,6 +612,13 @@ class GraphFlowConfig(_Frozen):
         None, description="Where node/relation features are cached per index (None: ~/.cache/hxd2/graphflow)."
     )
     chunk_text_chars: int = Field(1000, gt=0, description="Characters of a chunk embedded as its node feature.")
+    question_segments: int = Field(
+        0, ge=0, le=8,
+        description="encoder=frozen: besides the whole question's vector, one vector per each of this many "
+                    "consecutive, equal runs of its words, so the policy sees where each relation word stands (a "
+                    "bag of words cannot tell 'films written by the director of X' from 'films directed by the "
+                    "writer of X'); 0: the whole question's vector only.",
+    )
 
     def fingerprint_fields(self) -> dict[str, Any]:
         """The fields that shape a trained policy (inference, linking and bookkeeping fields excluded)."""

@@ -238,7 +238,8 @@ def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     chosen = examples.examples if args.split == "all" else parts[args.split]
     if args.limit:
         chosen = chosen[:args.limit]
-    vec = question_vectors(retriever.feature_embedder, chosen, policy.encoder is not None)
+    vec = question_vectors(retriever.feature_embedder, chosen, policy.encoder is not None,
+                           policy.train_cfg.question_segments)
     result = evaluate_policy(policy, chosen, vec.policy, vec.plain, mode=gcfg.inference, width=gcfg.trajectories,
                              min_prob=gcfg.beam_min_prob, exclude_starts=gcfg.exclude_starts, ranking=gcfg.ranking,
                              progress=_log)

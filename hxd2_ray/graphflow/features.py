@@ -32,7 +32,7 @@ from hxd2_ray.graph.resident import ResidentGraph
 from hxd2_ray.graphflow.walk_graph import WalkGraph
 
 __all__ = ["FEATURE_VERSION", "GraphFeatures", "build_features", "embed_normalized", "graph_hash",
-           "load_or_build_features"]
+           "load_or_build_features", "question_features"]
 
 FEATURE_VERSION = 1
 DIRECTIONS = ("out", "in", "none")
@@ -71,6 +71,29 @@ def embed_normalized(embedder: Any, texts: Sequence[str], batch_size: int = 1024
     out /= np.where(norms > 0, norms, 1.0)
     row = {t: i for i, t in enumerate(distinct)}
     return out[[row[t] for t in texts]] if len(distinct) != len(texts) else out
+
+
+def question_features(embedder: Any, texts: Sequence[str], segments: int = 0) -> np.ndarray:
+    """The frozen policy's question feature, float32 [n, dim * (1 + segments)]: the whole text's unit vector, then
+    one unit vector for each of ``segments`` consecutive runs of its words (as equal as the word count allows; a
+    run with no words is a zero vector). The runs keep the order a whole-text vector loses: in MetaQA's "what genres
+    are the films written by the screenwriter of X" the last run names the first hop."""
+    whole = embed_normalized(embedder, list(texts))
+    if segments <= 0:
+        return whole
+    words = [text.split() for text in texts]
+    runs = [[" ".join(part) for part in _runs(ws, segments)] for ws in words]
+    flat = [run for per_text in runs for run in per_text]
+    nonempty = [i for i, run in enumerate(flat) if run]
+    parts = np.zeros((len(flat), whole.shape[1]), dtype=np.float32)
+    if nonempty:
+        parts[nonempty] = embed_normalized(embedder, [flat[i] for i in nonempty])
+    return np.concatenate([whole, parts.reshape(len(texts), segments * whole.shape[1])], axis=1)
+
+
+def _runs(words: Sequence[str], segments: int) -> list[Sequence[str]]:
+    bounds = np.linspace(0, len(words), segments + 1).round().astype(int)
+    return [words[bounds[i]:bounds[i + 1]] for i in range(segments)]
 
 
 def graph_hash(graph: WalkGraph) -> str:

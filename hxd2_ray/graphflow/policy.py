@@ -28,7 +28,7 @@ import torch  # noqa: TID253 - a torch module: imported only by code that trains
 from hxd2_ray.config import GraphFlowConfig
 from hxd2_ray.errors import HxdError, IndexMismatchError, IndexNotFoundError
 from hxd2_ray.graphflow.encoder import LoraQuestionEncoder
-from hxd2_ray.graphflow.features import GraphFeatures, embed_normalized
+from hxd2_ray.graphflow.features import GraphFeatures, embed_normalized, question_features
 from hxd2_ray.graphflow.model import FeatureTables, GraphFlowModel
 
 __all__ = ["POLICY_FORMAT_VERSION", "GraphFlowPolicy", "PolicyMeta", "build_policy", "load_policy",
@@ -99,9 +99,10 @@ class GraphFlowPolicy:
         plain = torch.as_tensor(embed_normalized(embedder, list(plain_texts)), device=device)
         if self.encoder is not None:
             return None, plain
-        if list(policy_texts) == list(plain_texts):
+        segments = self.train_cfg.question_segments
+        if segments == 0 and list(policy_texts) == list(plain_texts):
             return plain, plain
-        return torch.as_tensor(embed_normalized(embedder, list(policy_texts)), device=device), plain
+        return torch.as_tensor(question_features(embedder, list(policy_texts), segments), device=device), plain
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"model": {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}}
@@ -122,7 +123,7 @@ def build_policy(features: GraphFeatures, cfg: GraphFlowConfig, kind: str, index
     if cfg.encoder == "lora" and encoder is None:
         encoder = LoraQuestionEncoder(cfg.lora_model, rank=cfg.lora_rank, alpha=cfg.lora_alpha,
                                       max_length=cfg.lora_max_length)
-    question_dim = encoder.out_dim if encoder is not None else features.dim
+    question_dim = encoder.out_dim if encoder is not None else features.dim * (1 + cfg.question_segments)
     model = GraphFlowModel(features.dim, question_dim, cfg.hidden_dim, cfg.max_steps,
                            output_scale=max(1.0, -cfg.miss_log_reward / 4)).to(device)
     if encoder is not None:

@@ -15,7 +15,13 @@ from hxd2_ray.embedding.hashing import HashingEmbedder
 from hxd2_ray.evaluation import metrics as M
 from hxd2_ray.evaluation.datasets import EvalItem, get_benchmark, load_metaqa
 from hxd2_ray.graphflow.examples import build_examples, split_examples
-from hxd2_ray.graphflow.features import graph_hash, load_or_build_features, walk_graph_of_index
+from hxd2_ray.graphflow.features import (
+    embed_normalized,
+    graph_hash,
+    load_or_build_features,
+    question_features,
+    walk_graph_of_index,
+)
 from hxd2_ray.graphflow.linking import TOPIC_PLACEHOLDER, StartLinker
 from hxd2_ray.graphflow.walk_graph import MENTIONED_IN, MENTIONS
 from hxd2_ray.indexing.kb_index import build_kb_index
@@ -112,6 +118,24 @@ def test_features_are_cached_per_index_and_embedder(kb_index, tmp_path):
     other = load_or_build_features(kb_index, CountingEmbedder(dim=16), cache_dir=str(tmp_path), progress=None)
     assert other.dim == 16  # another embedder: another cache entry
     assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_question_features_keep_the_order_a_bag_of_words_loses():
+    emb = HashingEmbedder(dim=DIM)
+    texts = ["films written by the director of TOPIC", "films directed by the writer of TOPIC", "who"]
+    assert np.array_equal(question_features(emb, texts, 0), embed_normalized(emb, texts))
+    feats = question_features(emb, texts, 3)
+    assert feats.shape == (3, 4 * DIM) and feats.dtype == np.float32
+    whole, runs = feats[:, :DIM], feats[:, DIM:].reshape(3, 3, DIM)
+    assert np.array_equal(whole, embed_normalized(emb, texts))
+    # the same words, in another order: nearly the same whole-text vector, different runs
+    assert float(whole[0] @ whole[1]) > 0.85
+    assert np.array_equal(runs[0, 0], embed_normalized(emb, ["films written"])[0])
+    assert np.array_equal(runs[1, 0], embed_normalized(emb, ["films directed"])[0])
+    assert np.array_equal(runs[0, 1], embed_normalized(emb, ["by the director"])[0])  # 7 words: 2 + 3 + 2
+    assert np.array_equal(runs[1, 1], embed_normalized(emb, ["by the writer"])[0])
+    # one word, three runs: the word lands in one of them, the others are zero
+    assert sorted(bool(np.any(r)) for r in runs[2]) == [False, False, True]
 
 
 def test_examples_targets_and_skip_reasons(kb_index):

@@ -225,3 +225,19 @@ def test_a_lora_policy_trains_through_the_encoder(trained, tmp_path):
     lora = [p for n, p in policy.encoder.named_parameters() if p.requires_grad and "lora_B" in n]
     assert lora and any(p.grad is not None and p.grad.abs().sum() > 0 for p in lora)
     assert "encoder" in policy.state_dict()
+
+
+def test_a_policy_with_question_segments_trains_stores_and_answers(trained, tmp_path):
+    root, cfg, _, _ = trained
+    gcfg = GraphFlowConfig(**TRAIN, cache_dir=str(root / "cache"), question_segments=2)
+    with open_index(root / "a", cfg) as index:
+        inputs = index_inputs(index, HashingEmbedder(dim=DIM), kb_questions(), gcfg, progress=None)
+        assert inputs.vectors["train"].policy.shape[1] == 3 * DIM  # the whole question and its two halves
+        result = train_policy(inputs, gcfg, tmp_path / "policy", progress=None)
+        export_policy(result, inputs, tmp_path / "policy")
+        meta = json.loads((tmp_path / "policy" / "policy.json").read_text())
+        assert meta["config"]["question_segments"] == 2
+        retriever = GraphFlowRetriever.open(index, HashingEmbedder(dim=DIM), str(tmp_path / "policy"),
+                                            gcfg.model_copy(update={"question_segments": 0}))  # the policy's own wins
+        assert retriever.policy.model.question[0].in_features == 3 * DIM
+        assert retriever.retrieve("who directed [The Public Eye]").answers(1) == ["Howard Franklin"]

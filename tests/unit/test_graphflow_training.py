@@ -176,3 +176,24 @@ def test_the_demonstration_pools_are_shortest_paths_to_targets():
                 node = int(g.target[a])
             assert node in ex.targets
     assert np.mean([len(p) for p in inputs.demos]) > 1
+
+
+def test_chain_demonstrations_teach_each_question_one_relation_chain():
+    world = movie_world(n_movies=40, n_people=20, seed=1)
+    emb = HashingEmbedder(dim=DIM)
+    feats = build_features(world.graph, emb, world.node_texts, progress=None)
+    examples = build_examples(world.questions, world.graph, StartLinker(world.graph)).examples
+    cfg = GraphFlowConfig(**QUICK, demonstrations="chain")
+    inputs = prepare_inputs(feats, emb, examples, [], [], cfg, "kgqa", "synthetic-1", progress=None)
+    shortest = world_inputs(40, 20)
+    assert inputs.summary["demonstrations"] == "chain" and inputs.summary["chains_taught"]
+    assert len(inputs.train) >= 0.9 * len(examples)
+    graph = world.graph
+    labels = [tuple(sorted(graph.signatures[graph.sig[a]])) for pool in inputs.demos for _, acts in pool
+              for a in acts if a >= 0]
+    assert labels  # demonstrations exist and walk real edges
+    for ex, pool in zip(inputs.train, inputs.demos):
+        moves = {len(acts) for _, acts in pool}
+        assert len(moves) == 1  # one chain: every demonstration has its length
+        assert all(graph.target[acts[-2]] in ex.targets for _, acts in pool)  # and ends at an answer
+    assert shortest.summary["demonstrations"] == "shortest" and "chains_taught" not in shortest.summary
