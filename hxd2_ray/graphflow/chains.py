@@ -14,8 +14,9 @@ wrong chain on most of its misses (README, "GraphFlow"). Here:
 2. A chain's fit to a question is the F1 of what it reaches (start nodes excluded) against the answers.
 3. Questions asked in the same words (the same policy text: a template with the topic masked) ask for the same
    chain: the chain a question is taught is its group's best by votes (each question votes for the chains that
-   fit it best), then summed fit, then fewer moves. A question its group's chain does not answer (its topic lacks that relation in this KB) is not taught:
-   any chain that reaches its answers is a coincidence. A question alone in its group takes its own best chain.
+   fit it best), then summed fit, then fewer moves. A question its group's chain does not answer (its topic
+   lacks that relation in this KB) is not taught: any chain that reaches its answers is a coincidence. A
+   question alone in its group takes its own best chain.
 4. A demonstration picks one of the answers the chain reaches, uniformly, then a path of the chain to it
    (uniformly among the chain's last edges into it, and so on back to the start), then STOP.
 """
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -103,11 +104,11 @@ class ChainDemonstrations:
                 reach[chain].update(nodes.tolist())
         skip = {int(s) for s in starts}
         out = {}
-        for chain, nodes in reach.items():
-            nodes -= skip
-            hits = len(nodes & targets)
+        for chain, reached in reach.items():
+            reached -= skip
+            hits = len(reached & targets)
             if hits:
-                out[chain] = ChainFit(chain, 2 * hits / (len(nodes) + len(targets)), hits)
+                out[chain] = ChainFit(chain, 2 * hits / (len(reached) + len(targets)), hits)
         return out
 
     # ---------------------------------------------------------------------------------------- choosing
@@ -168,13 +169,13 @@ class ChainDemonstrations:
             node = int(ends[int(rng.integers(len(ends)))])
             actions: list[int] = []
             for parent, child, entry in reversed(kept):
-                rows = np.flatnonzero(child == node)
-                r = int(rows[int(rng.integers(len(rows)))])
+                into = np.flatnonzero(child == node)
+                r = int(into[int(rng.integers(len(into)))])
                 actions.append(int(entry[r]))
                 node = int(parent[r])
             out.append([*reversed(actions), STOP])
         return out
 
 
-def _best(scores: dict[Chain, tuple[float, ...]]) -> Chain:
+def _best(scores: Mapping[Chain, tuple[float, ...]]) -> Chain:
     return max(scores, key=lambda c: (tuple(round(v, 9) for v in scores[c]), -len(c), tuple(-s for s in c)))
