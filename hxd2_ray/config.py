@@ -531,6 +531,12 @@ class GraphFlowConfig(_Frozen):
     chain_max_frontier: int = Field(
         5000, gt=0, description="chain: a chain's frontier of more nodes is not expanded (hubs such as a year).",
     )
+    return_to_start: bool = Field(
+        False,
+        description="Let a walk (demonstrations, on-policy samples, inference) move back to its start node. Off: "
+                    "'the films that share directors with [X]' are the director's other films, as MetaQA's answers "
+                    "are (its answers exclude what is reached only through X), not X's own language or year.",
+    )
     demos_per_question: int = Field(
         2, ge=0, description="Positive trajectories per question and epoch: a shortest path to a random target."
     )

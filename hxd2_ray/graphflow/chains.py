@@ -10,7 +10,8 @@ wrong chain on most of its misses (README, "GraphFlow"). Here:
    is a sequence of steps, a step a (label, direction); an edge whose signature holds several labels (a person
    who directed and wrote the film) can be followed as each of them. A frontier of more than ``max_frontier``
    nodes is not expanded further (such a chain reaches too much to be what a question with a few answers asks
-   for; the cap bounds the work at hubs).
+   for; the cap bounds the work at hubs). With ``return_to_start`` off (``graphflow.return_to_start``), no
+   chain moves back to the start node, as no walk does.
 2. A chain's fit to a question is the F1 of what it reaches (start nodes excluded) against the answers.
 3. Questions asked in the same words (the same policy text: a template with the topic masked) ask for the same
    chain: the chain a question is taught is its group's best by votes (each question votes for the chains that
@@ -49,10 +50,11 @@ class ChainFit:
 class ChainDemonstrations:
     """Chains, their fits and demonstrations over one walk graph."""
 
-    def __init__(self, graph: WalkGraph, max_steps: int, max_frontier: int = 5000):
+    def __init__(self, graph: WalkGraph, max_steps: int, max_frontier: int = 5000, return_to_start: bool = True):
         self.graph = graph
         self.max_steps = max_steps
         self.max_frontier = max_frontier
+        self.return_to_start = return_to_start
         steps = sorted({step for sig in graph.signatures for step in sig})
         self.step_names: list[tuple[str, str]] = steps
         index = {step: i for i, step in enumerate(steps)}
@@ -66,14 +68,17 @@ class ChainDemonstrations:
 
     # -------------------------------------------------------------------------------------------- reach
 
-    def _layer(self, frontier: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def _layer(self, frontier: np.ndarray, start: int) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """step -> (parent, child, entry) of the frontier's edges that can be followed as that step."""
         g = self.graph
         seg_ptr, entries = flat_entries(g.ptr, frontier)
-        if len(entries) == 0:
-            return {}
         parent = np.repeat(frontier, np.diff(seg_ptr))
         child = g.target[entries].astype(np.int64)
+        if not self.return_to_start:
+            away = child != start
+            parent, child, entries = parent[away], child[away], entries[away]
+        if len(entries) == 0:
+            return {}
         member = self._sig_steps[g.sig[entries]]  # [edges, steps]
         out = {}
         for step in np.flatnonzero(member.any(axis=0)).tolist():
@@ -90,7 +95,7 @@ class ChainDemonstrations:
             for chain, nodes in frontier.items():
                 if len(nodes) > self.max_frontier:
                     continue
-                for step, (_, child, _) in self._layer(nodes).items():
+                for step, (_, child, _) in self._layer(nodes, start).items():
                     nxt[chain + (step,)] = np.unique(child)
             out.update(nxt)
             frontier = nxt
@@ -148,7 +153,7 @@ class ChainDemonstrations:
         layers = []
         frontier = np.array([start], dtype=np.int64)
         for step in chain:
-            layer = self._layer(frontier).get(step)
+            layer = self._layer(frontier, start).get(step)
             if layer is None:
                 return []
             layers.append(layer)

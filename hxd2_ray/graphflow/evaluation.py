@@ -104,7 +104,8 @@ def evaluate_policy(policy: GraphFlowPolicy, examples: Sequence[Example], policy
             qh, qfull = policy.question_tables(pv, [e.policy_text for e in part],
                                                torch.as_tensor(plain_vectors[b:b + batch], device=device))
         outcomes = walk(policy.model, policy.tables, qh, qfull, [e.starts for e in part], mode=mode, width=width,
-                        max_steps=policy.train_cfg.max_steps, rng=rng, min_prob=min_prob)
+                        max_steps=policy.train_cfg.max_steps, rng=rng, min_prob=min_prob,
+                        return_to_start=policy.train_cfg.return_to_start)
         for ex, outcome in zip(part, outcomes):
             rows.append(_row(ex, outcome, allowed, g, kind, keep_rows, ex.starts if exclude_starts else (),
                              signatures))

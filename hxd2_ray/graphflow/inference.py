@@ -81,13 +81,16 @@ class WalkOutcome:
 
 def walk(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
          starts: Sequence[Sequence[int]], *, mode: str, width: int, max_steps: int,
-         rng: np.random.Generator | None = None, min_prob: float = 0.0) -> list[WalkOutcome]:
-    """One :class:`WalkOutcome` per question (row i of ``qh``/``qfull``, start nodes ``starts[i]``)."""
+         rng: np.random.Generator | None = None, min_prob: float = 0.0,
+         return_to_start: bool = True) -> list[WalkOutcome]:
+    """One :class:`WalkOutcome` per question (row i of ``qh``/``qfull``, start nodes ``starts[i]``);
+    ``return_to_start`` False: no trajectory moves back to its start node."""
     with torch.no_grad():
         if mode == "beam":
-            return _beam(model, tables, qh, qfull, starts, width, max_steps, min_prob)
+            return _beam(model, tables, qh, qfull, starts, width, max_steps, min_prob, return_to_start)
         if mode == "sample":
-            return _sample(model, tables, qh, qfull, starts, width, max_steps, rng or np.random.default_rng(0))
+            return _sample(model, tables, qh, qfull, starts, width, max_steps, rng or np.random.default_rng(0),
+                           return_to_start)
     raise ValueError(f"unknown inference mode {mode!r}; valid: beam, sample")
 
 
@@ -98,7 +101,8 @@ def _finish(outcomes: list[WalkOutcome]) -> list[WalkOutcome]:
 
 
 def _beam(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
-          starts: Sequence[Sequence[int]], width: int, max_steps: int, min_prob: float) -> list[WalkOutcome]:
+          starts: Sequence[Sequence[int]], width: int, max_steps: int, min_prob: float,
+          return_to_start: bool = True) -> list[WalkOutcome]:
     outcomes = [WalkOutcome() for _ in starts]
     q_rows = np.array([q for q, s in enumerate(starts) for _ in s], dtype=np.int64)
     if len(q_rows) == 0:
@@ -115,7 +119,7 @@ def _beam(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull:
                 outcomes[int(states.question[i])].finished.append(
                     Finished(float(logp[i]), tuple(int(n) for n in states.paths[i, :step + 1]), actions[i]))
             break
-        scores = score_actions(model, tables, qh, qfull, states)
+        scores = score_actions(model, tables, qh, qfull, states, return_to_start=return_to_start)
         move_lp = scores.move_logp.cpu().numpy()
         stop_lp = scores.stop_logp.cpu().numpy()
         seg = np.repeat(np.arange(len(states)), np.diff(scores.seg_ptr))
@@ -159,7 +163,7 @@ def _beam(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull:
 
 def _sample(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
             starts: Sequence[Sequence[int]], width: int, max_steps: int,
-            rng: np.random.Generator) -> list[WalkOutcome]:
+            rng: np.random.Generator, return_to_start: bool = True) -> list[WalkOutcome]:
     outcomes = [WalkOutcome() for _ in starts]
     q_rows = np.array([q for q, s in enumerate(starts) if len(s) for _ in range(width)], dtype=np.int64)
     if len(q_rows) == 0:
@@ -177,7 +181,7 @@ def _sample(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qful
                 outcomes[int(states.question[i])].finished.append(
                     Finished(float(logp[i]), tuple(int(n) for n in states.paths[i, :step + 1]), actions[i]))
             break
-        scores = score_actions(model, tables, qh, qfull, states)
+        scores = score_actions(model, tables, qh, qfull, states, return_to_start=return_to_start)
         move_lp = scores.move_logp.cpu().numpy()
         stop_lp = scores.stop_logp.cpu().numpy()
         picks = sample_segments(move_lp, stop_lp, scores.seg_ptr, rng)

@@ -139,7 +139,7 @@ def _chain_demonstrations(graph: Any, train: Sequence[Example], cfg: GraphFlowCo
                           say: Progress) -> tuple[list[list[tuple[int, list[int]]]], dict[str, Any]]:
     """Demonstrations along each question's relation chain (:mod:`hxd2_ray.graphflow.chains`), and a summary."""
     started = time.perf_counter()
-    chains = ChainDemonstrations(graph, cfg.max_steps, cfg.chain_max_frontier)
+    chains = ChainDemonstrations(graph, cfg.max_steps, cfg.chain_max_frontier, cfg.return_to_start)
     fits = []
     for i, ex in enumerate(train):
         fits.append(chains.fits(ex.starts, ex.targets))
@@ -264,7 +264,8 @@ def _batch_trajectories(policy: GraphFlowPolicy, inputs: TrainingInputs, idx: np
                            for r in q_rows], dtype=np.int64)
         targets = [inputs.train[i].targets for i in idx]
         trajs += sample_on_policy(policy.model, policy.tables, qh.detach(), qfull, q_rows, starts, targets,
-                                  cfg.max_steps, cfg.onpolicy_epsilon, rng, g, cfg.onpolicy_max_actions)
+                                  cfg.max_steps, cfg.onpolicy_epsilon, rng, g, cfg.onpolicy_max_actions,
+                                  cfg.return_to_start)
     return trajs
 
 

@@ -156,7 +156,8 @@ def local_candidates(graph: WalkGraph, traj: Trajectory, k: int, explore_stop: b
 def sample_on_policy(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
                      questions: np.ndarray,
                      starts: np.ndarray, targets: Sequence[frozenset[int]], max_steps: int, epsilon: float,
-                     rng: np.random.Generator, graph: WalkGraph, max_actions: int | None = None) -> list[Trajectory]:
+                     rng: np.random.Generator, graph: WalkGraph, max_actions: int | None = None,
+                     return_to_start: bool = True) -> list[Trajectory]:
     """One trajectory per (question row, start) pair, drawn from the current policy (no gradient); at a node with
     more than ``max_actions`` moves, from a random subset of that many (and STOP)."""
     trajs = [Trajectory(question=int(q), nodes=[int(s)], actions=[], kind="policy") for q, s in zip(questions, starts)]
@@ -168,7 +169,7 @@ def sample_on_policy(model: GraphFlowModel, tables: FeatureTables, qh: torch.Ten
                 break
             if step == max_steps:  # STOP forced: not a decision
                 break
-            scores = score_actions(model, tables, qh, qfull, states, max_actions, rng)
+            scores = score_actions(model, tables, qh, qfull, states, max_actions, rng, return_to_start)
             picks = sample_segments(scores.move_logp.cpu().numpy(), scores.stop_logp.cpu().numpy(), scores.seg_ptr,
                                     rng, epsilon)
             chosen_rows: list[int] = []

@@ -95,13 +95,20 @@ def on_path_flags(paths: np.ndarray, seg_ptr: np.ndarray, targets: np.ndarray) -
 
 
 def score_actions(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
-                  states: PathStates, cap: int | None = None, rng: np.random.Generator | None = None) -> StepScores:
+                  states: PathStates, cap: int | None = None, rng: np.random.Generator | None = None,
+                  return_to_start: bool = True) -> StepScores:
     """Scores and log-probabilities of every action of every state (``qh``/``qfull``: per-question tables,
     indexed by ``states.question``); ``cap``: at most that many moves per state, a random subset (training's
-    on-policy sampling at hubs; inference scores every action)."""
+    on-policy sampling at hubs; inference scores every action); ``return_to_start`` False: the moves back to the
+    path's start node are not actions (``graphflow.return_to_start``)."""
     device = tables.device
     nodes = states.nodes
     seg_ptr, entries = flat_entries(tables.ptr, nodes, cap, rng)
+    if not return_to_start and len(entries):
+        owner = np.repeat(np.arange(len(nodes)), np.diff(seg_ptr))
+        away = tables.target[entries] != states.paths[owner, 0]
+        entries = entries[away]
+        seg_ptr = np.concatenate([[0], np.cumsum(np.bincount(owner[away], minlength=len(nodes)))]).astype(np.int64)
     counts = np.diff(seg_ptr)
     q_rows = torch.as_tensor(states.question, device=device)
     node_t = torch.as_tensor(nodes.astype(np.int64), device=device)

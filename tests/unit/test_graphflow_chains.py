@@ -96,3 +96,35 @@ def test_a_frontier_over_the_cap_is_not_expanded():
     # f3 -> d2 (1 node) -> f3, f4 (2 nodes: over the cap) stops there
     assert "directed by > <-directed by > in language" not in fits
     assert fits["in language"] == pytest.approx(2 / 3, abs=1e-3)
+
+
+def test_without_return_to_start_no_walk_or_chain_comes_back_to_the_start():
+    import torch
+
+    from hxd2_ray.embedding.hashing import HashingEmbedder
+    from hxd2_ray.graphflow.features import build_features
+    from hxd2_ray.graphflow.inference import walk
+    from hxd2_ray.graphflow.model import FeatureTables, GraphFlowModel
+
+    graph = movies()
+    feats = build_features(graph, HashingEmbedder(dim=16), KEYS, progress=None)
+    tables = FeatureTables.from_features(feats)
+    torch.manual_seed(0)
+    model = GraphFlowModel(dim=16, question_dim=16, hidden=8, max_steps=3)
+    q = torch.nn.functional.normalize(torch.randn(1, 16), dim=-1)
+    qh = model.encode_question(q)
+
+    def visits(return_to_start: bool) -> set[tuple[int, ...]]:
+        outcome = walk(model, tables, qh, q, [[F3]], mode="beam", width=64, max_steps=3,
+                       return_to_start=return_to_start)[0]
+        return {f.nodes for f in outcome.finished}
+
+    assert any(F3 in nodes[1:] for nodes in visits(True))  # f3 -> d2 -> f3 -> ... is a walk
+    assert not any(F3 in nodes[1:] for nodes in visits(False)) and visits(False)
+    # the chains agree: through d2 only f4 (and its language) remain
+    away = ChainDemonstrations(graph, max_steps=3, return_to_start=False)
+    fits = named(away, away.fits([F3], frozenset({FR})))
+    assert fits["directed by > <-directed by > in language"] == 1.0  # was 2/3: f3's own de is gone
+    chain = next(c for c in away.fits([F3], frozenset({FR})) if len(c) == 3 and away.chain_name(c).startswith("dir"))
+    demos = away.sample(F3, chain, frozenset({FR, DE}), 20, np.random.default_rng(0))
+    assert {tuple(walk_nodes(graph, F3, d)) for d in demos} == {(F3, D2, F4, FR)}
