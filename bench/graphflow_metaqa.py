@@ -45,6 +45,7 @@ def inputs_for(hop: int, index, embedder, gcfg, data_root: Path, cache: Path, ma
     features = f"-{feature_embedder.model_id}" if feature_embedder is not None else ""
     segments = f"-q{gcfg.question_segments}" if gcfg.question_segments else ""
     segments += f"-{gcfg.demonstrations}{gcfg.chain_max_frontier}" if gcfg.demonstrations == "chain" else ""
+    segments += "-returns" if gcfg.return_to_start and gcfg.demonstrations == "chain" else ""
     key = f"{index.manifest.fingerprint}-{embedder.model_id}{features}-{gcfg.seed}-{gcfg.max_steps}{segments}"
     path = cache / f"{hop}hop-{key}.pkl"
     if path.exists():

@@ -532,10 +532,11 @@ class GraphFlowConfig(_Frozen):
         5000, gt=0, description="chain: a chain's frontier of more nodes is not expanded (hubs such as a year).",
     )
     return_to_start: bool = Field(
-        False,
-        description="Let a walk (demonstrations, on-policy samples, inference) move back to its start node. Off: "
-                    "'the films that share directors with [X]' are the director's other films, as MetaQA's answers "
-                    "are (its answers exclude what is reached only through X), not X's own language or year.",
+        True,
+        description="Let a walk (demonstrations, on-policy samples, inference) move back to its start node. Off "
+                    "matches MetaQA's answers ('the films that share directors with [X]' never include what is "
+                    "reached only through X) but trains worse: 1-hop dev Hit@1 0.92 -> 0.77 after one epoch "
+                    "(README, GraphFlow).",
     )
     demos_per_question: int = Field(
         2, ge=0, description="Positive trajectories per question and epoch: a shortest path to a random target."
