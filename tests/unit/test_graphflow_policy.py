@@ -241,3 +241,16 @@ def test_a_policy_with_question_segments_trains_stores_and_answers(trained, tmp_
                                             gcfg.model_copy(update={"question_segments": 0}))  # the policy's own wins
         assert retriever.policy.model.question[0].in_features == 3 * DIM
         assert retriever.retrieve("who directed [The Public Eye]").answers(1) == ["Howard Franklin"]
+
+
+def test_settings_added_later_leave_the_fingerprint_of_older_policies_alone():
+    from hxd2_ray.config import _GRAPHFLOW_ADDED
+
+    fields = GraphFlowConfig().fingerprint_fields()
+    assert not set(_GRAPHFLOW_ADDED) & set(fields)  # at the values that train as before they existed
+    for name, old in _GRAPHFLOW_ADDED.items():
+        assert getattr(GraphFlowConfig(), name) == old  # so a recorded config without them rebuilds the same
+    changed = GraphFlowConfig(question_segments=3, demonstrations="chain").fingerprint_fields()
+    assert changed["question_segments"] == 3 and changed["demonstrations"] == "chain"
+    assert "return_to_start" not in changed and GraphFlowConfig(return_to_start=False).fingerprint_fields()[
+        "return_to_start"] is False
