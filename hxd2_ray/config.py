@@ -628,11 +628,10 @@ class GraphFlowConfig(_Frozen):
     )
 
     def fingerprint_fields(self) -> dict[str, Any]:
-        """The fields that shape a trained policy (inference, linking and bookkeeping fields excluded); a field
-        added after policies existed is left out while it has the value that trains as before it existed, so
-        those policies keep loading."""
-        fields = self.model_dump(mode="json", exclude=_GRAPHFLOW_RUNTIME_FIELDS)
-        return {k: v for k, v in fields.items() if k not in _GRAPHFLOW_ADDED or v != _GRAPHFLOW_ADDED[k]}
+        """The fields that shape a trained policy (inference, linking and bookkeeping fields excluded). A field
+        added later defaults to the value that trains as before it existed, so a policy whose recorded fields
+        lack it loads with the same settings."""
+        return self.model_dump(mode="json", exclude=_GRAPHFLOW_RUNTIME_FIELDS)
 
 
 # Not part of a policy's fingerprint: how long training may run (a run can be resumed with more epochs), where and
@@ -641,12 +640,6 @@ _GRAPHFLOW_RUNTIME_FIELDS = {
     "epochs", "patience", "keep_checkpoints", "torch_threads", "use_gpu", "workers", "inference", "trajectories",
     "top_k", "ranking", "exclude_starts", "beam_min_prob", "max_start_nodes", "link_threshold", "cache_dir",
     "max_dev_questions", "policy",
-}
-
-
-# Fields added after policies were trained, with the value that reproduces the training before them.
-_GRAPHFLOW_ADDED: dict[str, Any] = {
-    "question_segments": 0, "demonstrations": "shortest", "chain_max_frontier": 5000, "return_to_start": True,
 }
 
 

@@ -57,9 +57,10 @@ class PolicyMeta:
 
 
 def policy_fingerprint(index_fingerprint: str, graph_hash: str, embedder_id: str, dim: int, kind: str,
-                       cfg: GraphFlowConfig) -> str:
+                       config: Mapping[str, Any]) -> str:
+    """``config``: the training settings as recorded (:meth:`GraphFlowConfig.fingerprint_fields` when trained)."""
     ident = {"index": index_fingerprint, "graph": graph_hash, "embedder": [embedder_id, dim], "kind": kind,
-             "config": cfg.fingerprint_fields(), "format": POLICY_FORMAT_VERSION}
+             "config": dict(config), "format": POLICY_FORMAT_VERSION}
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -130,7 +131,7 @@ def build_policy(features: GraphFeatures, cfg: GraphFlowConfig, kind: str, index
         encoder.to(device)
     meta = PolicyMeta(
         fingerprint=policy_fingerprint(index_fingerprint, features.graph_hash, features.embedder_id, features.dim,
-                                       kind, cfg),
+                                       kind, cfg.fingerprint_fields()),
         index_fingerprint=index_fingerprint, graph_hash=features.graph_hash, embedder_id=features.embedder_id,
         dim=features.dim, kind=kind, config=cfg.fingerprint_fields())
     return GraphFlowPolicy(model=model, tables=FeatureTables.from_features(features, device), features=features,
@@ -198,9 +199,12 @@ def load_policy(policy_dir: str | os.PathLike[str], features: GraphFeatures, ind
     except ValueError as exc:
         raise HxdError(f"policy at {policy_dir} has an unreadable training config: {exc}") from None
     policy = build_policy(features, train_cfg, meta.kind, index_fingerprint, device)
-    if policy.meta.fingerprint != meta.fingerprint:
+    # From the settings as recorded: one trained before a setting existed lacks it (its default trains as before)
+    recorded = policy_fingerprint(index_fingerprint, features.graph_hash, features.embedder_id, features.dim,
+                                  meta.kind, meta.config)
+    if recorded != meta.fingerprint:
         raise IndexMismatchError(f"policy at {policy_dir} has fingerprint {meta.fingerprint} but recomputes to "
-                                 f"{policy.meta.fingerprint}: written by another hxd2_ray version; retrain it")
+                                 f"{recorded}: written by another hxd2_ray version; retrain it")
     state = torch.load(Path(policy_dir) / POLICY_PT, map_location=device, weights_only=True)
     policy.load_state_dict(state)
     policy.meta = meta

@@ -243,14 +243,28 @@ def test_a_policy_with_question_segments_trains_stores_and_answers(trained, tmp_
         assert retriever.retrieve("who directed [The Public Eye]").answers(1) == ["Howard Franklin"]
 
 
-def test_settings_added_later_leave_the_fingerprint_of_older_policies_alone():
-    from hxd2_ray.config import _GRAPHFLOW_ADDED
+def test_a_policy_recorded_before_a_setting_existed_loads_with_its_old_behaviour(trained, tmp_path):
+    import shutil
 
-    fields = GraphFlowConfig().fingerprint_fields()
-    assert not set(_GRAPHFLOW_ADDED) & set(fields)  # at the values that train as before they existed
-    for name, old in _GRAPHFLOW_ADDED.items():
-        assert getattr(GraphFlowConfig(), name) == old  # so a recorded config without them rebuilds the same
-    changed = GraphFlowConfig(question_segments=3, demonstrations="chain").fingerprint_fields()
-    assert changed["question_segments"] == 3 and changed["demonstrations"] == "chain"
-    assert "return_to_start" not in changed and GraphFlowConfig(return_to_start=False).fingerprint_fields()[
-        "return_to_start"] is False
+    from hxd2_ray.graphflow.policy import policy_fingerprint
+
+    root, cfg, gcfg, _ = trained
+    old = tmp_path / "policy"
+    shutil.copytree(root / "policy", old)
+    meta = json.loads((old / "policy.json").read_text())
+    for added in ("question_segments", "demonstrations", "chain_max_frontier", "return_to_start"):
+        meta["config"].pop(added)  # as a policy trained before these settings recorded itself
+    with open_index(root / "a", cfg) as index:
+        feats = load_or_build_features(index, HashingEmbedder(dim=DIM), cache_dir=gcfg.cache_dir, progress=None)
+        meta["fingerprint"] = policy_fingerprint(meta["index_fingerprint"], meta["graph_hash"], meta["embedder_id"],
+                                                 meta["dim"], meta["kind"], meta["config"])
+        (old / "policy.json").write_text(json.dumps(meta))
+        policy = load_policy(old, feats, index.manifest.fingerprint)
+        defaults = GraphFlowConfig()
+        assert (policy.train_cfg.question_segments, policy.train_cfg.demonstrations,
+                policy.train_cfg.return_to_start) == (0, "shortest", True)  # how it trained
+        assert (defaults.question_segments, defaults.demonstrations, defaults.return_to_start) == (0, "shortest", True)
+        meta["config"]["hidden_dim"] += 1  # a recorded setting changed behind its fingerprint's back
+        (old / "policy.json").write_text(json.dumps(meta))
+        with pytest.raises(IndexMismatchError, match="recomputes to"):
+            load_policy(old, feats, index.manifest.fingerprint)
