@@ -582,11 +582,13 @@ class GraphFlowConfig(_Frozen):
     )
     trajectories: int = Field(32, gt=0, description="M: trajectories per question (beam width when beam).")
     top_k: int = Field(20, gt=0, description="Ranked targets returned.")
-    ranking: Literal["path", "mass"] = Field(
+    ranking: Literal["path", "relations", "mass"] = Field(
         "path",
         description="How answer entities are ranked. path: the trajectories' relation chains by their summed "
                     "probability first, then the entities each chain reaches (the policy's reading of which chain "
-                    "the question asks for decides); mass: each entity by the probability of the trajectories "
+                    "the question asks for decides); relations: as path, but chains of relations, a move along an "
+                    "edge of several relations (a person who directed and wrote the film) counting for each; "
+                    "mass: each entity by the probability of the trajectories "
                     "ending there. Passages are always ranked by mass (their gold passages come through different "
                     "chains).",
     )

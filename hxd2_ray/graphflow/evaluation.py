@@ -22,7 +22,7 @@ from hxd2_ray.graphflow.examples import Example
 from hxd2_ray.graphflow.inference import WalkOutcome, walk
 from hxd2_ray.graphflow.policy import GraphFlowPolicy
 
-__all__ = ["EvaluationResult", "evaluate_policy", "ranking_signatures", "score_outcome"]
+__all__ = ["EvaluationResult", "evaluate_policy", "ranking_relations", "ranking_signatures", "score_outcome"]
 
 RECALL_K = 20
 PASSAGE_KS = (2, 5)
@@ -42,11 +42,21 @@ def ranking_signatures(policy: GraphFlowPolicy, ranking: str) -> np.ndarray | No
     """The entry -> relation signature array when ``ranking`` is ``path`` and the policy answers with entities;
     None (rank by probability mass) otherwise. Passages keep mass: a multi-hop question's gold passages are
     reached through different chains (one per supporting fact), so no single chain holds its answer set."""
-    if ranking not in ("path", "mass"):
-        raise ValueError(f"unknown ranking {ranking!r}; valid: path, mass")
+    if ranking not in ("path", "relations", "mass"):
+        raise ValueError(f"unknown ranking {ranking!r}; valid: path, relations, mass")
     if ranking == "mass" or policy.meta.kind == "passages":
         return None
     return np.asarray(policy.features.graph.sig)
+
+
+def ranking_relations(policy: GraphFlowPolicy, ranking: str) -> list[tuple[int, ...]] | None:
+    """Signature id -> the ids of the relations it holds, when ``ranking`` is ``relations`` (with entity answers;
+    :meth:`WalkOutcome.ranked`); None otherwise."""
+    if ranking_signatures(policy, ranking) is None or ranking != "relations":
+        return None
+    signatures = policy.features.graph.signatures
+    ids = {step: i for i, step in enumerate(sorted({step for sig in signatures for step in sig}))}
+    return [tuple(ids[step] for step in sig) for sig in signatures]
 
 
 def score_outcome(ranked: Sequence[int], results: Sequence[int], targets: frozenset[int],
@@ -92,6 +102,7 @@ def evaluate_policy(policy: GraphFlowPolicy, examples: Sequence[Example], policy
     kind = policy.meta.kind
     allowed = allowed_nodes(policy, kind)
     signatures = ranking_signatures(policy, ranking)
+    relations = ranking_relations(policy, ranking)
     g = policy.features.graph
     rows: list[dict[str, Any]] = []
     rng = np.random.default_rng(seed)
@@ -108,7 +119,7 @@ def evaluate_policy(policy: GraphFlowPolicy, examples: Sequence[Example], policy
                         return_to_start=policy.train_cfg.return_to_start)
         for ex, outcome in zip(part, outcomes):
             rows.append(_row(ex, outcome, allowed, g, kind, keep_rows, ex.starts if exclude_starts else (),
-                             signatures))
+                             signatures, relations))
         if progress is not None and (b // batch) % 20 == 19:
             progress(f"evaluated {len(rows):,}/{len(examples):,} questions")
     keys = list(rows[0]["scores"]) if rows else []
@@ -126,9 +137,10 @@ def evaluate_policy(policy: GraphFlowPolicy, examples: Sequence[Example], policy
 
 
 def _row(ex: Example, outcome: WalkOutcome, allowed: np.ndarray, g: Any, kind: str, keep: bool,
-         exclude: Sequence[int], signatures: np.ndarray | None) -> dict[str, Any]:
+         exclude: Sequence[int], signatures: np.ndarray | None,
+         relations: Sequence[tuple[int, ...]] | None = None) -> dict[str, Any]:
     skip = frozenset(int(n) for n in exclude)
-    ranked = [n for n, _, _ in outcome.ranked(allowed, skip, signatures)]
+    ranked = [n for n, _, _ in outcome.ranked(allowed, skip, signatures, relations)]
     results = outcome.terminals(allowed, skip)
     passages = None
     if kind == "passages":

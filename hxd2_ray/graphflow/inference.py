@@ -16,6 +16,7 @@ one scoring call per step for all of their paths.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import product
 from typing import Collection, Sequence
 
 import numpy as np
@@ -39,7 +40,8 @@ class WalkOutcome:
     finished: list[Finished] = field(default_factory=list)  # best first
 
     def ranked(self, allowed: np.ndarray | None = None, exclude: Collection[int] = (),
-               signatures: np.ndarray | None = None) -> list[tuple[int, float, Finished]]:
+               signatures: np.ndarray | None = None,
+               relations: Sequence[tuple[int, ...]] | None = None) -> list[tuple[int, float, Finished]]:
         """(terminal node, summed probability, its most probable trajectory), best first; ``allowed``: a boolean
         mask over nodes of what may be ranked; ``exclude``: nodes never ranked (a question's start nodes).
 
@@ -47,7 +49,11 @@ class WalkOutcome:
         by their chain of relation signatures, the chains ordered by their summed probability, and the terminals
         listed chain by chain (by their probability within the chain; a node once, where it first appears). The
         policy's belief about which relation chain the question asks for then decides, not a node that many
-        chains happen to share (a year or a language every film of a director has)."""
+        chains happen to share (a year or a language every film of a director has).
+
+        ``relations`` (signature id -> the relations it holds) groups by chains of *relations* instead: a move
+        along an edge of several (a person who directed and wrote the film) counts for each chain it can be read
+        as, so a chain's mass is not split across the signatures that hold its relation."""
         mass: dict[int, float] = {}
         best: dict[int, Finished] = {}
         chains: dict[tuple[int, ...], dict[int, float]] = {}
@@ -60,8 +66,11 @@ class WalkOutcome:
             if node not in best or f.log_prob > best[node].log_prob:
                 best[node] = f
             if signatures is not None:
-                within = chains.setdefault(tuple(int(signatures[a]) for a in f.actions), {})
-                within[node] = within.get(node, 0.0) + p
+                sigs = [int(signatures[a]) for a in f.actions]
+                keys = [tuple(sigs)] if relations is None else product(*(relations[s] for s in sigs))
+                for key in keys:
+                    within = chains.setdefault(tuple(key), {})
+                    within[node] = within.get(node, 0.0) + p
         if signatures is None:
             return sorted(((n, mass[n], best[n]) for n in mass), key=lambda x: (-x[1], -x[2].log_prob, x[0]))
         out: list[tuple[int, float, Finished]] = []

@@ -23,7 +23,7 @@ import torch  # noqa: TID253 - a torch module: imported only by code that trains
 
 from hxd2_ray.config import GraphFlowConfig
 from hxd2_ray.errors import IndexMismatchError
-from hxd2_ray.graphflow.evaluation import allowed_nodes, ranking_signatures
+from hxd2_ray.graphflow.evaluation import allowed_nodes, ranking_relations, ranking_signatures
 from hxd2_ray.graphflow.features import load_or_build_features
 from hxd2_ray.graphflow.inference import Finished, walk
 from hxd2_ray.graphflow.linking import LinkedQuestion, StartLinker
@@ -55,6 +55,7 @@ class GraphFlowRetriever:
             update={"mask_topic": policy.train_cfg.mask_topic}))
         self.allowed = allowed_nodes(policy, policy.meta.kind)
         self.signatures = ranking_signatures(policy, cfg.ranking)
+        self.relations = ranking_relations(policy, cfg.ranking)
 
     @classmethod
     def open(cls, index: Any, embedder: Any, policy_dir: str, cfg: GraphFlowConfig, *, feature_embedder: Any = None,
@@ -111,7 +112,7 @@ class GraphFlowRetriever:
     def _result(self, link: LinkedQuestion, outcome: Any, k: int, timings: dict[str, float]) -> GraphFlowResult:
         g = self.graph
         skip = frozenset(s.node for s in link.starts) if self.cfg.exclude_starts else frozenset()
-        ranked = outcome.ranked(self.allowed, skip, self.signatures)
+        ranked = outcome.ranked(self.allowed, skip, self.signatures, self.relations)
         targets = tuple(self._target(node, score, best) for node, score, best in ranked[:k])
         results = tuple(g.keys[n] for n in outcome.terminals(self.allowed, skip)[:max(k, 20)])
         reason = link.reason

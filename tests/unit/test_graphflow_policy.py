@@ -89,6 +89,23 @@ def test_path_first_ranking_lets_the_likeliest_relation_chain_decide():
     assert dict((n, m) for n, m, _ in by_path) == pytest.approx({5: 0.35, 6: 0.2, 7: 0.4})  # scores stay mass
 
 
+def test_relation_ranking_does_not_split_a_chain_across_the_signatures_holding_its_relation():
+    import numpy as np
+
+    from hxd2_ray.graphflow.inference import Finished, WalkOutcome
+
+    # "who wrote X", relations 0 = written by, 1 = directed by, 2 = has tags. Writers 1, 2 and 4 come through
+    # three signatures that all hold "written by" (0.25 + 0.25 + 0.2); director 3 through "directed by" alone (0.3)
+    signatures = np.array([0, 1, 2, 3])
+    relations = [(0,), (1, 0), (1,), (0, 2)]
+    outcome = WalkOutcome([Finished(np.log(0.25), (0, 1), (0,)), Finished(np.log(0.25), (0, 2), (1,)),
+                           Finished(np.log(0.3), (0, 3), (2,)), Finished(np.log(0.2), (0, 4), (3,))])
+    assert [n for n, _, _ in outcome.ranked(signatures=signatures)] == [3, 1, 2, 4]  # 0.3 is the largest signature
+    by_relations = outcome.ranked(signatures=signatures, relations=relations)
+    assert [n for n, _, _ in by_relations] == [1, 2, 4, 3]  # "written by" holds 0.7, "directed by" 0.55
+    assert dict((n, m) for n, m, _ in by_relations) == pytest.approx({1: 0.25, 2: 0.25, 3: 0.3, 4: 0.2})
+
+
 def test_the_retriever_never_answers_with_the_entity_asked_about_unless_told(trained):
     root, cfg, gcfg, _ = trained
     question = "which films share a director with [The Public Eye]"
@@ -268,3 +285,17 @@ def test_a_policy_recorded_before_a_setting_existed_loads_with_its_old_behaviour
         (old / "policy.json").write_text(json.dumps(meta))
         with pytest.raises(IndexMismatchError, match="recomputes to"):
             load_policy(old, feats, index.manifest.fingerprint)
+
+
+def test_the_retriever_ranks_by_relation_chains_when_told(trained):
+    root, cfg, gcfg, _ = trained
+    with open_index(root / "a", cfg) as index:
+        retriever = GraphFlowRetriever.open(index, HashingEmbedder(dim=DIM), str(root / "policy"),
+                                            gcfg.model_copy(update={"ranking": "relations"}))
+        assert retriever.relations is not None and len(retriever.relations) == len(
+            retriever.policy.features.graph.signatures)
+        assert retriever.retrieve("who directed [The Public Eye]").answers(1) == ["Howard Franklin"]
+    with pytest.raises(ValueError, match="valid: path, relations, mass"):
+        from hxd2_ray.graphflow.evaluation import ranking_relations
+
+        ranking_relations(retriever.policy, "chain")
