@@ -583,14 +583,14 @@ class GraphFlowConfig(_Frozen):
     trajectories: int = Field(32, gt=0, description="M: trajectories per question (beam width when beam).")
     top_k: int = Field(20, gt=0, description="Ranked targets returned.")
     ranking: Literal["path", "relations", "mass"] = Field(
-        "path",
+        "relations",
         description="How answer entities are ranked. path: the trajectories' relation chains by their summed "
                     "probability first, then the entities each chain reaches (the policy's reading of which chain "
                     "the question asks for decides); relations: as path, but chains of relations, a move along an "
-                    "edge of several relations (a person who directed and wrote the film) counting for each; "
-                    "mass: each entity by the probability of the trajectories "
-                    "ending there. Passages are always ranked by mass (their gold passages come through different "
-                    "chains).",
+                    "edge of several relations (a person who directed and wrote the film) counting for each "
+                    "(chosen on the MetaQA dev splits: 3-hop Hit@1 0.794 -> 0.808, 1- and 2-hop within 0.005); "
+                    "mass: each entity by the probability of the trajectories ending there. Passages are always "
+                    "ranked by mass (their gold passages come through different chains).",
     )
     exclude_starts: bool = Field(
         True, description="A question's start nodes are what it asks about, never its answer: they are not ranked "
