@@ -539,7 +539,7 @@ class GraphFlowConfig(_Frozen):
                     "(README, GraphFlow).",
     )
     demos_per_question: int = Field(
-        2, ge=0, description="Positive trajectories per question and epoch: a shortest path to a random target."
+        2, ge=0, description="Positive trajectories per question and epoch (what they follow: demonstrations)."
     )
     onpolicy_per_question: int = Field(
         2, ge=0, description="db: trajectories sampled from the current policy per question and epoch (misses kept)."
