@@ -346,10 +346,12 @@ def train_policy(inputs: TrainingInputs, cfg: GraphFlowConfig, output_dir: str |
             qh, qfull = policy.question_tables(pv, [inputs.train[i].policy_text for i in idx],
                                                torch.as_tensor(vec.plain, device=device))
             trajs = _batch_trajectories(policy, inputs, idx, qh, qfull, cfg, rng)
-            cands = [local_candidates(inputs.features.graph, t, cfg.explore_k, cfg.explore_stop, rng) for t in trajs]
+            cands = [local_candidates(inputs.features.graph, t, cfg.explore_k, cfg.explore_stop, rng,
+                                      cfg.return_to_start) for t in trajs]
             loss, stats = trajectory_loss(policy.model, policy.tables, qh, qfull, trajs, cands,
                                           [inputs.train[i].targets for i in idx], objective=cfg.objective,
-                                          miss_log_reward=cfg.miss_log_reward, max_steps=cfg.max_steps)
+                                          miss_log_reward=cfg.miss_log_reward, max_steps=cfg.max_steps,
+                                          move_log_cost=cfg.move_log_cost)
             finite = hooks.sum(np.array([0.0 if torch.isfinite(loss) else 1.0]))[0] == 0
             if not finite:
                 nan_at = step

@@ -129,13 +129,18 @@ def walk_nodes(graph: WalkGraph, start: int, actions: Sequence[int]) -> list[int
 
 
 def local_candidates(graph: WalkGraph, traj: Trajectory, k: int, explore_stop: bool,
-                     rng: np.random.Generator) -> np.ndarray:
-    """[decisions, k + 1] candidate actions: column 0 the action taken, then k alternatives (PAD when short)."""
+                     rng: np.random.Generator, return_to_start: bool = True) -> np.ndarray:
+    """[decisions, k + 1] candidate actions: column 0 the action taken, then k alternatives (PAD when short).
+    ``return_to_start`` False: a move back to the trajectory's start is no alternative, as it is no action when
+    sampling or walking (the local softmax and the flows must describe the same action sets)."""
     out = np.full((len(traj.actions), k + 1), PAD, dtype=np.int64)
+    start = traj.nodes[0]
     for t, taken in enumerate(traj.actions):
         node = traj.nodes[t]
         lo, hi = int(graph.ptr[node]), int(graph.ptr[node + 1])
         moves = np.arange(lo, hi, dtype=np.int64)
+        if not return_to_start:
+            moves = moves[graph.target[lo:hi] != start]
         if taken >= 0:
             moves = moves[moves != taken]
         out[t, 0] = taken

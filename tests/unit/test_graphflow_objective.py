@@ -109,6 +109,24 @@ def test_detailed_balance_loss_on_three_nodes_by_hand():
     assert stats.taken_best == 2  # a->b (1.0) beats STOP (0.2) and a->c (0.5); b->c (0.5) beats STOP (-0.3)
 
 
+def test_a_move_cost_lowers_each_terminal_flow_by_the_moves_made():
+    graph = three_nodes()
+    traj, cands = trajectory_and_candidates()
+    q = torch.zeros((1, 4))
+    cost = 0.75
+    loss, _ = trajectory_loss(HandModel(), tables_of(graph), q, q, [traj], [cands], [frozenset({C})],
+                              objective="db", miss_log_reward=MISS, max_steps=2, move_log_cost=cost)
+    z0 = lse(MOVE_SCORE[B], STOP_SCORE[A], MOVE_SCORE[C])
+    d0 = [FLOW[A] + MOVE_SCORE[B] - z0 - FLOW[B],  # a learned flow: no cost of its own
+          FLOW[A] + STOP_SCORE[A] - z0 - MISS,  # STOP at the start: no move made, no cost
+          FLOW[A] + MOVE_SCORE[C] - z0 - FLOW[C]]
+    z1 = lse(MOVE_SCORE[C], STOP_SCORE[B])
+    # at b (one move made): STOP pays one move; b->c is the forced-stop state after two moves
+    d1 = [FLOW[B] + MOVE_SCORE[C] - z1 - (0.0 - 2 * cost), FLOW[B] + STOP_SCORE[B] - z1 - (MISS - cost)]
+    expected = (sum(d * d for d in d0) + sum(d * d for d in d1)) / 2
+    assert float(loss) == pytest.approx(expected, rel=1e-6)
+
+
 def test_sft_reduction_keeps_only_the_taken_action_with_flows_fixed():
     graph = three_nodes()
     traj, cands = trajectory_and_candidates()
@@ -163,6 +181,20 @@ def test_local_candidates_take_the_action_plus_k_alternatives_with_stop():
     stopped = Trajectory(question=0, nodes=[A], actions=[STOP], kind="policy")
     c = local_candidates(graph, stopped, 3, True, rng)
     assert c[0, 0] == STOP and sorted(c[0, 1:]) == [PAD, 0, 1]
+
+
+def test_local_candidates_leave_out_moves_back_to_the_start_when_returns_are_off():
+    # a <-> b, b -> c: from b, the move back to a is an action only while returns are allowed
+    back = (("to", "in"),)
+    graph = WalkGraph.from_edges(["a", "b", "c"], [(A, B, OUT), (B, A, back), (B, C, OUT)])
+    traj = Trajectory(question=0, nodes=[A, B, C], actions=[0, 2], kind="demo")
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        with_returns = local_candidates(graph, traj, 3, True, rng)
+        without = local_candidates(graph, traj, 3, True, rng, return_to_start=False)
+        assert set(with_returns[1, 1:]) == {STOP, 1, PAD}
+        assert set(without[1, 1:]) == {STOP, PAD}  # b's only other move leads back to a
+        assert without[1, 0] == 2 and without[0, 0] == 0
 
 
 def test_segment_softmax_matches_a_dense_softmax():
