@@ -519,6 +519,13 @@ class GraphFlowConfig(_Frozen):
         description="log R of a trajectory that stops off target (hits have log R = 0). Low enough that the many "
                     "ways to miss cannot outweigh the few ways to hit.",
     )
+    move_log_cost: float = Field(
+        0.0, ge=0,
+        description="db: log-reward paid per move, log R = log R(node) - cost * moves. A GFlowNet samples a node "
+                    "with the summed reward of the paths to it, and a question's answer is often also reached by "
+                    "many longer walks (X's genre through its director's other films); the cost makes the policy "
+                    "prefer the short reading.",
+    )
     max_steps: int = Field(3, ge=1, le=8, description="Moves before STOP is forced (MetaQA: 3 hops).")
     # -- trajectories
     demonstrations: Literal["chain", "shortest"] = Field(

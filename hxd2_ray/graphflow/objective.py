@@ -23,6 +23,12 @@ reward", which is the GFlowNet boundary condition, and that is what is implement
   :math:`\log F(s_T) := \log R(x)`, where :math:`\log R = 0` ("1" in the reward scale) for a target and
   ``miss_log_reward`` (explicitly low, -15 by default) for anything else. A state reached by the
   ``max_steps``-th move can only STOP, so its flow is tied the same way: :math:`\log F(s) := \log R(\text{node})`;
+* a trajectory's reward may pay for its length (``move_log_cost`` c, ``graphflow.move_log_cost``):
+  :math:`\log R(\tau) = \log R(x) - c\,|\tau|`. A state is its whole path, so the terminals of a GFlowNet are
+  paths, and a node reached by many paths is sampled with their summed reward: "what genre is [X]" is answered by
+  one move to X's genre but by hundreds of three-move walks (X, its director, another of the director's films,
+  that film's genre: mostly X's genre too), so without a cost the policy learns the walks (the README's 1-hop
+  analysis). With the cost a longer path must be that many times likelier to earn the same flow;
 * the initial flow :math:`\log F(s_0)` is *learned* (the flow head at the start state): it is the log partition
   function of the question, :math:`\log Z(q) = \log \sum_\tau R(\tau)`, which differs per question (one
   answer or fifty), so pinning it to a constant would contradict the terminal condition;
@@ -76,9 +82,10 @@ class LossStats:
 def trajectory_loss(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
                     trajectories: Sequence[Trajectory], candidates: Sequence[np.ndarray],
                     targets: Sequence[frozenset[int]], *, objective: str, miss_log_reward: float,
-                    max_steps: int) -> tuple[torch.Tensor, LossStats]:
+                    max_steps: int, move_log_cost: float = 0.0) -> tuple[torch.Tensor, LossStats]:
     """Mean DBLE (or SFT) loss of the decision states of ``trajectories``; ``candidates[j]`` is trajectory j's
-    [decisions, k+1] local candidate table (column 0 = the action taken)."""
+    [decisions, k+1] local candidate table (column 0 = the action taken). ``move_log_cost``: the log-reward a
+    trajectory pays per move (``graphflow.move_log_cost``), :math:`\log R(\tau) = \log R(x) - c\,|\tau|`."""
     device = tables.device
     sft = objective == "sft"
     stats = LossStats()
@@ -141,12 +148,14 @@ def trajectory_loss(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tens
             next_flow = torch.zeros((m, k1), device=device)
             # STOP: the terminal flow is the reward of the node the walk stops at.
             stop_r = np.array([0.0 if nodes[i] in targets[questions[rows[i]]] else miss_log_reward for i in si])
+            stop_r = stop_r - move_log_cost * step
             next_flow = next_flow.index_put((torch.as_tensor(si, device=device), torch.as_tensor(sj, device=device)),
                                             torch.as_tensor(stop_r, dtype=next_flow.dtype, device=device))
             if step + 1 == max_steps:  # the next state can only STOP: its flow is its node's reward too
                 move_flow = torch.as_tensor(
                     np.array([0.0 if v in targets[questions[rows[i]]] else miss_log_reward
-                              for i, v in zip(mi, targets_of_moves)]), dtype=next_flow.dtype, device=device)
+                              for i, v in zip(mi, targets_of_moves)]) - move_log_cost * max_steps,
+                    dtype=next_flow.dtype, device=device)
             else:
                 g_next = model.next_path(act, g[rows_t][mi_t])
                 h_next = model.state_repr(tables, g_next, qh_r[mi_t], qf_r[mi_t],
