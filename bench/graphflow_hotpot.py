@@ -103,7 +103,7 @@ def main() -> int:
         vec = question_vectors(embedder, test, gcfg.encoder == "lora", gcfg.question_segments)
         scores = evaluate_policy(result.policy, test, vec.policy, vec.plain, mode=gcfg.inference,
                                  width=gcfg.trajectories, exclude_starts=gcfg.exclude_starts, ranking=gcfg.ranking,
-                                 keep_rows=True)
+                                 keep_rows=True, merge=gcfg.beam_merge)
         got = {r["id"]: r["scores"] for r in scores.rows}
         for i in test_idx:
             it = items[i]

@@ -144,12 +144,14 @@ def main() -> int:
             t0 = time.perf_counter()
             scores = evaluate_policy(policy, scored, vec.policy, vec.plain, mode=gcfg.inference,
                                      width=gcfg.trajectories, min_prob=gcfg.beam_min_prob,
-                                     exclude_starts=gcfg.exclude_starts, ranking=gcfg.ranking, progress=log)
+                                     exclude_starts=gcfg.exclude_starts, ranking=gcfg.ranking, progress=log,
+                                     merge=gcfg.beam_merge)
             if args.split == "dev":
                 dev_path = out / "dev_results.json"
                 dev = json.loads(dev_path.read_text()) if dev_path.exists() else {}
                 point = {"inference": gcfg.inference, "trajectories": gcfg.trajectories, "ranking": gcfg.ranking,
-                         "exclude_starts": gcfg.exclude_starts, "beam_min_prob": gcfg.beam_min_prob}
+                         "exclude_starts": gcfg.exclude_starts, "beam_min_prob": gcfg.beam_min_prob,
+                         "beam_merge": gcfg.beam_merge}
                 key = f"{hop}hop " + " ".join(f"{k}={v}" for k, v in point.items())
                 dev[key] = {**point, "hop": hop, "n": scores.n, "metrics": scores.metrics}
                 dev_path.write_text(json.dumps(dev, indent=2) + "\n")

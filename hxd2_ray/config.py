@@ -604,6 +604,12 @@ class GraphFlowConfig(_Frozen):
                           "(walks that return to them, e.g. through a co-star back to the film asked about, would "
                           "otherwise outrank the answers).",
     )
+    beam_merge: bool = Field(
+        False,
+        description="beam: paths that reach the same node along the same chain of edge signatures take one beam "
+                    "slot (probabilities summed, the most probable kept as evidence), not one each: the beam "
+                    "holds more distinct answers (hxd2_ray/graphflow/inference.py).",
+    )
     beam_min_prob: float = Field(
         1e-6, ge=0, lt=1,
         description="beam: a partial trajectory less probable than this is dropped (it cannot carry enough mass to "
@@ -647,7 +653,7 @@ class GraphFlowConfig(_Frozen):
 # on what it runs, and everything read only at inference.
 _GRAPHFLOW_RUNTIME_FIELDS = {
     "epochs", "patience", "keep_checkpoints", "torch_threads", "use_gpu", "workers", "inference", "trajectories",
-    "top_k", "ranking", "exclude_starts", "beam_min_prob", "max_start_nodes", "link_threshold", "cache_dir",
+    "top_k", "ranking", "exclude_starts", "beam_min_prob", "beam_merge", "max_start_nodes", "link_threshold", "cache_dir",
     "max_dev_questions", "policy",
 }
 

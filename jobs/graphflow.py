@@ -242,7 +242,7 @@ def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
                            policy.train_cfg.question_segments)
     result = evaluate_policy(policy, chosen, vec.policy, vec.plain, mode=gcfg.inference, width=gcfg.trajectories,
                              min_prob=gcfg.beam_min_prob, exclude_starts=gcfg.exclude_starts, ranking=gcfg.ranking,
-                             progress=_log)
+                             merge=gcfg.beam_merge, progress=_log)
     summary = {"policy": args.policy, "index": args.index, "split": args.split, "inference": gcfg.inference,
                "trajectories": gcfg.trajectories, **result.to_dict(), "load": load_summary,
                "examples": examples.summary()}

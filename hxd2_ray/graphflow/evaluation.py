@@ -94,10 +94,12 @@ def _mean(rows: Sequence[dict[str, float]], keys: Sequence[str]) -> dict[str, fl
 def evaluate_policy(policy: GraphFlowPolicy, examples: Sequence[Example], policy_vectors: np.ndarray | None,
                     plain_vectors: np.ndarray, *, mode: str, width: int, batch: int = 64, seed: int = 0,
                     min_prob: float = 1e-6, exclude_starts: bool = True, ranking: str = "path",
-                    keep_rows: bool = False, progress: Callable[[str], None] | None = None) -> EvaluationResult:
+                    keep_rows: bool = False, progress: Callable[[str], None] | None = None,
+                    merge: bool = False) -> EvaluationResult:
     """Walk every example (``batch`` questions per scoring call) and average the metrics; ``*_vectors`` are the
     examples' question vectors (row per example; ``policy_vectors`` None for a LoRA policy); ``exclude_starts``:
-    a question's start nodes are not ranked (``graphflow.exclude_starts``); ``ranking``: ``graphflow.ranking``."""
+    a question's start nodes are not ranked (``graphflow.exclude_starts``); ``ranking``: ``graphflow.ranking``;
+    ``merge``: ``graphflow.beam_merge``."""
     started = time.perf_counter()
     kind = policy.meta.kind
     allowed = allowed_nodes(policy, kind)
@@ -116,7 +118,7 @@ def evaluate_policy(policy: GraphFlowPolicy, examples: Sequence[Example], policy
                                                torch.as_tensor(plain_vectors[b:b + batch], device=device))
         outcomes = walk(policy.model, policy.tables, qh, qfull, [e.starts for e in part], mode=mode, width=width,
                         max_steps=policy.train_cfg.max_steps, rng=rng, min_prob=min_prob,
-                        return_to_start=policy.train_cfg.return_to_start)
+                        return_to_start=policy.train_cfg.return_to_start, merge=merge)
         for ex, outcome in zip(part, outcomes):
             rows.append(_row(ex, outcome, allowed, g, kind, keep_rows, ex.starts if exclude_starts else (),
                              signatures, relations))

@@ -4,6 +4,10 @@ nodes ranked by the probability mass that reaches them.
 * ``beam``: at each step every live path is extended by each of its actions (and STOP); the ``M`` most
   probable extensions survive, those ending in STOP leave the beam as finished trajectories, those less probable
   than ``min_prob`` are dropped. After ``max_steps`` moves the survivors stop. Deterministic.
+  With ``merge`` (``graphflow.beam_merge``), extensions that reach the same node along the same chain of edge
+  signatures are one candidate: their probabilities are summed and the most probable path is kept as the
+  evidence. A 3-hop question reaches one language through many films of the same director; unmerged, those
+  paths fill the beam with one answer (Diverse-Recall below Recall), merged they take one slot.
 * ``sample``: ``M`` trajectories drawn from the policy (a start chosen uniformly each time).
 
 A terminal's score is the summed probability of the finished trajectories that end there (a lower bound of its
@@ -91,12 +95,13 @@ class WalkOutcome:
 def walk(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
          starts: Sequence[Sequence[int]], *, mode: str, width: int, max_steps: int,
          rng: np.random.Generator | None = None, min_prob: float = 0.0,
-         return_to_start: bool = True) -> list[WalkOutcome]:
+         return_to_start: bool = True, merge: bool = False) -> list[WalkOutcome]:
     """One :class:`WalkOutcome` per question (row i of ``qh``/``qfull``, start nodes ``starts[i]``);
-    ``return_to_start`` False: no trajectory moves back to its start node."""
+    ``return_to_start`` False: no trajectory moves back to its start node; ``merge``: the beam merges paths to
+    the same node along the same signature chain (module docstring; ignored when sampling)."""
     with torch.no_grad():
         if mode == "beam":
-            return _beam(model, tables, qh, qfull, starts, width, max_steps, min_prob, return_to_start)
+            return _beam(model, tables, qh, qfull, starts, width, max_steps, min_prob, return_to_start, merge)
         if mode == "sample":
             return _sample(model, tables, qh, qfull, starts, width, max_steps, rng or np.random.default_rng(0),
                            return_to_start)
@@ -111,7 +116,7 @@ def _finish(outcomes: list[WalkOutcome]) -> list[WalkOutcome]:
 
 def _beam(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
           starts: Sequence[Sequence[int]], width: int, max_steps: int, min_prob: float,
-          return_to_start: bool = True) -> list[WalkOutcome]:
+          return_to_start: bool = True, merge: bool = False) -> list[WalkOutcome]:
     outcomes = [WalkOutcome() for _ in starts]
     q_rows = np.array([q for q, s in enumerate(starts) for _ in s], dtype=np.int64)
     if len(q_rows) == 0:
@@ -119,6 +124,8 @@ def _beam(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull:
     start_nodes = np.array([n for s in starts for n in s], dtype=np.int64)
     logp = np.concatenate([np.full(len(s), -np.log(len(s))) for s in starts if len(s)])
     actions: list[tuple[int, ...]] = [() for _ in range(len(q_rows))]
+    chain_ids: dict[tuple[int, ...], int] = {(): 0}  # signature chain -> id (merge keys)
+    state_chain = np.zeros(len(q_rows), dtype=np.int64)
     states = initial_states(model, tables, qh, q_rows, start_nodes, max_steps)
     for step in range(max_steps + 1):
         if len(states) == 0:
@@ -133,9 +140,14 @@ def _beam(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull:
         stop_lp = scores.stop_logp.cpu().numpy()
         seg = np.repeat(np.arange(len(states)), np.diff(scores.seg_ptr))
         # Candidates: every move (flat row r) and every STOP (row -1 - i), with cumulative log-probabilities.
-        cand_state = np.concatenate([seg, np.arange(len(states))])
-        cand_row = np.concatenate([np.arange(len(seg)), -1 - np.arange(len(states))])
-        cand_lp = np.concatenate([logp[seg] + move_lp, logp + stop_lp])
+        move_rows = np.arange(len(seg))
+        move_cand_lp = logp[seg] + move_lp
+        if merge and len(seg):
+            move_rows, move_cand_lp = _merge_moves(states.question[seg], tables.target[scores.entries],
+                                                   state_chain[seg], tables.sig[scores.entries], move_cand_lp)
+        cand_state = np.concatenate([seg[move_rows], np.arange(len(states))])
+        cand_row = np.concatenate([move_rows, -1 - np.arange(len(states))])
+        cand_lp = np.concatenate([move_cand_lp, logp + stop_lp])
         if min_prob > 0:  # moves too improbable to matter are not kept (STOP candidates always are)
             keep = (cand_row < 0) | (cand_lp >= np.log(min_prob))
             cand_state, cand_row, cand_lp = cand_state[keep], cand_row[keep], cand_lp[keep]
@@ -165,9 +177,29 @@ def _beam(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull:
         paths = states.paths[ks].copy()
         paths[:, step + 1] = tables.target[entries]
         actions = [actions[i] + (int(e),) for i, e in zip(ks, entries)]
+        if merge:
+            state_chain = np.array([chain_ids.setdefault(tuple(int(tables.sig[a]) for a in acts), len(chain_ids))
+                                    for acts in actions], dtype=np.int64)
         logp = np.asarray(keep_lp)
         states = PathStates(question=states.question[ks], g=g, paths=paths, steps=states.steps[ks] + 1)
     return _finish(outcomes)
+
+
+def _merge_moves(question: np.ndarray, node: np.ndarray, chain: np.ndarray, sig: np.ndarray,
+                 lp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The moves of one beam step merged by (question, node reached, chain so far, signature of the move):
+    (the most probable move of each group, the group's summed log-probability)."""
+    keys = np.stack([question, node.astype(np.int64), chain, sig.astype(np.int64)], axis=1)
+    _, group = np.unique(keys, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    order = np.lexsort((-lp, group))  # by group, most probable first
+    first = order[np.flatnonzero(np.r_[True, group[order][1:] != group[order][:-1]])]
+    top = np.full(group.max() + 1, -np.inf)
+    np.maximum.at(top, group, lp)
+    total = np.zeros_like(top)
+    np.add.at(total, group, np.exp(lp - top[group]))
+    summed = top + np.log(total)
+    return first, summed[group[first]]
 
 
 def _sample(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,

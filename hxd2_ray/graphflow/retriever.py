@@ -100,7 +100,8 @@ class GraphFlowRetriever:
         outcomes = walk(self.policy.model, self.policy.tables, qh, qfull, [[s.node for s in lk.starts] for lk in links],
                         mode=self.cfg.inference, width=self.cfg.trajectories,
                         max_steps=self.policy.train_cfg.max_steps, rng=np.random.default_rng(seed),
-                        min_prob=self.cfg.beam_min_prob, return_to_start=self.policy.train_cfg.return_to_start)
+                        min_prob=self.cfg.beam_min_prob, return_to_start=self.policy.train_cfg.return_to_start,
+                        merge=self.cfg.beam_merge)
         t_walk = time.perf_counter()
         per_question = {"link": (t_link - started) * 1000 / len(questions) if questions else 0.0,
                         "embed": (t_embed - t_link) * 1000 / len(questions) if questions else 0.0,

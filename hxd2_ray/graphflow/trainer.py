@@ -428,7 +428,8 @@ def _dev_hit1(policy: GraphFlowPolicy, inputs: TrainingInputs, dev_idx: np.ndarr
     vec = _slice(inputs.vectors["dev"], mine)
     result = evaluate_policy(policy, [inputs.dev[i] for i in mine], vec.policy, vec.plain, mode="beam",
                              width=cfg.trajectories, seed=cfg.seed,
-                             exclude_starts=cfg.exclude_starts, ranking=cfg.ranking) if len(mine) else None
+                             exclude_starts=cfg.exclude_starts, ranking=cfg.ranking,
+                             merge=cfg.beam_merge) if len(mine) else None
     total = hooks.sum(np.array([result.metrics.get("hit@1", 0.0) * result.n if result else 0.0,
                                 result.n if result else 0.0]))
     return float(total[0] / total[1]) if total[1] else 0.0

@@ -240,3 +240,50 @@ def test_shortest_path_demonstrations_are_uniform_over_targets_and_paths():
     via = [graph.target[d[0]] for d in demos if len(d) == 3]
     assert np.mean([v == 1 for v in via]) == pytest.approx(0.5, abs=0.05)
     assert ShortestPaths(graph, max_steps=1).sample(0, frozenset({3}), 5, np.random.default_rng(0)) == []
+
+
+class UniformModel(HandModel):
+    """Every action of a state equally likely (all scores 0)."""
+
+    def state_repr(self, t, g, qh, qfull, node, step):
+        return torch.zeros((len(node), 3)) + 0 * g
+
+    def action_repr(self, t, entries, question, qfull, on_path, is_start):
+        return torch.zeros((len(entries), 3))
+
+    def move_scores(self, h, act, state_of):
+        return torch.zeros(len(state_of))
+
+    def stop_score(self, h):
+        return torch.zeros(len(h))
+
+
+def test_a_merging_beam_joins_paths_to_one_node_along_one_chain():
+    # a -> b1, b2, b3 ("to"); b1 -> c and b2 -> c ("to"), b3 -> c ("other"): two chains reach c
+    b1, b2, b3, c = 1, 2, 3, 4
+    other = (("other", "out"),)
+    graph = WalkGraph.from_edges(["a", "b1", "b2", "b3", "c"], [(A, b1, OUT), (A, b2, OUT), (A, b3, OUT),
+                                                                (b1, c, OUT), (b2, c, OUT), (b3, c, other)])
+    t = tables_of(graph)
+    q = torch.zeros((1, 4))
+    [plain] = walk(UniformModel(), t, q, q, [[A]], mode="beam", width=16, max_steps=2)
+    [merged] = walk(UniformModel(), t, q, q, [[A]], mode="beam", width=16, max_steps=2, merge=True)
+    assert sum(f.nodes[-1] == c for f in plain.finished) == 3
+    at_c = sorted((f for f in merged.finished if f.nodes[-1] == c), key=lambda f: -f.log_prob)
+    # from a: 4 actions (3 moves, STOP); from each b: 2 (c, STOP); c has no move, and max_steps stops it anyway
+    assert [math.exp(f.log_prob) for f in at_c] == pytest.approx([2 / 8, 1 / 8])
+    assert at_c[0].nodes in {(A, b1, c), (A, b2, c)} and at_c[1].nodes == (A, b3, c)
+    assert sum(math.exp(f.log_prob) for f in merged.finished) == pytest.approx(1.0)
+    # the same mass reaches each node either way: merging only frees beam slots
+    for node in range(5):
+        assert sum(math.exp(f.log_prob) for f in merged.finished if f.nodes[-1] == node) == pytest.approx(
+            sum(math.exp(f.log_prob) for f in plain.finished if f.nodes[-1] == node))
+    # a narrow beam: unmerged, c's two same-chain paths take two of the three slots of the last step
+    def readings(outcome):
+        return [(f.nodes[-1], tuple(int(graph.sig[a]) for a in f.actions)) for f in outcome.finished]
+
+    [narrow_plain] = walk(UniformModel(), t, q, q, [[A]], mode="beam", width=3, max_steps=2)
+    [narrow] = walk(UniformModel(), t, q, q, [[A]], mode="beam", width=3, max_steps=2, merge=True)
+    assert len(set(readings(narrow_plain))) < len(readings(narrow_plain))
+    assert len(set(readings(narrow))) == len(readings(narrow))
+    assert max(math.exp(f.log_prob) for f in narrow.finished) == pytest.approx(2 / 8)
