@@ -28,7 +28,9 @@ reward", which is the GFlowNet boundary condition, and that is what is implement
   paths, and a node reached by many paths is sampled with their summed reward: "what genre is [X]" is answered by
   one move to X's genre but by hundreds of three-move walks (X, its director, another of the director's films,
   that film's genre: mostly X's genre too), so without a cost the policy learns the walks (the README's 1-hop
-  analysis). With the cost a longer path must be that many times likelier to earn the same flow;
+  analysis). With the cost a longer path must be that many times likelier to earn the same flow (MetaQA 1-hop,
+  two epochs: test Hit@1 0.939 / 0.944 / 0.931 at cost 0 / 1 / 2, no clear gain, so the default is 0: at a hub
+  the walks outnumber any cost that leaves three-move answers their reward);
 * the initial flow :math:`\log F(s_0)` is *learned* (the flow head at the start state): it is the log partition
   function of the question, :math:`\log Z(q) = \log \sum_\tau R(\tau)`, which differs per question (one
   answer or fifty), so pinning it to a constant would contradict the terminal condition;
@@ -85,7 +87,7 @@ def trajectory_loss(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tens
                     max_steps: int, move_log_cost: float = 0.0) -> tuple[torch.Tensor, LossStats]:
     """Mean DBLE (or SFT) loss of the decision states of ``trajectories``; ``candidates[j]`` is trajectory j's
     [decisions, k+1] local candidate table (column 0 = the action taken). ``move_log_cost``: the log-reward a
-    trajectory pays per move (``graphflow.move_log_cost``), :math:`\log R(\tau) = \log R(x) - c\,|\tau|`."""
+    trajectory pays per move (``graphflow.move_log_cost``): log R(path) = log R(node) - cost * moves."""
     device = tables.device
     sft = objective == "sft"
     stats = LossStats()
