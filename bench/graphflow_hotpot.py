@@ -125,7 +125,8 @@ def main() -> int:
               "config": gcfg.model_dump(mode="json", exclude={"feature_embedding"}), "rows": rows}
     (out / "hotpot.json").write_text(json.dumps(report, indent=2) + "\n")
     lines = ["| retrieval (5-fold CV, 100 questions) | recall@2 | recall@5 |", "|---|---:|---:|",
-             f"| GraphFlow policy (db) | {summary['graphflow_recall@2']:.3f} | {summary['graphflow_recall@5']:.3f} |",
+             f"| GraphFlow policy ({gcfg.objective}) | {summary['graphflow_recall@2']:.3f} | "
+             f"{summary['graphflow_recall@5']:.3f} |",
              f"| chunk vectors alone | {summary['chunk_vector_recall@2']:.3f} | "
              f"{summary['chunk_vector_recall@5']:.3f} |"]
     (out / "hotpot.md").write_text("\n".join(lines) + "\n")
