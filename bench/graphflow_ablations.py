@@ -3,11 +3,12 @@
     .venv/bin/python bench/graphflow_ablations.py --inputs /work/runs/graphflow/metaqa/inputs/2hop-....pkl \
         --output /work/runs/graphflow/ablations [--max-train 2000] [--epochs 3] [--ks 1,4,8] [--ms 1,4,16,32,64]
 
-Every training variant sees the same questions (the first ``--max-train`` of the cached training split), the same
-seed and epochs (early stopping on the same dev subset), and is scored on the same held-out test questions: the
-objective (``db`` vs its ``sft`` reduction) at k = 4, then ``db`` at each k; M (beam width, and M sampled
-trajectories) is an inference setting, swept on the k = 4 ``db`` policy. Writes ``ablations.json``,
-``ablations.md`` and ``ablations.png``.
+Every training variant is the ``graphflow`` section of ``--config`` (the inputs must have been prepared with it:
+demonstrations, question word runs, walks back to the start) with one change, sees the same questions (the first
+``--max-train`` of the cached training split), the same seed and epochs (early stopping on the same dev subset),
+and is scored on the same held-out test questions: the objective (``db`` vs its ``sft`` reduction) at k = 4, then
+``db`` at each k; M (beam width, and M sampled trajectories) is an inference setting, swept on the k = 4 policy of
+the config's own objective. Writes ``ablations.json``, ``ablations.md`` and ``ablations.png``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def log(msg: str) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--inputs", required=True)
+    p.add_argument("--config", default="configs/local.yaml")
+    p.add_argument("--set", dest="overrides", action="append", default=[])
     p.add_argument("--output", required=True)
     p.add_argument("--max-train", type=int, default=2000)
     p.add_argument("--max-test", type=int, default=500)
@@ -41,7 +44,7 @@ def main() -> int:
 
     import torch
 
-    from hxd2_ray.config import GraphFlowConfig
+    from hxd2_ray.config import load_config
     from hxd2_ray.graphflow.evaluation import evaluate_policy
     from hxd2_ray.graphflow.trainer import SplitVectors, train_policy
 
@@ -57,19 +60,20 @@ def main() -> int:
     tplain = tvec.plain[:len(test)]
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    base = dict(epochs=args.epochs, patience=args.epochs, learning_rate=5e-3, batch_questions=32, torch_threads=1,
-                max_dev_questions=200)
+    shipped = load_config(args.config, args.overrides).graphflow
+    base = dict(epochs=args.epochs, patience=args.epochs, batch_questions=32, torch_threads=1, max_dev_questions=200)
     ks = [int(k) for k in args.ks.split(",")]
     variants = [("db", 4), ("sft", 4)] + [("db", k) for k in ks if k != 4]
     rows = []
     policies = {}
     for objective, k in variants:
-        cfg = GraphFlowConfig(**base, objective=objective, explore_k=k)
+        cfg = type(shipped)(**{**shipped.model_dump(), **base, "objective": objective, "explore_k": k})
         t0 = time.perf_counter()
         result = train_policy(inputs, cfg, tempfile.mkdtemp(prefix="gf-abl-"), progress=log)
         seconds = time.perf_counter() - t0
         result.policy.load_state_dict(result.best_state)
-        scores = evaluate_policy(result.policy, test, tpol, tplain, mode="beam", width=32)
+        scores = evaluate_policy(result.policy, test, tpol, tplain, mode="beam", width=32, ranking=cfg.ranking,
+                                 exclude_starts=cfg.exclude_starts, merge=cfg.beam_merge)
         transitions = sum(h["transitions"] for h in result.history)
         rows.append({"objective": objective, "k": k, "M": 32, "inference": "beam", **scores.metrics,
                      "train_seconds": round(seconds, 1), "transitions": transitions, "best_epoch": result.best_epoch,
@@ -77,16 +81,18 @@ def main() -> int:
         policies[(objective, k)] = result.policy
         log(f"{objective} k={k}: {json.dumps(scores.metrics)}")
     m_rows = []
-    policy = policies[("db", 4)]
+    policy = policies[(shipped.objective, 4)]
     for m in [int(x) for x in args.ms.split(",")]:
         for mode in ("beam", "sample"):
             t0 = time.perf_counter()
-            scores = evaluate_policy(policy, test, tpol, tplain, mode=mode, width=m)
+            scores = evaluate_policy(policy, test, tpol, tplain, mode=mode, width=m, ranking=shipped.ranking,
+                                     exclude_starts=shipped.exclude_starts, merge=shipped.beam_merge)
             m_rows.append({"M": m, "inference": mode, **scores.metrics,
                            "ms_per_question": round((time.perf_counter() - t0) * 1000 / max(len(test), 1), 2)})
             log(f"M={m} {mode}: {json.dumps(scores.metrics)}")
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    report = {"inputs": args.inputs, "train_questions": n, "test_questions": len(test), "epochs": args.epochs,
+    report = {"inputs": args.inputs, "config": args.config, "overrides": args.overrides, "m_objective":
+              shipped.objective, "train_questions": n, "test_questions": len(test), "epochs": args.epochs,
               "training_variants": rows, "inference_M": m_rows, "load": load}
     (out / "ablations.json").write_text(json.dumps(report, indent=2) + "\n")
     write_report(report, out)
@@ -107,7 +113,8 @@ def write_report(report: dict, out: Path) -> None:
     for r in report["training_variants"]:
         lines.append(f"| {r['objective']} | {r['k']} | " + " | ".join(f"{r[k]:.3f}" for k in keys)
                      + f" | {r['train_seconds']} | {r['best_epoch']} |")
-    lines += ["", "Trajectories M (db, k=4):", "", "| M | inference | " + " | ".join(keys) + " | ms/question |",
+    lines += ["", f"Trajectories M ({report['m_objective']}, k=4):", "",
+              "| M | inference | " + " | ".join(keys) + " | ms/question |",
               "|---:|---|" + "---:|" * (len(keys) + 1)]
     for r in report["inference_M"]:
         lines.append(f"| {r['M']} | {r['inference']} | " + " | ".join(f"{r[k]:.3f}" for k in keys)
@@ -132,7 +139,7 @@ def write_report(report: dict, out: Path) -> None:
     ax2.set_xlabel("M (trajectories)")
     ax2.set_ylim(0, 1.05)
     ax2.legend(fontsize=8)
-    ax2.set_title("trajectories M (db, k=4)")
+    ax2.set_title(f"trajectories M ({report['m_objective']}, k=4)")
     fig.tight_layout()
     fig.savefig(out / "ablations.png", dpi=110)
     plt.close(fig)
