@@ -341,31 +341,38 @@ class LiveRenderer:
         self._started = False
 
     def _render(self) -> Any:
-        from rich.progress_bar import ProgressBar
         from rich.table import Table
-        from rich.text import Text
 
         board = self._board
-        grid = Table.grid(padding=(0, 1))
         if board is None:
-            return grid
+            return Table.grid(padding=(0, 1))
         # Rich's refresh thread calls this holding the Live's lock, while the board calls the renderer holding its
         # own lock (and then needs the Live's): waiting here would deadlock, so a busy board redraws the last frame.
         if not board.lock.acquire(blocking=False):
             return self._last
         try:
-            now = board.clock()
-            for stage in board.stages.values():
-                if stage.finished is not None:
-                    continue
-                frac = stage.fraction()
-                bar = ProgressBar(total=100.0, completed=100.0 * (frac or 0), width=20,
-                                  pulse=frac is None, animation_time=now)
-                grid.add_row(Text(f"  {stage.name}", style="bold cyan", no_wrap=True), bar,
-                             Text(describe(stage, now), no_wrap=True, overflow="ellipsis"))
+            self._last = self._frame(board)
         finally:
             board.lock.release()
-        self._last = grid
+        return self._last
+
+    @staticmethod
+    def _frame(board: ProgressBoard) -> Any:
+        """A line per running stage (the caller holds the board's lock)."""
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        grid = Table.grid(padding=(0, 1))
+        now = board.clock()
+        for stage in board.stages.values():
+            if stage.finished is not None:
+                continue
+            frac = stage.fraction()
+            bar = ProgressBar(total=100.0, completed=100.0 * (frac or 0), width=20,
+                              pulse=frac is None, animation_time=now)
+            grid.add_row(Text(f"  {stage.name}", style="bold cyan", no_wrap=True), bar,
+                         Text(describe(stage, now), no_wrap=True, overflow="ellipsis"))
         return grid
 
     def _ensure_live(self, board: ProgressBoard) -> None:
@@ -376,6 +383,9 @@ class LiveRenderer:
 
     def started(self, board: ProgressBoard, stage: StageState) -> None:
         self._ensure_live(board)
+        # Drawn now, not at the next refresh tick: a stage shorter than the tick would otherwise never be seen.
+        self._last = self._frame(board)  # the board holds its lock while it calls a renderer
+        self.live.refresh()
 
     def changed(self, board: ProgressBoard, stage: StageState) -> None:
         self._board = board  # the refresh thread redraws

@@ -95,6 +95,20 @@ def test_close_marks_a_stage_left_running_as_stopped():
     assert board.rows()[0]["notes"] == "stopped"
 
 
+def test_live_renderer_draws_a_stage_when_it_starts_not_at_the_next_tick():
+    out = io.StringIO()
+    clock = FakeClock()
+    # one refresh a minute: what is drawn within the test is drawn by the stage's start itself
+    board = progress.ProgressBoard(progress.LiveRenderer(out, refresh_per_second=1 / 60), clock=clock)
+    board.begin("read")
+    board.end("read", "ran")
+    board.begin("embed", total=10, unit="texts")
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    assert re.search(r"embed\s.*━", text)  # its bar, drawn before any progress or tick
+    board.end("embed", "ran")
+    board.close()
+
+
 def test_live_renderer_draws_with_terminal_codes_and_leaves_finished_lines():
     out = io.StringIO()
     clock = FakeClock()
