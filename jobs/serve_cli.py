@@ -21,14 +21,18 @@ import copy
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
 DEFAULT_SERVE_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "serve.yaml"
 APP_NAME = "hxd2"
+# Ray's core worker ends the process 60 s after it loses the GCS; a stop signal sent to the whole process group
+# (systemd's default, a test killing its session) stops the GCS with us, so the shutdown gives up before that.
+SHUTDOWN_TIMEOUT_S = 45.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -226,11 +230,32 @@ def main(argv: list[str] | None = None) -> int:
         if not ns.detach:
             print("shutting down", file=sys.stderr, flush=True)
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave Ray half torn down
-            try:
-                serve.shutdown()
-            finally:
-                ray.shutdown()
+
+            def _tear_down() -> None:
+                try:
+                    serve.shutdown()
+                finally:
+                    ray.shutdown()
+
+            def _give_up(exit_code: int = code) -> None:
+                print(f"warning: Ray did not finish shutting down within {SHUTDOWN_TIMEOUT_S:.0f} s (its own "
+                      "processes got the stop signal too?); exiting without it", file=sys.stderr, flush=True)
+                os._exit(exit_code)
+
+            shut_down_within(_tear_down, SHUTDOWN_TIMEOUT_S, _give_up)
     return code
+
+
+def shut_down_within(tear_down: Callable[[], None], timeout_s: float, give_up: Callable[[], None]) -> None:
+    """Run ``tear_down`` on this thread; if it has not returned after ``timeout_s``, a watchdog calls ``give_up``
+    (which exits the process: a teardown blocked on a dead GCS cannot be interrupted)."""
+    watchdog = threading.Timer(timeout_s, give_up)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        tear_down()
+    finally:
+        watchdog.cancel()
 
 
 if __name__ == "__main__":
