@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: the application did not start ({exc}):", file=sys.stderr)
             for line in failures:
                 print(f"  {line}", file=sys.stderr)
-            return 1
+            code = 1
+            return code
         url = f"http://{http['host']}:{http['port']}"
         print(f"serving {', '.join(app_args['indexes'])} at {url}/v1 (OpenAI base_url); health: {url}/healthz",
               flush=True)

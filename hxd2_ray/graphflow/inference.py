@@ -124,7 +124,7 @@ def _beam(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull:
     start_nodes = np.array([n for s in starts for n in s], dtype=np.int64)
     logp = np.concatenate([np.full(len(s), -np.log(len(s))) for s in starts if len(s)])
     actions: list[tuple[int, ...]] = [() for _ in range(len(q_rows))]
-    chain_ids: dict[tuple[int, ...], int] = {(): 0}  # signature chain -> id (merge keys)
+    chain_ids: dict[tuple[int, int], int] = {}  # (parent chain id, signature) -> chain id; 0 is the empty chain
     state_chain = np.zeros(len(q_rows), dtype=np.int64)
     states = initial_states(model, tables, qh, q_rows, start_nodes, max_steps)
     for step in range(max_steps + 1):
@@ -178,8 +178,8 @@ def _beam(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull:
         paths[:, step + 1] = tables.target[entries]
         actions = [actions[i] + (int(e),) for i, e in zip(ks, entries)]
         if merge:
-            state_chain = np.array([chain_ids.setdefault(tuple(int(tables.sig[a]) for a in acts), len(chain_ids))
-                                    for acts in actions], dtype=np.int64)
+            state_chain = np.array([chain_ids.setdefault((int(state_chain[i]), int(tables.sig[e])), len(chain_ids) + 1)
+                                    for i, e in zip(ks, entries)], dtype=np.int64)
         logp = np.asarray(keep_lp)
         states = PathStates(question=states.question[ks], g=g, paths=paths, steps=states.steps[ks] + 1)
     return _finish(outcomes)
@@ -193,13 +193,11 @@ def _merge_moves(question: np.ndarray, node: np.ndarray, chain: np.ndarray, sig:
     _, group = np.unique(keys, axis=0, return_inverse=True)
     group = group.reshape(-1)
     order = np.lexsort((-lp, group))  # by group, most probable first
-    first = order[np.flatnonzero(np.r_[True, group[order][1:] != group[order][:-1]])]
-    top = np.full(group.max() + 1, -np.inf)
-    np.maximum.at(top, group, lp)
+    first = order[np.flatnonzero(np.r_[True, group[order][1:] != group[order][:-1]])]  # group g's best: first[g]
+    top = lp[first]
     total = np.zeros_like(top)
     np.add.at(total, group, np.exp(lp - top[group]))
-    summed = top + np.log(total)
-    return first, summed[group[first]]
+    return first, top + np.log(total)
 
 
 def _sample(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
