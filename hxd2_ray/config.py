@@ -308,6 +308,10 @@ class RetrievalConfig(_Frozen):
     )
     ppr_related_weight: float = Field(1.0, ge=0, description="Weight of an entity-entity (RELATED) edge.")
     ppr_synonym_weight: float = Field(1.0, ge=0, description="Weight of a SYNONYM edge per unit of name cosine.")
+    ppr_title_weight: float = Field(
+        1.0, ge=0, description="Weight of a chunk-title edge: a chunk and the document whose title its text names, "
+                               "and that document's own chunks (index-time section title_mentions; 0: not walked).",
+    )
     ppr_radius: int = Field(3, ge=1, description="Hops around the seeds the walk is computed over.")
     ppr_max_nodes: int = Field(2000, gt=0, description="Largest neighbourhood the walk is computed over.")
     ppr_max_fanout: int = Field(
@@ -376,6 +380,18 @@ class SynonymConfig(_Frozen):
     )
     batch_size: int = Field(
         4096, gt=0, description="Entity names searched per Faiss call (not part of the fingerprint).",
+    )
+
+
+class TitleMentionConfig(_Frozen):
+    """Index-time NAMES_TITLE edges: chunks whose text names another document's title (in the index fingerprint)."""
+
+    enabled: bool = Field(True, description="Read every chunk for the titles of the other documents when an index is "
+                                            "built (a corpus without titles gets none).")
+    max_words: int = Field(6, ge=1, le=16, description="Longest title looked for, in words.")
+    max_naming_chunks: int = Field(
+        200, ge=1, description="A title named by more chunks than this gets no edges: too common to say which "
+                               "passage comes next.",
     )
 
 
@@ -671,6 +687,7 @@ class HxdConfig(_Frozen):
     retrieval: RetrievalConfig = RetrievalConfig()
     rerank: RerankConfig = NoRerankerConfig()
     synonyms: SynonymConfig = SynonymConfig()
+    title_mentions: TitleMentionConfig = TitleMentionConfig()
     multistage: MultiStageConfig = MultiStageConfig()
     llm_cache: LLMCacheConfig = LLMCacheConfig()
     cost: CostConfig = CostConfig()
@@ -679,8 +696,9 @@ class HxdConfig(_Frozen):
 
     def index_fingerprint(self, prompt_version: str) -> str:
         """Hash of everything that shapes the index: what the staged rows depend on
-        (:meth:`staging_fingerprint`) plus the graph built from them (synonym edges)."""
-        factors = {"staging": self.staging_fingerprint(prompt_version), "synonyms": synonym_factors(self.synonyms)}
+        (:meth:`staging_fingerprint`) plus the graph built from them (synonym edges, title mentions)."""
+        factors = {"staging": self.staging_fingerprint(prompt_version), "synonyms": synonym_factors(self.synonyms),
+                   "title_mentions": title_mention_factors(self.title_mentions)}
         blob = json.dumps(factors, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -705,6 +723,11 @@ def synonym_factors(cfg: SynonymConfig) -> dict[str, Any]:
     """The synonym settings that shape an index (the batch size does not)."""
     return (cfg.model_dump(mode="json", include={"enabled", "k", "threshold", "require_shared_text"}) if cfg.enabled
             else {"enabled": False})
+
+
+def title_mention_factors(cfg: TitleMentionConfig) -> dict[str, Any]:
+    """The title-mention settings that shape an index."""
+    return cfg.model_dump(mode="json") if cfg.enabled else {"enabled": False}
 
 
 def llm_model_id(cfg: ScriptedLLMConfig | VllmLLMConfig) -> str:

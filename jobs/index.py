@@ -564,8 +564,10 @@ class IndexBuild:
                 if family == "entity_name":
                     name_vectors = (keys, arr)
             synonyms = self._synonyms(build_dir, name_vectors)
+            title_mentions = self._title_mentions(state.documents, state.chunks)
             KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu")).bulk_load(
-                state.documents, state.chunks.drop_columns(["shard"]), state.entities, state.relations, synonyms)
+                state.documents, state.chunks.drop_columns(["shard"]), state.entities, state.relations, synonyms,
+                title_mentions)
             crash_point("driver:write")
             self.refusal = calibrate_build(build_dir, self.cfg, state.chunks.column("text"), progress=_log)
             self.files = record_files(build_dir)  # sizes and sha256 for the manifest, before the files move
@@ -590,6 +592,18 @@ class IndexBuild:
         self.counters["synonym_edges"] = table.num_rows
         self.clock.seconds["synonyms"] = round(time.perf_counter() - started, 3)
         _log(f"{table.num_rows:,} synonym edges among {len(keys):,} entities in {self.clock.seconds['synonyms']:.1f}s")
+        return table
+
+    def _title_mentions(self, documents: pa.Table, chunks: pa.Table) -> pa.Table:
+        """NAMES_TITLE edges of every chunk against every document title (hxd2_ray.indexing.title_mentions)."""
+        from hxd2_ray.indexing.title_mentions import title_mention_edges
+
+        started = time.perf_counter()
+        table = title_mention_edges(documents, chunks, self.cfg.title_mentions, progress=_log)
+        self.counters["title_mentions"] = table.num_rows
+        self.clock.seconds["title_mentions"] = round(time.perf_counter() - started, 3)
+        _log(f"{table.num_rows:,} title mentions in {chunks.num_rows:,} chunks in "
+             f"{self.clock.seconds['title_mentions']:.1f}s")
         return table
 
     def commit(self, summary: dict[str, Any], families: dict[str, Any], current: IndexManifest | None, kind: str,
@@ -638,11 +652,12 @@ class IndexBuild:
         started = time.perf_counter()
         current = self.current_manifest()
         self._check_staging_fingerprint()
-        # Settings of the final graph only (synonym edges) changed: the staged work is reused and the input is
-        # built again into a new generation. Anything else that changed the fingerprint needs a new output.
+        # Settings of the final graph only (synonym edges, title mentions) changed: the staged work is reused and
+        # the input is built again into a new generation. Anything else that changed the fingerprint needs a new output.
         rebuild = current is not None and current.fingerprint != self.fingerprint
         if rebuild and self.options.dry_run:
-            raise HxdError(f"{self.output_uri} holds an index built with other synonym settings; a dry run estimates "
+            raise HxdError(f"{self.output_uri} holds an index built with other graph settings (synonym edges, title "
+                           "mentions) or before one of them existed; a dry run estimates "
                            "changes to an index of the same configuration (or a build into a new --output)")
         self.services = RunServices(self.cfg, self.options, self.fs, self.root, self.output_uri,
                                     self.prompts.version_hash)
@@ -663,7 +678,8 @@ class IndexBuild:
 
                 return dry_run(self, listing, current)
             if rebuild:
-                _log(f"{self.output_uri} was built with other synonym settings: building the input again into a "
+                _log(f"{self.output_uri} was built with other graph settings (synonym edges, title mentions): building "
+                     "the input again into a "
                      "new generation (extractions and vectors are reused)")
                 summary = self.build(listing, parent=current)
             elif current is not None:
@@ -748,6 +764,7 @@ class IndexBuild:
             "embedded_texts": self.counters["embedded_texts"],
             "synonym_edges": self.counters["synonym_edges"],
             "synonyms": synonym_factors(self.cfg.synonyms),
+            "title_mentions": self.counters.get("title_mentions", 0),
             "refusal_calibration": self.refusal,
             "vectors": {f: info.get("count", 0) for f, info in families.items()},
             "run": self.services.totals(),
@@ -885,6 +902,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  malformed records skipped {summary['malformed_records']:,}  failed chunks {summary['failed_chunks']:,}",
         "  seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in summary["seconds_per_stage"].items()),
         f"  synonym edges {summary.get('synonym_edges', 0):,} {summary.get('synonyms') or ''}",
+        f"  title mentions {summary.get('title_mentions', 0):,} (chunks naming another document's title)",
     ]
     refusal = summary.get("refusal_calibration") or {}
     if "threshold" in refusal:

@@ -81,10 +81,12 @@ DDL = (
     "CREATE REL TABLE PART_OF(FROM Chunk TO Document)",
     # Near entity names (index-time kNN over the entity_name vectors); the ranking walk reads them, nothing else.
     "CREATE REL TABLE SYNONYM(FROM Entity TO Entity, score DOUBLE)",
+    # A chunk whose text names another document's title (index-time text scan); the ranking walk reads them.
+    "CREATE REL TABLE NAMES_TITLE(FROM Chunk TO Document)",
 )
 GRAPH_TABLES = ("Document", "Chunk", "Entity", "RELATED", "MENTIONS", "PART_OF")
-# Written by every build since synonym edges exist; a graph built before has none (read as no synonyms).
-OPTIONAL_TABLES = ("SYNONYM",)
+# Written by every build since they exist; a graph built before has none (read as no synonyms, no title names).
+OPTIONAL_TABLES = ("SYNONYM", "NAMES_TITLE")
 # Node tables before rel tables: a rel COPY looks its endpoints up by primary key.
 LOAD_ORDER = (*GRAPH_TABLES, *OPTIONAL_TABLES)
 
@@ -109,6 +111,7 @@ RELATED_COLUMNS = pa.schema(
 MENTIONS_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string())])
 SYNONYM_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string()), ("score", pa.float64())])
 PART_OF_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string())])
+NAMES_TITLE_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string())])
 
 # ---------------------------------------------------------------------------------------------------
 # Query templates: constants, so no data can ever be spliced into Cypher text.
@@ -214,6 +217,7 @@ Q_SCAN = {
     "SYNONYM": (
         "MATCH (a:Entity)-[s:SYNONYM]->(b:Entity) RETURN offset(id(a)) AS a, offset(id(b)) AS b, s.score AS score"
     ),
+    "NAMES_TITLE": "MATCH (c:Chunk)-[:NAMES_TITLE]->(d:Document) RETURN offset(id(c)) AS c, d.id AS doc_id",
 }
 
 # Pages of whole tables for exports and statistics (hxd2_ray.graph_export, hxd2_ray.graph_views): rows of the
@@ -359,12 +363,14 @@ def _canonical_relations(rel: pa.Table) -> pa.Table:
 
 def prepare_tables(
     documents: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table,
-    synonyms: pa.Table | None = None,
+    synonyms: pa.Table | None = None, title_mentions: pa.Table | None = None,
 ) -> dict[str, pa.Table]:
     """Turn the staging tables (graph.schema) into the COPY inputs, keyed by graph table.
 
     ``synonyms`` (``schema.SYNONYMS``): entity pairs oriented smaller key first, one row per pair (the first),
-    self-pairs dropped; an endpoint that is not an entity is an error, as for relations."""
+    self-pairs dropped; an endpoint that is not an entity is an error, as for relations.
+    ``title_mentions`` (``schema.TITLE_MENTIONS``): (chunk, document) pairs, one row per pair; an end that is not a
+    loaded chunk or document is an error."""
     _require_columns(documents, schema.DOCUMENTS, "documents")
     _require_columns(chunks, schema.CHUNKS.remove(schema.CHUNKS.get_field_index("shard")), "chunks")
     _require_columns(entities, schema.ENTITIES, "entities")
@@ -426,8 +432,23 @@ def prepare_tables(
     part = part.filter(pc.is_in(part["to"], value_set=docs["id"].combine_chunks()))
 
     syn = _prepare_synonyms(synonyms, keys, n_ent)
+    titles = _prepare_title_mentions(title_mentions, chunk_ids, docs["id"].combine_chunks())
     return {"Document": docs, "Chunk": chk, "Entity": ent, "RELATED": rel, "MENTIONS": men, "PART_OF": part,
-            "SYNONYM": syn}
+            "SYNONYM": syn, "NAMES_TITLE": titles}
+
+
+def _prepare_title_mentions(title_mentions: pa.Table | None, chunk_ids: pa.Array, doc_ids: pa.Array) -> pa.Table:
+    if title_mentions is None or title_mentions.num_rows == 0:
+        return NAMES_TITLE_COLUMNS.empty_table()
+    _require_columns(title_mentions, schema.TITLE_MENTIONS, "title_mentions")
+    for col in ("chunk_id", "doc_id"):
+        _check_no_null(title_mentions, col, "title_mentions")
+    rows = _dedup(_select(title_mentions, ["chunk_id", "doc_id"], NAMES_TITLE_COLUMNS, "title_mentions"),
+                  ["from", "to"])
+    absent = (_positions(rows["from"], chunk_ids) < 0) | (_positions(rows["to"], doc_ids) < 0)
+    if absent.any():
+        raise ValueError(f"{int(absent.sum())} title mentions name chunks or documents that are not loaded")
+    return rows
 
 
 def _prepare_synonyms(synonyms: pa.Table | None, keys: pa.Array, n_ent: int) -> pa.Table:
@@ -483,7 +504,7 @@ class KuzuGraphWriter:
 
     def bulk_load(
         self, documents: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table,
-        synonyms: pa.Table | None = None,
+        synonyms: pa.Table | None = None, title_mentions: pa.Table | None = None,
     ) -> dict[str, int]:
         """Create the schema, COPY everything, checkpoint and close (also on failure).
 
@@ -493,7 +514,7 @@ class KuzuGraphWriter:
         if self._conn is None:
             raise RuntimeError("KuzuGraphWriter is closed: a writer loads once (build into a fresh path)")
         try:
-            prepared = prepare_tables(documents, chunks, entities, relations, synonyms)
+            prepared = prepare_tables(documents, chunks, entities, relations, synonyms, title_mentions)
             for stmt in DDL:
                 self._conn.execute(stmt)
             for name in LOAD_ORDER:
@@ -538,10 +559,11 @@ def load_graph(
     *,
     max_threads: int = 0,
     synonyms: pa.Table | None = None,
+    title_mentions: pa.Table | None = None,
 ) -> dict[str, int]:
     """Open a writer on a fresh ``path``, load, close. Returns the loaded counts."""
     with KuzuGraphWriter(path, max_threads=max_threads) as writer:
-        return writer.bulk_load(documents, chunks, entities, relations, synonyms)
+        return writer.bulk_load(documents, chunks, entities, relations, synonyms, title_mentions)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -95,6 +95,21 @@ def _ints(table: pa.Table, column: str) -> np.ndarray:
     return table[column].to_numpy().astype(np.int64)
 
 
+def _title_edges(names: pa.Table | None, chunks: pa.Table) -> tuple[np.ndarray, np.ndarray, int]:
+    """The walk's chunk--title edges from the NAMES_TITLE rows (chunk offset ``c``, document id ``doc_id``): one
+    title node per named document, joined to the chunks that name it and to the document's own chunks."""
+    empty = np.zeros(0, np.int64)
+    if names is None or not names.num_rows or not chunks.num_rows:
+        return empty, empty, 0
+    named_docs, naming_node = np.unique(np.asarray(names["doc_id"].to_pylist(), dtype=object), return_inverse=True)
+    doc_of_chunk = np.asarray(chunks["doc_id"].to_pylist(), dtype=object)
+    slot = {d: i for i, d in enumerate(named_docs.tolist())}
+    own_node = np.fromiter((slot.get(d, -1) for d in doc_of_chunk), dtype=np.int64, count=len(doc_of_chunk))
+    own_chunk = np.flatnonzero(own_node >= 0)
+    return (np.concatenate([_ints(names, "c"), own_chunk]),
+            np.concatenate([naming_node.astype(np.int64).ravel(), own_node[own_chunk]]), len(named_docs))
+
+
 @dataclass(frozen=True)
 class WalkEdges:
     """The graph as offset arrays, for a random walk over entities and chunks (``retrieval.ppr``)."""
@@ -104,6 +119,10 @@ class WalkEdges:
     related: tuple[np.ndarray, np.ndarray]  # entity offsets of each RELATED edge (stored orientation)
     mentions: tuple[np.ndarray, np.ndarray]  # (chunk offset, entity offset) of each MENTIONS edge
     synonyms: tuple[np.ndarray, np.ndarray, np.ndarray]  # entity offsets and cosine of each SYNONYM edge
+    # (chunk offset, title node) of each chunk--title edge: a title node per document some other chunk's text names
+    # (NAMES_TITLE), joined to its own chunks and to the chunks naming it; ``n_titles`` such nodes.
+    titles: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    n_titles: int = 0
 
 
 class ResidentGraph:
@@ -169,6 +188,7 @@ class ResidentGraph:
         self._syn_b = _ints(syn, "b") if syn is not None else np.zeros(0, np.int64)
         self._syn_score = (syn["score"].to_numpy().astype(np.float64) if syn is not None and syn.num_rows
                            else np.zeros(0))
+        self._title_chunk, self._title_node, self._n_titles = _title_edges(tables.get("NAMES_TITLE"), self._chunks)
 
     def arrays(self) -> ResidentArrays:
         """Everything held, as shared read-only views (no copy)."""
@@ -283,6 +303,7 @@ class ResidentGraph:
             related=(self._rel_a, self._rel_b),
             mentions=(self._men_chunk, self._men_entity),
             synonyms=(self._syn_a, self._syn_b, self._syn_score),
+            titles=(self._title_chunk, self._title_node), n_titles=self._n_titles,
         )
 
     def entity_offsets(self, keys: Iterable[str]) -> list[int | None]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-__all__ = ["CHUNKS", "DOCUMENTS", "ENTITIES", "RELATIONS", "SYNONYMS"]
+__all__ = ["CHUNKS", "DOCUMENTS", "ENTITIES", "RELATIONS", "SYNONYMS", "TITLE_MENTIONS"]
 
 DOCUMENTS = pa.schema(
     [
@@ -60,3 +60,6 @@ RELATIONS = pa.schema(
 
 # SYNONYM edges between entities whose names embed alike (hxd2_ray.indexing.synonyms): smaller key first.
 SYNONYMS = pa.schema([("source_key", pa.string()), ("target_key", pa.string()), ("score", pa.float64())])
+
+# A chunk whose text names another document's title (hxd2_ray.indexing.title_mentions): loaded as NAMES_TITLE edges.
+TITLE_MENTIONS = pa.schema([("chunk_id", pa.string()), ("doc_id", pa.string())])

@@ -28,7 +28,7 @@ from typing import Any
 from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.extraction.merge import normalize_name
 
-__all__ = ["NamedEntity", "candidate_ngrams", "named_entities"]
+__all__ = ["NamedEntity", "TitleIndex", "candidate_ngrams", "named_entities", "title_index", "title_key"]
 
 # Function and question words: an n-gram may hold them inside ("Bank of America") but not at its ends.
 STOPWORDS = frozenset("""
@@ -154,6 +154,13 @@ def named_entities(
 _DISAMBIGUATION = re.compile(r"\s*\([^()]*\)\s*$")
 
 
+def title_key(title: str | None) -> str:
+    """A document title as a name: its merge key, a trailing "(disambiguation)" dropped ("Mark King (musician)" is
+    named by "Mark King"); "" for no title."""
+    return normalize_name(_DISAMBIGUATION.sub("", title or ""))
+
+
+
 class TitleIndex:
     """Document titles as names: normalised title (a trailing "(disambiguation)" dropped) -> chunk offsets.
     Quacks like a graph for :func:`named_entities` (``get_entities``)."""
@@ -161,7 +168,7 @@ class TitleIndex:
     def __init__(self, documents: Any) -> None:
         self.chunks: dict[str, list[int]] = {}
         for title, offsets in documents:
-            key = normalize_name(_DISAMBIGUATION.sub("", title or ""))
+            key = title_key(title)
             if key:
                 self.chunks.setdefault(key, []).extend(int(o) for o in offsets)
 

@@ -166,6 +166,7 @@ class QueryPipeline:
             self._walk = graph_for(index.graph, EdgeWeights(mention=cfg.ppr_mention_weight,
                                                             related=cfg.ppr_related_weight,
                                                             synonym=cfg.ppr_synonym_weight,
+                                                            title=cfg.ppr_title_weight,
                                                             mention_idf=cfg.ppr_mention_idf))
             if self._walk is None:
                 log.warning("retrieval.chunk_ranking=ppr needs the graph held in memory (retrieval.resident_graph); "
@@ -427,7 +428,7 @@ class QueryPipeline:
                 weights.append(s.weight)
         result = walk.personalized_pagerank(nodes, weights, damping=cfg.ppr_damping, radius=cfg.ppr_radius,
                                             max_nodes=cfg.ppr_max_nodes, max_fanout=cfg.ppr_max_fanout)
-        is_chunk = result.nodes >= walk.n_entities
+        is_chunk = walk.is_chunk(result.nodes)
         mass = result.scores[is_chunk]
         total = float(mass.sum())
         chunk_offsets_found = (result.nodes[is_chunk] - walk.n_entities).tolist()
@@ -449,7 +450,7 @@ class QueryPipeline:
             "walk": {"nodes": int(len(result.nodes)), "iterations": result.iterations,
                      "residual": float(f"{result.residual:.3g}"), "mass_kept": round(float(result.scores.sum()), 6),
                      "damping": cfg.ppr_damping, "dense_share": cfg.ppr_dense_share, "dense_floor": cfg.dense_floor,
-                     "synonym_edges": walk.n_synonym_edges},
+                     "synonym_edges": walk.n_synonym_edges, "title_edges": walk.n_title_edges},
         })
         return out
 

@@ -6,7 +6,13 @@ graph's arrays: entity nodes ``0 .. E-1`` and chunk nodes ``E .. E+C-1``, joined
 * MENTIONS (chunk -- entity it mentions), weight ``mention``: the only way from a passage to another passage;
 * RELATED (entity -- entity), weight ``related`` per edge: the extractor's relations;
 * SYNONYM (entity -- entity whose name vector is near, built at index time), weight ``synonym`` x cosine, so a
-  sparse or noisy extraction ("Lilu" / "Lilu (mythology)") still connects.
+  sparse or noisy extraction ("Lilu" / "Lilu (mythology)") still connects;
+* TITLE (chunk -- title node), weight ``title``: a node per document whose title another chunk's text names
+  (NAMES_TITLE, found at index time: :mod:`hxd2_ray.indexing.title_mentions`), joined to those chunks and to the
+  document's own. This is the corpus's own link structure (a Wikipedia passage names the article it links to),
+  and it does not depend on the extractor: a 135M model that misses "Lester Smith" in passage A still leaves A
+  one title node away from Lester Smith's own article. Title nodes are numbered after the chunks,
+  ``E + C .. E + C + T - 1``.
 
 A walk from a node picks an edge in proportion to its weight; with probability ``1 - damping`` it jumps back to
 the personalization (reset) vector ``s``. The PPR vector solves ``x = (1 - d) s + d P^T x`` with
@@ -47,6 +53,7 @@ class EdgeWeights:
     mention: float = 1.0
     related: float = 1.0
     synonym: float = 1.0  # multiplies each SYNONYM edge's cosine
+    title: float = 1.0  # a chunk -- title node edge
     mention_idf: bool = False  # a MENTIONS edge weighs mention x log(1 + chunks / chunks mentioning the entity)
 
 
@@ -80,6 +87,8 @@ class PropagationGraph:
         related: tuple[np.ndarray, np.ndarray],
         mentions: tuple[np.ndarray, np.ndarray],  # (chunk offset, entity offset)
         synonyms: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,  # (entity, entity, cosine)
+        titles: tuple[np.ndarray, np.ndarray] | None = None,  # (chunk offset, title node index)
+        n_titles: int = 0,
         weights: EdgeWeights = EdgeWeights(),
     ):
         # scipy.sparse (about half a second) loads when a graph is built, not with the query pipeline
@@ -87,8 +96,9 @@ class PropagationGraph:
 
         self.n_entities = int(n_entities)
         self.n_chunks = int(n_chunks)
+        self.n_titles = int(n_titles)
         self.weights = weights
-        n = self.n_entities + self.n_chunks
+        n = self.n_entities + self.n_chunks + self.n_titles
         rows: list[np.ndarray] = []
         cols: list[np.ndarray] = []
         data: list[np.ndarray] = []
@@ -118,6 +128,14 @@ class PropagationGraph:
         if synonyms is not None and weights.synonym > 0 and len(synonyms[0]):
             add(synonyms[0], synonyms[1], weights.synonym * np.asarray(synonyms[2], dtype=np.float64))
             self.n_synonym_edges = int(len(synonyms[0]))
+        self.n_title_edges = 0
+        if titles is not None and weights.title > 0 and len(titles[0]):
+            title_nodes = np.asarray(titles[1], dtype=np.int64)
+            if title_nodes.min() < 0 or title_nodes.max() >= self.n_titles:
+                raise ValueError(f"title node ids must be in [0, {self.n_titles})")
+            add(np.asarray(titles[0], dtype=np.int64) + self.n_entities,
+                title_nodes + self.n_entities + self.n_chunks, weights.title)
+            self.n_title_edges = int(len(titles[0]))
         r = np.concatenate(rows) if rows else np.zeros(0, np.int64)
         c = np.concatenate(cols) if cols else np.zeros(0, np.int64)
         v = np.concatenate(data) if data else np.zeros(0, np.float64)
@@ -133,10 +151,15 @@ class PropagationGraph:
 
     @property
     def size(self) -> int:
-        return self.n_entities + self.n_chunks
+        return self.n_entities + self.n_chunks + self.n_titles
 
     def chunk_node(self, chunk_offsets: np.ndarray) -> np.ndarray:
         return np.asarray(chunk_offsets, dtype=np.int64) + self.n_entities
+
+    def is_chunk(self, nodes: np.ndarray) -> np.ndarray:
+        """Which of ``nodes`` are chunk nodes (not entities, not title nodes)."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        return (nodes >= self.n_entities) & (nodes < self.n_entities + self.n_chunks)
 
     def neighbourhood(self, seeds: np.ndarray, radius: int, max_nodes: int, max_fanout: int) -> np.ndarray:
         """Node ids within ``radius`` hops of ``seeds`` (ascending), expanding only nodes with at most
@@ -225,6 +248,6 @@ def graph_for(resident: object, weights: EdgeWeights) -> PropagationGraph | None
         if graph is None:
             e = edges()
             graph = PropagationGraph(e.n_entities, e.n_chunks, related=e.related, mentions=e.mentions,
-                                     synonyms=e.synonyms, weights=weights)
+                                     synonyms=e.synonyms, titles=e.titles, n_titles=e.n_titles, weights=weights)
             cache[weights] = graph
     return graph

@@ -71,3 +71,5 @@ def test_the_index_has_synonym_edges_and_a_calibrated_refusal_threshold(bridge_i
     assert manifest.refusal["n_good"] == 11 and 0 <= manifest.refusal["f1"] <= 1
     summary = json.loads((bridge_index / "index_summary.json").read_text())
     assert summary["synonym_edges"] == manifest.synonyms["edges"]
+    # Each question's first passage names its bridge passage's title ("... founded by Mira Osterberg").
+    assert summary["title_mentions"] >= 3

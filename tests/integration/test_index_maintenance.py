@@ -81,10 +81,24 @@ def _vectors(out: Path) -> dict[str, dict[str, np.ndarray]]:
     return families
 
 
+def _title_mentions(out: Path) -> list[tuple[str, str]]:
+    """The current generation's NAMES_TITLE edges as (chunk id, document id), sorted."""
+    from hxd2_ray.graph.kuzu_store import KuzuGraphStore
+    from hxd2_ray.indexing.generations import query_root
+    from hxd2_ray.indexing.manifest import read_manifest
+
+    with KuzuGraphStore(Path(query_root(str(out), read_manifest(str(out)))) / "graph.kuzu") as store:
+        tables = store.scan_tables()
+    chunk_of = dict(zip(tables["Chunk"]["o"].to_pylist(), tables["Chunk"]["id"].to_pylist()))
+    names = tables["NAMES_TITLE"]
+    return sorted((chunk_of[c], d) for c, d in zip(names["c"].to_pylist(), names["doc_id"].to_pylist()))
+
+
 def _assert_same_index(a: Path, b: Path) -> None:
     sa, sb = _state(a), _state(b)
     for name in TABLES:
         assert sa[name] == sb[name], name
+    assert _title_mentions(a) == _title_mentions(b)  # recomputed from the whole corpus by every build
     va, vb = _vectors(a), _vectors(b)
     for family in va:
         assert va[family].keys() == vb[family].keys(), family
@@ -123,6 +137,8 @@ def test_add_and_update_equal_a_build_of_the_final_corpus(index, corpus, tmp_pat
     # extractor's first 12 names are, changes that entity's description), and
     # one changed record of a JSON Lines file.
     shutil.copy(SAMPLE / "karl_deisseroth.txt", corpus / "karl_deisseroth.txt")
+    # A new document whose title the unchanged documents' text names: their chunks gain title mentions.
+    (corpus / "stanford.md").write_text("# Stanford University\n\nA private research university in California.\n")
     (corpus / "david_eagleman.txt").write_text(
         "Neosensory was founded by DAVID EAGLEMAN in 2015.\n" + (SAMPLE / "david_eagleman.txt").read_text())
     lines = (corpus / "stanford_neurobiology.jsonl").read_text().splitlines()
@@ -134,7 +150,7 @@ def test_add_and_update_equal_a_build_of_the_final_corpus(index, corpus, tmp_pat
     code, changed, err = _run(capsys, "--input", str(corpus), "--output", str(out), *FAST)
     assert code == 0, err[-3000:]
     assert changed["kind"] == "update" and changed["generation"] == "g000002"
-    assert changed["change"]["added"] == 1 and changed["change"]["updated"] == 2
+    assert changed["change"]["added"] == 2 and changed["change"]["updated"] == 2
     assert changed["change"]["unchanged"] == len({r["source_id"] for r in before["sources"]}) - 2
     # Only the new and changed chunks were extracted; most entities were not touched.
     added = changed["change"]["chunks_added"]
@@ -146,6 +162,9 @@ def test_add_and_update_equal_a_build_of_the_final_corpus(index, corpus, tmp_pat
     code, _, err = _run(capsys, "--input", str(corpus), "--output", str(scratch), *FAST)
     assert code == 0, err[-3000:]
     _assert_same_index(out, scratch)
+    unchanged_chunks = {r["id"] for r in before["chunks"]} & {r["id"] for r in _state(out)["chunks"]}
+    stanford = [r["id"] for r in _state(out)["documents"] if r["title"] == "Stanford University"]
+    assert {c for c, d in _title_mentions(out) if d in stanford} & unchanged_chunks
 
     # The old reader still reads generation 1; a new one sees generation 2 and its new description's vector.
     assert reader.graph.get_entities(["david eagleman"])[0] == eagleman

@@ -33,7 +33,7 @@ def test_store_declares_every_protocol_member(store_class):
 
 def _sorted_scan(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     order = {"Entity": ["o"], "Chunk": ["o"], "Document": ["o"], "RELATED": ["a", "b"], "MENTIONS": ["c", "e"],
-             "SYNONYM": ["a", "b"]}
+             "SYNONYM": ["a", "b"], "NAMES_TITLE": ["c", "doc_id"]}
     assert set(tables) == set(order)
     return {name: t.sort_by([(c, "ascending") for c in order[name]]) for name, t in tables.items()}
 

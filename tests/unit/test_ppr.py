@@ -143,3 +143,24 @@ def test_mention_idf_sends_a_passage_on_through_its_rare_names():
     p, q = _full(plain, start, [1.0], 0.5), _full(idf, start, [1.0], 0.5)
     share = lambda r, node: r.scores[list(r.nodes).index(node)] / r.scores.sum()  # noqa: E731
     assert share(q, 1) > share(p, 1) and share(q, 0) < share(p, 0)
+
+
+def test_title_nodes_sit_after_the_chunks_and_equal_networkx():
+    # 2 entities, 3 chunks, 2 title nodes: chunk 0 -- title 0 -- chunk 1; chunk 2 -- title 1 -- chunk 1.
+    titles = (np.array([0, 1, 2, 1]), np.array([0, 0, 1, 1]))
+    g = PropagationGraph(2, 3, related=(np.array([0]), np.array([1])), mentions=(np.array([0]), np.array([0])),
+                         titles=titles, n_titles=2, weights=EdgeWeights(title=2.0))
+    assert g.size == 7 and g.n_title_edges == 4
+    assert g.is_chunk(np.arange(7)).tolist() == [False, False, True, True, True, False, False]
+    reference = nx.Graph()
+    reference.add_nodes_from(range(7))
+    reference.add_edge(0, 1, weight=1.0)
+    reference.add_edge(2, 0, weight=1.0)
+    for c, t in zip(*titles):
+        reference.add_edge(2 + int(c), 5 + int(t), weight=2.0)
+    res = _full(g, [2], [1.0], 0.5)
+    expected = nx.pagerank(reference, alpha=0.5, personalization={2: 1.0}, weight="weight", tol=1e-14, max_iter=500)
+    np.testing.assert_allclose(res.scores / res.scores.sum(), [expected[n] for n in res.nodes], atol=1e-8)
+    with pytest.raises(ValueError, match="title node ids"):
+        PropagationGraph(1, 1, related=(np.zeros(0), np.zeros(0)), mentions=(np.zeros(0), np.zeros(0)),
+                         titles=(np.array([0]), np.array([3])), n_titles=1)
