@@ -725,9 +725,13 @@ def synonym_factors(cfg: SynonymConfig) -> dict[str, Any]:
             else {"enabled": False})
 
 
+# The rules of the title scan (hxd2_ray.indexing.title_mentions): a change of them makes existing indexes stale.
+TITLE_SCAN_RULES = "names-as-written-1"
+
+
 def title_mention_factors(cfg: TitleMentionConfig) -> dict[str, Any]:
-    """The title-mention settings that shape an index."""
-    return cfg.model_dump(mode="json") if cfg.enabled else {"enabled": False}
+    """The title-mention settings (and scan rules) that shape an index."""
+    return {**cfg.model_dump(mode="json"), "rules": TITLE_SCAN_RULES} if cfg.enabled else {"enabled": False}
 
 
 def llm_model_id(cfg: ScriptedLLMConfig | VllmLLMConfig) -> str:

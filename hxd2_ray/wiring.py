@@ -134,8 +134,8 @@ def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None"
 
     The only place that turns configuration into a pipeline: the CLI, the evaluation job and Serve call it.
     What it builds follows from what it is given: without an index only ``llm_only`` runs, without an LLM only
-    ``chunk_vector``; ``parts`` (planner, executor, verifiers) default to in-process ones, and Serve passes
-    adapters over its deployments' handles. The LLM is wrapped in a
+    ``chunk_vector`` and (with a policy) ``graphflow``; ``parts`` (planner, executor, verifiers) default to
+    in-process ones, and Serve passes adapters over its deployments' handles. The LLM is wrapped in a
     :class:`~hxd2_ray.llm.wrappers.SerializedLLM` (one call at a time unless the backend is thread-safe, and
     cancellable for the logic form's deadline); the planner's relation hints are read from the graph once, here.
     """
@@ -186,6 +186,11 @@ def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None"
                                       kb_description=ms.knowledge_base_description)
         if ms.refusal_enabled:
             gate = RefusalGate.for_index(index, embedder, ms)
+    elif index is not None and embedder is not None:
+        # No LLM: the learned walk still runs (mode graphflow makes no LLM call), so the CLI need not start one.
+        retriever = parts.graph_retriever if parts is not None else build_graph_retriever(index, embedder, cfg)
+        if retriever is not None:
+            walk = GraphWalkStep(retriever, index.graph)
     versions = {"multistage": prompts.version_hash, "logic": load_logic_prompts().version_hash,
                 "query": dual.prompts.version_hash if dual is not None else ""}
     return QueryFlow(mode=mode, llm=guarded, limits=limits, temperature=rc.temperature, dual=dual, index=index,

@@ -113,7 +113,8 @@ def _main(argv: list[str] | None, stack: contextlib.ExitStack) -> int:
         with contextlib.redirect_stdout(sys.stderr):
             embedder = build_embedder(cfg.embedding)
             resources.append(embedder)
-            llm = None if args.mode == "chunk_vector" else build_llm(cfg.llm)  # retrieval by vectors needs no LLM
+            # Retrieval by vectors and the learned graph walk make no LLM call: no engine is started for them.
+            llm = None if args.mode in ("chunk_vector", "graphflow") else build_llm(cfg.llm)
             resources.append(llm)
             pipeline = build_pipeline(args.mode, index, llm, embedder, cfg)
             resources.append(pipeline)

@@ -28,7 +28,8 @@ from typing import Any
 from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.extraction.merge import normalize_name
 
-__all__ = ["NamedEntity", "TitleIndex", "candidate_ngrams", "named_entities", "title_index", "title_key"]
+__all__ = ["STOPWORDS", "WORD", "NamedEntity", "TitleIndex", "candidate_ngrams", "named_entities", "title_index",
+           "title_key"]
 
 # Function and question words: an n-gram may hold them inside ("Bank of America") but not at its ends.
 STOPWORDS = frozenset("""
@@ -45,7 +46,7 @@ _JOINERS = re.compile(r"[-_/·]")
 ZH_STOPWORDS = frozenset(("的 了 是 在 和 与 及 或 比 它 他 她 们 这 那 哪 "
                           "什么 多少 怎么 为什么 吗 呢 吧 有 个 请 问 谁 哪个").split())
 
-_EN_WORD = re.compile(r"[^\W_](?:[\w'’&.-]*[^\W_])?")
+WORD = re.compile(r"[^\W_](?:[\w'’&.-]*[^\W_])?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ class _Gram:
 
 def _en_ngrams(question: str, max_words: int) -> list[_Gram]:
     """Name-like n-grams, longest first (module docstring)."""
-    words = [(m.group(), m.start()) for m in _EN_WORD.finditer(question)]
+    words = [(m.group(), m.start()) for m in WORD.finditer(question)]
     out: list[_Gram] = []
     for n in range(min(max_words, len(words)), 0, -1):
         for i in range(len(words) - n + 1):

@@ -60,6 +60,10 @@ def test_mode_graphflow_answers_through_the_pipeline(trained):
             films = flow.answer("which films did [Howard Franklin] direct", mode="graphflow")
             assert "graphflow" in flow.modes and flow.walk is not None
     assert answer.path == "graphflow" and answer.candidates[0] == "Howard Franklin"
+    with open_index(root / "a", cfg) as index:  # no LLM: the walk alone still answers
+        with build_pipeline("graphflow", index, None, emb, with_policy(cfg, root, root / "policy")) as alone:
+            assert alone.modes == ("chunk_vector", "graphflow")
+            assert alone.answer(QUESTION).text == answer.text
     assert answer.text.split(" | ")[0] == "Howard Franklin"
     assert films.path == "graphflow" and films.candidates[0] == "The Public Eye"
 
