@@ -902,7 +902,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  malformed records skipped {summary['malformed_records']:,}  failed chunks {summary['failed_chunks']:,}",
         "  seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in summary["seconds_per_stage"].items()),
         f"  synonym edges {summary.get('synonym_edges', 0):,} {summary.get('synonyms') or ''}",
-        f"  title mentions {summary.get('title_mentions', 0):,} (chunks naming another document's title)",
+        f"  title mentions {summary.get('title_mentions', 0):,} (chunk, named document) pairs",
     ]
     refusal = summary.get("refusal_calibration") or {}
     if "threshold" in refusal:

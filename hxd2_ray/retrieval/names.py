@@ -161,7 +161,6 @@ def title_key(title: str | None) -> str:
     return normalize_name(_DISAMBIGUATION.sub("", title or ""))
 
 
-
 class TitleIndex:
     """Document titles as names: normalised title (a trailing "(disambiguation)" dropped) -> chunk offsets.
     Quacks like a graph for :func:`named_entities` (``get_entities``)."""
