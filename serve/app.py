@@ -124,18 +124,18 @@ def build_app(args: Union[ServeAppArgs, dict[str, Any]]) -> Application:
     parts: dict[str, Any] = {}
     if args.parts == "deployments":
         parts = {
-            "planner": _options(PlannerServer, args).bind(cfg_json, llm),
-            "executor": _options(PlanExecutorServer, args).bind(cfg_json, indexes, llm, embedder),
-            "verifier": _options(VerifierServer, args).bind(cfg_json, llm),
+            "planner": _options(PlannerServer, args).bind(cfg_json, llm, args.transport),
+            "executor": _options(PlanExecutorServer, args).bind(cfg_json, indexes, llm, embedder, args.transport),
+            "verifier": _options(VerifierServer, args).bind(cfg_json, llm, args.transport),
         }
         if cfg.graphflow.policy is not None:  # no policy, no walker (an idle one would only hold resources)
-            parts["walker"] = _options(GraphWalkerServer, args).bind(cfg_json, indexes, embedder)
+            parts["walker"] = _options(GraphWalkerServer, args).bind(cfg_json, indexes, embedder, args.transport)
     retriever = _options(Retriever, args, {"max_ongoing_requests": args.pipeline_threads}).bind(
-        cfg_json, indexes, llm, embedder, parts, args.pipeline, args.pipeline_threads, args.mode)
+        cfg_json, indexes, llm, embedder, parts, args.pipeline, args.pipeline_threads, args.mode, args.transport)
     settings = {
         "indexes": list(indexes), "default_index": args.default, "request_deadline_s": args.request_deadline_s,
         "retry_after_s": args.retry_after_s, "max_body_bytes": args.max_body_bytes,
         "max_question_chars": args.max_question_chars, "auth": args.auth, "api_keys_env": args.api_keys_env,
-        "api_keys_file": args.api_keys_file,
+        "api_keys_file": args.api_keys_file, "transport": args.transport,
     }
     return _options(Ingress, args).bind(retriever, settings)

@@ -58,6 +58,7 @@ from serve.handles import (
     HandleVerifier,
     RequestScope,
     cancel_soon,
+    over,
     run_in_thread,
 )
 from serve.metrics import TIMING_PHASES, Metrics, replica_max_ongoing
@@ -354,7 +355,7 @@ class Retriever:
 
     def __init__(self, cfg_json: dict[str, Any], indexes: dict[str, str], llm: Any, embedder: Any,
                  parts: dict[str, Any] | None = None, pipeline: str | None = None, threads: int = 16,
-                 mode: str = "auto"):
+                 mode: str = "auto", transport: str = "grpc"):
         import sys
 
         # Pipeline threads hand off to the replica's event loop and the handle router's loop on every step;
@@ -367,6 +368,8 @@ class Retriever:
         ms = cfg.multistage
         self.cfg = cfg.model_copy(update={"multistage": ms.model_copy(
             update={"logic_workers": max(ms.logic_workers, threads)})})
+        llm, embedder = over(llm, transport), over(embedder, transport)
+        parts = {name: over(handle, transport) for name, handle in (parts or {}).items()}
         self.llm = HandleLLM(llm, self.cfg.llm)
         self.embedder = embedder_for(embedder, self.cfg)
         factory = import_string(pipeline) if pipeline else default_pipeline
@@ -565,11 +568,11 @@ class PlannerServer(_Part):
 
     part = "planner"
 
-    def __init__(self, cfg_json: dict[str, Any], llm: Any):
+    def __init__(self, cfg_json: dict[str, Any], llm: Any, transport: str = "grpc"):
         from hxd2_ray.wiring import build_planner
 
         cfg = validate_config(cfg_json, source="serve args")
-        self.planner = build_planner(HandleLLM(llm, cfg.llm), cfg)
+        self.planner = build_planner(HandleLLM(over(llm, transport), cfg.llm), cfg)
         self._setup(max(16, replica_max_ongoing() or 0))
 
     async def plan(self, question: str, language: str | None = None, relations: Sequence[str] = (),
@@ -584,12 +587,13 @@ class PlanExecutorServer(_Part):
 
     part = "executor"
 
-    def __init__(self, cfg_json: dict[str, Any], indexes: dict[str, str], llm: Any, embedder: Any):
+    def __init__(self, cfg_json: dict[str, Any], indexes: dict[str, str], llm: Any, embedder: Any,
+                 transport: str = "grpc"):
         from hxd2_ray.wiring import build_plan_executor
 
         cfg = validate_config(cfg_json, source="serve args")
         self.indexes = _open_indexes(indexes, cfg)
-        llm_adapter, emb = HandleLLM(llm, cfg.llm), embedder_for(embedder, cfg)
+        llm_adapter, emb = HandleLLM(over(llm, transport), cfg.llm), embedder_for(over(embedder, transport), cfg)
         self.executors = {name: build_plan_executor(index, llm_adapter, emb) for name, index in self.indexes.items()}
         self._setup(max(16, replica_max_ongoing() or 0))
 
@@ -613,11 +617,11 @@ class VerifierServer(_Part):
 
     part = "verifier"
 
-    def __init__(self, cfg_json: dict[str, Any], llm: Any):
+    def __init__(self, cfg_json: dict[str, Any], llm: Any, transport: str = "grpc"):
         from hxd2_ray.wiring import build_verifiers
 
         cfg = validate_config(cfg_json, source="serve args")
-        self.verifiers = build_verifiers(HandleLLM(llm, cfg.llm))
+        self.verifiers = build_verifiers(HandleLLM(over(llm, transport), cfg.llm))
         self._setup(max(16, replica_max_ongoing() or 0))
 
     async def verify(self, question: str, evidence: Any, answer: str | None = None, language: str | None = None,
@@ -636,7 +640,7 @@ class GraphWalkerServer(_Part):
 
     part = "walker"
 
-    def __init__(self, cfg_json: dict[str, Any], indexes: dict[str, str], embedder: Any):
+    def __init__(self, cfg_json: dict[str, Any], indexes: dict[str, str], embedder: Any, transport: str = "grpc"):
         from hxd2_ray.wiring import build_graph_retriever
 
         cfg = validate_config(cfg_json, source="serve args")
@@ -644,7 +648,7 @@ class GraphWalkerServer(_Part):
         cfgs = configs_per_index(cfg, _manifests(indexes, cfg)) if len(indexes) > 1 else {n: cfg for n in indexes}
         self.indexes = _open_indexes({n: loc for n, loc in indexes.items() if cfgs[n].graphflow.policy is not None},
                                      cfg)
-        emb = embedder_for(embedder, cfg)
+        emb = embedder_for(over(embedder, transport), cfg)
         self.retrievers: dict[str, Any] = {}
         for name, index in self.indexes.items():
             retriever = build_graph_retriever(index, emb, cfgs[name])
@@ -698,7 +702,8 @@ class Ingress:
             log.info("ingress: %d API key(s) loaded", len(self.keys))
         else:
             log.warning("ingress: auth is OFF (auth: false); bind to 127.0.0.1 only")
-        self.backend = RetrieverBackend(retriever, self.settings.retry_after_s)
+        transport = settings.get("transport", "grpc")
+        self.backend = RetrieverBackend(over(retriever, transport), self.settings.retry_after_s)
         self.metrics = Metrics()
 
     def __serve_build_asgi_app__(self) -> Any:

@@ -47,6 +47,20 @@ from hxd2_ray.llm.base import LLMRequest, LLMResponse
 
 T = TypeVar("T")
 
+TRANSPORTS = ("grpc", "actor")
+
+
+def over(handle: Any, transport: str) -> Any:
+    """``handle`` set to call its deployment over ``transport`` (``args.transport``). grpc: Serve's by-value
+    handles, which call the chosen replica's inter-deployment gRPC server with the pickled arguments; actor: Ray
+    actor calls, whose results live in the object store. Nothing here passes a response on as an ObjectRef (the
+    one thing only actor calls can do), and a hop over gRPC costs about half the CPU (``bench/serve_load.py``)."""
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+    if handle is None or transport == "actor":
+        return handle
+    return handle.options(_by_reference=False)
+
 
 class DeadlineExceeded(HxdError, TimeoutError):
     """The request's deadline passed before the pipeline finished."""

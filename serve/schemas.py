@@ -315,6 +315,12 @@ class ServeAppArgs(BaseModel):
                     "in_replica: each Retriever / PlanExecutor replica embeds in-process, one hop less per query "
                     "(CPU embedders, where a hop costs more than cross-request batching saves).",
     )
+    transport: Literal["grpc", "actor"] = Field(
+        "grpc",
+        description="How deployments call each other. grpc: straight to the chosen replica's gRPC server (Serve's "
+                    "by-value handles), about half the CPU and latency per call of actor; actor: Ray actor calls "
+                    "through the object store (Serve's default: results that are passed on as ObjectRefs).",
+    )
     embed_batch: EmbedBatchOptions = EmbedBatchOptions()
     scripted: ScriptedServeOptions = ScriptedServeOptions()
     deployment_options: dict[str, dict[str, Any]] = Field(

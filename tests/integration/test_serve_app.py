@@ -565,7 +565,8 @@ def test_cli_eval_and_serve_answer_alike(served, tmp_path, capsys):
 def test_in_replica_embedder_and_parts_answer_like_the_deployments(served):
     """``args.embedder: in_replica`` and ``args.parts: in_replica``: no Embedder, Planner, PlanExecutor or Verifier
     deployment; the Retriever embeds, plans, executes and verifies in-process, with the same settings, so the
-    answers, references, paths and prompt sizes equal the main app's."""
+    answers, references, paths and prompt sizes equal the main app's. This app's deployments call each other as
+    Ray actor calls (``args.transport: actor``), the main app's over gRPC (the default): the answers are the same."""
     from ray import serve
 
     from serve.app import build_app
@@ -573,7 +574,7 @@ def test_in_replica_embedder_and_parts_answer_like_the_deployments(served):
     name, prefix = "hxd2-local-embed", "/local-embed"
     app = build_app({
         "indexes": {"tiny": str(served.index_root)}, "config_data": TINY_CONFIG, "auth": False,
-        "embedder": "in_replica", "parts": "in_replica",
+        "embedder": "in_replica", "parts": "in_replica", "transport": "actor",
         "deployment_options": {"Ingress": _small(0.05), "Retriever": _small(0.05), "LLM": _small(0.05)},
     })
     serve.run(app, name=name, route_prefix=prefix)
