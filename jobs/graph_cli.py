@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hxd2_ray.errors import HxdError, IndexNotFoundError
+from hxd2_ray.errors import HxdError
 
 SUBCOMMANDS = ("export", "show", "stats")
 _EXPECTED = (HxdError, ValueError, FileNotFoundError)
@@ -28,16 +28,14 @@ _BUFFER_POOL_BYTES = 256 * 1024 * 1024
 
 
 def open_graph(index: str) -> Any:
+    """The current generation's graph of the index at ``index``, read-only, through the index layout."""
     from hxd2_ray.graph.kuzu_store import KuzuGraphStore
+    from hxd2_ray.indexing.layout import locate_local_index
 
     if "://" in index:
         raise HxdError(f"hxd2 graph reads a local index folder; copy {index} to a local folder first")
-    root = Path(index).expanduser()
-    if not (root / "graph.kuzu").exists():
-        hint = " (no manifest.json either: not an index folder, or a build that never finished)" \
-            if not (root / "manifest.json").exists() else ""
-        raise IndexNotFoundError(f"no graph at {root / 'graph.kuzu'}{hint}")
-    return KuzuGraphStore(root / "graph.kuzu", read_only=True, buffer_pool_bytes=_BUFFER_POOL_BYTES)
+    layout = locate_local_index(index)
+    return KuzuGraphStore(layout.graph_path, read_only=True, buffer_pool_bytes=_BUFFER_POOL_BYTES)
 
 
 # ---------------------------------------------------------------------------------------------- export

@@ -32,6 +32,7 @@ from hxd2_ray.config import HxdConfig, RetrievalConfig, embedding_model_id
 from hxd2_ray.errors import HxdError, IndexDamagedError, IndexMismatchError, IndexNotFoundError
 from hxd2_ray.graph.base import GraphStore
 from hxd2_ray.graph.resident import open_resident
+from hxd2_ray.indexing.layout import GRAPH_NAME, IndexLayout
 from hxd2_ray.indexing.manifest import (
     MANIFEST_NAME,
     IndexManifest,
@@ -45,7 +46,6 @@ from hxd2_ray.ingest.sources import resolve_filesystem
 from hxd2_ray.retrieval.fuzzy import FuzzyNameIndex
 from hxd2_ray.vectors.base import IDMAP_PARQUET, VectorIndex, family_dir
 
-GRAPH_NAME = "graph.kuzu"
 # What dual-level retrieval searches; relation_keywords is for logic-form predicate linking.
 DUAL_LEVEL_FAMILIES = ("entity_name", "entity_mix", "relation_mix", "chunk")
 # Copied from S3; the build's _staging folder (large, not needed to query) is left behind.
@@ -129,8 +129,9 @@ def _open_local(
     from hxd2_ray.graph.kuzu_store import KuzuGraphStore
     from hxd2_ray.vectors.faiss_index import FaissFamilyIndex
 
-    root = root / generation_dir(manifest.generation)  # the current generation's files
-    graph_path = root / GRAPH_NAME
+    layout = IndexLayout(root=root, manifest=manifest)
+    root = layout.generation_root  # the current generation's files
+    graph_path = layout.graph_path
     if not graph_path.exists():
         raise IndexNotFoundError(f"index at {location} has a manifest but no {GRAPH_NAME}: copy or rebuild it whole")
     opened: dict[str, VectorIndex] = {}

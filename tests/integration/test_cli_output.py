@@ -100,6 +100,11 @@ def test_index_kb_on_a_pipe_prints_periodic_plain_lines_and_json_is_unchanged(tr
     assert any(x.startswith("[hxd2] read done: 3,000 triples") for x in lines)
     assert lines[-5].split()[:2] == ["stage", "items"]  # the stage table closes the output
 
+    # The knowledge-base import writes the flat layout; the graph views open it through the same layout.
+    stats = _hxd2("graph", "stats", "--index", str(out), "--json")
+    assert stats.returncode == 0, stats.stderr[-3000:]
+    assert json.loads(stats.stdout)["counts"]["entities"] > 0
+
 
 def test_index_kb_verbose_shows_the_build_log_and_writes_no_log_file(triples, tmp_path):
     proc = _hxd2("index-kb", "--triples", str(triples), "--output", str(tmp_path / "kb"), "-v")
@@ -108,14 +113,24 @@ def test_index_kb_verbose_shows_the_build_log_and_writes_no_log_file(triples, tm
     assert not (tmp_path / "_logs").exists()
 
 
-def test_index_is_quiet_by_default_and_verbose_restores_ray_logs(tmp_path):
+FAST = ("--set", "ray.num_cpus=2", "--set", "embedding.dim=64")
+
+
+@pytest.fixture(scope="module")
+def built_index(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """An index that the real ``hxd2 index`` built (the generations layout), and how that build ran."""
+    tmp_path = tmp_path_factory.mktemp("built")
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "sudhof.md").write_text((SAMPLE / "thomas_sudhof.md").read_text(encoding="utf-8"), encoding="utf-8")
     out = tmp_path / "index"
-    fast = ["--set", "ray.num_cpus=2", "--set", "embedding.dim=64"]
-    quiet = _hxd2("index", "--input", str(corpus), "--output", str(out), *fast)
-    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    proc = _hxd2("index", "--input", str(corpus), "--output", str(out), *FAST)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc
+
+
+def test_index_is_quiet_by_default_and_verbose_restores_ray_logs(built_index):
+    out, quiet = built_index
     for stage in ("ingest", "extract", "merge", "embed", "write"):
         assert f"[hxd2] {stage} done: " in quiet.stderr, stage
     assert re.search(r"\[hxd2\] extract done: \d+/\d+ chunks 100% .* tok/s", quiet.stderr)
@@ -129,8 +144,28 @@ def test_index_is_quiet_by_default_and_verbose_restores_ray_logs(tmp_path):
 
     # A rerun over the same input finds the index unchanged, and with -v Ray's own lines are back on stderr
     # (and no new log file).
-    verbose = _hxd2("index", "--input", str(corpus), "--output", str(out), *fast, "-v")
+    verbose = _hxd2("index", "--input", str(out.parent / "corpus"), "--output", str(out), *FAST, "-v")
     assert verbose.returncode == 0, verbose.stderr[-3000:]
     assert "Started a local Ray instance" in verbose.stderr
     assert "unchanged" in verbose.stdout, verbose.stdout
     assert len(list((out / "_logs").glob("index-*.log"))) == 1
+
+
+def test_graph_views_open_an_index_the_index_command_built(built_index, tmp_path):
+    out, _ = built_index
+    assert (out / "generations").is_dir() and not (out / "graph.kuzu").exists()  # the layout the opener follows
+    stats = _hxd2("graph", "stats", "--index", str(out), "--output", str(tmp_path / "stats"), "--json")
+    assert stats.returncode == 0, stats.stderr[-3000:]
+    counts = json.loads(stats.stdout)["counts"]
+    assert counts["entities"] > 0 and counts["chunks"] > 0
+    assert (tmp_path / "stats" / "stats.png").stat().st_size > 0
+    for view in ("view.png", "view.html"):
+        shown = _hxd2("graph", "show", "--index", str(out), "--output", str(tmp_path / view))
+        assert shown.returncode == 0, shown.stderr[-3000:]
+        assert (tmp_path / view).stat().st_size > 0
+    exported = _hxd2("graph", "export", "--index", str(out), "--format", "graphml",
+                     "--output", str(tmp_path / "graph.graphml"))
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert "<graphml" in (tmp_path / "graph.graphml").read_text(encoding="utf-8")[:2000]
+    missing = _hxd2("graph", "stats", "--index", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
