@@ -31,6 +31,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hxd2_ray.evaluation.question_table import markdown_question_table, question_rows, render_html
+
 if TYPE_CHECKING:  # matplotlib loads on the first plot
     from matplotlib.figure import Figure
 
@@ -218,16 +220,21 @@ def fmt_count(v: float | None) -> str:
     return "–" if v is None else f"{v:,.0f}"
 
 
-def markdown_table(summary: Mapping[str, Any], metrics: Sequence[str]) -> str:
-    """Rows: modes; columns: metrics, avg prompt tokens, p50/p95 latency, n, errors (the paper's Tables 5-8)."""
+def summary_cells(summary: Mapping[str, Any], metrics: Sequence[str]) -> tuple[list[str], list[list[str]]]:
+    """The summary table's header and rows: modes; metrics, avg prompt tokens, p50/p95 latency, n, errors."""
     head = ["Mode", *(metric_label(m) for m in metrics), "Avg prompt tokens", "Avg completion tokens",
             "p50 latency (s)", "p95 latency (s)", "n", "Errors"]
+    rows = [[mode, *(fmt_score(s["metrics"].get(m)) for m in metrics), fmt_count(s["prompt_tokens_mean"]),
+             fmt_count(s["completion_tokens_mean"]), fmt_score(s["latency_s"]["p50"], 2),
+             fmt_score(s["latency_s"]["p95"], 2), str(s["n"]), str(s["errors"])] for mode, s in summary.items()]
+    return head, rows
+
+
+def markdown_table(summary: Mapping[str, Any], metrics: Sequence[str]) -> str:
+    """Rows: modes; columns: metrics, avg prompt tokens, p50/p95 latency, n, errors (the paper's Tables 5-8)."""
+    head, rows = summary_cells(summary, metrics)
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
-    for mode, s in summary.items():
-        cells = [mode, *(fmt_score(s["metrics"].get(m)) for m in metrics), fmt_count(s["prompt_tokens_mean"]),
-                 fmt_count(s["completion_tokens_mean"]), fmt_score(s["latency_s"]["p50"], 2),
-                 fmt_score(s["latency_s"]["p95"], 2), str(s["n"]), str(s["errors"])]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
     return "\n".join(lines)
 
 
@@ -245,7 +252,8 @@ def _verifier_table(summary: Mapping[str, Any]) -> str | None:
 
 def render_markdown(title: str, summary: Mapping[str, Any], metrics: Sequence[str], *,
                     primary_metric: str | None = None, skipped_rows: Sequence[Sequence[Any]] = (),
-                    plots: Mapping[str, Path] | None = None, run_info: Mapping[str, Any] | None = None) -> str:
+                    plots: Mapping[str, Path] | None = None, run_info: Mapping[str, Any] | None = None,
+                    question_table: str = "") -> str:
     parts = [f"# {title}", ""]
     if run_info:
         parts += [", ".join(f"{k}: `{v}`" for k, v in run_info.items()), ""]
@@ -276,6 +284,8 @@ def render_markdown(title: str, summary: Mapping[str, Any], metrics: Sequence[st
         parts += [""]
     if plots:
         parts += ["## Plots", ""] + [f"![{k}]({p.name})" for k, p in plots.items()] + [""]
+    if question_table:
+        parts += ["## Questions", "", "Every row, with a filter: report.html.", "", question_table, ""]
     return "\n".join(parts)
 
 
@@ -300,22 +310,31 @@ def save_figure(fig: Figure, path: Path) -> Path:
 
 
 def plot_scores(summary: Mapping[str, Any], metrics: Sequence[str], path: Path) -> Path:
+    """Bars of each metric by mode on a 0-1 axis; a metric a mode has no value for is marked "n/a", not drawn
+    as a zero."""
     modes = list(summary)
-    fig = new_figure(max(5.0, 1.2 * len(modes) * max(1, len(metrics)) / 2 + 2), 4)
+    fig = new_figure(max(5.0, 1.2 * len(modes) * max(1, len(metrics)) / 2 + 2), 4.4)
     ax = fig.add_subplot(1, 1, 1)
     width = 0.8 / max(1, len(metrics))
     for j, m in enumerate(metrics):
-        vals = [summary[mode]["metrics"].get(m) or 0.0 for mode in modes]
+        vals = [summary[mode]["metrics"].get(m) for mode in modes]
         xs = [i + (j - (len(metrics) - 1) / 2) * width for i in range(len(modes))]
-        bars = ax.bar(xs, vals, width, label=metric_label(m), hatch="//" if "lenient" in m else None)
-        for b, v in zip(bars, vals):
-            ax.annotate(f"{v:.3f}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=8)
+        drawn = [(x, v) for x, v in zip(xs, vals) if v is not None]
+        bars = ax.bar([x for x, _ in drawn], [v for _, v in drawn], width, label=metric_label(m),
+                      hatch="//" if "lenient" in m else None)
+        for b, (_, v) in zip(bars, drawn):
+            ax.annotate(f"{v:.3f}", (b.get_x() + b.get_width() / 2, min(v, 0.97)), ha="center", va="bottom",
+                        fontsize=8)
+        for x, v in zip(xs, vals):
+            if v is None:
+                ax.annotate("n/a", (x, 0.01), ha="center", va="bottom", fontsize=8, color="grey")
     ax.set_xticks(range(len(modes)), modes)
-    ax.set_ylim(0, 1.25)  # room for the legend above the bars
-    ax.set_ylabel("score")
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("mode")
+    ax.set_ylabel("score (0-1)")
     ax.set_title("Score by mode")
-    if metrics:
-        ax.legend(fontsize=8, loc="upper left", ncol=min(4, len(metrics)))
+    if metrics:  # under the axis, so it never hides a bar
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=min(4, len(metrics)))
     return save_figure(fig, path)
 
 
@@ -331,6 +350,7 @@ def _box(traces: Sequence[Mapping[str, Any]], keys: Sequence[str], titles: Seque
         ax.boxplot([d if d else [float("nan")] for d in data], showfliers=True)
         ax.set_xticks(range(1, len(modes) + 1), modes)
         ax.set_title(title)
+        ax.set_xlabel("mode")
         ax.set_ylabel(ylabel)
     return save_figure(fig, path)
 
@@ -360,6 +380,8 @@ def plot_verifier_confusion(summary: Mapping[str, Any], path: Path) -> Path | No
                         color="white" if grid[r][c] > top / 2 else "black")
         ax.set_xticks([0, 1], ["correct", "incorrect"])
         ax.set_yticks([0, 1], ["verifier yes", "verifier no"])
+        ax.set_xlabel("answer")
+        ax.set_ylabel("verifier decision")
         ax.set_title(mode)
     return save_figure(fig, path)
 
@@ -372,10 +394,11 @@ def plot_verifier_confusion(summary: Mapping[str, Any], path: Path) -> Path | No
 def write_report(traces: Sequence[Mapping[str, Any]], out_dir: str | Path, title: str = "Evaluation", *,
                  metrics: Sequence[str] | None = None, primary_metric: str | None = None,
                  skipped_rows: Sequence[Sequence[Any]] = (), run_info: Mapping[str, Any] | None = None,
-                 plots: bool = True) -> dict[str, Path]:
-    """Write ``report.md``, ``report.json`` and the PNG plots into ``out_dir``; return their paths by name
-    (``markdown``, ``json``, ``score_by_mode``, ``latency``, ``tokens``, ``verifier_confusion``; a plot with no
-    data is left out)."""
+                 plots: bool = True, questions: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Path]:
+    """Write ``report.md``, ``report.html``, ``report.json`` and the PNG plots into ``out_dir``; return their paths
+    by name (``markdown``, ``html``, ``json``, ``score_by_mode``, ``latency``, ``tokens``, ``verifier_confusion``;
+    a plot with no data is left out). ``questions`` (id -> {question, answers}) fills the per-question table's
+    question and gold columns."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     traces = list(traces)
@@ -392,9 +415,14 @@ def write_report(traces: Sequence[Mapping[str, Any]], out_dir: str | Path, title
                            ("verifier_confusion", plot_verifier_confusion(summary, out / "verifier_confusion.png"))):
             if made is not None:
                 paths[name] = made
+    rows = question_rows(traces, questions or {}, [is_correct(t, primary) for t in traces])
     md = render_markdown(title, summary, metrics, primary_metric=primary, skipped_rows=skipped_rows,
-                         plots=dict(paths), run_info=run_info)
+                         plots=dict(paths), run_info=run_info, question_table=markdown_question_table(rows))
     (out / "report.md").write_text(md, encoding="utf-8")
+    head, cells = summary_cells(summary, metrics)
+    notes = [", ".join(f"{k}: {v}" for k, v in (run_info or {}).items())] if run_info else []
+    page = render_html(title, head, cells, rows, plots=[p.name for p in paths.values()], notes=notes)
+    (out / "report.html").write_text(page, encoding="utf-8")
     doc = {
         "title": title,
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -408,7 +436,7 @@ def write_report(traces: Sequence[Mapping[str, Any]], out_dir: str | Path, title
         "plots": {k: p.name for k, p in paths.items()},
     }
     (out / "report.json").write_text(json.dumps(doc, ensure_ascii=False, indent=2), encoding="utf-8")
-    return {"markdown": out / "report.md", "json": out / "report.json", **paths}
+    return {"markdown": out / "report.md", "html": out / "report.html", "json": out / "report.json", **paths}
 
 
 @dataclass

@@ -162,21 +162,24 @@ def plot_stats(stats: dict[str, Any], path: str | os.PathLike[str]) -> None:
     ax.bar(range(len(hist)), [max(b["entities"], 0) for b in hist], color="#4e79a7")
     ax.set_xticks(range(len(hist)), labels, rotation=45, ha="right", fontsize=8)
     ax.set_yscale("log")
-    ax.set_title("Degree distribution (entities per degree bin, log scale)")
-    ax.set_xlabel("degree")
+    ax.set_title("Degree distribution")
+    ax.set_xlabel("degree (relations per entity)")
+    ax.set_ylabel("entities (log scale)")
 
     ax = axes[0][1]
     types = stats["entity_types"][:15][::-1]
     ax.barh([t["type"][:30] for t in types], [t["entities"] for t in types], color="#59a14f")
     ax.set_title("Entity types (top 15)")
+    ax.set_xlabel("entities")
+    ax.set_ylabel("entity type")
 
     ax = axes[1][0]
     largest = stats["components"]["largest"]
     ax.bar(range(1, len(largest) + 1), largest, color="#f28e2b")
     ax.set_yscale("log")
     ax.set_title(f"Largest connected components ({stats['components']['count']:,} in all)")
-    ax.set_xlabel("rank")
-    ax.set_ylabel("entities")
+    ax.set_xlabel("component rank (largest first)")
+    ax.set_ylabel("entities (log scale)")
 
     ax = axes[1][1]
     build = stats.get("build") or {}
@@ -188,6 +191,7 @@ def plot_stats(stats: dict[str, Any], path: str | os.PathLike[str]) -> None:
     if bars:
         ax.barh(list(bars)[::-1], list(bars.values())[::-1], color="#e15759")
         ax.set_title("What the build lost or skipped")
+        ax.set_xlabel("count")
     else:
         ax.text(0.5, 0.5, "no build summary (index_summary.json) found", ha="center", va="center")
         ax.set_axis_off()

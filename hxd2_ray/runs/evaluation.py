@@ -277,9 +277,11 @@ def run_grid(req: EvalGridRequest, answer_shards: ShardRunner, log: Log = lambda
 
 def write_run_report(fs: Any, root: str, traces: list[dict[str, Any]], run: dict[str, Any]) -> dict[str, str]:
     """The report of a run (markdown, JSON, plots) into its folder."""
+    saved = st.read_json(fs, posixpath.join(root, QUESTIONS_FILE)) or []
     kwargs = dict(title=f"Evaluation: {run['benchmark']}", metrics=run.get("metrics"),
                   primary_metric=run.get("primary_metric"), skipped_rows=run.get("skipped_rows", []),
-                  run_info={k: v for k, v in run.items() if k not in ("skipped_rows", "metrics")})
+                  run_info={k: v for k, v in run.items() if k not in ("skipped_rows", "metrics")},
+                  questions={str(q["id"]): q for q in saved})
     return publish(fs, root, lambda folder: write_report(traces, folder, **kwargs))
 
 

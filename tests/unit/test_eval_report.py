@@ -106,7 +106,7 @@ def test_write_report_files_and_pngs(tmp_path):
     paths = write_report(_traces(), tmp_path / "rep", "SeedBench QA-1 (rice, 4 questions)",
                          skipped_rows=[("1-1.json#7", "answer 'E' is not one of the options ABCD")],
                          run_info={"benchmark": "seedbench-qa1", "model": "scripted"})
-    assert set(paths) == {"markdown", "json", "score_by_mode", "latency", "tokens", "verifier_confusion"}
+    assert set(paths) == {"markdown", "html", "json", "score_by_mode", "latency", "tokens", "verifier_confusion"}
     for name in ("score_by_mode", "latency", "tokens", "verifier_confusion"):
         data = paths[name].read_bytes()
         assert data[:8] == PNG_SIGNATURE and len(data) > 1000, name
@@ -125,12 +125,12 @@ def test_write_report_files_and_pngs(tmp_path):
 def test_write_report_without_optional_data(tmp_path):
     traces = [{"id": "a", "mode": "m", "scores": {"f1": 0.25}}, {"id": "b", "mode": "m", "scores": {"f1": 0.75}}]
     paths = write_report(traces, tmp_path, "Minimal")
-    assert set(paths) == {"markdown", "json", "score_by_mode"}  # no latency, tokens or verifier data: no plot
+    assert set(paths) == {"markdown", "html", "json", "score_by_mode"}  # no latency, tokens or verifier: no plot
     assert paths["score_by_mode"].read_bytes()[:8] == PNG_SIGNATURE
     md = paths["markdown"].read_text(encoding="utf-8")
     assert "| m | 0.500 | – | – | – | – | 2 | 0 |" in md and "lenient" not in md
     empty = write_report([], tmp_path / "empty", "Nothing")
-    assert set(empty) == {"markdown", "json"}
+    assert set(empty) == {"markdown", "html", "json"}
     assert json.loads(empty["json"].read_text())["modes"] == {}
 
 
@@ -180,3 +180,54 @@ def test_path_reasons_are_grouped_by_kind():
                                                "pre-check verifier said yes": 1}
     md = render_markdown("t", summary, ["accuracy"])
     assert "| auto | fallback: plan failed | 2 |" in md.split("## Why each path was taken")[1]
+
+
+def test_report_has_a_row_per_question_with_gold_answer_hit_path_latency_and_references(tmp_path):
+    traces = [dict(t, answer=f"answer to {t['id']} | with a pipe", evidence_ids=["doc-a", "doc-b"])
+              for t in _traces()]
+    questions = {f"q{i}": {"question": f"What is <q{i}>?", "answers": [f"gold {i}"]} for i in range(1, 5)}
+    paths = write_report(traces, tmp_path, "Per question", questions=questions)
+    md = paths["markdown"].read_text(encoding="utf-8")
+    table = md[md.index("## Questions"):]
+    assert "| Question | Mode | Gold | Answer | Hit | Path | Latency (s) | References |" in table
+    # q2 in dual-level scored 0: a miss, with its gold, the answer (pipe escaped), path, latency and references
+    assert "| q2: What is <q2>? | dual-level | gold 2 | answer to q2 \\| with a pipe | ✗ | dual_level | 2.00 | " \
+           "doc-a, doc-b |" in table
+    assert "| q1: What is <q1>? | logic | gold 1 |" in table and table.count("| ✓ |") == 5
+    page = paths["html"].read_text(encoding="utf-8")
+    assert page.count('<tr class="hit">') + page.count('<tr class="miss">') == 8
+    assert "What is &lt;q2&gt;?" in page and "<q2>" not in page  # escaped, never markup
+    assert 'src="score_by_mode.png"' in page and "http" not in page  # self-contained: nothing from outside
+
+
+def test_markdown_question_table_keeps_the_first_rows_of_each_mode(tmp_path):
+    from hxd2_ray.evaluation.question_table import markdown_question_table, question_rows
+
+    traces = [{"id": f"q{i}", "mode": m, "answer": "x"} for m in ("a", "b") for i in range(60)]
+    rows = question_rows(traces, {}, [None] * len(traces))
+    table = markdown_question_table(rows, limit=50)
+    assert table.count("\n| q") == 100 and "20 more rows" in table
+    assert "| q0 | a | – | x | – |" in table  # unknown question, gold and hit are shown as missing
+
+
+def test_score_plot_runs_zero_to_one_and_leaves_a_missing_value_undrawn(tmp_path):
+    from hxd2_ray.evaluation import report
+
+    drawn = {}
+    real_save = report.save_figure
+
+    def keep(fig, path):
+        drawn["fig"] = fig
+        return real_save(fig, path)
+
+    summary = {"a": {"metrics": {"f1": 0.5, "em": None}}, "b": {"metrics": {"f1": 1.0, "em": 0.25}}}
+    report.save_figure, saved = keep, report.save_figure
+    try:
+        report.plot_scores(summary, ["f1", "em"], tmp_path / "s.png")
+    finally:
+        report.save_figure = saved
+    ax = drawn["fig"].axes[0]
+    assert ax.get_ylim() == (0.0, 1.0) and ax.get_ylabel() and ax.get_xlabel()
+    heights = sorted(round(p.get_height(), 3) for p in ax.patches)
+    assert heights == [0.25, 0.5, 1.0]  # three bars: the missing em of mode a is not drawn as 0
+    assert "n/a" in [t.get_text() for t in ax.texts] and "0.000" not in [t.get_text() for t in ax.texts]
