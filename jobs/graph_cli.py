@@ -74,7 +74,7 @@ def format_export(s: dict[str, Any]) -> str:
 
 
 def run_show(args: argparse.Namespace) -> dict[str, Any]:
-    from hxd2_ray.graph_views.subgraph import most_connected, neighbourhood
+    from hxd2_ray.graph_views.subgraph import attach_sources, most_connected, neighbourhood
 
     suffix = Path(args.output).suffix.lower()
     if suffix not in (".png", ".html", ".htm"):
@@ -87,6 +87,8 @@ def run_show(args: argparse.Namespace) -> dict[str, Any]:
             sub = neighbourhood(store, args.entity, hops=args.hops, max_nodes=args.max_nodes)
         else:
             sub = most_connected(store, hops=max(1, args.hops), max_nodes=args.max_nodes)
+        if suffix != ".png":  # the page shows each entity's source chunks; a picture has no room for them
+            attach_sources(store, sub)
     finally:
         store.close()
     output = Path(args.output)

@@ -27,7 +27,8 @@ def page_data(sub: Subgraph) -> dict[str, Any]:
     nodes = [{"id": k, "name": graph.nodes[k]["name"], "label": short(graph.nodes[k]["name"], 28),
               "type": graph.nodes[k]["type"], "degree": graph.nodes[k]["degree"],
               "description": graph.nodes[k]["description"], "colour": colours[graph.nodes[k]["type"]],
-              "center": k in sub.center, "x": round(pos[k][0] * scale, 1), "y": round(-pos[k][1] * scale, 1)}
+              "center": k in sub.center, "sources": sub.sources.get(k, []),
+              "x": round(pos[k][0] * scale, 1), "y": round(-pos[k][1] * scale, 1)}
              for k in graph.nodes]
     edges = [{"source": a, "target": b, "keywords": graph.edges[a, b]["keywords"],
               "label": short(graph.edges[a, b]["keywords"][0], 22) if graph.edges[a, b]["keywords"] else "",
@@ -55,6 +56,9 @@ _PAGE = """<!DOCTYPE html>
   #view.dragging { cursor: grabbing; }
   #panel { width: 320px; padding: 10px 12px; border-left: 1px solid #ddd; overflow: auto; }
   #panel h3 { margin: 4px 0; }
+  #panel p { white-space: pre-wrap; }  /* descriptions keep their line breaks */
+  #panel blockquote { margin: 6px 0; padding: 4px 8px; border-left: 3px solid #ccc; background: #f7f7f7;
+                      white-space: pre-wrap; font-size: 13px; }
   .legend span { display: inline-block; margin-right: 10px; }
   .legend i { display: inline-block; width: 10px; height: 10px; border-radius: 5px; margin-right: 4px; }
   text { pointer-events: none; }
@@ -85,7 +89,7 @@ _PAGE = """<!DOCTYPE html>
     Object.keys(attrs).forEach(function (k) { e.setAttribute(k, attrs[k]); });
     parent.appendChild(e); return e;
   }
-  function show(title, rows) {
+  function show(title, rows, sources) {
     panel.textContent = "";
     var h = document.createElement("h3"); h.textContent = title; panel.appendChild(h);
     rows.forEach(function (r) {
@@ -93,6 +97,14 @@ _PAGE = """<!DOCTYPE html>
       b.textContent = r[0] + ": "; p.appendChild(b); p.appendChild(document.createTextNode(r[1]));
       panel.appendChild(p);
     });
+    if (sources && sources.length) {
+      var s = document.createElement("h4"); s.textContent = "Source chunks"; panel.appendChild(s);
+      sources.forEach(function (c) {
+        var who = document.createElement("small"); who.textContent = c.document + " \u00b7 " + c.id.slice(0, 12);
+        var q = document.createElement("blockquote"); q.className = "source"; q.textContent = c.text;
+        panel.appendChild(who); panel.appendChild(q);
+      });
+    }
   }
   var byId = {};
   data.nodes.forEach(function (n) { byId[n.id] = n; });
@@ -118,7 +130,7 @@ _PAGE = """<!DOCTYPE html>
                           "stroke-width": n.center ? 4 : 1.5}, world);
     c.style.cursor = "pointer";
     c.addEventListener("click", function () {
-      show(n.name, [["type", n.type], ["degree", String(n.degree)], ["description", n.description]]);
+      show(n.name, [["type", n.type], ["degree", String(n.degree)], ["description", n.description]], n.sources);
     });
     var t = el("text", {x: n.x, y: n.y - r - 5, "font-size": n.center ? 15 : 13, "text-anchor": "middle",
                         "font-weight": n.center ? "bold" : "normal", fill: "#222"}, world);

@@ -27,6 +27,26 @@ class Subgraph:
     edges: list[dict[str, Any]]  # EdgeRows among the kept entities
     hops: dict[str, int] = field(default_factory=dict)  # key -> distance from the centre
     cut: int = 0  # entities reached but left out for max_nodes
+    # key -> the chunks the entity was extracted from (id, document, text), for views that show the evidence
+    sources: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+SOURCE_CHUNKS_PER_ENTITY = 3
+_SOURCE_CHARS = 600  # a chunk shown beside an entity is cut here: the view is a pointer, not the document
+
+
+def attach_sources(store: Any, sub: Subgraph, per_entity: int = SOURCE_CHUNKS_PER_ENTITY) -> Subgraph:
+    """Fill ``sub.sources`` with the first ``per_entity`` chunks of each entity (in document order): the text the
+    entity was read from, so a reader can check the graph against it."""
+    chosen = {key: ids[:per_entity] for key, ids in store.chunks_for_entities(list(sub.entities)).items()}
+    rows = {c["id"]: c for c in store.get_chunks([i for ids in chosen.values() for i in ids])}
+    for key, ids in chosen.items():
+        sub.sources[key] = [
+            {"id": rows[i]["id"], "document": rows[i]["doc_title"] or rows[i]["doc_source_id"],
+             "text": rows[i]["text"][:_SOURCE_CHARS] + ("…" if len(rows[i]["text"]) > _SOURCE_CHARS else "")}
+            for i in ids if i in rows
+        ]
+    return sub
 
 
 def find_entity(store: Any, name: str, suggestions: int = 5) -> dict[str, Any]:
@@ -106,3 +126,27 @@ def most_connected(store: Any, hops: int = 2, max_nodes: int = 40) -> Subgraph:
     plural = "s" if hops != 1 else ""
     return Subgraph(title=f"Most connected: around {hub['name']} (degree {top[0]}), {hops} hop{plural} ({shown})",
                     center=[top[1]], entities=entities, edges=_edges_among(store, keys), hops=distance, cut=cut)
+
+
+def around_entities(store: Any, names: list[str], hops: int = 1, max_nodes: int = 40) -> tuple[Subgraph, list[str]]:
+    """The entities named (by name or merge key) and what lies within ``hops`` relations of them, at most
+    ``max_nodes`` in all; with the names no entity has. Exact lookups only: a miss costs one read, not the scan of
+    every name that :func:`find_entity` makes to suggest near names (a server answers this for any request)."""
+    found: list[dict[str, Any]] = []
+    missing: list[str] = []
+    for name in dict.fromkeys(names):
+        row = store.find_entity_by_name(name, key_fn=normalize_name)
+        if row is None:
+            missing.append(name)
+        elif all(row["key"] != f["key"] for f in found):
+            found.append(row)
+    if not found:
+        return Subgraph(title="no entity found", center=[], entities={}, edges=[]), missing
+    keys, distance, cut = _walk(store, [f["key"] for f in found], hops, max_nodes)
+    entities = {e["key"]: e for e in store.get_entities(keys)}
+    shown = f"{len(keys)} entities" + (f", {cut} more not shown" if cut else "")
+    label = ", ".join(f["name"] for f in found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+    plural = "s" if hops != 1 else ""
+    sub = Subgraph(title=f"{label}: {hops} hop{plural} around ({shown})", center=[k for k in keys if distance[k] == 0],
+                   entities=entities, edges=_edges_among(store, keys), hops=distance, cut=cut)
+    return sub, missing

@@ -78,6 +78,11 @@ def test_show_writes_png_and_self_contained_html(tiny, tmp_path, capsys):
     data = json.loads(re.search(r'<script type="application/json" id="graph-data">(.*?)</script>', html, re.DOTALL)[1])
     assert {n["name"] for n in data["nodes"]} >= {"Thomas Südhof", "Stanford University"}
     assert any(e["keywords"] == ["award"] for e in data["edges"])
+    # Each entity carries the chunks it was read from; the panel keeps descriptions' line breaks.
+    sudhof = next(n for n in data["nodes"] if n["name"] == "Thomas Südhof")
+    assert sudhof["sources"] and all(c["text"] and c["id"] and c["document"] for c in sudhof["sources"])
+    assert "Südhof" in " ".join(c["text"] for c in sudhof["sources"])
+    assert "white-space: pre-wrap" in html and "Source chunks" in html
 
 
 def test_html_escapes_hostile_text(tiny, tmp_path, capsys):
@@ -127,4 +132,7 @@ def test_stats_reads_the_build_summary(tiny, tmp_path, capsys):
 
 def test_missing_index_is_a_clear_error(tmp_path, capsys):
     assert graph_cli.main(["stats", "--index", str(tmp_path / "nope")]) == 2
-    assert "no graph at" in capsys.readouterr().err
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "folder").mkdir()
+    assert graph_cli.main(["stats", "--index", str(tmp_path / "folder")]) == 2
+    assert "no manifest.json" in capsys.readouterr().err
