@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from typing import Any, Callable
 
@@ -49,17 +50,42 @@ def _usage() -> str:
     return f"usage: hxd2 COMMAND [ARGS]\n\ncommands:\n{rows}\n\nRun 'hxd2 COMMAND --help' for a command's options."
 
 
+def _no_colour_unless_shown(args: list[str]) -> None:
+    """Engines' logs carry no colour codes unless they are shown on a terminal (``-v`` with stderr a terminal):
+    otherwise they land in a log file or a pipe, where the codes are noise. Ray's driver reads RAY_COLOR_PREFIX,
+    vLLM its own switch, most other libraries NO_COLOR; an explicit setting of the caller's wins."""
+    shown = ("-v" in args or "--verbose" in args) and os.isatty(2)
+    if not shown:
+        for name, value in (("RAY_COLOR_PREFIX", "0"), ("VLLM_LOGGING_COLOR", "0"), ("NO_COLOR", "1")):
+            os.environ.setdefault(name, value)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0
     name, rest = argv[0], argv[1:]
+    _no_colour_unless_shown(rest)
     if name not in COMMANDS:
         print(f"hxd2: unknown command {name!r}; valid: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    return int(module.main(rest) or 0)
+    try:
+        module = importlib.import_module(COMMANDS[name][0])
+        return int(module.main(rest) or 0)
+    except KeyboardInterrupt:
+        # One line, not the traceback of whatever the interrupt hit; every long command resumes where it stopped.
+        print(f"\nhxd2 {name}: interrupted{_RESUME.get(name, '')}", file=sys.stderr, flush=True)
+        return INTERRUPTED
+
+
+INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command stopped by Ctrl-C
+_RESUME = {
+    "index": "; run the same command again to resume (finished stages and chunks are kept)",
+    "index-kb": "; run it again into an empty or new output folder",
+    "eval": "; run the same command again to resume (answered shards are kept)",
+    "graphflow": "; run the same command again (training resumes from its last checkpoint where one was written)",
+}
 
 
 if __name__ == "__main__":

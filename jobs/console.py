@@ -80,6 +80,39 @@ def _choose_renderer(terminal: TextIO, verbose: bool, is_tty: bool) -> Any:
     return progress.LineRenderer(terminal, interval_s=interval)
 
 
+def writable_log_path(command: str, output: str | None) -> Path:
+    """:func:`log_path_for` when its folder can be written (a reader's index may be read-only), else the same
+    name under ``./.hxd2/logs``."""
+    path = log_path_for(command, output)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if os.access(path.parent, os.W_OK):
+            return path
+    except OSError:
+        pass
+    return log_path_for(command, None)
+
+
+@contextlib.contextmanager
+def engine_logs_to(log_path: Path | None) -> Iterator[TextIO]:
+    """For a command that prints its own few lines (``hxd2 query``): file descriptors 1 and 2 point at
+    ``log_path`` for the block, so engines' and libraries' lines (vLLM, Ray, torch, also from C) land there; yields
+    the stream to the terminal for the command's own lines. With no ``log_path``, or when stderr is not file
+    descriptor 2 (an in-process caller capturing output), nothing is redirected and ``sys.stderr`` is yielded."""
+    try:
+        real_fds = sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):
+        real_fds = False
+    if log_path is None or not real_fds:
+        yield sys.stderr
+        return
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a", buffering=1, encoding="utf-8", errors="replace") as log_file:
+        log_file.write(f"==== hxd2 — {time.strftime('%Y-%m-%d %H:%M:%S')} (pid {os.getpid()})\n")
+        with _redirected_fds(log_file) as terminal:
+            yield terminal
+
+
 @contextlib.contextmanager
 def _redirected_fds(log_file: TextIO) -> Iterator[TextIO]:
     """Point fds 1 and 2 at ``log_file`` for the block; yields a stream on the original stderr."""
@@ -207,6 +240,10 @@ def run_job(work: Callable[[], dict[str, Any]], *, command: str, log_path: Path 
             if used_log is not None:
                 print(f"  (the full log: {used_log})", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:
+            if used_log is not None:
+                print(f"(the log: {used_log})", file=sys.stderr)
+            raise  # jobs.cli says it in one line, exit status 130
         except BaseException:
             if used_log is not None:
                 print(f"hxd2 {command} failed; the full log: {used_log}", file=sys.stderr)

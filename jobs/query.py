@@ -5,6 +5,8 @@
 
 Without ``--config`` the index's own recorded config is used (the embedder and LLM it was built with).
 
+Engines' and libraries' logs (vLLM, torch, Ray) go to a log file, ``<index>/_logs/query-<time>.log`` (or
+``./.hxd2/logs/`` for an S3 or read-only index), whose path is printed once; ``-v`` shows them instead.
 --json prints one object (answer, references, notices, usage; trace with --trace). --stream prints the answer
 as it is generated (with --json the object still comes whole at the end). --trace shows the keywords, the
 matched entities and relations with their scores and channels, the chunks chosen and the tokens per section.
@@ -50,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "graphflow and multistage.graph_walk (same as --set graphflow.policy=DIR)")
     parser.add_argument("--questions", default=None, metavar="JSONL",
                         help="answer every {\"question\": …} line of this file with one loaded model (demo/batch)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show the engines' logs here instead of writing them to a log file")
     return parser
 
 
@@ -62,8 +66,8 @@ def close_all(resources: list[Any]) -> None:
             close()
 
 
-def _error(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
+def _error(message: str, out: Any = None) -> None:
+    print(f"error: {message}", file=out or sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,9 +109,14 @@ def _main(argv: list[str] | None, stack: contextlib.ExitStack) -> int:
         return 2
     # stdout carries the answer (or the one JSON object): engine logs and stray library prints go to stderr.
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    from jobs.console import engine_logs_to, writable_log_path
     from jobs.result_stdout import result_stdout
 
     answer_out = stack.enter_context(result_stdout())  # engines' and libraries' lines go to stderr, even at fd 1
+    log_path = None if args.verbose else writable_log_path("query", args.index)
+    terminal = stack.enter_context(engine_logs_to(log_path))  # ... and from here on into the log file
+    if terminal is not sys.stderr:
+        print(f"hxd2 query: engine logs go to {log_path} (-v shows them here)", file=terminal, flush=True)
     resources: list[Any] = [index]
     try:
         with contextlib.redirect_stdout(sys.stderr):
@@ -128,18 +137,18 @@ def _main(argv: list[str] | None, stack: contextlib.ExitStack) -> int:
                     print(file=answer_out, flush=True)
                 answers.append(answer)
                 if len(questions) > 1:
-                    _print_answer(answer, args, streamed=on_delta is not None, out=answer_out)
+                    _print_answer(answer, args, streamed=on_delta is not None, out=answer_out, err=terminal)
     except BackendError as exc:
-        _error(str(exc))
+        _error(str(exc), terminal)
         return 1
     except HxdError as exc:
-        _error(str(exc))
+        _error(str(exc), terminal)
         return 2
     finally:
         close_all(resources)
 
     if len(questions) == 1:
-        _print_answer(answers[0], args, streamed=args.stream and not args.json, out=answer_out)
+        _print_answer(answers[0], args, streamed=args.stream and not args.json, out=answer_out, err=terminal)
     return 0
 
 
@@ -149,7 +158,7 @@ def _read_questions(path: str) -> list[str]:
     return read_questions(path)
 
 
-def _print_answer(answer: Answer, args: argparse.Namespace, streamed: bool, out: Any) -> None:
+def _print_answer(answer: Answer, args: argparse.Namespace, streamed: bool, out: Any, err: Any) -> None:
     data = answer.to_dict(trace=args.trace)
     if args.json:
         print(json.dumps(data, ensure_ascii=False, indent=2 if args.questions is None else None), file=out, flush=True)
@@ -159,9 +168,9 @@ def _print_answer(answer: Answer, args: argparse.Namespace, streamed: bool, out:
     print(format_references(data["references"]), file=out)
     trace = answer.trace
     why = f" ({trace.get('path_reason')})" if trace.get("path_reason") else ""
-    print(f"path: {answer.path}{why}", file=sys.stderr)
-    for notice in data.get("notices", []):
-        print(f"note: {notice}", file=sys.stderr)
+    print(f"path: {answer.path}{why}", file=err)
+    for notice in data.get("notices", [])[:3]:  # the rest are in --json and --trace
+        print(f"note: {notice}", file=err)
     if args.trace:
         print(json.dumps({k: v for k, v in trace.items() if k != "retrieval"}, ensure_ascii=False, indent=2,
                          default=str), file=out)

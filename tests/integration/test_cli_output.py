@@ -169,3 +169,26 @@ def test_graph_views_open_an_index_the_index_command_built(built_index, tmp_path
     assert "<graphml" in (tmp_path / "graph.graphml").read_text(encoding="utf-8")[:2000]
     missing = _hxd2("graph", "stats", "--index", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+def test_ctrl_c_in_index_is_one_line_exit_130_and_the_rerun_finishes(tmp_path):
+    import signal
+
+    out = tmp_path / "index"
+    command = [sys.executable, "-m", "jobs.cli", "index", "--input", str(SAMPLE), "--output", str(out), *FAST]
+    proc = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    assert proc.stderr is not None
+    for line in proc.stderr:  # interrupt once the build is under way (Ray started, first stage running)
+        seen.append(line)
+        if line.startswith("[hxd2] ingest"):
+            proc.send_signal(signal.SIGINT)
+            break
+    _, rest = proc.communicate(timeout=120)
+    err = "".join(seen) + rest
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "hxd2 index: interrupted; run the same command again to resume" in err
+    again = _hxd2("index", "--input", str(SAMPLE), "--output", str(out), *FAST)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.startswith("index written to ")

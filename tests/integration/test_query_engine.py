@@ -4,6 +4,7 @@ a local S3 server, and one end-to-end ``hxd2 query`` with the real vLLM engine a
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -113,23 +114,40 @@ def test_s3_index_is_cached_locally(tmp_path, s3_server, s3_bucket):
 
 
 @pytest.mark.vllm
-def test_hxd2_query_end_to_end_with_vllm(minilm_index, capsys):
-    from jobs import query
+def test_hxd2_query_end_to_end_with_vllm_keeps_the_engine_logs_in_a_file(minilm_index):
+    """``hxd2 query`` as a user runs it (its own process, the real vLLM engine): stdout holds the answer, stderr at
+    most 5 lines and no colour codes; the engine's logs are in the log file it names (one run: the engine's start
+    is the cost)."""
+    import re
+    import subprocess
+    import sys
 
     root, _cfg, _embedder = minilm_index
-    rc = query.main([
-        "--index", str(root), "--config", str(LOCAL_CONFIG),
-        "--set", "retrieval.answer_max_tokens=48", "--set", "retrieval.keyword_max_tokens=96",
-        "--json", "--trace", "--mode", "dual", "Which prize did Thomas Südhof win?",
-    ])
-    captured = capsys.readouterr()
-    assert rc == 0, captured.err
-    data = json.loads(captured.out)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "NO_COLOR", "VLLM_LOGGING"))}
+    env.update({"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+
+    def hxd2_query(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "jobs.cli", "query", "--index", str(root), "--config", str(LOCAL_CONFIG),
+             "--set", "retrieval.answer_max_tokens=48", "--set", "retrieval.keyword_max_tokens=96", "--mode", "dual",
+             *extra, "Which prize did Thomas Südhof win?"],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+    proc = hxd2_query("--json", "--trace")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
     assert data["answer"].strip()
     assert data["references"] and data["references"][0]["source_id"]
     trace = data["trace"]["retrieval"]
     assert trace["tokens"]["total"] <= trace["tokens"]["input_cap"]
     assert trace["entities"] or trace["chunks"]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) <= 5 and "\x1b[" not in proc.stderr, proc.stderr
+    logged = re.search(r"engine logs go to (\S+)", proc.stderr)
+    assert logged, proc.stderr
+    log = Path(logged[1]).read_text(encoding="utf-8")
+    assert "vllm" in log.lower() and "\x1b[" not in log  # the engine's own lines, without colour codes
+
 
 
 def test_hxd2_query_without_config_uses_the_index_config(minilm_index, tmp_path, capsys):
