@@ -104,7 +104,7 @@ def cli_reference_page() -> str:
         "",
         "Exit status: 0 done; 2 a usage error or an input the command refuses, explained in one `error: ...` line; "
         "3 stopped before the end (`hxd2 index` at its token or cost budget, `hxd2 graphflow train` at a "
-        "non-finite loss).",
+        "non-finite loss); 130 interrupted by Ctrl-C, in one line (a rerun of `hxd2 index` resumes the build).",
         "",
     ]
     for entry in helps:
