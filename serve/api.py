@@ -1,5 +1,6 @@
 """The HTTP API of the app: OpenAI-compatible chat completions (SSE streaming), ``/v1/query``, ``/v1/models``,
-``/healthz``; request validation at the edge, error and status mapping, and the Ingress's client of the Retriever.
+``/healthz``, the index views (:mod:`serve.index_routes`) and the web UI (:mod:`serve.web_ui`); request validation
+at the edge, error and status mapping, and the Ingress's client of the Retriever.
 
 ``make_api`` builds the ASGI app over a backend (:class:`RetrieverBackend` in Serve, a fake in unit tests), so
 everything here is tested without Ray. Every text that enters (a question, a message, a header) is checked once,
@@ -20,9 +21,11 @@ from fastapi import Request  # module level: FastAPI resolves the routes' string
 
 from hxd2_ray.errors import BackendError, HxdError
 from serve.handles import DeadlineExceeded, RequestCancelled, cancel_quietly
+from serve.index_routes import INDEX_ROUTES, add_index_routes
 from serve.metrics import Metrics
 from serve.openapi import DEADLINE_HEADER
 from serve.schemas import ERROR_TYPES
+from serve.web_ui import OPEN_UI_PATH, UI_ROUTES, add_ui_routes
 
 log = logging.getLogger("hxd2.serve")
 
@@ -127,11 +130,19 @@ class RetrieverBackend:
 
     async def answer(self, index: str, question: str, trace: bool, deadline: float,
                      mode: str | None = None) -> dict[str, Any]:
+        return await self._call("answer", (index, question, trace, deadline, mode), deadline)
+
+    async def index_view(self, kind: str, index: str, params: dict[str, Any], deadline: float) -> dict[str, Any]:
+        """A view of a served index (:mod:`serve.index_views`): a read, so a dead replica's is retried too."""
+        return await self._call("index_view", (kind, index, params, deadline), deadline)
+
+    async def _call(self, method: str, args: tuple[Any, ...], deadline: float) -> dict[str, Any]:
+        """One read-only, idempotent call of the Retriever: its result, or its error payload as an ApiError."""
         from ray.exceptions import RayActorError
         from ray.serve.exceptions import BackPressureError
 
         for attempt in (0, 1):
-            response = self.handle.answer.remote(index, question, trace, deadline, mode)
+            response = getattr(self.handle, method).remote(*args)
             try:
                 # A little beyond the deadline: the retriever answers 504 itself, with its reason, when it can.
                 result = await asyncio.wait_for(response, max(0.0, deadline - time.time()) + 1.0)
@@ -144,7 +155,7 @@ class RetrieverBackend:
             except BackPressureError as exc:
                 raise self._overloaded(f"the retriever is at capacity ({exc})", exc.retry_after_s) from None
             except RayActorError as exc:
-                # The replica died under this (read-only, idempotent) query: retry once on another replica.
+                # The replica died under this (read-only, idempotent) call: retry once on another replica.
                 if attempt == 0 and time.time() < deadline:
                     log.warning("retriever replica failed (%s); retrying once", type(exc).__name__)
                     continue
@@ -238,7 +249,6 @@ class HttpMetricsMiddleware:
         root = scope.get("root_path", "")
         if root and path.startswith(root):
             path = path[len(root):] or "/"
-        route = path if path in self.routes else "other"
         status = {"code": 500}
         started = time.perf_counter()
 
@@ -250,20 +260,25 @@ class HttpMetricsMiddleware:
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
+            # A route with path parameters by its template (the router leaves the route it matched in the scope).
+            template = getattr(scope.get("route"), "path", None)
+            route = path if path in self.routes else template if template in self.routes else "other"
             self.metrics.http_requests.inc(tags={"route": route, "status": str(status["code"])})
             self.metrics.http_latency.observe((time.perf_counter() - started) * 1000, tags={"route": route})
 
 
 _DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 
-ROUTES = ("/v1/chat/completions", "/v1/query", "/v1/models", "/healthz", "/openapi.json")
+ROUTES = ("/v1/chat/completions", "/v1/query", "/v1/models", "/healthz", "/openapi.json", *INDEX_ROUTES,
+          *UI_ROUTES)
 
 
 def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | None = None) -> Any:
     """The ASGI app: FastAPI routes behind the auth/size guard and the HTTP metrics.
 
     ``backend`` offers ``answer(index, question, trace, deadline, mode)``, ``answer_stream(...)`` (async iterator
-    of events) and ``health()``: a :class:`RetrieverBackend` in Serve, a fake in unit tests.
+    of events), ``index_view(kind, index, params, deadline)`` and ``health()``: a :class:`RetrieverBackend` in
+    Serve, a fake in unit tests.
     """
     import json
 
@@ -469,6 +484,9 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
         return StreamingResponse(sse(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
+    add_index_routes(api, backend, settings, ApiError)
+    add_ui_routes(api, ApiError)
+
     def document() -> dict[str, Any]:
         if api.openapi_schema is None:
             from fastapi.openapi.utils import get_openapi
@@ -480,7 +498,7 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
         return api.openapi_schema
 
     api.openapi = document  # type: ignore[method-assign]
-    guarded = GuardMiddleware(api, keys=keys, max_body_bytes=settings.max_body_bytes,
+    guarded = GuardMiddleware(api, keys=keys, max_body_bytes=settings.max_body_bytes, open_pattern=OPEN_UI_PATH,
                               on_reject=lambda status, path: None)
     return HttpMetricsMiddleware(guarded, metrics, ROUTES)
 

@@ -5,7 +5,8 @@
 * A key is compared in constant time: both sides are hashed to 32-byte SHA-256 digests (no length leak) and every
   configured key is compared with ``hmac.compare_digest`` (no early exit on a match).
 * Keys are never logged: a rejected request is logged with its path and whether a key was given at all.
-* ``/healthz`` (and the routes in ``open_paths``) need no key.
+* ``/healthz`` (and the routes in ``open_paths``, or matching ``open_pattern``: the web UI's static files) need no
+  key.
 * The body is read here, before any route parses it: more than ``max_body_bytes`` → 413, whether the client
   declared a ``Content-Length`` (rejected without reading) or streamed a chunked body (cut off once over). The
   body that passes is replayed to the app, and later ``receive`` calls go to the client again, so the app still
@@ -22,6 +23,7 @@ import hmac
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, MutableMapping
 
@@ -120,12 +122,13 @@ class GuardMiddleware:
     """
 
     def __init__(self, app: ASGIApp, *, keys: ApiKeys | None, max_body_bytes: int,
-                 open_paths: Iterable[str] = OPEN_PATHS,
+                 open_paths: Iterable[str] = OPEN_PATHS, open_pattern: re.Pattern[str] | None = None,
                  on_reject: Callable[[int, str], None] | None = None):
         self.app = app
         self.keys = keys
         self.max_body_bytes = max_body_bytes
         self.open_paths = frozenset(open_paths)
+        self.open_pattern = open_pattern  # matched against the whole path (fullmatch)
         self.on_reject = on_reject
 
     def _path(self, scope: Scope) -> str:
@@ -150,7 +153,7 @@ class GuardMiddleware:
             await self.app(scope, receive, send)
             return
         path = self._path(scope)
-        if path in self.open_paths:
+        if path in self.open_paths or (self.open_pattern is not None and self.open_pattern.fullmatch(path)):
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}

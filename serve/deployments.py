@@ -3,7 +3,8 @@
 Request flow (``serve.app:build_app`` wires it)::
 
     HTTP ─► proxy ─► Ingress (serve.api: auth, limits, text validation, OpenAI shapes, SSE)
-                       │ handle: answer / answer_stream (index, question, trace, deadline, mode)
+                       │ handle: answer / answer_stream (index, question, trace, deadline, mode),
+                       │         index_view (a chunk, the graph around entities, statistics: the web UI's reads)
                        ▼
                      Retriever ×N: opens every index read-only and runs THE query flow
                        │          (hxd2_ray.wiring.build_pipeline, the CLI's and the evaluation job's object),
@@ -61,6 +62,7 @@ from serve.handles import (
     over,
     run_in_thread,
 )
+from serve.index_views import IndexViews, NotInIndex
 from serve.metrics import TIMING_PHASES, Metrics, replica_max_ongoing
 
 log = logging.getLogger("hxd2.serve")
@@ -383,6 +385,7 @@ class Retriever:
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hxd2-pipeline")
         self.metrics = Metrics()
         self.served = 0
+        self.views = IndexViews(self.indexes)  # a chunk, the graph around entities, statistics (the web UI's reads)
 
     # -- helpers -------------------------------------------------------------------------------------
 
@@ -504,6 +507,20 @@ class Retriever:
             if not finished:
                 cancel_soon(scope)  # the consumer went away: stop the pipeline and abort the generation
             task.cancel()
+
+    async def index_view(self, kind: str, index: str, params: dict[str, Any],
+                         deadline: float | None = None) -> dict[str, Any]:
+        """A chunk, the graph around entities, or the index's statistics (:mod:`serve.index_views`) as a JSON-ready
+        dict, or ``{"error": {"status", "message"}}``: 404 for what the index does not hold."""
+        try:
+            return await run_in_thread(self.pool, RequestScope(deadline),
+                                       functools.partial(self.views.run, kind, index, params))
+        except asyncio.CancelledError:
+            raise
+        except NotInIndex as exc:
+            return _error(404, str(exc))
+        except BaseException as exc:  # noqa: BLE001 - mapped to a status
+            return self._failed(index, exc)
 
     async def info(self) -> dict[str, Any]:
         return {
@@ -681,7 +698,8 @@ class GraphWalkerServer(_Part):
 )
 @serve.ingress()
 class Ingress:
-    """HTTP ingress: OpenAI-compatible chat completions (SSE streaming), /v1/query, /v1/models, /healthz."""
+    """HTTP ingress: OpenAI-compatible chat completions (SSE streaming), /v1/query, /v1/models, /healthz, the
+    index views (/v1/indexes/...) and the web UI (/ui)."""
 
     def __init__(self, retriever: Any, settings: dict[str, Any]):
         from serve.auth import ApiKeys, AuthConfigError, load_api_keys

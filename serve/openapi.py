@@ -134,8 +134,11 @@ def component_schemas() -> dict[str, Any]:
         ChatCompletion,
         ChatCompletionChunk,
         ChatCompletionRequest,
+        ChunkView,
         ErrorResponse,
+        GraphView,
         Health,
+        IndexStats,
         ModelList,
         QueryRequest,
         QueryResponse,
@@ -143,7 +146,7 @@ def component_schemas() -> dict[str, Any]:
 
     models = [(ChatCompletionRequest, "validation"), (QueryRequest, "validation")]
     models += [(m, "serialization") for m in (ChatCompletion, ChatCompletionChunk, QueryResponse, ModelList, Health,
-                                               ErrorResponse)]
+                                               ErrorResponse, ChunkView, GraphView, IndexStats)]
     _, schema = models_json_schema(models, ref_template=_SCHEMAS + "{model}")  # type: ignore[arg-type]
     return dict(schema["$defs"])
 
@@ -169,7 +172,10 @@ def build_document(base: dict[str, Any], *, indexes: tuple[str, ...], max_questi
         "type": "http", "scheme": "bearer", "description": "An API key of the server (HXD2_API_KEYS)."}}
     doc["security"] = [{BEARER: []}]
     for path, item in doc.get("paths", {}).items():
-        if path in open_paths:
-            for operation in item.values():
+        for operation in item.values():
+            if path in open_paths:
                 operation["security"] = []
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == "path" and parameter["name"] == "index":  # the views' /v1/indexes/{index}
+                    parameter["schema"]["enum"] = names
     return doc

@@ -215,6 +215,74 @@ class Health(BaseModel):
                                                  "has served.")
 
 
+# ------------------------------------------------------------------------- views of an index (the web UI's reads)
+
+
+class ChunkView(BaseModel):
+    """One chunk of a served index, with its document: what a reference points at."""
+
+    index: str
+    id: str
+    doc_id: str
+    doc_title: str
+    doc_source_id: str
+    doc_source_path: str
+    header_path: str
+    order: int = Field(..., description="The chunk's place in its document (0 first).")
+    language: str
+    text: str
+
+
+class GraphNode(BaseModel):
+    key: str = Field(..., description="The entity's merge key (its normalised name).")
+    name: str
+    type: str
+    degree: int
+    hops: int = Field(..., description="Relations between it and the nearest asked entity (0: asked).")
+    description: str = Field(..., description="The entity's description, cut to a few hundred characters.")
+
+
+class GraphEdge(BaseModel):
+    source: str = Field(..., description="Key of one end (relations are undirected).")
+    target: str
+    description: str
+    keywords: list[str]
+    weight: float
+
+
+class GraphView(BaseModel):
+    """The entities asked and what lies within ``hops`` relations of them, at most ``max_nodes`` entities."""
+
+    index: str
+    title: str
+    center: list[str] = Field(..., description="Keys of the asked entities the index holds.")
+    hops: int
+    max_nodes: int
+    nodes: list[GraphNode]
+    edges: list[GraphEdge] = Field(..., description="Every relation among the nodes.")
+    not_shown: int = Field(..., description="Entities within reach left out for max_nodes.")
+    not_found: list[str] = Field(..., description="Asked names no entity of the index has.")
+
+
+class IndexStats(BaseModel):
+    """What a user checks before trusting an index: counts, degrees, components, the best-connected entities and
+    entity types, the build's summary, and the manifest."""
+
+    index: str
+    counts: dict[str, int] = Field(..., description="Rows per table: documents, chunks, entities, relations, "
+                                                    "mentions.")
+    degree: dict[str, float] = Field(..., description="Relations per entity: mean, median, max; isolated: "
+                                                      "entities without one.")
+    degree_histogram: list[dict[str, int]] = Field(..., description="Entities per degree bin (min, max).")
+    components: dict[str, Any] = Field(..., description="Connected components: count, largest sizes, singletons, "
+                                                        "the largest's share of the entities.")
+    top_entities: list[dict[str, Any]] = Field(..., description="The best-connected entities (name, key, degree).")
+    entity_types: list[dict[str, Any]] = Field(..., description="Entities per type, most common first.")
+    build: dict[str, Any] = Field(..., description="The last build's summary (documents, quarantined files, "
+                                                   "failed chunks, models), where the index folder has one.")
+    manifest: dict[str, Any] = Field(..., description="fingerprint, created_at, generation, embedding_model.")
+
+
 # The error ``type`` of each status the API answers with (the ``type`` field of every error body).
 ERROR_TYPES: dict[int, str] = {
     400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error", 405: "invalid_request_error",

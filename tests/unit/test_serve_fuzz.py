@@ -91,6 +91,27 @@ def final(index: str, question: str, trace: bool, mode: str | None) -> dict[str,
     return {"type": "final", **ok(index, question, trace, mode)}
 
 
+# What the Retriever returns for each view of an index (``index_view``), where a script's step answers ``ok``.
+VIEWS: dict[str, dict[str, Any]] = {
+    "chunk": {"id": "c1", "doc_id": "d1", "doc_title": "A", "doc_source_id": "a.md", "doc_source_path": "/a.md",
+              "header_path": "", "order": 0, "language": "en", "text": "Ada wrote the first program."},
+    "graph": {"title": "Ada: 1 hop around (2 entities)", "center": ["ada"], "hops": 1, "max_nodes": 60,
+              "nodes": [{"key": "ada", "name": "Ada", "type": "person", "degree": 1, "hops": 0, "description": "d"},
+                        {"key": "babbage", "name": "Babbage", "type": "person", "degree": 1, "hops": 1,
+                         "description": ""}],
+              "edges": [{"source": "ada", "target": "babbage", "description": "worked with", "keywords": ["work"],
+                         "weight": 1.0}], "not_shown": 0, "not_found": []},
+    "stats": {"counts": {"documents": 1, "chunks": 1, "entities": 2, "relations": 1, "mentions": 2},
+              "degree": {"mean": 1.0, "median": 1.0, "max": 1, "isolated": 0},
+              "degree_histogram": [{"min": 1, "max": 1, "entities": 2}],
+              "components": {"count": 1, "largest": [2], "singletons": 0, "largest_share": 1.0},
+              "top_entities": [{"name": "Ada", "key": "ada", "degree": 1}],
+              "entity_types": [{"type": "person", "entities": 2}], "build": {},
+              "manifest": {"fingerprint": "f", "created_at": "2026-01-01T00:00:00Z", "generation": "",
+                           "embedding_model": "hashing-v1"}},
+}
+
+
 def error_event(make: Callable[[], BaseException]) -> Step:
     return lambda *_: {"type": "error", **error_of(make())}
 
@@ -215,6 +236,7 @@ class FakeRetrieverHandle:
     def __post_init__(self) -> None:
         self.answer = _Method(self._answer)
         self.answer_stream = _Method(self._answer_stream)
+        self.index_view = _Method(self._index_view)
         self.info = _Method(self._info)
 
     def _answer(self, index: str, question: str, trace: bool, deadline: float, mode: str | None) -> _Response:
@@ -227,6 +249,15 @@ class FakeRetrieverHandle:
                        mode: str | None) -> _Generator:
         self.calls.append("stream")
         return _Generator([_outcome(step, (index, question, trace, mode)) for step in self.script.stream])
+
+    def _index_view(self, kind: str, index: str, params: dict[str, Any], deadline: float) -> _Response:
+        """A view plays the script's answer steps (both are read-only calls, retried once on a dead replica)."""
+        attempt = sum(1 for c in self.calls if c == "view")
+        self.calls.append("view")
+        step = self.script.answer[min(attempt, len(self.script.answer) - 1)]
+        if step is ok:
+            return _Response({"index": index, **VIEWS[kind]})
+        return _Response(_outcome(step, (index, "", False, None)))
 
     def _info(self) -> _Response:
         self.calls.append("info")
@@ -243,9 +274,12 @@ CONFIG = schemathesis.Config.from_dict({
     "generation": {"with-security-parameters": False},  # the Authorization header is drawn below
     "checks": {"negative_data_rejection": {"expected-statuses": [400, 404, 413, 422]}},
 })
-OPERATIONS = ("GET /healthz", "GET /v1/models", "POST /v1/query", "POST /v1/chat/completions")
+VIEW_OPERATIONS = ("GET /v1/indexes/{index}/chunks/{chunk_id}", "GET /v1/indexes/{index}/graph",
+                   "GET /v1/indexes/{index}/stats")
+OPERATIONS = ("GET /healthz", "GET /v1/models", "POST /v1/query", "POST /v1/chat/completions", *VIEW_OPERATIONS)
 # Examples per operation: the POST routes carry the bodies and every Retriever behaviour.
-EXAMPLES = {"GET /healthz": 40, "GET /v1/models": 40, "POST /v1/query": 120, "POST /v1/chat/completions": 200}
+EXAMPLES = {"GET /healthz": 40, "GET /v1/models": 40, "POST /v1/query": 120, "POST /v1/chat/completions": 200,
+            **{label: 80 for label in VIEW_OPERATIONS}}
 
 
 @pytest.fixture(scope="module")
