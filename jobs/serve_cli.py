@@ -59,7 +59,41 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", default=APP_NAME, help="Serve application name")
     parser.add_argument("--detach", action="store_true",
                         help="return once deployed, leaving the app running (with --address: on the cluster)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show Ray's and Serve's logs here instead of writing them to a log file")
     return parser
+
+
+RAY_START_ATTEMPTS = 4
+RAY_START_FIRST_WAIT_S = 5.0  # then 10, 20: a busy machine gets ~35 s of waits besides Ray's own start waits
+
+
+def start_ray_with_retries(init: Callable[[], None], shutdown: Callable[[], None], *, where: str,
+                           attempts: int = RAY_START_ATTEMPTS, first_wait_s: float = RAY_START_FIRST_WAIT_S,
+                           sleep: Callable[[float], None] = time.sleep, log: Callable[[str], None] = print) -> None:
+    """``init()`` Ray, again after a growing wait when it fails (on a busy machine the local node's start can time
+    out: "current node timed out during startup"), at most ``attempts`` times; then one
+    :class:`~hxd2_ray.errors.HxdError` that says why and what to do."""
+    from hxd2_ray.errors import HxdError
+
+    wait = first_wait_s
+    last = ""
+    for attempt in range(1, attempts + 1):
+        try:
+            init()
+            return
+        except Exception as exc:  # noqa: BLE001 - Ray raises plain Exception/RuntimeError/ConnectionError here
+            last = " ".join(str(exc).split())[:200] or type(exc).__name__
+            try:
+                shutdown()  # what a failed start left running, before the next try
+            except Exception:  # noqa: BLE001 - nothing to tear down is fine
+                pass
+            if attempt < attempts:
+                log(f"Ray did not start ({last}); trying again in {wait:.0f} s ({attempt}/{attempts})")
+                sleep(wait)
+                wait *= 2
+    raise HxdError(f"Ray did not start {where} after {attempts} tries ({last}). The machine may be too busy: try "
+                   "again when it is quieter, or start Ray yourself (ray start --head) and pass --address auto")
 
 
 def _index_arg(value: str) -> tuple[str, str]:
@@ -180,19 +214,38 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
+    from jobs.console import engine_logs_to, writable_log_path
+
+    first_local = next((loc for loc in app_args["indexes"].values() if "://" not in loc), None)
+    log_path = None if ns.verbose else writable_log_path("serve", first_local)
+    with engine_logs_to(log_path) as terminal:
+        if log_path is not None and terminal is not sys.stderr:
+            print(f"hxd2 serve: Ray's and Serve's logs go to {log_path} (-v shows them here)", file=terminal,
+                  flush=True)
+        return _serve(app, app_args, http, ns, terminal)
+
+
+def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argparse.Namespace, terminal: Any) -> int:
     import ray
     from ray import serve
 
+    from hxd2_ray.errors import HxdError
+
+    def say(line: str) -> None:
+        print(line, file=terminal, flush=True)
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    if ns.address:
-        ray.init(address=ns.address)
-    else:
-        ray.init(address="local", num_cpus=ns.num_cpus, include_dashboard=False)
     try:
+        if ns.address:
+            start_ray_with_retries(lambda: ray.init(address=ns.address), ray.shutdown, where=f"at {ns.address}",
+                                   log=say)
+        else:
+            start_ray_with_retries(lambda: ray.init(address="local", num_cpus=ns.num_cpus, include_dashboard=False),
+                                   ray.shutdown, where="on this machine", log=say)
         check_local_indexes_on_every_node(app_args["indexes"])
     except HxdError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}")
         ray.shutdown()
         return 2
     stop = {"now": False}
@@ -210,14 +263,13 @@ def main(argv: list[str] | None = None) -> int:
             failures = deployment_failures(serve.status().applications.get(ns.name))
             if not failures:
                 raise
-            print(f"error: the application did not start ({exc}):", file=sys.stderr)
+            say(f"error: the application did not start ({exc}):")
             for line in failures:
-                print(f"  {line}", file=sys.stderr)
+                say(f"  {line}")
             code = 1
             return code
         url = f"http://{http['host']}:{http['port']}"
-        print(f"serving {', '.join(app_args['indexes'])} at {url}/v1 (OpenAI base_url); health: {url}/healthz",
-              flush=True)
+        say(f"serving {', '.join(app_args['indexes'])} at {url}/v1 (OpenAI base_url); health: {url}/healthz")
         if ns.detach:
             return 0
         while not stop["now"]:
@@ -225,11 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     except Exception as exc:  # noqa: BLE001 - report, then leave a clean exit code
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        say(f"error: {type(exc).__name__}: {exc}")
         code = 1
     finally:
         if not ns.detach:
-            print("shutting down", file=sys.stderr, flush=True)
+            say("shutting down")
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave Ray half torn down
 
             def _tear_down() -> None:
@@ -239,8 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                     ray.shutdown()
 
             def _give_up(exit_code: int = code) -> None:
-                print(f"warning: Ray did not finish shutting down within {SHUTDOWN_TIMEOUT_S:.0f} s (its own "
-                      "processes got the stop signal too?); exiting without it", file=sys.stderr, flush=True)
+                say(f"warning: Ray did not finish shutting down within {SHUTDOWN_TIMEOUT_S:.0f} s (its own "
+                    "processes got the stop signal too?); exiting without it")
                 os._exit(exit_code)
 
             shut_down_within(_tear_down, SHUTDOWN_TIMEOUT_S, _give_up)

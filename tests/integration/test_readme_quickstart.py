@@ -138,6 +138,10 @@ def test_quickstart_runs_as_written(tmp_path):
             os.killpg(server.pid, signal.SIGKILL)
             server.wait(timeout=30)
     assert server.returncode == 0, log.read_text()[-3000:]
+    said = log.read_text(encoding="utf-8").strip().splitlines()
+    # Quiet by default: its own few lines (log path, URL, shutdown); Ray's and Serve's are in the log file.
+    assert len(said) <= 10 and any(line.startswith("serving my-index at ") for line in said), said
+    assert "\x1b[" not in log.read_text(encoding="utf-8")
 
     run(evaluate)
     report = work / "runs" / "my-eval" / "report.md"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from jobs.serve_cli import shut_down_within
 
 
@@ -16,3 +18,35 @@ def test_shutdown_gives_up_when_the_teardown_blocks_and_not_otherwise():
     calls: list[str] = []
     shut_down_within(lambda: calls.append("teardown"), 30.0, lambda: calls.append("gave up"))
     assert calls == ["teardown"]  # finished in time: the watchdog is cancelled
+
+
+def test_ray_start_is_retried_with_growing_waits_then_succeeds():
+    from jobs.serve_cli import start_ray_with_retries
+
+    calls, waits, said, shutdowns = [], [], [], []
+
+    def init():
+        calls.append(1)
+        if len(calls) < 3:
+            raise Exception("The current node timed out during startup. This could happen because ...")
+
+    start_ray_with_retries(init, lambda: shutdowns.append(1), where="on this machine", sleep=waits.append,
+                           log=said.append)
+    assert len(calls) == 3 and waits == [5.0, 10.0] and len(shutdowns) == 2
+    assert all("timed out during startup" in line for line in said) and len(said) == 2
+
+
+def test_ray_that_never_starts_is_one_clear_error():
+    from hxd2_ray.errors import HxdError
+    from jobs.serve_cli import start_ray_with_retries
+
+    def init():
+        raise Exception("The current node timed out during startup.\nThis could happen because some of the Ray "
+                        "processes failed to startup.")
+
+    with pytest.raises(HxdError) as err:
+        start_ray_with_retries(init, lambda: None, where="on this machine", attempts=3, sleep=lambda _s: None,
+                               log=lambda _line: None)
+    message = str(err.value)
+    assert "\n" not in message and "after 3 tries" in message and "timed out during startup" in message
+    assert "--address auto" in message  # what to do
