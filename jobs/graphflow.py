@@ -26,6 +26,7 @@ import json
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -54,6 +55,7 @@ from hxd2_ray.graphflow.trainer import (
 )
 from hxd2_ray.retrieval.index import open_index
 from hxd2_ray.wiring import build_embedder
+from jobs import progress
 from jobs.cli import run_and_report
 from jobs.index import init_ray
 
@@ -63,7 +65,60 @@ RUN_NAME = "graphflow-train"
 
 
 def _log(msg: str) -> None:
-    print(f"[hxd2 graphflow] {msg}", file=sys.stderr, flush=True)
+    """A line of the command's own progress: through the job console's board when one is active (train: above the
+    progress, while Ray's lines go to the log file), else straight to stderr (evaluate)."""
+    board = progress.current()
+    if isinstance(board, progress.NullBoard):
+        print(f"[hxd2 graphflow] {msg}", file=sys.stderr, flush=True)
+    else:
+        board.note(f"graphflow: {msg}")
+
+
+class ProgressRelay:
+    """Rank 0's progress lines, carried to the driver through a Ray queue (a worker's own prints are Ray's
+    forwarded output: in the log file, prefixed, and Ray Train echoes them twice) and printed there by a thread."""
+
+    def __init__(self) -> None:
+        from ray.util.queue import Queue
+
+        self.queue = Queue(maxsize=10_000)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._drain, name="hxd2-graphflow-progress", daemon=True)
+
+    def __enter__(self) -> "ProgressRelay":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._flush()
+        with contextlib.suppress(Exception):  # the queue's actor may already be gone with Ray
+            self.queue.shutdown()
+
+    def _flush(self) -> None:
+        with contextlib.suppress(Exception):
+            for line in self.queue.get_nowait_batch(self.queue.qsize()):
+                _log(line)
+
+    def _drain(self) -> None:
+        from ray.util.queue import Empty
+
+        while not self._stop.is_set():
+            try:
+                _log(self.queue.get(timeout=0.5))
+            except Empty:
+                continue
+            except Exception:  # noqa: BLE001 - Ray going down under the thread: the driver reports the outcome
+                return
+
+
+def _relayed(queue: Any) -> Callable[[str], None]:
+    def put(line: str) -> None:
+        with contextlib.suppress(Exception):  # a full or gone queue loses a progress line, never the training
+            queue.put_nowait(line)
+
+    return put
 
 
 # ------------------------------------------------------------------------------------------- Ray Train side
@@ -134,8 +189,9 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     inputs = ray.get(config["inputs"])
     hooks = RayTrainRun()
     device = str(ray.train.torch.get_device()) if cfg.use_gpu else "cpu"
+    relay = config.get("progress")
     result = train_policy(inputs, cfg, config["output"], hooks=hooks, device=device,
-                          progress=_log if hooks.rank == 0 else None)
+                          progress=(_relayed(relay) if relay is not None else _log) if hooks.rank == 0 else None)
     ray.train.report({"final": True, "status": result.status, "message": result.message,
                       "epochs_run": result.epochs_run, "best_epoch": result.best_epoch,
                       "best_dev_hit@1": result.best_dev_hit1})
@@ -145,10 +201,21 @@ def fit_on_ray(inputs: Any, cfg: Any, output: Path, workers: int, hxd_cfg: Any) 
     """Run the Ray Train job; returns (the final metrics of rank 0, the latest checkpoint or None)."""
 
 
+    started_here = not ray.is_initialized()
     init_ray(hxd_cfg)
+    try:
+        with ProgressRelay() as relay:
+            return _fit(inputs, cfg, output, workers, relay.queue)
+    finally:
+        if started_here:  # inside the job console: the lines Ray flushes as it stops land in the log file
+            ray.shutdown()
+
+
+def _fit(inputs: Any, cfg: Any, output: Path, workers: int, progress_queue: Any) -> tuple[dict[str, Any], Any]:
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"inputs": ray.put(inputs), "cfg": cfg.model_dump(mode="json"), "output": str(output)},
+        train_loop_config={"inputs": ray.put(inputs), "cfg": cfg.model_dump(mode="json"), "output": str(output),
+                           "progress": progress_queue},
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=cfg.use_gpu,
                                      resources_per_worker={"CPU": 1, **({"GPU": 1} if cfg.use_gpu else {})}),
         run_config=RunConfig(name=RUN_NAME, storage_path=str(output / "_ray"),
@@ -204,7 +271,7 @@ def run_train(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def format_train(s: dict[str, Any]) -> str:
-    lines = [f"{s['status']}: {s['message']}",
+    lines = [f"{s['status']}: {s['message'] or 'trained ' + str(s['epochs_run']) + ' epoch(s)'}",
              f"  policy {s.get('policy') or '(none: no good epoch)'}  best epoch {s['best_epoch']}  "
              f"dev Hit@1 {s['best_dev_hit@1']:.4f}  epochs run {s['epochs_run']}",
              f"  questions: train {s.get('train_questions')}, dev {s.get('dev_questions')}, "
@@ -283,6 +350,8 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     if command == "train":
         p.add_argument("--output", required=True, help="policy folder (checkpoints under _ray/)")
         p.add_argument("--workers", type=int, default=None, help="Ray Train workers (default graphflow.workers)")
+        p.add_argument("-v", "--verbose", action="store_true",
+                       help="show Ray's and Ray Train's logs here instead of writing them to a log file")
     else:
         p.add_argument("--policy", required=True, help="trained policy folder")
         p.add_argument("--split", choices=("test", "dev", "train", "all"), default="test")
@@ -309,7 +378,11 @@ def main(argv: list[str] | None = None) -> int:
             holder["summary"] = run_train(args)
             return holder["summary"]
 
-        code = run_and_report(work, as_json=args.json, format_text=format_train, errors=_EXPECTED)
+        from jobs.console import log_path_for, run_job
+
+        # Ray's and Ray Train's lines (worker output, the controller's, teardown noise) go to the log file.
+        code = run_job(work, command="graphflow train", log_path=log_path_for("graphflow-train", args.output),
+                       verbose=args.verbose, as_json=args.json, format_text=format_train, errors=_EXPECTED)
         if code == 0 and holder["summary"]["status"] == "nan_loss":
             return 3
         return code
