@@ -269,7 +269,8 @@ def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argpars
             code = 1
             return code
         url = f"http://{http['host']}:{http['port']}"
-        say(f"serving {', '.join(app_args['indexes'])} at {url}/v1 (OpenAI base_url); health: {url}/healthz")
+        say(f"serving {', '.join(app_args['indexes'])} at {url}/v1 (OpenAI base_url); web UI: {url}/ui; "
+            f"health: {url}/healthz")
         if ns.detach:
             return 0
         while not stop["now"]:
