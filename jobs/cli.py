@@ -53,10 +53,11 @@ def _usage() -> str:
 def _no_colour_unless_shown(args: list[str]) -> None:
     """Engines' logs carry no colour codes unless they are shown on a terminal (``-v`` with stderr a terminal):
     otherwise they land in a log file or a pipe, where the codes are noise. Ray's driver reads RAY_COLOR_PREFIX,
-    vLLM its own switch, most other libraries NO_COLOR; an explicit setting of the caller's wins."""
+    vLLM its own switch; an explicit setting of the caller's wins. Not NO_COLOR: the command's own live display
+    (jobs.progress, on a terminal only) keeps its colours."""
     shown = ("-v" in args or "--verbose" in args) and os.isatty(2)
     if not shown:
-        for name, value in (("RAY_COLOR_PREFIX", "0"), ("VLLM_LOGGING_COLOR", "0"), ("NO_COLOR", "1")):
+        for name, value in (("RAY_COLOR_PREFIX", "0"), ("VLLM_LOGGING_COLOR", "0")):
             os.environ.setdefault(name, value)
 
 

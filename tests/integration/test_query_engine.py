@@ -123,7 +123,7 @@ def test_hxd2_query_end_to_end_with_vllm_keeps_the_engine_logs_in_a_file(minilm_
     import sys
 
     root, _cfg, _embedder = minilm_index
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "NO_COLOR", "VLLM_LOGGING"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "RAY_COLOR", "VLLM_LOGGING"))}
     env.update({"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
 
     def hxd2_query(*extra: str) -> subprocess.CompletedProcess:
