@@ -46,6 +46,11 @@ class IngestConfig(_Frozen):
     id_field: str = Field("id", description="Field holding the source's own document id (kept beside the hash).")
     title_field: str = Field("title", description="Field holding a document title.")
     max_file_bytes: int = Field(512 * 1024 * 1024, gt=0, description="Larger files are quarantined.")
+    follow_external_links: bool = Field(
+        False,
+        description="Read what a symbolic link under the input folder points to outside it; off: such a link is "
+        "quarantined (reason link_outside_input), so a link cannot pull another folder's files into the index.",
+    )
 
 
 class ChunkingConfig(_Frozen):

@@ -58,11 +58,14 @@ def is_index_folder(names: set[str], has_staging_build: bool) -> bool:
     return has_staging_build or ("manifest.json" in names and "graph.kuzu" in names)
 
 
-def walk_inputs(uri: str, s3: S3Config, exclude: tuple[str, ...] = ()) -> InputListing:
+def walk_inputs(uri: str, s3: S3Config, exclude: tuple[str, ...] = (), *,
+                follow_external_links: bool = False) -> InputListing:
     """Files under ``uri`` (a file, a folder searched recursively, or a glob with ``*``/``**``/``?``).
 
     ``exclude``: folders (local paths or ``s3://`` URIs) never read, e.g. the job's output when it sits inside
     the input. A missing file or folder raises ``FileNotFoundError``; a glob matching nothing gives no files.
+    A link below the walked folder that leads outside it is quarantined (``link_outside_input``) unless
+    ``follow_external_links``: an input folder names what is indexed, and a stray link must not widen it.
     """
     fs, path = resolve_filesystem(uri, s3)
     local = isinstance(fs, pafs.LocalFileSystem)
@@ -89,7 +92,8 @@ def walk_inputs(uri: str, s3: S3Config, exclude: tuple[str, ...] = ()) -> InputL
     # own files there are recognised and skipped like any index folder's).
     base_key = os.path.realpath(base) if local else base.rstrip("/")
     excluded_roots = tuple(r for r in excluded_roots if not _is_under(base_key, (r,)))
-    listing = _walk_local(base, excluded_roots) if local else _walk_object_store(fs, base, excluded_roots)
+    inside = None if follow_external_links else os.path.realpath(base or ".")
+    listing = _walk_local(base, excluded_roots, inside) if local else _walk_object_store(fs, base, excluded_roots)
     if regex is not None:
         listing.files = [p for p in listing.files if regex.fullmatch(_relative(p, base))]
         listing.quarantined = [q for q in listing.quarantined if regex.fullmatch(_relative(q.source_path, base))]
@@ -122,7 +126,7 @@ def _is_under(path: str, roots: tuple[str, ...]) -> bool:
 # --------------------------------------------------------------------------------------------- local
 
 
-def _walk_local(root: str, excluded_roots: tuple[str, ...]) -> InputListing:
+def _walk_local(root: str, excluded_roots: tuple[str, ...], inside: str | None = None) -> InputListing:
     listing = InputListing()
     visited_dirs: set[tuple[int, int]] = set()
     seen_files: dict[tuple[int, int], str] = {}
@@ -168,6 +172,13 @@ def _walk_local(root: str, excluded_roots: tuple[str, ...]) -> InputListing:
                 listing.quarantined.append(QuarantinedFile(_printable(path), "bad_file_name", detail))
                 continue
             is_link = entry.is_symlink()
+            if is_link and inside is not None:
+                real = os.path.realpath(path)
+                if os.path.exists(real) and not _is_under(real, (inside,)):
+                    listing.quarantined.append(QuarantinedFile(_printable(path), "link_outside_input", (
+                        f"a link to {_printable(real)}, outside the input folder; not read (set "
+                        "ingest.follow_external_links: true to read what links point to)")))
+                    continue
             try:
                 target = os.stat(path)  # follows links
             except OSError as exc:

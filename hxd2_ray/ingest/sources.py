@@ -60,8 +60,8 @@ def list_input_files(uri: str, cfg: IngestConfig, s3: S3Config) -> list[str]:
     visited once, index folders and hidden names skipped); what it cannot read is dropped here, so call
     ``walk_inputs`` when the quarantine rows matter. A missing file or folder raises ``FileNotFoundError``.
     """
-    del cfg  # suffix filtering is read_documents' job: unsupported files are quarantined, not silently dropped
-    return walk_inputs(uri, s3).files
+    # suffix filtering is read_documents' job: unsupported files are quarantined, not silently dropped
+    return walk_inputs(uri, s3, follow_external_links=cfg.follow_external_links).files
 
 
 @dataclass
@@ -81,7 +81,7 @@ def select_inputs(uri: str, cfg: IngestConfig, s3: S3Config, exclude: tuple[str,
     ``FileNotFoundError`` for a missing input, :class:`EmptyCorpusError` when no file (or none that could be
     read) is there: both before any work starts, so a rejected input leaves nothing behind.
     """
-    listing = walk_inputs(uri, s3, exclude=exclude)
+    listing = walk_inputs(uri, s3, exclude=exclude, follow_external_links=cfg.follow_external_links)
     if not listing.files and not listing.quarantined:
         raise EmptyCorpusError(f"no input files under {uri}{listing.describe_exclusions()}")
     infos: list[pafs.FileInfo] = []

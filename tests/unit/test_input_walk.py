@@ -61,14 +61,31 @@ def test_links_that_cannot_be_resolved_get_a_quarantine_row_with_the_reason(loop
     assert "loop" in rows["ping.txt"].detail and "loop" in rows["pong.txt"].detail
 
 
-def test_a_linked_folder_outside_the_root_is_read_once(tmp_path):
+def test_a_linked_folder_outside_the_root_is_read_once_when_asked(tmp_path):
     outside = _write(tmp_path / "elsewhere" / "x.txt", "X marks a document outside the input folder.")
     root = tmp_path / "in"
     _write(root / "own.txt", "The input's own document.")
     os.symlink(outside.parent, root / "ext")
     os.symlink(outside.parent, root / "ext-again")
-    files = list_input_files(str(root), CFG, S3)
+    follow = IngestConfig(follow_external_links=True)
+    files = list_input_files(str(root), follow, S3)
     assert files == [str(root / "ext" / "x.txt"), str(root / "own.txt")]
+
+
+def test_links_outside_the_input_are_quarantined_not_followed_by_default(tmp_path):
+    from hxd2_ray.ingest.listing import walk_inputs
+
+    secret = _write(tmp_path / "elsewhere" / "secret.txt", "Not meant for the index.")
+    root = tmp_path / "in"
+    _write(root / "own.txt", "The input's own document.")
+    _write(root / "sub" / "inner.txt", "Inside the input.")
+    os.symlink(secret.parent, root / "ext")  # a folder outside
+    os.symlink(secret, root / "secret-link.txt")  # a file outside
+    os.symlink(root / "sub" / "inner.txt", root / "inner-link.txt")  # a link within the input: fine
+    assert list_input_files(str(root), CFG, S3) == [str(root / "own.txt"), str(root / "sub" / "inner.txt")]
+    rows = {Path(q.source_path).name: q for q in walk_inputs(str(root), S3).quarantined}
+    assert {n for n, q in rows.items() if q.reason == "link_outside_input"} == {"ext", "secret-link.txt"}
+    assert "follow_external_links" in rows["ext"].detail
 
 
 def test_special_files_and_unusable_names_are_quarantined_not_opened(tmp_path):
