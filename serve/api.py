@@ -24,6 +24,7 @@ from serve.handles import DeadlineExceeded, RequestCancelled, cancel_quietly
 from serve.index_routes import INDEX_ROUTES, add_index_routes
 from serve.metrics import Metrics
 from serve.openapi import DEADLINE_HEADER
+from serve.rate_limit import KeyRateLimiter
 from serve.schemas import ERROR_TYPES
 from serve.web_ui import OPEN_UI_PATH, UI_ROUTES, add_ui_routes
 
@@ -98,6 +99,8 @@ class ApiSettings:
     retry_after_s: int = 1
     max_body_bytes: int = 1 << 20
     max_question_chars: int = 32_000
+    rate_limit_per_key: float | None = None  # requests/s per API key in this replica; None: no limit
+    rate_limit_burst: int = 20
     model_created: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -498,8 +501,10 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
         return api.openapi_schema
 
     api.openapi = document  # type: ignore[method-assign]
+    limiter = (KeyRateLimiter(settings.rate_limit_per_key, settings.rate_limit_burst)
+               if settings.rate_limit_per_key else None)
     guarded = GuardMiddleware(api, keys=keys, max_body_bytes=settings.max_body_bytes, open_pattern=OPEN_UI_PATH,
-                              on_reject=lambda status, path: None)
+                              on_reject=lambda status, path: None, rate_limiter=limiter)
     return HttpMetricsMiddleware(guarded, metrics, ROUTES)
 
 

@@ -137,5 +137,6 @@ def build_app(args: Union[ServeAppArgs, dict[str, Any]]) -> Application:
         "retry_after_s": args.retry_after_s, "max_body_bytes": args.max_body_bytes,
         "max_question_chars": args.max_question_chars, "auth": args.auth, "api_keys_env": args.api_keys_env,
         "api_keys_file": args.api_keys_file, "transport": args.transport,
+        "rate_limit_per_key": args.rate_limit_per_key, "rate_limit_burst": args.rate_limit_burst,
     }
     return _options(Ingress, args).bind(retriever, settings)

@@ -5,6 +5,8 @@
 * A key is compared in constant time: both sides are hashed to 32-byte SHA-256 digests (no length leak) and every
   configured key is compared with ``hmac.compare_digest`` (no early exit on a match).
 * Keys are never logged: a rejected request is logged with its path and whether a key was given at all.
+* A request-rate limit per key (``rate_limit_per_key``, :mod:`serve.rate_limit`): over it, 429 with
+  ``Retry-After``, before any work.
 * ``/healthz`` (and the routes in ``open_paths``, or matching ``open_pattern``: the web UI's static files) need no
   key.
 * The body is read here, before any route parses it: more than ``max_body_bytes`` → 413, whether the client
@@ -27,6 +29,7 @@ import re
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, MutableMapping
 
+from serve.rate_limit import KeyRateLimiter, retry_after_header
 from serve.schemas import error_body
 
 log = logging.getLogger("hxd2.serve.auth")
@@ -99,11 +102,16 @@ class ApiKeys:
         return len(self._digests)
 
     def check(self, token: str | None) -> bool:
+        return self.match(token) is not None
+
+    def match(self, token: str | None) -> int | None:
+        """The position of the key ``token`` is, or None; every key is compared whichever matches."""
         candidate = _digest(token or "")
-        ok = False
-        for digest in self._digests:
-            ok |= hmac.compare_digest(candidate, digest)
-        return ok and token is not None
+        found = -1
+        for i, digest in enumerate(self._digests):
+            hit = hmac.compare_digest(candidate, digest)
+            found = i if hit and found < 0 else found
+        return found if found >= 0 and token is not None else None
 
 
 def _json_response(status: int, body: dict[str, Any], headers: Iterable[tuple[str, str]] = ()) -> list[Message]:
@@ -123,9 +131,10 @@ class GuardMiddleware:
 
     def __init__(self, app: ASGIApp, *, keys: ApiKeys | None, max_body_bytes: int,
                  open_paths: Iterable[str] = OPEN_PATHS, open_pattern: re.Pattern[str] | None = None,
-                 on_reject: Callable[[int, str], None] | None = None):
+                 on_reject: Callable[[int, str], None] | None = None, rate_limiter: KeyRateLimiter | None = None):
         self.app = app
         self.keys = keys
+        self.rate_limiter = rate_limiter  # per key: with auth off there is no key to limit
         self.max_body_bytes = max_body_bytes
         self.open_paths = frozenset(open_paths)
         self.open_pattern = open_pattern  # matched against the whole path (fullmatch)
@@ -159,11 +168,20 @@ class GuardMiddleware:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         if self.keys is not None:
             token = bearer_token(headers.get("authorization"))
-            if not self.keys.check(token):
+            key = self.keys.match(token)
+            if key is None:
                 log.info("401 on %s (%s)", path, "no bearer key" if token is None else "unknown key")
                 await self._reject(send, 401, error_body(
                     "missing or invalid API key: send 'Authorization: Bearer <key>'", "authentication_error",
                     "invalid_api_key"), path, [("www-authenticate", "Bearer")])
+                return
+            wait = self.rate_limiter.admit(key) if self.rate_limiter is not None else 0.0
+            if wait > 0:
+                assert self.rate_limiter is not None
+                await self._reject(send, 429, error_body(
+                    f"rate limit of {self.rate_limiter.rate_per_s:g} requests/s for this API key reached; retry "
+                    f"after {retry_after_header(wait)} s", "rate_limit_error", "rate_limit_exceeded"), path,
+                    [("retry-after", retry_after_header(wait))])
                 return
         declared = headers.get("content-length")
         if declared is not None:

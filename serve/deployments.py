@@ -708,6 +708,8 @@ class Ingress:
             indexes=tuple(settings["indexes"]), default_index=settings["default_index"],
             request_deadline_s=float(settings["request_deadline_s"]), retry_after_s=int(settings["retry_after_s"]),
             max_body_bytes=int(settings["max_body_bytes"]), max_question_chars=int(settings["max_question_chars"]),
+            rate_limit_per_key=settings.get("rate_limit_per_key"),
+            rate_limit_burst=int(settings.get("rate_limit_burst", 20)),
         )
         self.keys = None
         if settings.get("auth", True):

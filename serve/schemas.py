@@ -361,6 +361,12 @@ class ServeAppArgs(BaseModel):
     max_body_bytes: int = Field(1 << 20, gt=0, description="Larger request bodies get 413 before parsing.")
     request_deadline_s: float = Field(120.0, gt=0, description="Per-request deadline inside the app (504).")
     retry_after_s: int = Field(1, ge=0, description="Retry-After of our 503 answers.")
+    rate_limit_per_key: float | None = Field(
+        None, gt=0,
+        description="Requests per second one API key may send to one Ingress replica (a key's service-wide limit "
+        "is this times the Ingress replicas); over it: 429 with Retry-After. None: no limit.",
+    )
+    rate_limit_burst: int = Field(20, ge=1, description="Requests a key may send at once before the rate applies.")
     max_question_chars: int = Field(32_000, gt=0, description="Longer questions get 413.")
     # query flow
     mode: str = Field("auto", description=f"Default query mode of a request that names none ({', '.join(MODES)}).")
