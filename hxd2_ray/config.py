@@ -84,6 +84,17 @@ class ExtractionConfig(_Frozen):
     max_entity_name_chars: int = Field(
         256, gt=0, description="Longer names are truncated and flagged (lookups truncate the same way)."
     )
+    grounding: Literal["strict", "fuzzy", "off"] = Field(
+        "fuzzy",
+        description="Keep only what the chunk's text supports: an entity whose name occurs in its chunk (case, "
+                    "Unicode NFKC and whitespace normalised) and a relation whose two ends are such entities; "
+                    "names of the prompt's own few-shot examples never pass. strict: the exact normalised name; "
+                    "fuzzy: also a span scoring at least grounding_min_score (inflections, plurals); off: keep all.",
+    )
+    grounding_min_score: float = Field(
+        88.0, ge=50, le=100,
+        description="fuzzy grounding: the least rapidfuzz partial_ratio (0-100) between a name and its chunk.",
+    )
 
 
 class ScriptedLLMConfig(_Frozen):
@@ -115,7 +126,54 @@ class VllmLLMConfig(_Frozen):
     enable_prefix_caching: bool = True
 
 
-LLMConfig = Annotated[Union[ScriptedLLMConfig, VllmLLMConfig], Field(discriminator="backend")]
+class OpenAILLMConfig(_Frozen):
+    """A model behind an OpenAI-protocol server: ``vllm serve``, Ollama, a hosted API."""
+
+    backend: Literal["openai"] = "openai"
+    base_url: str = Field(
+        "http://127.0.0.1:8000/v1",
+        description="The server's OpenAI API root, ending in /v1 (vLLM: http://HOST:8000/v1; Ollama: "
+                    "http://HOST:11434/v1).",
+    )
+    model: str = Field(
+        "default", min_length=1,
+        description="The model name the server serves (the request's model field); recorded in the manifest and "
+                    "part of the LLM cache key.",
+    )
+    api_key_env: str = Field(
+        "OPENAI_API_KEY", min_length=1,
+        description="Name of the environment variable holding the API key, read at each call; the key itself is "
+                    "never configured, logged or stored. Unset: no key is sent (a local server needs none).",
+    )
+    timeout_s: float = Field(120.0, gt=0, description="Seconds one request may take before it is retried.")
+    max_retries: int = Field(
+        3, ge=0, le=20,
+        description="Retries of a request after a 429, a 5xx, a timeout or a lost connection (honouring the "
+                    "server's Retry-After), or after an unreadable or off-schema reply; then the request fails.",
+    )
+    max_concurrency: int = Field(
+        16, ge=1, le=1024,
+        description="Requests in flight per process (per extraction actor, per Serve replica): enough to keep a "
+                    "remote server's batch full.",
+    )
+    tokenizer: str | None = Field(
+        None,
+        description="Local tokenizer folder (or builtin:smollm2-135m-instruct) for exact token counts; None: an "
+                    "estimate of one token per 3 characters (on the safe side for English text).",
+    )
+    max_model_len: int | None = Field(
+        None, gt=0,
+        description="The server's context in tokens, for budgeting prompts; None: retrieval.context_length or "
+                    "its default.",
+    )
+    json_schema: bool = Field(
+        True,
+        description="Send a request's JSON schema as response_format (vLLM, Ollama and OpenAI honour it); off, "
+                    "or when the server rejects it, replies are read by the plain parser.",
+    )
+
+
+LLMConfig = Annotated[Union[ScriptedLLMConfig, VllmLLMConfig, OpenAILLMConfig], Field(discriminator="backend")]
 
 
 class FlagEmbeddingConfig(_Frozen):
@@ -739,7 +797,9 @@ def title_mention_factors(cfg: TitleMentionConfig) -> dict[str, Any]:
     return {**cfg.model_dump(mode="json"), "rules": TITLE_SCAN_RULES} if cfg.enabled else {"enabled": False}
 
 
-def llm_model_id(cfg: ScriptedLLMConfig | VllmLLMConfig) -> str:
+def llm_model_id(cfg: ScriptedLLMConfig | VllmLLMConfig | OpenAILLMConfig) -> str:
+    if isinstance(cfg, OpenAILLMConfig):
+        return cfg.model  # the served name: what the server's replies depend on
     if cfg.model_id:
         return cfg.model_id
     assert isinstance(cfg, VllmLLMConfig)  # the scripted LLM always has a model_id

@@ -17,6 +17,7 @@ from hxd2_ray.config import (
     HxdConfig,
     LLMConfig,
     NoRerankerConfig,
+    OpenAILLMConfig,
     OverlapRerankerConfig,
     RerankConfig,
     ScriptedLLMConfig,
@@ -50,7 +51,20 @@ def build_llm(cfg: LLMConfig, *, concurrent: bool = False) -> "LLMClient":
             from hxd2_ray.llm.vllm_engine import VllmEngineLLM
 
             return VllmEngineLLM(cfg)
+        case OpenAILLMConfig():
+            from hxd2_ray.llm.openai_backend import OpenAILLM
+
+            return OpenAILLM(cfg)  # thread-safe and concurrent either way
     raise TypeError(f"no LLM backend for {type(cfg).__name__}")
+
+
+def check_llm_server(cfg: LLMConfig) -> None:
+    """Before any work starts: a remote LLM server (``llm.backend: openai``) must answer, or an
+    :class:`~hxd2_ray.errors.HxdError` of one line names its URL. In-process backends have nothing to check."""
+    if isinstance(cfg, OpenAILLMConfig):
+        from hxd2_ray.llm.openai_backend import check_server
+
+        check_server(cfg)
 
 
 def build_embedder(cfg: EmbeddingConfig) -> "Embedder":

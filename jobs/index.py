@@ -834,10 +834,12 @@ def preflight(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool =
     written or started; an :class:`HxdError` says what is wrong. Returns the selected inputs."""
     from hxd2_ray.indexing.output import check_input_outside, open_output
     from hxd2_ray.ingest.sources import select_inputs
+    from hxd2_ray.wiring import check_llm_server
 
     inputs = select_inputs(input_uri, cfg.ingest, cfg.s3, exclude=(output_uri,))
     if overwrite:
         check_input_outside(input_uri, output_uri, cfg.s3)
+    check_llm_server(cfg.llm)  # a remote model server that is down: one line, exit 2, before Ray starts
     open_output(output_uri, cfg.s3)
     return inputs
 

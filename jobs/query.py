@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--policy", default=None, metavar="DIR",
                         help="a GraphFlow policy trained for the index (hxd2 graphflow train): enables --mode "
                              "graphflow and multistage.graph_walk (same as --set graphflow.policy=DIR)")
+    parser.add_argument("--topic", default=None, metavar="NAME",
+                        help="the question's topic entity when you know it (as a benchmark's [brackets] give it): "
+                             "retrieval and the graph walk start there instead of linking a start from the text")
     parser.add_argument("--questions", default=None, metavar="JSONL",
                         help="answer every {\"question\": …} line of this file with one loaded model (demo/batch)")
     parser.add_argument("-v", "--verbose", action="store_true",
@@ -87,6 +90,9 @@ def _main(argv: list[str] | None, stack: contextlib.ExitStack) -> int:
         except (OSError, ValueError) as exc:
             _error(f"cannot read questions from {args.questions}: {exc}")
             return 2
+        if args.topic:
+            _error("--topic names the topic of one question; it does not go with --questions")
+            return 2
     elif not question.strip():
         _error('the question is empty; usage: hxd2 query --index PATH "your question"')
         return 2
@@ -99,11 +105,13 @@ def _main(argv: list[str] | None, stack: contextlib.ExitStack) -> int:
     from hxd2_ray.retrieval import open_index
     from hxd2_ray.retrieval.query_config import load_query_config
     from hxd2_ray.runs.requests import policy_overrides
-    from hxd2_ray.wiring import build_embedder, build_llm, build_pipeline
+    from hxd2_ray.wiring import build_embedder, build_llm, build_pipeline, check_llm_server
 
     try:
         cfg = load_query_config(args.index, args.config, [*args.overrides, *policy_overrides(args.policy)])
         index = open_index(args.index, cfg)  # before the models: a bad index fails in a second, not a minute
+        if args.mode not in ("chunk_vector", "graphflow"):  # the modes that make no LLM call need no server
+            check_llm_server(cfg.llm)
     except HxdError as exc:
         _error(str(exc))
         return 2
@@ -132,7 +140,7 @@ def _main(argv: list[str] | None, stack: contextlib.ExitStack) -> int:
                 if len(questions) > 1 and not args.json:
                     print(f"\nQ: {q}", file=answer_out, flush=True)
                 on_delta = (lambda d: _print_delta(d, answer_out)) if args.stream and not args.json else None
-                answer = pipeline.answer(q, on_delta=on_delta)
+                answer = pipeline.answer(q, on_delta=on_delta, topic=args.topic)
                 if on_delta is not None:
                     print(file=answer_out, flush=True)
                 answers.append(answer)

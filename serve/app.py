@@ -31,6 +31,7 @@ from typing import Any, Union
 from ray.serve import Application
 
 from hxd2_ray.config import HxdConfig, config_from_data, load_config
+from hxd2_ray.wiring import check_llm_server
 from serve.deployments import (
     EmbedderServer,
     GraphWalkerServer,
@@ -118,6 +119,9 @@ def build_app(args: Union[ServeAppArgs, dict[str, Any]]) -> Application:
         # not the indexing job's NER actor sizing.
         llm_extra["ray_actor_options"] = {"num_cpus": 1.0}
         llm_extra["max_ongoing_requests"] = max(64, cfg.llm.max_num_seqs)
+    elif cfg.llm.backend == "openai":
+        check_llm_server(cfg.llm)  # a server that is down fails `hxd2 serve` here, before Ray starts
+        llm_extra["max_ongoing_requests"] = max(64, cfg.llm.max_concurrency)
     llm = _options(LLMServer, args, llm_extra).bind(cfg_json["llm"], args.scripted.model_dump())
     embedder = (None if args.embedder == "in_replica"
                 else _options(EmbedderServer, args).bind(cfg_json["embedding"], args.embed_batch.model_dump()))

@@ -237,13 +237,17 @@ class LLMServer:
     def __init__(self, llm_cfg: dict[str, Any], scripted: dict[str, Any] | None = None):
         from pydantic import TypeAdapter
 
-        from hxd2_ray.config import LLMConfig, ScriptedLLMConfig
+        from hxd2_ray.config import LLMConfig, OpenAILLMConfig, ScriptedLLMConfig
 
         cfg = TypeAdapter(LLMConfig).validate_python(llm_cfg)
         if isinstance(cfg, ScriptedLLMConfig):
             from hxd2_ray.llm.scripted_async import ScriptedAsyncEngine, ScriptedLatency
 
             self.backend: Any = ScriptedAsyncEngine(cfg, ScriptedLatency(**(scripted or {})))
+        elif isinstance(cfg, OpenAILLMConfig):
+            from hxd2_ray.llm.openai_backend import OpenAIAsyncEngine
+
+            self.backend = OpenAIAsyncEngine(cfg)  # a client of a remote server: no engine in this replica
         else:
             from hxd2_ray.llm.vllm_async import AsyncVllmEngine
 
@@ -426,7 +430,7 @@ class Retriever:
     # -- API -------------------------------------------------------------------------------------------
 
     async def answer(self, index: str, question: str, trace: bool = False, deadline: float | None = None,
-                     mode: str | None = None) -> dict[str, Any]:
+                     mode: str | None = None, topic: str | None = None) -> dict[str, Any]:
         """One whole answer as a JSON-ready dict, or ``{"error": {"status", "message"}}`` for known failures."""
         try:
             pipeline = self._pipeline(index)
@@ -435,7 +439,8 @@ class Retriever:
         scope = RequestScope(deadline)
         started = time.perf_counter()
         try:
-            answer = await run_in_thread(self.pool, scope, functools.partial(pipeline.answer, question, mode=mode))
+            answer = await run_in_thread(self.pool, scope, functools.partial(pipeline.answer, question, mode=mode,
+                                                                                topic=topic))
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - mapped to a status
@@ -445,7 +450,7 @@ class Retriever:
         return payload
 
     async def answer_stream(self, index: str, question: str, trace: bool = False, deadline: float | None = None,
-                            mode: str | None = None) -> AsyncIterator[dict[str, Any]]:
+                            mode: str | None = None, topic: str | None = None) -> AsyncIterator[dict[str, Any]]:
         """``{"type": "delta", "text"}`` events, then one ``{"type": "final", **payload}`` (or ``"error"``)."""
         try:
             pipeline = self._pipeline(index)
@@ -461,7 +466,7 @@ class Retriever:
             loop.call_soon_threadsafe(queue.put_nowait, (kind, item))
 
         def pump() -> None:
-            events = pipeline.answer_stream(question, mode=mode)
+            events = pipeline.answer_stream(question, mode=mode, topic=topic)
             try:
                 for event in events:
                     if scope.cancelled:
@@ -673,11 +678,12 @@ class GraphWalkerServer(_Part):
                 self.retrievers[name] = retriever
         self._setup(max(16, replica_max_ongoing() or 0))
 
-    async def retrieve(self, index: str, question: str, deadline: float | None = None) -> Any:
+    async def retrieve(self, index: str, question: str, deadline: float | None = None,
+                       topic: str | None = None) -> Any:
         if index not in self.retrievers:
             raise IndexNotFoundError(f"no GraphFlow policy for index {index!r}; walked here: "
                                      f"{', '.join(self.retrievers) or 'none'}")
-        return await self._run(deadline, self.retrievers[index].retrieve, question)
+        return await self._run(deadline, self.retrievers[index].retrieve, question, topic)
 
     async def stats(self) -> dict[str, Any]:
         return {**await super().stats(), "indexes": sorted(self.retrievers)}

@@ -38,6 +38,7 @@ import numpy as np
 from hxd2_ray.config import (
     EmbeddingConfig,
     LLMConfig,
+    OpenAILLMConfig,
     VllmLLMConfig,
     embedding_model_id,
     llm_model_id,
@@ -198,7 +199,8 @@ class HandleLLM:
         self._stream_handle = handle.options(stream=True)
         self.model_id = llm_model_id(cfg)
         # Budgets the context like the in-process engine would.
-        self.max_model_len: int | None = cfg.max_model_len if isinstance(cfg, VllmLLMConfig) else None
+        self.max_model_len: int | None = (cfg.max_model_len if isinstance(cfg, (VllmLLMConfig, OpenAILLMConfig))
+                                          else None)
         if count_tokens is None:
             from hxd2_ray.llm.tokens import build_token_counter
 
@@ -300,5 +302,5 @@ class HandleGraphRetriever:
         self._handle = handle
         self.index = index
 
-    def retrieve(self, question: str) -> Any:
-        return _wait(self._handle.retrieve.remote(self.index, question, _deadline()))
+    def retrieve(self, question: str, topic: str | None = None) -> Any:
+        return _wait(self._handle.retrieve.remote(self.index, question, _deadline(), topic))

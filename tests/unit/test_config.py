@@ -44,8 +44,8 @@ def test_bad_choice_lists_the_valid_values():
         load_config(None, ["extraction.loop_ner=sometimes"])
     assert "'base' or 'trial'" in str(err.value)
     with pytest.raises(ConfigError) as err:
-        load_config(None, ["llm.backend=openai"])
-    assert "'scripted', 'vllm'" in str(err.value)
+        load_config(None, ["llm.backend=anthropic"])
+    assert "'scripted', 'vllm', 'openai'" in str(err.value)
 
 
 def test_bad_values_and_malformed_overrides_are_errors():
