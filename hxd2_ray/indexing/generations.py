@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from hxd2_ray.errors import IndexNotFoundError
 from hxd2_ray.indexing import tables
 from hxd2_ray.indexing.corpus import derive_documents, sources_from_documents
+from hxd2_ray.indexing.leases import held_generations
 from hxd2_ray.indexing.manifest import GENERATIONS_DIR, IndexManifest, generation_dir, utc_now_iso
 
 TABLES_DIR = "tables"
@@ -172,15 +173,18 @@ def publish(fs: pafs.FileSystem, root: str, build_dir: str, generation: str) -> 
     return target
 
 
-def prune(fs: pafs.FileSystem, root: str, manifest: IndexManifest, keep: int) -> list[str]:
+def prune(fs: pafs.FileSystem, root: str, manifest: IndexManifest, keep: int,
+          held: set[str] | None = None) -> list[str]:
     """Remove the generations older than the ``keep`` newest of the manifest's history (the current one is always
     kept), the flat-layout files once they fall out of that window, and folders of changes that never became
-    current. Returns what was removed (relative paths)."""
+    current; never a generation a live reader holds a lease on (``held``; default: the leases under ``root``,
+    :mod:`hxd2_ray.indexing.leases`). Returns what was removed (relative paths)."""
     order = [g["id"] for g in manifest.generations]
     if manifest.generation not in order:
         order.append(manifest.generation)
     pos = order.index(manifest.generation)
     kept = set(order[max(0, pos - keep + 1): pos + 1])
+    kept |= held_generations(fs, root) if held is None else held
     removed = []
     folder = posixpath.join(root, GENERATIONS_DIR)
     for info in fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True)):

@@ -34,7 +34,7 @@ _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 STAGING_FOLDER = "_staging"
 # What an index build writes into its output folder; never read back as input (other files there are).
 INDEX_ENTRIES = frozenset({STAGING_FOLDER, "vectors", "graph.kuzu", "graph.kuzu.wal", "manifest.json",
-                           "index_summary.json"})
+                           "index_summary.json", "generations", "_leases", "_logs", "_llm_cache"})
 
 
 @dataclass
