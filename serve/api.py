@@ -132,8 +132,8 @@ class RetrieverBackend:
         raise ApiError(status, err.get("message", "error"))
 
     async def answer(self, index: str, question: str, trace: bool, deadline: float,
-                     mode: str | None = None) -> dict[str, Any]:
-        return await self._call("answer", (index, question, trace, deadline, mode), deadline)
+                     mode: str | None = None, topic: str | None = None) -> dict[str, Any]:
+        return await self._call("answer", (index, question, trace, deadline, mode, topic), deadline)
 
     async def index_view(self, kind: str, index: str, params: dict[str, Any], deadline: float) -> dict[str, Any]:
         """A view of a served index (:mod:`serve.index_views`): a read, so a dead replica's is retried too."""
@@ -172,13 +172,13 @@ class RetrieverBackend:
         raise AssertionError("unreachable")
 
     async def answer_stream(self, index: str, question: str, trace: bool, deadline: float,
-                            mode: str | None = None) -> AsyncIterator[dict[str, Any]]:
+                            mode: str | None = None, topic: str | None = None) -> AsyncIterator[dict[str, Any]]:
         """Events from the retriever. Errors before the first event raise :class:`ApiError` (a real status);
         later ones arrive as ``{"type": "error"}`` events. Closing this generator cancels the stream below."""
         from ray.exceptions import RayActorError
         from ray.serve.exceptions import BackPressureError
 
-        gen = self.stream_handle.answer_stream.remote(index, question, trace, deadline, mode)
+        gen = self.stream_handle.answer_stream.remote(index, question, trace, deadline, mode, topic)
         first = True
         done = False
         try:
@@ -402,7 +402,7 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
         req = await parse(request, QueryRequest)
         index = req.index or settings.default_index
         check_question(index, req.question)
-        result = await backend.answer(index, req.question, req.trace, deadline_of(request), req.mode)
+        result = await backend.answer(index, req.question, req.trace, deadline_of(request), req.mode, req.topic)
         return QueryResponse(
             index=index, question=result.get("question", req.question), answer=result.get("answer", ""),
             path=result.get("path", "dual_level"), mode=result.get("mode"),
@@ -424,7 +424,7 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
         deadline = deadline_of(request)
         cid = completion_id()
         if not req.stream:
-            result = await backend.answer(req.model, question, req.trace, deadline, req.mode)
+            result = await backend.answer(req.model, question, req.trace, deadline, req.mode, req.topic)
             usage = result.get("usage", {})
             return ChatCompletion(
                 id=cid, model=req.model,
@@ -435,7 +435,7 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
                 notices=result.get("notices") or None, trace=result.get("trace") if req.trace else None,
             ).model_dump(exclude_none=True)
 
-        events = backend.answer_stream(req.model, question, req.trace, deadline, req.mode)
+        events = backend.answer_stream(req.model, question, req.trace, deadline, req.mode, req.topic)
         try:
             first = await events.__anext__()  # errors before the first event still get a real status
         except StopAsyncIteration:

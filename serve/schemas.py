@@ -88,6 +88,10 @@ class ChatCompletionRequest(BaseModel):
     trace: bool = Field(False, description="Extension: include the query's trace in the response.")
     mode: ModeName | None = Field(None, description=f"Extension: the query mode ({', '.join(MODES)}); default: the "
                                                "server's (auto).")
+    topic: str | None = Field(None, min_length=1, max_length=1000,
+                              description="Extension: the question's topic entity when the client knows it (a "
+                                          "benchmark's topic, a selected entity); retrieval and the graph walk start "
+                                          "there instead of linking a start from the text.")
 
     _mode = field_validator("mode")(_check_mode)
 
@@ -106,6 +110,10 @@ class QueryRequest(BaseModel):
     index: str | None = Field(None, description="Index name; the default index when omitted.")
     trace: bool = Field(False, description="Include the query's trace in the response.")
     mode: ModeName | None = Field(None, description=f"Query mode ({', '.join(MODES)}); default: the server's (auto).")
+    topic: str | None = Field(None, min_length=1, max_length=1000,
+                              description="The question's topic entity when the client knows it (a "
+                                          "benchmark's topic, a selected entity); retrieval and the graph walk start "
+                                          "there instead of linking a start from the text.")
 
     _mode = field_validator("mode")(_check_mode)
 

@@ -57,12 +57,15 @@ class DatasetError(HxdError, ValueError):
 @dataclass(frozen=True, slots=True)
 class EvalItem:
     id: str
-    question: str  # as the benchmark states it (SeedBench: stem + options; MetaQA: brackets removed)
+    question: str  # as the benchmark states it (SeedBench: stem + options; MetaQA: brackets removed, see topic)
     answers: tuple[str, ...]  # gold answers (QA-1: one letter; QA-2: the gold letters, sorted)
     gold_passages: tuple[str, ...] = ()  # corpus ids (= the indexed documents' source_id)
     choices: tuple[tuple[str, str], ...] = ()  # (letter, option text)
     task: str = "generic"
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # The question's topic entity where the benchmark gives one (MetaQA's [brackets], a ``topic`` field): every
+    # entry point passes it on, so the walk starts there instead of linking it from the text.
+    topic: str = ""
 
     @property
     def instruction(self) -> str:
@@ -81,7 +84,7 @@ class EvalItem:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "question": self.question, "answers": list(self.answers),
                 "gold_passages": list(self.gold_passages), "choices": [list(c) for c in self.choices],
-                "task": self.task, "meta": dict(self.meta)}
+                "task": self.task, "meta": dict(self.meta), "topic": self.topic}
 
 
 @dataclass(slots=True)
@@ -482,11 +485,13 @@ def load_metaqa(path: str | Path, qtype_path: str | Path | None = None, default_
     (the official ``qa_dev.txt`` / ``qa_test.txt``, qtypes from a line-aligned ``<stem>_qtype<suffix>`` next to it
     when present, or ``qtype_path``) or ``fixture_dev_200_reachable.tsv`` (``question TAB answers TAB qtype``).
 
-    ``question`` has the brackets removed (what a user would type); ``meta`` keeps ``question_marked`` (as in
-    the file), ``topic_entity``, ``hops`` (from a ``{h}-hop`` folder, the file or its parent folder, e.g. the
-    official ``1-hop/vanilla/qa_test.txt``; else ``default_hops``) and ``qtype``. Answers are the
-    ``|``-separated gold entities. Ids are ``{h}hop-{file stem}-{line}``. Lines without a TAB, without answers or
-    without a ``[topic entity]`` are skipped with their reason.
+    ``question`` has the brackets removed (what a user would type) and ``topic`` is the bracketed name, the
+    field every entry point passes on (the walk starts there, as ``hxd2 graphflow evaluate`` does from the
+    brackets); ``meta`` keeps ``question_marked`` (as in the file), ``topic_entity``, ``hops`` (from a
+    ``{h}-hop`` folder, the file or its parent folder, e.g. the official ``1-hop/vanilla/qa_test.txt``; else
+    ``default_hops``) and ``qtype``. Answers are the ``|``-separated gold entities. Ids are
+    ``{h}hop-{file stem}-{line}``. Lines without a TAB, without answers or without a ``[topic entity]`` are skipped
+    with their reason.
     """
     p = Path(path)
     lines = _read_text(p).splitlines()
@@ -528,7 +533,7 @@ def load_metaqa(path: str | Path, qtype_path: str | Path | None = None, default_
             continue
         seen.add(key)
         report.items.append(EvalItem(
-            id=key, question=plain, answers=answers, task="kgqa",
+            id=key, question=plain, answers=answers, task="kgqa", topic=" ".join(topic.group(1).split()),
             meta={"source": str(p), "line": lineno, "question_marked": marked, "topic_entity": topic.group(1),
                   "hops": hops, "qtype": qtype},
         ))
@@ -647,7 +652,7 @@ def load_generic(corpus_jsonl: str | Path | None, questions_jsonl: str | Path) -
         extra = {k: v for k, v in rec.items() if k not in {"id", "question", "answers", "answer", "gold_passages",
                                                           "choices"}}
         report.items.append(EvalItem(id=qid, question=question, answers=answers, gold_passages=gold,
-                                     choices=choices, task="generic",
+                                     choices=choices, task="generic", topic=_nonblank_str(rec.get("topic")) or "",
                                      meta={"source": str(qp), "line": lineno, **extra}))
     return report
 

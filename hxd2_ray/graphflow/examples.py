@@ -70,6 +70,12 @@ def _question_text(item: Any) -> str:
     return str(meta.get("question_marked") or item.question)
 
 
+def question_topic(item: Any) -> str:
+    """The item's topic entity: its ``topic`` field, else (items made before the field) ``meta["topic_entity"]``."""
+    meta = getattr(item, "meta", {}) or {}
+    return str(getattr(item, "topic", "") or meta.get("topic_entity") or "")
+
+
 def build_examples(items: Iterable[Any], graph: WalkGraph, linker: StartLinker, kind: TargetKind | None = None,
                    *, keep_unlinked: bool = False) -> ExampleSet:
     """Examples from :class:`~hxd2_ray.evaluation.datasets.EvalItem`-like items (``id``, ``question``,
@@ -103,7 +109,7 @@ def build_examples(items: Iterable[Any], graph: WalkGraph, linker: StartLinker, 
                 continue
             out.answers_unknown += len(nodes) - len(known)
             targets = frozenset(known)
-        link = linker.link(_question_text(item))
+        link = linker.link(_question_text(item), question_topic(item))
         if not link.starts:
             if not keep_unlinked:
                 out.skipped.append((item.id, f"no linkable start node: {link.reason}"))

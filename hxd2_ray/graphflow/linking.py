@@ -1,5 +1,8 @@
 """Where a GraphFlow walk starts: the question's topic entity, linked with the pipeline's own linkers.
 
+* A topic given as a field of the question (``topic=``: a benchmark's topic entity, ``hxd2 query --topic``, the
+  API's ``topic``) is linked exactly as if the question had carried it in brackets (:func:`mark_topic`), so a
+  question scores the same whether its topic came in brackets or beside the text.
 * A ``[bracketed]`` name (MetaQA marks its topic entity so) goes through the logic form's
   :class:`~hxd2_ray.logic.linking.EntityLinker` (exact key, fuzzy name, then the entity_name vectors).
 * Otherwise the names the question spells out, found the way the ``ppr`` ranking and the refusal gate find them
@@ -31,7 +34,7 @@ from hxd2_ray.logic.queries import GraphQueries
 from hxd2_ray.retrieval.names import named_entities
 from hxd2_ray.retrieval.ranking import rank_matches, vector_hits
 
-__all__ = ["LinkedQuestion", "StartLinker", "StartNode", "TOPIC_PLACEHOLDER", "plain_question"]
+__all__ = ["LinkedQuestion", "StartLinker", "StartNode", "TOPIC_PLACEHOLDER", "mark_topic", "plain_question"]
 
 TOPIC_PLACEHOLDER = "[entity]"
 _BRACKETS = re.compile(r"\[([^\[\]]+)\]")
@@ -40,6 +43,21 @@ _BRACKETS = re.compile(r"\[([^\[\]]+)\]")
 def plain_question(question: str) -> str:
     """The question without the brackets around names (what a person would type)."""
     return " ".join(_BRACKETS.sub(lambda m: m.group(1), question).split())
+
+
+def mark_topic(question: str, topic: str | None) -> str:
+    """``question`` with its topic entity in brackets, the form MetaQA's files use: the first occurrence of
+    ``topic`` (case-insensitive, whitespace-normalised) is bracketed. A question that already has brackets, or no
+    topic, is returned as it is; a topic the text does not spell out is left out of the text (the linker then links
+    the topic by name and conditions the policy on the plain question)."""
+    name = " ".join(str(topic or "").split())
+    if not name or _BRACKETS.search(question):
+        return question
+    text = " ".join(question.split())
+    at = text.lower().find(name.lower())
+    if at < 0:
+        return text
+    return f"{text[:at]}[{text[at:at + len(name)]}]{text[at + len(name):]}"
 
 
 def bracketed_names(question: str) -> list[str]:
@@ -127,9 +145,19 @@ class StartLinker:
             return " ".join(_BRACKETS.sub(TOPIC_PLACEHOLDER, question).split())
         return plain_question(question)
 
-    def link(self, question: str) -> LinkedQuestion:
+    def link(self, question: str, topic: str | None = None) -> LinkedQuestion:
+        """Start nodes of ``question``; ``topic``: the question's topic entity when the caller knows it (it is the
+        start, whatever the text names)."""
+        given = " ".join(str(topic or "").split())
+        if given:
+            question = mark_topic(question, given)
         names = bracketed_names(question)
         plain = plain_question(question)
+        if given and given.lower() not in {n.lower() for n in names}:
+            # the text does not spell the topic out: it is still the start; the policy sees the plain question
+            starts = self._link_names([given])
+            reason = "" if starts else f"no entity of the index matches the topic {given!r}"
+            return LinkedQuestion(plain, plain, tuple(starts), reason)
         if names:
             starts = self._link_names(names)
             reason = "" if starts else f"no entity of the index matches {', '.join(map(repr, names))}"

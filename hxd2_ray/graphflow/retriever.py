@@ -83,14 +83,16 @@ class GraphFlowRetriever:
 
     # ------------------------------------------------------------------------------------------ retrieval
 
-    def retrieve(self, question: str, *, top_k: int | None = None) -> GraphFlowResult:
-        return self.retrieve_many([question], top_k=top_k)[0]
+    def retrieve(self, question: str, topic: str | None = None, *, top_k: int | None = None) -> GraphFlowResult:
+        return self.retrieve_many([question], top_k=top_k, topics=[topic])[0]
 
-    def retrieve_many(self, questions: Sequence[str], *, top_k: int | None = None,
-                      seed: int = 0) -> list[GraphFlowResult]:
-        """Results for ``questions`` (walked together: one scoring call per step for all of them)."""
+    def retrieve_many(self, questions: Sequence[str], *, top_k: int | None = None, seed: int = 0,
+                      topics: Sequence[str | None] | None = None) -> list[GraphFlowResult]:
+        """Results for ``questions`` (walked together: one scoring call per step for all of them); ``topics``:
+        each question's topic entity where known (the start node, as a ``[bracketed]`` name would be)."""
         started = time.perf_counter()
-        links = [self.linker.link(q) for q in questions]
+        given = list(topics) if topics is not None else [None] * len(questions)
+        links = [self.linker.link(q, t) for q, t in zip(questions, given, strict=True)]
         t_link = time.perf_counter()
         pv, plain = self.policy.embed_questions(self.feature_embedder, [lk.policy_text for lk in links],
                                                 [lk.question for lk in links])

@@ -189,9 +189,9 @@ class QueryFlow:
     # ------------------------------------------------------------------------------------------ public
 
     def answer(self, question: str, *, mode: str | None = None, generation_question: str | None = None,
-               on_delta: Callable[[str], None] | None = None) -> Answer:
+               on_delta: Callable[[str], None] | None = None, topic: str | None = None) -> Answer:
         final: Answer | None = None
-        for event in self.answer_stream(question, mode=mode, generation_question=generation_question):
+        for event in self.answer_stream(question, mode=mode, generation_question=generation_question, topic=topic):
             if event.kind == "delta" and on_delta is not None:
                 on_delta(event.text)
             elif event.kind == "final":
@@ -199,12 +199,13 @@ class QueryFlow:
         assert final is not None
         return final
 
-    def answer_stream(self, question: str, *, mode: str | None = None, generation_question: str | None = None
-                      ) -> Iterator[QueryEvent]:
+    def answer_stream(self, question: str, *, mode: str | None = None, generation_question: str | None = None,
+                      topic: str | None = None) -> Iterator[QueryEvent]:
         """``progress`` and ``delta`` events, then exactly one ``final`` with the :class:`Answer`.
 
         ``question`` drives intent, the gate, retrieval and planning; ``generation_question`` (default: the
-        question) is what the answer prompt carries, e.g. an evaluation's instruction + question.
+        question) is what the answer prompt carries, e.g. an evaluation's instruction + question; ``topic``: the
+        question's topic entity when known (a benchmark's, ``--topic``, the API's), the start of retrieval and walk.
         Raises :class:`EmptyQuestionError` for an empty question, ValueError for an unknown or unavailable mode;
         a backend failure of the last answer itself propagates (there is nothing left to answer with).
         """
@@ -214,7 +215,7 @@ class QueryFlow:
         q = str(question).strip()
         gen_q = str(generation_question).strip() if generation_question and str(generation_question).strip() else q
         language = detect_language(q)
-        trace = RunTrace(q, mode, language, gen_q, clock=self.clock)
+        trace = RunTrace(q, mode, language, gen_q, clock=self.clock, topic=topic)
         match mode:
             case "dual":
                 yield from self._dual_path(trace, q, gen_q, None, "mode dual: dual-level retrieval only")
@@ -345,7 +346,7 @@ class QueryFlow:
     def _retrieve(self, trace: RunTrace, q: str) -> RetrievalResult:
         assert self.dual is not None
         with trace.timed("retrieve"):
-            return self.dual.retrieve(q)
+            return self.dual.retrieve(q, topic=trace.topic)
 
     def _side_pool(self) -> ThreadPoolExecutor:
         """Threads for the gate's retrieval and the answer generated ahead under ``overlap_steps`` (made on first
@@ -498,7 +499,7 @@ class QueryFlow:
             yield QueryEvent("progress", step="fallback", detail={"reason": fallback})
         if retrieval is None:
             with trace.timed("retrieve"):
-                retrieval = self.dual.retrieve(q)
+                retrieval = self.dual.retrieve(q, topic=trace.topic)
             trace.keywords(retrieval.keywords)
         final: Answer | None = None
         with trace.timed("generate"):
@@ -570,7 +571,7 @@ class QueryFlow:
     def _dual_retrieval(self, trace: RunTrace, q: str) -> QueryEvent:
         assert self.dual is not None
         with trace.timed("retrieve"):
-            context = self.dual.retrieve(q)
+            context = self.dual.retrieve(q, topic=trace.topic)
         trace.keywords(context.keywords)
         trace["retrieval"] = context.trace()
         trace["path_reason"] = "mode dual_retrieval: the budgeted chunks of dual-level retrieval, no generation"

@@ -63,7 +63,7 @@ class GraphWalkStep:
         """Never raises: a failure of the retriever is an outcome with its reason (the flow moves on)."""
         try:
             with trace.timed("graph_walk"):
-                result = self.retriever.retrieve(question)
+                result = self.retriever.retrieve(question, topic=trace.topic)
         except Exception as exc:  # noqa: BLE001 - a failed walk is a reason to move on, not a failed query
             failure = f"exception: {type(exc).__name__}: {exc}"
             trace["graphflow"] = {"error": failure}

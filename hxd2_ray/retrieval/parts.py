@@ -44,8 +44,10 @@ class Verifier(Protocol):
 class GraphRetriever(Protocol):
     """A learned or rule-based walk over the graph that returns ranked targets with their paths (GraphFlow)."""
 
-    def retrieve(self, question: str) -> Any:
-        """A result with ``targets`` (ranked, each with ``key``, ``name``, ``kind``, ``score``, ``paths``),
+    def retrieve(self, question: str, topic: str | None = None) -> Any:
+        """``topic``: the question's topic entity when the caller knows it (the walk starts there).
+
+        A result with ``targets`` (ranked, each with ``key``, ``name``, ``kind``, ``score``, ``paths``),
         ``reason`` (non-empty when nothing could be retrieved) and ``to_dict()``."""
         ...
 

@@ -174,8 +174,9 @@ class QueryPipeline:
 
     # ------------------------------------------------------------------------------------ public
 
-    def retrieve(self, question: str) -> RetrievalResult:
-        """Keywords, matches and the budgeted context for ``question`` (one LLM call: keyword extraction)."""
+    def retrieve(self, question: str, topic: str | None = None) -> RetrievalResult:
+        """Keywords, matches and the budgeted context for ``question`` (one LLM call: keyword extraction);
+        ``topic``: the question's topic entity when the caller knows it, matched first when the index has it."""
         timings: dict[str, float] = {}
         started = clock = time.perf_counter()
 
@@ -191,7 +192,7 @@ class QueryPipeline:
         keywords, kw_notices = self.extract_keywords(q, prompts)
         notices += kw_notices
         lap("keywords")
-        matches = self._match(keywords, q, timings)
+        matches = self._match(keywords, q, timings, topic)
         clock = time.perf_counter()
         ranking: dict[str, Any] = {}
         entities, relations, chunks = self._expand(matches, q, ranking, timings)
@@ -277,7 +278,8 @@ class QueryPipeline:
 
     # ---------------------------------------------------------------------------------- matching
 
-    def _match(self, keywords: Keywords, question: str, timings: dict[str, float]) -> _Matches:
+    def _match(self, keywords: Keywords, question: str, timings: dict[str, float], topic: str | None = None
+               ) -> _Matches:
         cfg = self.cfg
         low, high = list(keywords.low_level), list(keywords.high_level)
         use_question = cfg.question_channel or keywords.empty
@@ -330,6 +332,10 @@ class QueryPipeline:
             for named in named_entities(question, self.index.graph, None):
                 entity_hits.append((named.key, ChannelHit(channel="question:name", query=named.text,
                                                           score=named.score)))
+        if topic:
+            # A given topic is an exact match when the index has it, with the same weight as a name the question spells.
+            for found in self.index.graph.get_entities([normalize_name(topic)]):
+                entity_hits.append((str(found["key"]), ChannelHit(channel="topic", query=topic, score=1.0)))
         timings["fuzzy"] = (time.perf_counter() - t2) * 1000
         return _Matches(rank_matches(entity_hits, cfg.top_k_entities), rank_matches(relation_hits, cfg.top_k_relations),
                         chunk_scores, dense_hits)

@@ -17,12 +17,16 @@ class RunTrace:
     into it at once, each its own keys (a dict item set is atomic in CPython); nothing reads it until they joined."""
 
     def __init__(self, question: str, mode: str, language: str, generation_question: str,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter, topic: str | None = None):
         self.clock = clock
+        # The question's topic entity when the caller gave one (a benchmark's, --topic, the API's): retrieval and
+        # the graph walk start from it instead of linking a start from the text.
+        self.topic = " ".join(str(topic or "").split()) or None
         self.started = clock()
         self.data: dict[str, Any] = {
             "mode": mode,
             "question": question,
+            "topic": self.topic,
             "generation_question": generation_question,
             "language": language,
             "intent": None,
@@ -62,7 +66,7 @@ class RunTrace:
         """A trace of the same query for a step whose records may be thrown away (work started ahead)."""
         data = self.data
         return RunTrace(data["question"], data["mode"], data["language"], data["generation_question"],
-                        clock=self.clock)
+                        clock=self.clock, topic=self.topic)
 
     def adopt(self, other: "RunTrace") -> None:
         """Take a scratch trace's timings, tokens, LLM calls and notices: its step was wanted after all."""

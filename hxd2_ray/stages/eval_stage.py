@@ -45,7 +45,7 @@ def item_from_dict(d: dict[str, Any]) -> EvalItem:
     return EvalItem(id=str(d["id"]), question=d["question"], answers=tuple(d.get("answers") or ()),
                     gold_passages=tuple(d.get("gold_passages") or ()),
                     choices=tuple(tuple(c) for c in d.get("choices") or ()), task=d.get("task", "generic"),
-                    meta=dict(d.get("meta") or {}))
+                    meta=dict(d.get("meta") or {}), topic=str(d.get("topic") or ""))
 
 
 class AnswerQuestions:
@@ -80,7 +80,8 @@ class AnswerQuestions:
     # ------------------------------------------------------------------ one question
 
     def _answer(self, item: Any) -> dict[str, Any]:
-        ans = self.pipeline.answer(item.retrieval_query, generation_question=item.generation_prompt)
+        ans = self.pipeline.answer(item.retrieval_query, generation_question=item.generation_prompt,
+                                   topic=item.topic or None)
         trace = ans.trace
         totals = trace.get("tokens_total") or {}
         ver = trace.get("verifier") or {}

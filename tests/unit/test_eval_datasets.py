@@ -244,7 +244,7 @@ def test_generic_loader(tmp_path):
     ]) + "\n", encoding="utf-8")
     rep = load_generic(corpus, qs)
     assert [(i.id, i.answers, i.gold_passages) for i in rep] == [("q1", ("alpha",), ("d1",)), ("2", ("beta",), ())]
-    assert rep.items[1].meta["topic"] == "t"
+    assert rep.items[1].meta["topic"] == "t" and rep.items[1].topic == "t"  # a field every entry point passes on
     where = [w for w, _ in rep.skipped]
     assert where == ["corpus.jsonl:3", "corpus.jsonl:4", "q.jsonl:3", "q.jsonl:4", "q.jsonl:5", "q.jsonl:6",
                      "q.jsonl:7"]

@@ -714,11 +714,13 @@ class FakeWalk:
 
     def __init__(self, targets=(), reason="", fail: Exception | None = None):
         self.targets, self.reason, self.fail, self.questions = tuple(targets), reason, fail, []
+        self.topics: list[str | None] = []
 
-    def retrieve(self, question):
+    def retrieve(self, question, topic=None):
         from types import SimpleNamespace
 
         self.questions.append(question)
+        self.topics.append(topic)
         if self.fail is not None:
             raise self.fail
         return SimpleNamespace(question=question, targets=self.targets, reason=self.reason,
@@ -761,6 +763,15 @@ def test_mode_graphflow_answers_with_the_ranked_entities_and_no_llm(with_walk):
     assert llm.requests == [] and walk.questions == [QUESTION]
     assert answer.trace["graphflow"]["targets"] == ["Nobel Prize", "Neurexin", "Thomas Südhof"]
     assert answer.to_dict()["candidates"] == ["Nobel Prize", "Neurexin"]
+
+
+def test_a_given_topic_reaches_the_walk_and_dual_level_retrieval(with_walk):
+    walk = FakeWalk([_target("Nobel Prize")])
+    _, answer = run(with_walk(scripted(), walk), mode="graphflow", topic="Thomas Südhof")
+    assert walk.topics == ["Thomas Südhof"] and answer.trace["topic"] == "Thomas Südhof"
+    _, answer = run(with_walk(scripted(), walk), mode="dual", topic="thomas  südhof")
+    channels = {h.channel for e in answer.retrieval.entities for h in e.hits}
+    assert "topic" in channels, channels  # the topic is an exact match of its own channel
 
 
 @pytest.mark.parametrize("walk,reason", [(FakeWalk(reason="no linkable start node in the question"),

@@ -25,12 +25,14 @@ class FakeBackend:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, bool]] = []
         self.modes: list[str | None] = []
+        self.topics: list[str | None] = []
         self.fail: ApiError | None = None
 
     async def answer(self, index: str, question: str, trace: bool, deadline: float,
-                     mode: str | None = None) -> dict[str, Any]:
+                     mode: str | None = None, topic: str | None = None) -> dict[str, Any]:
         self.calls.append((index, question, trace))
         self.modes.append(mode)
+        self.topics.append(topic)
         if self.fail is not None:
             raise self.fail
         return {"question": question, "answer": f"about {question}", "path": "dual_level", "mode": mode or "auto",
@@ -41,9 +43,10 @@ class FakeBackend:
                 "timings_ms": {"total": 1.0}, **({"trace": {"keywords": {}}} if trace else {})}
 
     async def answer_stream(self, index: str, question: str, trace: bool, deadline: float,
-                            mode: str | None = None) -> AsyncIterator[dict[str, Any]]:
+                            mode: str | None = None, topic: str | None = None) -> AsyncIterator[dict[str, Any]]:
         self.calls.append((index, question, trace))
         self.modes.append(mode)
+        self.topics.append(topic)
         if self.fail is not None:
             raise self.fail
         for word in ("about", " ", "it"):
@@ -278,6 +281,10 @@ def test_chat_completion_and_query_shapes(backend):
             assert body["mode"] == "dual" and "fallback_reason" not in body  # None is left out
             assert backend.calls == [("big", "Who is Ada?", False), ("tiny", "Who?", True)]
             assert backend.modes == [None, "dual"]
+            # the topic travels as a field: on /v1/query and in a chat completion's extra_body (top-level keys)
+            await c.post("/v1/query", json={"question": "who directed The Public Eye", "topic": "The Public Eye"})
+            await c.post("/v1/chat/completions", json=chat_body("who directed it", model="big", topic="Omagh"))
+            assert backend.topics == [None, None, "The Public Eye", "Omagh"]
 
     run(go())
 
@@ -494,7 +501,7 @@ def test_handle_calls_wait_at_most_the_time_left_and_are_cancelled_with_the_requ
 
 def test_stream_error_after_the_first_event_ends_the_sse_cleanly(backend):
     class Failing(FakeBackend):
-        async def answer_stream(self, index, question, trace, deadline, mode=None):
+        async def answer_stream(self, index, question, trace, deadline, mode=None, topic=None):
             yield {"type": "delta", "text": "partial"}
             yield {"type": "error", "error": {"status": 504, "message": "the request deadline passed"}}
 
