@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hxd2_ray.errors import ConfigError
 
@@ -95,6 +95,11 @@ class ExtractionConfig(_Frozen):
         88.0, ge=50, le=100,
         description="fuzzy grounding: the least rapidfuzz partial_ratio (0-100) between a name and its chunk.",
     )
+
+    @field_validator("grounding", mode="before")
+    @classmethod
+    def _grounding_off(cls, value: Any) -> Any:
+        return "off" if value is False else value  # YAML reads a bare `off` (and --set ...=off) as false
 
 
 class ScriptedLLMConfig(_Frozen):

@@ -77,6 +77,8 @@ class Extraction:
     relations: tuple[RelationMention, ...] = ()
     content_keywords: tuple[str, ...] = ()
     malformed_records: int = 0  # records the parser could not read and skipped
+    ungrounded_entities: int = 0  # dropped by extraction.grounding: the name does not occur in the chunk
+    ungrounded_relations: int = 0  # dropped by extraction.grounding: an end does not occur in the chunk
     llm_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0

@@ -620,7 +620,8 @@ class IndexBuild:
             llm_model_id=llm_model_id(self.cfg.llm),
             embedding_model_id=embedding_model_id(self.cfg.embedding),
             embedding_dim=self.cfg.embedding.dim,
-            counts={k: summary[k] for k in ("documents", "chunks", "entities", "relations")},
+            counts={k: summary[k] for k in ("documents", "chunks", "entities", "relations", "ungrounded_entities",
+                                            "ungrounded_relations")},
             vector_families=families,
             config=self.cfg.model_dump(mode="json"),
             generation=self.generation,
@@ -729,7 +730,10 @@ class IndexBuild:
     def summary(self, state: CorpusState, extractions: pa.Table, families: dict[str, Any], kind: str,
                 change: dict[str, Any] | None = None) -> dict[str, Any]:
         def total(col: str) -> int:
-            return int(pc.sum(extractions.column(col)).as_py() or 0) if extractions.num_rows else 0
+            # An index written before a column existed (grounding counts) reads as zero there.
+            if not extractions.num_rows or col not in extractions.column_names:
+                return 0
+            return int(pc.sum(extractions.column(col)).as_py() or 0)
 
         docs, quarantine, chunks = state.documents, state.quarantine, state.chunks
         failed = extractions.filter(pc.not_equal(extractions.column("error"), ""))
@@ -757,6 +761,9 @@ class IndexBuild:
             "prompt_tokens": total("prompt_tokens"),
             "completion_tokens": total("completion_tokens"),
             "malformed_records": total("malformed_records"),
+            # dropped by extraction.grounding: names that do not occur in their chunk, relations with such an end
+            "ungrounded_entities": total("ungrounded_entities"),
+            "ungrounded_relations": total("ungrounded_relations"),
             "failed_chunks": failed.num_rows,
             "failed_chunk_errors": sorted(set(failed.column("error").to_pylist()))[:5],
             "endpoint_only_entities": self.counters["endpoint_only_entities"],
@@ -902,6 +909,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"completion tokens {summary['completion_tokens']:,}",
         _run_line(summary),
         f"  malformed records skipped {summary['malformed_records']:,}  failed chunks {summary['failed_chunks']:,}",
+        f"  ungrounded (dropped) entities {summary.get('ungrounded_entities', 0):,}  relations "
+        f"{summary.get('ungrounded_relations', 0):,}",
         "  seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in summary["seconds_per_stage"].items()),
         f"  synonym edges {summary.get('synonym_edges', 0):,} {summary.get('synonyms') or ''}",
         f"  title mentions {summary.get('title_mentions', 0):,} (chunk, named document) pairs",

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from hxd2_ray.config import ExtractionConfig
+from hxd2_ray.extraction.grounding import Grounding
 from hxd2_ray.extraction.parse import ParsedRecords, parse_reply
 from hxd2_ray.extraction.prompts import PromptSet
 from hxd2_ray.extraction.render import (
@@ -92,13 +93,16 @@ class _ChunkState:
             self.keywords.setdefault(kw, None)
         self.malformed += parsed.malformed
 
-    def to_extraction(self) -> Extraction:
+    def to_extraction(self, grounding: Grounding) -> Extraction:
+        kept = grounding.ground(self.chunk.text, tuple(self.entities.values()), tuple(self.relations.values()))
         return Extraction(
             chunk_id=self.chunk.id,
-            entities=tuple(self.entities.values()),
-            relations=tuple(self.relations.values()),
+            entities=kept.entities,
+            relations=kept.relations,
             content_keywords=tuple(self.keywords),
             malformed_records=self.malformed,
+            ungrounded_entities=kept.ungrounded_entities,
+            ungrounded_relations=kept.ungrounded_relations,
             llm_calls=self.llm_calls,
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
@@ -118,6 +122,7 @@ class Extractor:
         self.max_retries = max_retries
         # The protocol has one capability flag; a backend with constrained JSON decoding also does choices.
         self._constrained = bool(getattr(llm, "supports_json_schema", False))
+        self._grounding = Grounding(cfg, prompts)
 
     # ------------------------------------------------------------------ rounds
 
@@ -209,7 +214,7 @@ class Extractor:
                 active = self._glean(self._judge(active))
                 if not active:
                     break
-        return [s.to_extraction() for s in states]
+        return [s.to_extraction(self._grounding) for s in states]
 
     def summarize(self, items: Sequence[tuple[str, list[str], str]]) -> list[str]:
         """(name, descriptions, language) -> one summary each, in order; on failure or an empty reply the

@@ -63,6 +63,8 @@ EXTRACTIONS = pa.schema(
         ("content_keywords", pa.list_(pa.string())),
         ("malformed_records", pa.int64()),
         ("llm_calls", pa.int64()),
+        ("ungrounded_entities", pa.int64()),
+        ("ungrounded_relations", pa.int64()),
         ("prompt_tokens", pa.int64()),
         ("completion_tokens", pa.int64()),
         ("error", pa.string()),

@@ -106,6 +106,8 @@ def extractions_to_table(extractions: Sequence[Extraction]) -> pa.Table:
             "content_keywords": list(e.content_keywords),
             "malformed_records": e.malformed_records,
             "llm_calls": e.llm_calls,
+            "ungrounded_entities": e.ungrounded_entities,
+            "ungrounded_relations": e.ungrounded_relations,
             "prompt_tokens": e.prompt_tokens,
             "completion_tokens": e.completion_tokens,
             "error": e.error,
