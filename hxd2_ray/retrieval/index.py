@@ -84,9 +84,12 @@ class OpenIndex:
 
 
 def open_index(
-    path_or_s3: str | os.PathLike[str], cfg: HxdConfig, families: Sequence[str] = VECTOR_FAMILIES
+    path_or_s3: str | os.PathLike[str], cfg: HxdConfig, families: Sequence[str] = VECTOR_FAMILIES,
+    generation: str | None = None,
 ) -> OpenIndex:
-    """Open the index at a local path or ``s3://bucket/prefix`` for querying with ``cfg``'s embedding model."""
+    """Open the index at a local path or ``s3://bucket/prefix`` for querying with ``cfg``'s embedding model: the
+    manifest's current generation, or ``generation`` while it is still on disk (a request pinned to it before a
+    change was published; its files were checked when it was current)."""
     location = os.fspath(path_or_s3)
     fs, path = resolve_filesystem(location, cfg.s3)
     if isinstance(fs, pafs.LocalFileSystem):
@@ -94,12 +97,12 @@ def open_index(
             raise IndexNotFoundError(f"no index at {location}: the folder does not exist")
         if not os.path.exists(os.path.join(path, MANIFEST_NAME)):
             raise IndexNotFoundError(_no_manifest(location))
-        manifest = read_manifest(path)
+        manifest = _pinned(read_manifest(path), generation)
         root = Path(path)
     else:
         if fs.get_file_info(f"{path.rstrip('/')}/{MANIFEST_NAME}").type == pafs.FileType.NotFound:
             raise IndexNotFoundError(_no_manifest(location))
-        manifest = read_manifest(path, filesystem=fs)
+        manifest = _pinned(read_manifest(path, filesystem=fs), generation)
         root = _cached_copy(fs, path, location, manifest, _cache_root(cfg))
     check_compatible(manifest, embedding_model_id(cfg.embedding), cfg.embedding.dim)
     # Sizes always (a stat per file), checksums on request: a damaged file is named before Kùzu or Faiss reads it.
@@ -109,6 +112,17 @@ def open_index(
     if cfg.retrieval.search_threads is not None:
         _set_search_threads(cfg.retrieval.search_threads)
     return _open_local(location, root, manifest, families, cfg.retrieval)
+
+
+def _pinned(manifest: IndexManifest, generation: str | None) -> IndexManifest:
+    """The manifest as a reader of ``generation`` sees it: the recorded file sizes are the current generation's,
+    so an older one is opened without them."""
+    if generation is None or generation == manifest.generation:
+        return manifest
+    if generation not in [g.get("id") for g in manifest.generations]:
+        raise IndexNotFoundError(f"generation {generation!r} is not in the index's history (current: "
+                                 f"{manifest.generation!r})")
+    return manifest.model_copy(update={"generation": generation, "files": {}})
 
 
 def _set_search_threads(threads: int) -> None:
@@ -193,7 +207,7 @@ def _cache_root(cfg: HxdConfig) -> Path:
 
 def cache_dir_for(cache_root: Path, location: str, manifest: IndexManifest) -> Path:
     """One cache entry per index build: a rebuild at the same URI gets a new entry."""
-    ident = f"{location}\n{manifest.fingerprint}\n{manifest.created_at}"
+    ident = f"{location}\n{manifest.fingerprint}\n{manifest.created_at}\n{manifest.generation}"
     return cache_root / hashlib.sha256(ident.encode()).hexdigest()[:24]
 
 
