@@ -509,6 +509,10 @@ class MultiStageConfig(_Frozen):
     refusal_name_cutoff: float = Field(
         90, ge=0, le=100, description="Least rapidfuzz ratio of a fuzzy name match (n-grams of 6+ characters).",
     )
+    refusal_lexical: bool = Field(
+        True, description="Never refuse a question whose best BM25 score over the index's chunks reaches the lexical "
+                          "level calibrated when the index was built (an index without a lexical index or level: off).",
+    )
     refusal_index_threshold: bool = Field(
         True, description="Use the threshold calibrated for the index when it was built (its manifest) when it was "
                           "calibrated for refusal_rule; otherwise refusal_threshold.",

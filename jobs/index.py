@@ -532,9 +532,9 @@ class IndexBuild:
                          "vector": picked}, schema=tables.EMBEDDINGS)
 
     def write(self, state: CorpusState, vectors: pa.Table) -> dict[str, Any]:
-        """Write generation ``self.generation`` (vector families, synonym edges, graph, corpus tables, the refusal
-        calibration, the files' checksums) beside the current one; the switch to it is :meth:`commit`'s manifest
-        write. Synonym edges and the calibration are computed over the whole new generation, as a build from
+        """Write generation ``self.generation`` (vector families, synonym edges, graph, lexical index, corpus tables,
+        the refusal calibration, the files' checksums) beside the current one; the switch to it is :meth:`commit`'s
+        manifest write. Synonym edges and the calibration are computed over the whole new generation, as a build from
         scratch of the same corpus would."""
         import numpy as np
 
@@ -542,6 +542,7 @@ class IndexBuild:
         from hxd2_ray.indexing.generations import publish, write_state
         from hxd2_ray.indexing.manifest import record_files
         from hxd2_ray.indexing.output import BUILDING_PREFIX
+        from hxd2_ray.retrieval.lexical import write_lexical
         from hxd2_ray.retrieval.refusal_calibration import calibrate_build
         from hxd2_ray.vectors.faiss_index import write_family
 
@@ -569,6 +570,8 @@ class IndexBuild:
                 state.documents, state.chunks.drop_columns(["shard"]), state.entities, state.relations, synonyms,
                 title_mentions)
             crash_point("driver:write")
+            # The lexical channel of this generation, from its whole chunk table (an update rebuilds it too).
+            write_lexical(build_dir, state.chunks.column("id").to_pylist(), state.chunks.column("text").to_pylist())
             self.refusal = calibrate_build(build_dir, self.cfg, state.chunks.column("text"), progress=_log)
             self.files = record_files(build_dir)  # sizes and sha256 for the manifest, before the files move
             write_state(build_dir, state)
@@ -919,6 +922,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     if "threshold" in refusal:
         lines.append(f"  refusal threshold {refusal['threshold']:.4f} (rule {refusal['rule']}, F1 {refusal['f1']:.3f}; "
                      f"with names F1 {refusal['with_names']['f1']:.3f})")
+        if refusal.get("notice"):
+            lines.append(f"  {refusal['notice']}")
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ Layout of an index written by the index job::
     <root>/manifest.json                   names the current generation; written last, in one atomic write
     <root>/generations/<id>/graph.kuzu     the Kùzu graph
     <root>/generations/<id>/vectors/       the Faiss families
+    <root>/generations/<id>/lexical/       BM25 over the generation's chunks (hxd2_ray.retrieval.lexical)
     <root>/generations/<id>/tables/        the corpus the next change starts from (sources, documents, chunks,
                                            quarantine, entities, relations, merged_chunks)
     <root>/index_summary.json              the last run's summary
@@ -37,7 +38,7 @@ from hxd2_ray.indexing.leases import held_generations
 from hxd2_ray.indexing.manifest import GENERATIONS_DIR, IndexManifest, generation_dir, utc_now_iso
 
 TABLES_DIR = "tables"
-QUERY_FILES = ("graph.kuzu", "vectors")  # what a reader opens, relative to a generation's folder
+QUERY_FILES = ("graph.kuzu", "vectors", "lexical")  # what a reader opens, relative to a generation's folder
 HISTORY_LIMIT = 200
 
 STATE_SCHEMAS: Mapping[str, pa.Schema] = {

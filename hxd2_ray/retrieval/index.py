@@ -44,12 +44,13 @@ from hxd2_ray.indexing.manifest import (
 from hxd2_ray.indexing.tables import VECTOR_FAMILIES
 from hxd2_ray.ingest.sources import resolve_filesystem
 from hxd2_ray.retrieval.fuzzy import FuzzyNameIndex
+from hxd2_ray.retrieval.lexical import LEXICAL_DIR, LexicalIndex
 from hxd2_ray.vectors.base import IDMAP_PARQUET, VectorIndex, family_dir
 
 # What dual-level retrieval searches; relation_keywords is for logic-form predicate linking.
 DUAL_LEVEL_FAMILIES = ("entity_name", "entity_mix", "relation_mix", "chunk")
 # Copied from S3; the build's _staging folder (large, not needed to query) is left behind.
-_QUERY_FILES = (GRAPH_NAME, "vectors", "index_summary.json")
+_QUERY_FILES = (GRAPH_NAME, "vectors", LEXICAL_DIR, "index_summary.json")
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class OpenIndex:
     graph: GraphStore
     families: Mapping[str, VectorIndex]
     names: FuzzyNameIndex  # folded entity keys for near-miss name matching
+    lexical: LexicalIndex | None = None  # BM25 over the generation's chunks; None for an index built before it
     _closers: tuple[Callable[[], None], ...] = field(default=(), repr=False)
 
     def family(self, name: str) -> VectorIndex:
@@ -160,6 +162,8 @@ def _open_local(
             opened[name] = index
         with _unreadable_as_damage(location, "the entity id map"):
             names = FuzzyNameIndex(_entity_keys(root))
+        with _unreadable_as_damage(location, "the lexical index"):
+            lexical = LexicalIndex.open(root / LEXICAL_DIR)
         with _unreadable_as_damage(location, GRAPH_NAME):
             store = KuzuGraphStore(graph_path, read_only=True, max_threads=retrieval.graph_threads)
             graph = open_resident(store, retrieval.resident_graph, retrieval.resident_graph_max_mb)
@@ -169,7 +173,7 @@ def _open_local(
         raise
     closers = (graph.close, *(ix.close for ix in opened.values()))
     return OpenIndex(location=location, root=root, manifest=manifest, graph=graph, families=opened, names=names,
-                     _closers=closers)
+                     lexical=lexical, _closers=closers)
 
 
 @contextmanager

@@ -17,6 +17,11 @@ the gate whatever the score says. A user asking about "Qinghe 17" in a corpus wh
 asking about the corpus, even when a small model's keywords ("Research affiliation") and the question's own
 embedding score low; the score still decides for questions that name nothing the index knows.
 
+**Nor is a question with a strong lexical match** (:mod:`hxd2_ray.retrieval.lexical`): its best BM25 score over
+the index's chunks at or above ``lexical_level``, the level calibrated for the index above what the shipped
+off-topic questions reach. Rare names, codes and numbers ("Qinghe 17", partial or differently cased names) are
+where vectors are weakest and exact terms strongest. Document titles count as names too.
+
 The threshold comes from the index when it has one (:meth:`RefusalGate.for_index`): every build calibrates the
 ``question`` rule on questions made from its own chunks against a shipped off-topic set and records it in the
 manifest (:mod:`hxd2_ray.retrieval.refusal_calibration`); otherwise, or for another rule, the configured one.
@@ -31,17 +36,18 @@ of good (in-domain) and bad (off-topic) questions, with scikit-learn's ``precisi
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from hxd2_ray.embedding.base import Embedder
 from hxd2_ray.graph.base import unique_in_order
 from hxd2_ray.retrieval.intent import MultiStagePromptSet, load_multistage_prompts
-from hxd2_ray.retrieval.names import named_entities
+from hxd2_ray.retrieval.names import TitleIndex, named_entities, title_index
 from hxd2_ray.retrieval.results import Keywords
 
 __all__ = [
@@ -50,6 +56,7 @@ __all__ = [
     "RefusalGate",
     "RefusalScore",
     "calibrate_threshold",
+    "index_lexical_level",
     "index_threshold",
     "plot_calibration",
     "refusal_message",
@@ -74,10 +81,17 @@ class RefusalScore:
     question_score: float | None = None  # the question's own score (None under rule "keywords")
     named: tuple[str, str, float] | None = None  # (n-gram, entity key, match score) the question names: never refused
     threshold_source: str = "config"  # config | index (calibrated when the index was built)
+    lexical: float | None = None  # the question's best BM25 score over the chunks (None: no lexical index)
+    lexical_level: float | None = None  # at or above it the question is answered (None: the channel is off)
+
+    @property
+    def lexical_match(self) -> bool:
+        return self.lexical is not None and self.lexical_level is not None and self.lexical >= self.lexical_level
 
     @property
     def refused(self) -> bool:
-        return self.named is None and self.score < self.threshold
+        # Strong evidence in the corpus (a name of the index, a lexical match) answers whatever the score says.
+        return self.named is None and not self.lexical_match and self.score < self.threshold
 
     def to_dict(self) -> dict[str, Any]:
         def r(x: float | None) -> float | None:
@@ -92,6 +106,7 @@ class RefusalScore:
             "named": ({"text": self.named[0], "key": self.named[1], "score": round(self.named[2], 4)}
                       if self.named else None),
             "threshold_source": self.threshold_source,
+            "lexical": r(self.lexical), "lexical_level": r(self.lexical_level), "lexical_match": self.lexical_match,
             "ms": round(self.seconds * 1000, 2),
         }
 
@@ -118,10 +133,12 @@ class RefusalGate:
         names: bool = True,
         name_cutoff: float = 90.0,
         threshold_source: str = "config",
+        lexical_level: float | None = None,
     ):
         """``names``: never refuse a question that names an entity of the index (exact merge key, or rapidfuzz
-        ratio >= ``name_cutoff`` for n-grams of 6+ characters); needs ``index.graph`` (and ``index.names`` for the
-        fuzzy part), else only the score decides."""
+        ratio >= ``name_cutoff`` for n-grams of 6+ characters) or a document title; needs ``index.graph`` (and
+        ``index.names`` for the fuzzy part), else only the score decides. ``lexical_level``: never refuse a question
+        whose best BM25 score over ``index.lexical`` reaches it (None, or an index without a lexical index: off)."""
         if not -1.0 <= float(threshold) <= 1.0:
             raise ValueError(f"the refusal threshold is a cosine, between -1 and 1; got {threshold}")
         if rule not in RULES:
@@ -135,6 +152,9 @@ class RefusalGate:
         self.names = names and getattr(index, "graph", None) is not None
         self.name_cutoff = float(name_cutoff)
         self.threshold_source = threshold_source
+        self._starts: tuple[TitleIndex, _TitleStarts] | None = None
+        self.lexical = getattr(index, "lexical", None)
+        self.lexical_level = float(lexical_level) if lexical_level is not None and self.lexical is not None else None
         index.family(entity_family)  # fail now, not on the first question
         index.family(relation_family)
 
@@ -144,11 +164,13 @@ class RefusalGate:
         its manifest has one for ``cfg.refusal_rule`` (and ``cfg.refusal_index_threshold``), else the configured
         ``refusal_threshold``."""
         threshold, source = cfg.refusal_threshold, "config"
-        calibrated = index_threshold(getattr(index, "manifest", None), cfg.refusal_rule)
+        manifest = getattr(index, "manifest", None)
+        calibrated = index_threshold(manifest, cfg.refusal_rule)
         if cfg.refusal_index_threshold and calibrated is not None:
             threshold, source = calibrated, "index"
         return cls(index, embedder, threshold, rule=cfg.refusal_rule, names=cfg.refusal_names,
-                   name_cutoff=cfg.refusal_name_cutoff, threshold_source=source)
+                   name_cutoff=cfg.refusal_name_cutoff, threshold_source=source,
+                   lexical_level=index_lexical_level(manifest) if cfg.refusal_lexical else None)
 
     def score(self, question: str, keywords: Keywords | None = None) -> RefusalScore:
         return self.scores([question], [keywords])[0]
@@ -176,9 +198,10 @@ class RefusalGate:
         low_best = self._best(self.entity_family, low_texts, vectors, row)
         high_best = self._best(self.relation_family, high_texts, vectors, row)
         named = [self._named(q) for q in questions]
+        lexical = [self.lexical.best_score(q) if self.lexical is not None else None for q in questions]
         elapsed = (time.perf_counter() - started) / max(1, len(questions))
         out = []
-        for q, (low, high), name in zip(questions, queries, named):
+        for q, (low, high), name, lex in zip(questions, queries, named, lexical):
             lo = _max_hit([(t, low_best.get(t)) for t in low])
             hi = _max_hit([(t, high_best.get(t)) for t in high])
             parts = [x[1] for x in (lo, hi) if x is not None]
@@ -206,6 +229,7 @@ class RefusalGate:
                 low_match=None if lo is None else (lo[0], lo[2]), high_match=None if hi is None else (hi[0], hi[2]),
                 seconds=elapsed, rule=self.rule, keyword_score=kw_score if use_keywords else None,
                 question_score=q_score, named=name, threshold_source=self.threshold_source,
+                lexical=lex, lexical_level=self.lexical_level,
             ))
         return out
 
@@ -215,7 +239,16 @@ class RefusalGate:
             return None
         found = named_entities(question, self.index.graph, getattr(self.index, "names", None),
                                fuzzy_cutoff=self.name_cutoff)
+        if not found:  # a document's title is a name of the corpus too ("Qinghe 17" heading its own page) ...
+            titles = title_index(self.index.graph)
+            found = named_entities(question, titles, None) or named_entities(question, self._title_starts(titles), None)
         return (found[0].text, found[0].key, found[0].score) if found else None
+
+    def _title_starts(self, titles: TitleIndex) -> "_TitleStarts":
+        """... and so is the start of one that reads as a name ("Kestrel-9" of "Kestrel-9 alloy"); built once."""
+        if self._starts is None or self._starts[0] is not titles:
+            self._starts = (titles, _TitleStarts(titles.chunks))
+        return self._starts[1]
 
     def _best(self, family: str, texts: list[str], vectors: np.ndarray | None, row: dict[str, int]
               ) -> dict[str, tuple[float, str]]:
@@ -236,6 +269,34 @@ def index_threshold(manifest: Any, rule: str) -> float | None:
         return None
     value = record.get("threshold")
     return float(value) if isinstance(value, (int, float)) and -1.0 <= value <= 1.0 else None
+
+
+class _TitleStarts:
+    """The leading words of document titles that read as a name on their own: two words or more, or one with a
+    digit, as the names rule splits them ("kestrel 9" of "Kestrel-9 alloy"); quacks like a graph for
+    :func:`named_entities`. A single plain word ("Introduction" of "Introduction to X") is no name."""
+
+    def __init__(self, title_keys: Iterable[str]):
+        self.starts: set[str] = set()
+        for title in title_keys:
+            words = _JOINERS.sub(" ", title).split()
+            for n in range(1, len(words)):
+                start = words[:n]
+                if len(start) >= 2 or any(ch.isdigit() for ch in start[0]):
+                    self.starts.add(" ".join(start))
+
+    def get_entities(self, keys: Any) -> list[dict[str, str]]:
+        return [{"key": k} for k in keys if k in self.starts]
+
+
+_JOINERS = re.compile(r"[-_/·]")
+
+
+def index_lexical_level(manifest: Any) -> float | None:
+    """The lexical level calibrated when the index was built (its manifest), or None."""
+    record = getattr(manifest, "refusal", None) or {}
+    value = record.get("lexical_level")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def _max_hit(pairs: list[tuple[str, tuple[float, str] | None]]) -> tuple[str, float, str] | None:

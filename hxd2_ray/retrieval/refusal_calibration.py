@@ -9,7 +9,15 @@ the embedding model *and* on what the index holds. So every build calibrates its
   its edge descriptions;
 * negatives: the shipped off-topic set (``hxd2_ray/sample_data/off_topic_questions.jsonl``: everyday questions,
   written for this project);
-* the threshold: :func:`~hxd2_ray.retrieval.refusal.calibrate_threshold` (best F1 of "answer the positives").
+* the threshold: :func:`~hxd2_ray.retrieval.refusal.calibrate_threshold` (best F1 of "answer the positives")
+  when there are at least :data:`MIN_POSITIVES` positives. A small corpus gives fewer, and a threshold fitted to
+  a handful of points sits on a knife's edge (7 positives once put it 0.002 above a question the corpus answers):
+  below that the threshold is **conservative**, refusing only what scores like the bulk of the off-topic set
+  (the lower of the fitted threshold and the off-topic scores' :data:`CONSERVATIVE_QUANTILE` quantile), and the
+  record carries a one-line ``notice`` the build summary prints;
+* the lexical level (:mod:`hxd2_ray.retrieval.lexical`): a question whose best BM25 score reaches it is answered
+  whatever its cosine. It lies above every off-topic question's best score (x :data:`LEXICAL_MARGIN`) and at
+  least at :data:`LEXICAL_POSITIVE_SHARE` of the positives' median (a couple of the corpus's rarer words).
 
 The record also reports the gate as it runs, with its names rule: a question naming an entity of the index is
 answered whatever its score (``with_names``). :meth:`RefusalGate.for_index` uses the recorded threshold when the
@@ -25,17 +33,24 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import pyarrow.parquet as pq
 
 from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.retrieval.fuzzy import FuzzyNameIndex
+from hxd2_ray.retrieval.lexical import LEXICAL_DIR, LexicalIndex
 from hxd2_ray.retrieval.refusal import RefusalGate, calibrate_threshold
 from hxd2_ray.vectors.base import IDMAP_PARQUET, family_dir
 
-__all__ = ["OFF_TOPIC_FILE", "calibrate_index", "chunk_questions", "off_topic_questions"]
+__all__ = ["MIN_POSITIVES", "OFF_TOPIC_FILE", "calibrate_index", "chunk_questions", "lexical_level",
+           "off_topic_questions"]
 
 OFF_TOPIC_FILE = "off_topic_questions.jsonl"
 DEFAULT_POSITIVES = 64
+MIN_POSITIVES = 50  # fewer and the fitted threshold means little: the conservative one is used
+CONSERVATIVE_QUANTILE = 0.95  # of the off-topic scores: the conservative threshold refuses what scores below it
+LEXICAL_MARGIN = 1.15  # the lexical level is this much above the best off-topic question's BM25 score
+LEXICAL_POSITIVE_SHARE = 0.1  # ... and at least this share of the positives' median BM25 score (a floor)
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？；;])\s*")
 _MARKUP = re.compile(r"[#>*_`|\[\]]+")
 
@@ -101,11 +116,23 @@ def calibrate_index(index: Any, embedder: Any, texts: Sequence[str], *, n: int =
         return None
     gate = RefusalGate(index, embedder, 0.0, rule="question", names=getattr(index, "graph", None) is not None)
     scores = gate.scores([*good, *bad], [None] * (len(good) + len(bad)))
-    cal = calibrate_threshold([s.score for s in scores[: len(good)]], [s.score for s in scores[len(good):]])
-    answered = [s.score >= cal.threshold or s.named is not None for s in scores]
+    good_scores, bad_scores = [s.score for s in scores[: len(good)]], [s.score for s in scores[len(good):]]
+    cal = calibrate_threshold(good_scores, bad_scores)
+    threshold, notice = cal.threshold, ""
+    if len(good) < MIN_POSITIVES:
+        threshold = min(cal.threshold, float(np.quantile(bad_scores, CONSERVATIVE_QUANTILE)))
+        notice = (f"refusal: only {len(good)} questions could be made from this index's chunks (< {MIN_POSITIVES}); "
+                  f"a conservative threshold {threshold:.4f} refuses only what scores like off-topic questions")
+    level = lexical_level([s.lexical for s in scores[: len(good)]], [s.lexical for s in scores[len(good):]])
+    answered = [s.score >= threshold or s.named is not None or (level is not None and (s.lexical or 0.0) >= level)
+                for s in scores]
     return {
         "rule": "question",
-        "threshold": round(cal.threshold, 6),
+        "threshold": round(threshold, 6),
+        "fitted_threshold": round(cal.threshold, 6),
+        "conservative": len(good) < MIN_POSITIVES,
+        "notice": notice,
+        "lexical_level": None if level is None else round(level, 6),
         "precision": round(cal.precision, 4), "recall": round(cal.recall, 4), "f1": round(cal.f1, 4),
         "n_good": len(good), "n_bad": len(bad), "seed": seed,
         "with_names": _f1(answered[: len(good)], answered[len(good):]),
@@ -113,6 +140,16 @@ def calibrate_index(index: Any, embedder: Any, texts: Sequence[str], *, n: int =
         "negatives": f"hxd2_ray/sample_data/{OFF_TOPIC_FILE}" if negatives is None else "given",
         "embedding_model": getattr(embedder, "model_id", ""),
     }
+
+
+def lexical_level(good: Sequence[float | None], bad: Sequence[float | None]) -> float | None:
+    """The BM25 score from which a question counts as a strong lexical match (module docstring); None without a
+    lexical index (the scores are None) or without positives that match their own chunks at all."""
+    pos = [g for g in good if g is not None and g > 0]
+    neg = [b for b in bad if b is not None]
+    if not pos or len(neg) != len(bad):
+        return None
+    return max(max(neg, default=0.0) * LEXICAL_MARGIN, float(np.median(pos)) * LEXICAL_POSITIVE_SHARE)
 
 
 class _BuiltIndex:
@@ -128,6 +165,7 @@ class _BuiltIndex:
         self.graph = KuzuGraphStore(root / "graph.kuzu", read_only=True)
         keys = pq.read_table(family_dir(root, "entity_name") / IDMAP_PARQUET, columns=["key"]).column("key")
         self.names = FuzzyNameIndex(keys.to_pylist())
+        self.lexical = LexicalIndex.open(root / LEXICAL_DIR)
 
     def family(self, name: str) -> Any:
         return self.families[name]
@@ -172,4 +210,6 @@ def calibrate_build(root: str | Path, cfg: Any, texts: Sequence[str], *, embedde
             progress(f"refusal threshold {record['threshold']:.4f} (rule question, F1 {record['f1']:.3f} on "
                      f"{record['n_good']} own / {record['n_bad']} off-topic questions; with names "
                      f"F1 {record['with_names']['f1']:.3f})")
+            if record.get("notice"):
+                progress(record["notice"])
     return record

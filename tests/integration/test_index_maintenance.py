@@ -178,6 +178,11 @@ def test_add_and_update_equal_a_build_of_the_final_corpus(index, corpus, tmp_pat
         want = build_embedder(cfg.embedding).embed([f"{now['name']}: {now['description']}"])
         hits = fresh.families["entity_mix"].search(want, 1)[0]
         assert hits[0][0] == "david eagleman" and hits[0][1] == pytest.approx(1.0, abs=1e-5)
+        # The lexical index is the new generation's: every chunk of it, and the added document's words find it.
+        assert fresh.lexical is not None
+        assert sorted(fresh.lexical.chunk_ids) == sorted(r["id"] for r in _state(out)["chunks"])
+        best = fresh.lexical.search("Stanford private research university California", 1)[0][0]
+        assert best in {r["id"] for r in _state(out)["chunks"] if r["doc_id"] in stanford}
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["generation"] == "g000002" and manifest["parent_generation"] == "g000001"
     assert [g["id"] for g in manifest["generations"]] == ["g000001", "g000002"]
@@ -251,6 +256,12 @@ def test_delete_by_id_and_by_source_equals_a_build_without_them(index, corpus, t
     va, vb = _vectors(out), _vectors(scratch)
     for family in va:
         assert va[family].keys() == vb[family].keys(), family  # removed keys left Faiss
+    from hxd2_ray.retrieval.lexical import LEXICAL_DIR, LexicalIndex
+
+    lexical = LexicalIndex.open(out / "generations" / json.loads((out / "manifest.json").read_text())["generation"]
+                                / LEXICAL_DIR)
+    assert lexical is not None and sorted(lexical.chunk_ids) == sorted(r["id"] for r in state["chunks"])
+    assert not lexical.search("Kobilka", 3)  # the deleted document's words are gone from the lexical index
     # A third generation; with generations.keep=2 the first one is gone, the second kept for its readers.
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["parent_generation"] == before["generation"]
