@@ -4,6 +4,7 @@
                [--set section.key=value] [--serve-config configs/serve.yaml] [--host 127.0.0.1] [--port 8000]
                [--address auto|ray://HEAD:10001] [--num-cpus N] [--no-auth] [--mode MODE]
                [--parts deployments|in_replica] [--detach]
+    hxd2 serve reload [--url http://127.0.0.1:8000] [--key-env HXD2_API_KEYS]
 
 Deployment sizes (replicas, autoscaling, queues, CPUs/GPUs) and the HTTP options come from the Serve config file
 (``--serve-config``, default ``configs/serve.yaml``); the flags override its index, hxd2 config, host and port.
@@ -195,8 +196,42 @@ def check_local_indexes_on_every_node(indexes: dict[str, str]) -> None:
                          what="index path")
 
 
+def reload_main(argv: list[str]) -> int:
+    """``hxd2 serve reload``: ask a running server to switch to its indexes' newly published generations now."""
+    parser = argparse.ArgumentParser(prog="hxd2 serve reload", description=reload_main.__doc__)
+    parser.add_argument("--url", default="http://127.0.0.1:8000", help="the server (default http://127.0.0.1:8000)")
+    parser.add_argument("--key-env", default="HXD2_API_KEYS",
+                        help="environment variable holding the API key (the first of a comma-separated list)")
+    try:
+        ns = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    import httpx
+
+    key = (os.environ.get(ns.key_env, "").split(",")[0]).strip()
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    url = f"{ns.url.rstrip('/')}/v1/admin/reload"
+    try:
+        response = httpx.post(url, headers=headers, timeout=150)
+    except httpx.HTTPError as exc:
+        print(f"error: no answer from {url} ({type(exc).__name__}); is hxd2 serve running there?", file=sys.stderr)
+        return 2
+    if response.status_code != 200:
+        try:
+            message = response.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = response.text[:300]
+        print(f"error: {url} answered {response.status_code}: {message}", file=sys.stderr)
+        return 2 if response.status_code in (401, 403, 404) else 1
+    for name, generation in response.json().get("generations", {}).items():
+        print(f"{name}: serving generation {generation}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "reload":
+        return reload_main(argv[1:])
     try:
         app_args, http, ns = plan(argv)
     except SystemExit as exc:  # --help, or a usage error argparse has explained

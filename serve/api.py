@@ -228,6 +228,9 @@ class RetrieverBackend:
     async def health(self) -> dict[str, Any]:
         return await asyncio.wait_for(self.handle.info.remote(), 5.0)
 
+    async def reload(self) -> dict[str, Any]:
+        return await asyncio.wait_for(self.handle.reload.remote(), 120.0)
+
 
 def _sse(data: Any) -> bytes:
     import json
@@ -272,7 +275,8 @@ class HttpMetricsMiddleware:
 
 _DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 
-ROUTES = ("/v1/chat/completions", "/v1/query", "/v1/models", "/healthz", "/openapi.json", *INDEX_ROUTES,
+ROUTES = ("/v1/chat/completions", "/v1/query", "/v1/models", "/healthz", "/openapi.json", "/v1/admin/reload",
+          *INDEX_ROUTES,
           *UI_ROUTES)
 
 
@@ -371,20 +375,38 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
             raise ApiError(413, f"the question has {len(question):,} characters, over the limit of "
                                 f"{settings.max_question_chars:,}", code="question_too_long")
 
-    @api.get("/healthz", operation_id="health", summary="Liveness (no key needed)", response_model=None,
+    @api.get("/healthz", operation_id="health",
+             summary="Liveness (no key needed); ?deep=true asks the retriever too (key needed)", response_model=None,
              responses=openapi.responses(
-                 openapi.ok_json("Health", "Alive (with ?deep=true: the retriever answered too)."), 422, 503,
-                 s422="The deep parameter is not a boolean.", s503="With ?deep=true: the retriever is not answering."))
+                 openapi.ok_json("Health", "Alive (with ?deep=true: the retriever answered too, and the index "
+                                           "generations it serves)."), 401, 422, 503,
+                 s401="?deep=true without a valid key.", s422="The deep parameter is not a boolean.",
+                 s503="With ?deep=true: the retriever is not answering."))
     async def healthz(deep: bool = False) -> dict[str, Any]:
-        out: dict[str, Any] = {"status": "ok", "indexes": list(settings.indexes)}
+        # Without a key (the guard lets only the plain form through) this touches no deployment and shows no counter.
+        out: dict[str, Any] = {"status": "ok"}
         if deep:
             try:
                 info = await backend.health()
-                out["served"] = info.get("served")
             except Exception as exc:  # noqa: BLE001
                 raise ApiError(503, f"the retriever is not answering: {type(exc).__name__}",
                                headers={"Retry-After": str(settings.retry_after_s)}) from None
+            out["indexes"] = {name: ix.get("generation") for name, ix in (info.get("indexes") or {}).items()}
         return out
+
+    @api.post("/v1/admin/reload", operation_id="reload",
+              summary="Switch the served indexes to their newly published generations now", response_model=None,
+              responses=openapi.responses(
+                  openapi.ok_json("Reload", "The generation each index is served from now."), *openapi.GUARDED,
+                  503, s400="Content-Length is not a number.",
+                  s413="The declared Content-Length is over the server's byte limit.",
+                  s503="The retriever is not answering."))
+    async def reload() -> dict[str, Any]:
+        try:
+            return await backend.reload()
+        except Exception as exc:  # noqa: BLE001
+            raise ApiError(503, f"the retriever did not reload: {type(exc).__name__}: {str(exc)[:300]}",
+                           headers={"Retry-After": str(settings.retry_after_s)}) from None
 
     @api.get("/v1/models", operation_id="listModels", summary="The served indexes", response_model=None,
              responses=openapi.responses(openapi.ok_json("ModelList", "The served indexes, as OpenAI models."),
@@ -409,7 +431,7 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
             fallback_reason=result.get("fallback_reason"), refused=bool(result.get("refused")),
             references=result.get("references", []), notices=result.get("notices", []),
             usage=result.get("usage", {}), timings_ms=result.get("timings_ms", {}),
-            trace=result.get("trace") if req.trace else None,
+            trace=result.get("trace") if req.trace else None, generation=result.get("generation"),
         ).model_dump(exclude_none=True)
 
     @api.post("/v1/chat/completions", operation_id="createChatCompletion",
@@ -433,6 +455,7 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
                 usage=Usage.of(usage), path=result.get("path"), mode=result.get("mode"),
                 fallback_reason=result.get("fallback_reason"), references=result.get("references"),
                 notices=result.get("notices") or None, trace=result.get("trace") if req.trace else None,
+                generation=result.get("generation"),
             ).model_dump(exclude_none=True)
 
         events = backend.answer_stream(req.model, question, req.trace, deadline, req.mode, req.topic)
@@ -465,7 +488,8 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
                                     path=event.get("path"), mode=event.get("mode"),
                                     fallback_reason=event.get("fallback_reason"),
                                     references=event.get("references"),
-                                    trace=event.get("trace") if req.trace else None)
+                                    trace=event.get("trace") if req.trace else None,
+                                    generation=event.get("generation"))
                         if include_usage:
                             yield _sse(ChatCompletionChunk(id=cid, created=created, model=req.model, choices=[],
                                                            usage=Usage.of(usage)).model_dump(exclude_none=True))

@@ -129,13 +129,16 @@ def build_app(args: Union[ServeAppArgs, dict[str, Any]]) -> Application:
     if args.parts == "deployments":
         parts = {
             "planner": _options(PlannerServer, args).bind(cfg_json, llm, args.transport),
-            "executor": _options(PlanExecutorServer, args).bind(cfg_json, indexes, llm, embedder, args.transport),
+            "executor": _options(PlanExecutorServer, args).bind(cfg_json, indexes, llm, embedder, args.transport,
+                                                                  poll_s=args.generation_poll_s),
             "verifier": _options(VerifierServer, args).bind(cfg_json, llm, args.transport),
         }
         if cfg.graphflow.policy is not None:  # no policy, no walker (an idle one would only hold resources)
-            parts["walker"] = _options(GraphWalkerServer, args).bind(cfg_json, indexes, embedder, args.transport)
+            parts["walker"] = _options(GraphWalkerServer, args).bind(cfg_json, indexes, embedder, args.transport,
+                                                                     poll_s=args.generation_poll_s)
     retriever = _options(Retriever, args, {"max_ongoing_requests": args.pipeline_threads}).bind(
-        cfg_json, indexes, llm, embedder, parts, args.pipeline, args.pipeline_threads, args.mode, args.transport)
+        cfg_json, indexes, llm, embedder, parts, args.pipeline, args.pipeline_threads, args.mode, args.transport,
+        poll_s=args.generation_poll_s, source_url_prefix=args.source_url_prefix)
     settings = {
         "indexes": list(indexes), "default_index": args.default, "request_deadline_s": args.request_deadline_s,
         "retry_after_s": args.retry_after_s, "max_body_bytes": args.max_body_bytes,

@@ -8,7 +8,7 @@
 * A request-rate limit per key (``rate_limit_per_key``, :mod:`serve.rate_limit`): over it, 429 with
   ``Retry-After``, before any work.
 * ``/healthz`` (and the routes in ``open_paths``, or matching ``open_pattern``: the web UI's static files) need no
-  key.
+  key; ``/healthz?deep=true``, which calls the Retriever, does.
 * The body is read here, before any route parses it: more than ``max_body_bytes`` → 413, whether the client
   declared a ``Content-Length`` (rejected without reading) or streamed a chunked body (cut off once over). The
   body that passes is replayed to the app, and later ``receive`` calls go to the client again, so the app still
@@ -162,7 +162,8 @@ class GuardMiddleware:
             await self.app(scope, receive, send)
             return
         path = self._path(scope)
-        if path in self.open_paths or (self.open_pattern is not None and self.open_pattern.fullmatch(path)):
+        open_path = path in self.open_paths and not _asks_for_work(scope)
+        if open_path or (self.open_pattern is not None and self.open_pattern.fullmatch(path)):
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
@@ -220,6 +221,13 @@ class GuardMiddleware:
             return await receive()
 
         await self.app(scope, replay_receive, send)
+
+
+def _asks_for_work(scope: Scope) -> bool:
+    """An open path asked for more than liveness (``/healthz?deep=...``: the deep check calls the Retriever):
+    that form needs a key, so nobody without one can make the service work."""
+    query = scope.get("query_string", b"")
+    return b"deep" in (query if isinstance(query, bytes) else str(query).encode())
 
 
 def _too_large(size: int, limit: int, streamed: bool = False) -> dict[str, Any]:

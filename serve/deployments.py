@@ -48,6 +48,7 @@ from ray import serve
 from hxd2_ray.config import HxdConfig, validate_config
 from hxd2_ray.errors import IndexNotFoundError
 from hxd2_ray.llm.base import LLMRequest, LLMResponse
+from hxd2_ray.retrieval.live_index import DEFAULT_POLL_S
 from serve.api import ApiSettings, RetrieverBackend, _error, answer_payload, error_of, make_api
 from serve.handles import (
     DeadlineExceeded,
@@ -63,6 +64,7 @@ from serve.handles import (
     run_in_thread,
 )
 from serve.index_views import IndexViews, NotInIndex
+from serve.live_indexes import CurrentIndexes, close_live, corpus_root, live_of, open_live, public_references
 from serve.metrics import TIMING_PHASES, Metrics, replica_max_ongoing
 
 log = logging.getLogger("hxd2.serve")
@@ -169,6 +171,19 @@ def _manifests(locations: dict[str, str], cfg: HxdConfig) -> dict[str, _Manifest
     return out
 
 
+@dataclass
+class _Served:
+    """What a Retriever replica reads one generation of an index through."""
+
+    pipeline: Any
+    corpus_root: str  # the folder every local document lies under: answers name documents relative to it
+
+    def close(self) -> None:
+        close = getattr(self.pipeline, "close", None)
+        if callable(close):
+            close()
+
+
 def import_string(path: str) -> Callable[..., Any]:
     module, sep, name = path.partition(":")
     if not sep or not module or not name:
@@ -185,39 +200,6 @@ def fallback_kind(reason: str | None) -> str | None:
     if not reason:
         return None
     return reason.split(":", 1)[0].strip()[:48] or "fallback"
-
-
-def _close_indexes(indexes: dict[str, Any]) -> None:
-    """Close a replica's indexes on its way out; one that fails to close does not keep the others open."""
-    for index in indexes.values():
-        try:
-            index.close()
-        except Exception:  # noqa: BLE001 - a replica being torn down has no one to report to
-            pass
-
-
-def _open_indexes(locations: dict[str, str], cfg: HxdConfig) -> dict[str, Any]:
-    from hxd2_ray.retrieval import open_index
-
-    opened: dict[str, Any] = {}
-    try:
-        for name, location in locations.items():
-            try:
-                opened[name] = open_index(location, cfg)  # s3:// → copied to this replica's disk; manifest checked
-            except IndexNotFoundError as exc:
-                if "://" in location:
-                    raise
-                # A replica may start on any node; a local path exists only where it was written.
-                from hxd2_ray.indexing.cluster_storage import advice
-                from hxd2_ray.stages.stage_run import current_node
-
-                raise IndexNotFoundError(f"{exc} (on node {current_node()[:12]}, where this replica runs: "
-                                         f"{advice('index')})") from None
-    except BaseException:
-        for index in opened.values():
-            index.close()
-        raise
-    return opened
 
 
 # ========================================================================================== LLM
@@ -361,7 +343,8 @@ class Retriever:
 
     def __init__(self, cfg_json: dict[str, Any], indexes: dict[str, str], llm: Any, embedder: Any,
                  parts: dict[str, Any] | None = None, pipeline: str | None = None, threads: int = 16,
-                 mode: str = "auto", transport: str = "grpc"):
+                 mode: str = "auto", transport: str = "grpc", poll_s: float = DEFAULT_POLL_S,
+                 source_url_prefix: str | None = None):
         import sys
 
         # Pipeline threads hand off to the replica's event loop and the handle router's loop on every step;
@@ -379,25 +362,32 @@ class Retriever:
         self.llm = HandleLLM(llm, self.cfg.llm)
         self.embedder = embedder_for(embedder, self.cfg)
         factory = import_string(pipeline) if pipeline else default_pipeline
-        self.indexes = _open_indexes(indexes, self.cfg)
-        cfgs = configs_per_index(self.cfg, self.indexes)
-        self.pipelines = {
-            name: factory(PipelineContext(name, index, self.llm, self.embedder, cfgs[name],
-                                          flow_parts(parts, name, index, self.embedder, cfgs[name]), mode))
-            for name, index in self.indexes.items()
-        }
+        cfgs = configs_per_index(self.cfg, _manifests(indexes, self.cfg))
+        self.source_url_prefix = source_url_prefix
+
+        def attach(name: str, index: Any) -> _Served:
+            ctx = PipelineContext(name, index, self.llm, self.embedder, cfgs[name],
+                                  flow_parts(parts, name, index, self.embedder, cfgs[name]), mode)
+            return _Served(factory(ctx), corpus_root(index.graph))
+
+        # Each index follows its published generations; a request reads the one it pinned, here and in the parts.
+        self.lives = open_live(indexes, self.cfg, attach, poll_s=poll_s, detach=_Served.close)
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hxd2-pipeline")
         self.metrics = Metrics()
         self.served = 0
-        self.views = IndexViews(self.indexes)  # a chunk, the graph around entities, statistics (the web UI's reads)
+        # a chunk, the graph around entities, statistics (the web UI's reads): the current generation's
+        self.views = IndexViews(CurrentIndexes(self.lives))
 
     # -- helpers -------------------------------------------------------------------------------------
 
-    def _pipeline(self, index: str) -> Any:
-        try:
-            return self.pipelines[index]
-        except KeyError:
-            raise IndexNotFoundError(f"unknown index {index!r}; served: {', '.join(self.pipelines)}") from None
+    def _payload(self, index: str, pinned: Any, answer: Any, trace: bool, seconds: float) -> dict[str, Any]:
+        payload = answer_payload(index, answer, trace, seconds)
+        payload["generation"] = pinned.generation
+        payload["references"] = public_references(payload.get("references") or [], pinned.value.corpus_root,
+                                                  self.source_url_prefix)
+        if isinstance(payload.get("trace"), dict):
+            payload["trace"]["generation"] = pinned.generation
+        return payload
 
     def _record(self, index: str, payload: dict[str, Any]) -> None:
         m = self.metrics
@@ -433,19 +423,25 @@ class Retriever:
                      mode: str | None = None, topic: str | None = None) -> dict[str, Any]:
         """One whole answer as a JSON-ready dict, or ``{"error": {"status", "message"}}`` for known failures."""
         try:
-            pipeline = self._pipeline(index)
+            live = live_of(self.lives, index)
         except IndexNotFoundError as exc:
             return _error(404, str(exc))
         scope = RequestScope(deadline)
         started = time.perf_counter()
+
+        def pinned_answer() -> tuple[Any, Any]:
+            # Pinned in the worker thread, for as long as it reads (a deadline may leave it running a moment).
+            with live.pin() as pinned:
+                scope.generation = pinned.generation
+                return pinned, pinned.value.pipeline.answer(question, mode=mode, topic=topic)
+
         try:
-            answer = await run_in_thread(self.pool, scope, functools.partial(pipeline.answer, question, mode=mode,
-                                                                                topic=topic))
+            pinned, answer = await run_in_thread(self.pool, scope, pinned_answer)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - mapped to a status
             return self._failed(index, exc)
-        payload = answer_payload(index, answer, trace, time.perf_counter() - started)
+        payload = self._payload(index, pinned, answer, trace, time.perf_counter() - started)
         self._record(index, payload)
         return payload
 
@@ -453,7 +449,7 @@ class Retriever:
                             mode: str | None = None, topic: str | None = None) -> AsyncIterator[dict[str, Any]]:
         """``{"type": "delta", "text"}`` events, then one ``{"type": "final", **payload}`` (or ``"error"``)."""
         try:
-            pipeline = self._pipeline(index)
+            live = live_of(self.lives, index)
         except IndexNotFoundError as exc:
             yield {"type": "error", **_error(404, str(exc))}
             return
@@ -461,25 +457,29 @@ class Retriever:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         started = time.perf_counter()
+        pinned: Any = None
 
         def put(kind: str, item: Any) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, (kind, item))
 
         def pump() -> None:
-            events = pipeline.answer_stream(question, mode=mode, topic=topic)
-            try:
-                for event in events:
-                    if scope.cancelled:
-                        break
-                    if event.kind != "progress":
-                        put("event", event)
-            except BaseException as exc:  # noqa: BLE001 - handed to the async side
-                put("error", exc)
-            finally:
-                close = getattr(events, "close", None)
-                if callable(close):
-                    close()  # a generator stopped early: closes the LLM stream under it (abort)
-                put("end", None)
+            with live.pin() as pinned:
+                scope.generation = pinned.generation
+                put("pinned", pinned)
+                events = pinned.value.pipeline.answer_stream(question, mode=mode, topic=topic)
+                try:
+                    for event in events:
+                        if scope.cancelled:
+                            break
+                        if event.kind != "progress":
+                            put("event", event)
+                except BaseException as exc:  # noqa: BLE001 - handed to the async side
+                    put("error", exc)
+                finally:
+                    close = getattr(events, "close", None)
+                    if callable(close):
+                        close()  # a generator stopped early: closes the LLM stream under it (abort)
+                    put("end", None)
 
         task = asyncio.ensure_future(run_in_thread(self.pool, scope, pump))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no "never retrieved" noise
@@ -494,6 +494,9 @@ class Retriever:
                     yield {"type": "error", **self._failed(index, DeadlineExceeded("the request deadline passed"))}
                     finished = True
                     return
+                if kind == "pinned":
+                    pinned = item
+                    continue
                 if kind == "end":
                     finished = True
                     return
@@ -505,7 +508,7 @@ class Retriever:
                     if item.text:
                         yield {"type": "delta", "text": item.text}
                 else:
-                    payload = answer_payload(index, item.answer, trace, time.perf_counter() - started)
+                    payload = self._payload(index, pinned, item.answer, trace, time.perf_counter() - started)
                     self._record(index, payload)
                     yield {"type": "final", **payload}
         finally:
@@ -528,15 +531,27 @@ class Retriever:
             return self._failed(index, exc)
 
     async def info(self) -> dict[str, Any]:
+        current = {name: live.current() for name, live in self.lives.items()}
         return {
-            "indexes": {name: {"location": ix.location, "root": str(ix.root),
-                               "fingerprint": ix.manifest.fingerprint,
-                               "embedding_model": ix.manifest.embedding_model_id,
-                               "created_at": ix.manifest.created_at}
-                        for name, ix in self.indexes.items()},
+            "indexes": {name: {"location": p.index.location, "root": str(p.index.root),
+                               "fingerprint": p.index.manifest.fingerprint,
+                               "embedding_model": p.index.manifest.embedding_model_id,
+                               "created_at": p.index.manifest.created_at,
+                               "generation": p.generation,
+                               "open_generations": self.lives[name].open_generations()}
+                        for name, p in current.items()},
             "served": self.served,
-            "modes": {name: list(getattr(p, "modes", ())) for name, p in self.pipelines.items()},
+            "modes": {name: list(getattr(p.value.pipeline, "modes", ())) for name, p in current.items()},
         }
+
+    async def reload(self) -> dict[str, Any]:
+        """Read every served index's manifest now and switch to a newly published generation (the others replicas
+        and the part deployments follow within ``generation_poll_s``, and open a pinned generation on demand)."""
+        loop = asyncio.get_running_loop()
+        out = {}
+        for name, live in self.lives.items():
+            out[name] = await loop.run_in_executor(self.pool, live.refresh)
+        return {"generations": out}
 
     def check_health(self) -> None:
         if self.pool._shutdown:  # noqa: SLF001
@@ -546,11 +561,7 @@ class Retriever:
         pool = getattr(self, "pool", None)
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
-        for pipeline in getattr(self, "pipelines", {}).values():
-            close = getattr(pipeline, "close", None)
-            if callable(close):
-                close()
-        _close_indexes(getattr(self, "indexes", {}))
+        close_live(getattr(self, "lives", {}))
 
 
 # ======================================================================================= flow parts
@@ -610,27 +621,34 @@ class PlanExecutorServer(_Part):
     part = "executor"
 
     def __init__(self, cfg_json: dict[str, Any], indexes: dict[str, str], llm: Any, embedder: Any,
-                 transport: str = "grpc"):
+                 transport: str = "grpc", poll_s: float = DEFAULT_POLL_S):
         from hxd2_ray.wiring import build_plan_executor
 
         cfg = validate_config(cfg_json, source="serve args")
-        self.indexes = _open_indexes(indexes, cfg)
         llm_adapter, emb = HandleLLM(over(llm, transport), cfg.llm), embedder_for(over(embedder, transport), cfg)
-        self.executors = {name: build_plan_executor(index, llm_adapter, emb) for name, index in self.indexes.items()}
+        self.lives = open_live(indexes, cfg, lambda _name, index: build_plan_executor(index, llm_adapter, emb),
+                               poll_s=poll_s)
         self._setup(max(16, replica_max_ongoing() or 0))
 
-    async def execute(self, index: str, plan: Any, question: str = "", deadline: float | None = None) -> Any:
+    async def execute(self, index: str, plan: Any, question: str = "", deadline: float | None = None,
+                      generation: str | None = None) -> Any:
+        """On ``generation``, the one the Retriever pinned for the request (opened here if this replica has not
+        switched to it yet, or has already closed it): a request never reads two generations."""
         from hxd2_ray.logic import Plan, validate_plan
 
-        if index not in self.executors:
-            raise IndexNotFoundError(f"unknown index {index!r}; served: {', '.join(self.executors)}")
+        live = live_of(self.lives, index)
         checked = plan if isinstance(plan, Plan) else validate_plan(plan)
         if not isinstance(checked, Plan):
             raise ValueError(f"invalid plan: {checked}")
-        return await self._run(deadline, self.executors[index].execute, checked, question)
+
+        def pinned_execute() -> Any:
+            with live.pin(generation) as pinned:
+                return pinned.value.execute(checked, question)
+
+        return await self._run(deadline, pinned_execute)
 
     def __del__(self) -> None:
-        _close_indexes(getattr(self, "indexes", {}))
+        close_live(getattr(self, "lives", {}))
 
 
 @serve.deployment(name="Verifier", max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.1})
@@ -662,34 +680,40 @@ class GraphWalkerServer(_Part):
 
     part = "walker"
 
-    def __init__(self, cfg_json: dict[str, Any], indexes: dict[str, str], embedder: Any, transport: str = "grpc"):
+    def __init__(self, cfg_json: dict[str, Any], indexes: dict[str, str], embedder: Any, transport: str = "grpc",
+                 poll_s: float = DEFAULT_POLL_S):
         from hxd2_ray.wiring import build_graph_retriever
 
         cfg = validate_config(cfg_json, source="serve args")
         # Which index the policy belongs to, from the manifests: the others are neither opened nor copied here.
         cfgs = configs_per_index(cfg, _manifests(indexes, cfg)) if len(indexes) > 1 else {n: cfg for n in indexes}
-        self.indexes = _open_indexes({n: loc for n, loc in indexes.items() if cfgs[n].graphflow.policy is not None},
-                                     cfg)
         emb = embedder_for(over(embedder, transport), cfg)
-        self.retrievers: dict[str, Any] = {}
-        for name, index in self.indexes.items():
-            retriever = build_graph_retriever(index, emb, cfgs[name])
-            if retriever is not None:
-                self.retrievers[name] = retriever
+        walked = {n: loc for n, loc in indexes.items() if cfgs[n].graphflow.policy is not None}
+        self.lives = open_live(walked, cfg, lambda name, index: build_graph_retriever(index, emb, cfgs[name]),
+                               poll_s=poll_s)
         self._setup(max(16, replica_max_ongoing() or 0))
 
     async def retrieve(self, index: str, question: str, deadline: float | None = None,
-                       topic: str | None = None) -> Any:
-        if index not in self.retrievers:
+                       topic: str | None = None, generation: str | None = None) -> Any:
+        live = self.lives.get(index)
+        if live is None or live.current().value is None:
             raise IndexNotFoundError(f"no GraphFlow policy for index {index!r}; walked here: "
-                                     f"{', '.join(self.retrievers) or 'none'}")
-        return await self._run(deadline, self.retrievers[index].retrieve, question, topic)
+                                     f"{', '.join(self.lives) or 'none'}")
+
+        def pinned_retrieve() -> Any:
+            with live.pin(generation) as pinned:
+                if pinned.value is None:
+                    raise IndexNotFoundError(f"no GraphFlow policy for index {index!r} in generation "
+                                             f"{pinned.generation}")
+                return pinned.value.retrieve(question, topic)
+
+        return await self._run(deadline, pinned_retrieve)
 
     async def stats(self) -> dict[str, Any]:
-        return {**await super().stats(), "indexes": sorted(self.retrievers)}
+        return {**await super().stats(), "indexes": sorted(self.lives)}
 
     def __del__(self) -> None:
-        _close_indexes(getattr(self, "indexes", {}))
+        close_live(getattr(self, "lives", {}))
 
 
 # ===================================================================================== ingress

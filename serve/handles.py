@@ -74,8 +74,11 @@ class RequestCancelled(HxdError):
 class RequestScope:
     """Deadline + cancellation of one request, shared by the async side and the pipeline thread."""
 
-    def __init__(self, deadline: float | None = None):
+    def __init__(self, deadline: float | None = None, generation: str | None = None):
         self.deadline = deadline  # time.time() seconds (wall clock: comparable across processes)
+        # The index generation the request reads everywhere (set by the Retriever when it pins one; the part
+        # deployments answer from the same one, see hxd2_ray.retrieval.live_index).
+        self.generation = generation
         self._cancelled = threading.Event()
         self._lock = threading.Lock()
         self._inflight: set[Any] = set()
@@ -261,6 +264,11 @@ def _deadline() -> float | None:
     return None if scope is None else scope.deadline
 
 
+def _generation() -> str | None:
+    scope = current_scope()
+    return None if scope is None else scope.generation
+
+
 class HandlePlanner:
     """:class:`~hxd2_ray.retrieval.parts.Planner` over the Planner deployment (returns its ``PlanResult``)."""
 
@@ -279,7 +287,7 @@ class HandlePlanExecutor:
         self.index = index
 
     def execute(self, plan: Any, question: str = "") -> Any:
-        return _wait(self._handle.execute.remote(self.index, plan, question, _deadline()))
+        return _wait(self._handle.execute.remote(self.index, plan, question, _deadline(), _generation()))
 
 
 class HandleVerifier:
@@ -303,4 +311,4 @@ class HandleGraphRetriever:
         self.index = index
 
     def retrieve(self, question: str, topic: str | None = None) -> Any:
-        return _wait(self._handle.retrieve.remote(self.index, question, _deadline(), topic))
+        return _wait(self._handle.retrieve.remote(self.index, question, _deadline(), topic, _generation()))

@@ -90,7 +90,7 @@ class IndexViews:
 
     def __init__(self, indexes: Mapping[str, Any]):
         self.indexes = indexes
-        self._stats: dict[str, dict[str, Any]] = {}
+        self._stats: dict[str, dict[str, Any]] = {}  # name, generation -> the stats view
         self._stats_lock = threading.Lock()
 
     def _index(self, name: str) -> Any:
@@ -100,11 +100,15 @@ class IndexViews:
             raise NotInIndex(f"unknown index {name!r}; served: {', '.join(self.indexes)}") from None
 
     def _stats_of(self, name: str) -> dict[str, Any]:
-        # One scan per index at a time: concurrent first requests wait for it rather than scan the graph again.
+        # One scan per index generation at a time: concurrent first requests wait for it rather than scan the graph
+        # again; a newly published generation is scanned anew.
+        index = self._index(name)
+        key = f"{name}\n{index.manifest.generation}\n{index.manifest.created_at}"
         with self._stats_lock:
-            if name not in self._stats:
-                self._stats[name] = stats_view(self._index(name))
-            return self._stats[name]
+            if key not in self._stats:
+                self._stats = {k: v for k, v in self._stats.items() if not k.startswith(f"{name}\n")}
+                self._stats[key] = stats_view(index)
+            return self._stats[key]
 
     def run(self, kind: str, name: str, params: Mapping[str, Any]) -> dict[str, Any]:
         views: dict[str, Callable[[], dict[str, Any]]] = {

@@ -142,11 +142,12 @@ def component_schemas() -> dict[str, Any]:
         ModelList,
         QueryRequest,
         QueryResponse,
+        Reload,
     )
 
     models = [(ChatCompletionRequest, "validation"), (QueryRequest, "validation")]
     models += [(m, "serialization") for m in (ChatCompletion, ChatCompletionChunk, QueryResponse, ModelList, Health,
-                                               ErrorResponse, ChunkView, GraphView, IndexStats)]
+                                               Reload, ErrorResponse, ChunkView, GraphView, IndexStats)]
     _, schema = models_json_schema(models, ref_template=_SCHEMAS + "{model}")  # type: ignore[arg-type]
     return dict(schema["$defs"])
 

@@ -162,6 +162,7 @@ class ChatCompletion(BaseModel):
     references: list[dict[str, Any]] | None = None
     notices: list[str] | None = None
     trace: dict[str, Any] | None = None
+    generation: str | None = None  # the index generation the answer was read from
 
 
 class Delta(BaseModel):
@@ -187,6 +188,7 @@ class ChatCompletionChunk(BaseModel):
     fallback_reason: str | None = None
     references: list[dict[str, Any]] | None = None
     trace: dict[str, Any] | None = None
+    generation: str | None = None
 
 
 class QueryResponse(BaseModel):
@@ -202,6 +204,7 @@ class QueryResponse(BaseModel):
     usage: dict[str, Any] = {}
     timings_ms: dict[str, float] = {}
     trace: dict[str, Any] | None = None
+    generation: str | None = None  # the index generation the answer was read from
 
 
 class ModelCard(BaseModel):
@@ -218,9 +221,13 @@ class ModelList(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
-    indexes: list[str]
-    served: int | None = Field(None, description="With ?deep=true: answers the retriever replica that replied "
-                                                 "has served.")
+    indexes: dict[str, str] | None = Field(
+        None, description="With ?deep=true (and a key): each served index and the generation the retriever replica "
+                          "that replied serves it from.")
+
+
+class Reload(BaseModel):
+    generations: dict[str, str] = Field(description="Each served index and the generation it is served from now.")
 
 
 # ------------------------------------------------------------------------- views of an index (the web UI's reads)
@@ -375,6 +382,18 @@ class ServeAppArgs(BaseModel):
         "is this times the Ingress replicas); over it: 429 with Retry-After. None: no limit.",
     )
     rate_limit_burst: int = Field(20, ge=1, description="Requests a key may send at once before the rate applies.")
+    # live updates
+    generation_poll_s: float = Field(
+        2.0, ge=0,
+        description="How often each replica reads the indexes' manifests for a newly published generation (an "
+        "update or a delete), which it then opens beside the one in use and moves new requests to; 0: only on "
+        "POST /v1/admin/reload.",
+    )
+    source_url_prefix: str | None = Field(
+        None,
+        description="Prefix that turns a reference's path relative to the corpus root into a URL for clients "
+        "(source_url); answers never carry the server's absolute paths.",
+    )
     max_question_chars: int = Field(32_000, gt=0, description="Longer questions get 413.")
     # query flow
     mode: str = Field("auto", description=f"Default query mode of a request that names none ({', '.join(MODES)}).")

@@ -238,15 +238,17 @@ class FakeRetrieverHandle:
         self.answer_stream = _Method(self._answer_stream)
         self.index_view = _Method(self._index_view)
         self.info = _Method(self._info)
+        self.reload = _Method(self._reload)
 
-    def _answer(self, index: str, question: str, trace: bool, deadline: float, mode: str | None) -> _Response:
+    def _answer(self, index: str, question: str, trace: bool, deadline: float, mode: str | None,
+                topic: str | None = None) -> _Response:
         attempt = sum(1 for c in self.calls if c == "answer")
         self.calls.append("answer")
         steps = self.script.answer
         return _Response(_outcome(steps[min(attempt, len(steps) - 1)], (index, question, trace, mode)))
 
     def _answer_stream(self, index: str, question: str, trace: bool, deadline: float,
-                       mode: str | None) -> _Generator:
+                       mode: str | None, topic: str | None = None) -> _Generator:
         self.calls.append("stream")
         return _Generator([_outcome(step, (index, question, trace, mode)) for step in self.script.stream])
 
@@ -262,7 +264,13 @@ class FakeRetrieverHandle:
     def _info(self) -> _Response:
         self.calls.append("info")
         make = self.script.health
-        return _Response(make() if make is not None else {"served": 7})
+        return _Response(make() if make is not None else {"served": 7, "indexes": {"tiny": {"generation": "g1"}}})
+
+    def _reload(self) -> _Response:
+        """A reload fails as the health check does (both ask the Retriever for no answer)."""
+        self.calls.append("reload")
+        make = self.script.health
+        return _Response(make() if make is not None else {"generations": {"tiny": "g000002"}})
 
 
 HANDLE = FakeRetrieverHandle()
@@ -276,10 +284,18 @@ CONFIG = schemathesis.Config.from_dict({
 })
 VIEW_OPERATIONS = ("GET /v1/indexes/{index}/chunks/{chunk_id}", "GET /v1/indexes/{index}/graph",
                    "GET /v1/indexes/{index}/stats")
-OPERATIONS = ("GET /healthz", "GET /v1/models", "POST /v1/query", "POST /v1/chat/completions", *VIEW_OPERATIONS)
+OPERATIONS = ("GET /healthz", "GET /v1/models", "POST /v1/query", "POST /v1/chat/completions",
+              "POST /v1/admin/reload", *VIEW_OPERATIONS)
 # Examples per operation: the POST routes carry the bodies and every Retriever behaviour.
 EXAMPLES = {"GET /healthz": 40, "GET /v1/models": 40, "POST /v1/query": 120, "POST /v1/chat/completions": 200,
-            **{label: 80 for label in VIEW_OPERATIONS}}
+            "POST /v1/admin/reload": 40, **{label: 80 for label in VIEW_OPERATIONS}}
+# Routes with nothing a request can get wrong but its key (no parameters, no body)
+NOTHING_TO_GET_WRONG = ("GET /v1/models", "POST /v1/admin/reload")
+
+
+def _guarded(case: Any) -> bool:
+    """Behind the key: every route but plain /healthz (its deep form calls the Retriever)."""
+    return case.operation.path != "/healthz" or "deep" in (case.query or {})
 
 
 @pytest.fixture(scope="module")
@@ -376,7 +392,7 @@ def check_invariants(case: Any, response: Any, script: Script, auth_ok: bool, do
         assert response.json()["error"]["type"] == "timeout_error"
     if status == 401:
         assert header(response, "www-authenticate") == "Bearer"
-    guarded = case.operation.path != "/healthz"
+    guarded = _guarded(case)
     if guarded and not auth_ok:
         assert status == 401, f"no valid key, yet {status}"
     if auth_ok:
@@ -409,8 +425,7 @@ def fuzz(schema: Any, label: str, examples: int) -> Counter[str]:
     every Retriever behaviour. Returns what was exercised."""
     operation = schema.find_operation_by_label(label)
     documented = _status(operation)
-    guarded = operation.path != "/healthz"
-    post = operation.method.upper() == "POST"
+    post = operation.method.upper() == "POST" and label != "POST /v1/admin/reload"  # POSTs with a question
     valid = operation.as_strategy(GenerationMode.POSITIVE)
     if label == "POST /v1/chat/completions":
         # A generated conversation seldom ends with a user message that has text: add one to half of them.
@@ -427,6 +442,7 @@ def fuzz(schema: Any, label: str, examples: int) -> Counter[str]:
         check_invariants(case, response, script, auth_ok, documented)
         case.validate_response(response, checks=CONFORMANCE + (NEGATIVE if auth_ok else []))
         status = response.status_code
+        guarded = _guarded(case)
         if guarded and not auth_ok:
             assert HANDLE.calls == [], "the backend was called without a valid key"
             return False
@@ -446,7 +462,7 @@ def fuzz(schema: Any, label: str, examples: int) -> Counter[str]:
         stream = _chat_stream(case)
         seen[f"{name}{' (stream)' if stream else ''}"] += 1
         expected = {script.stream_status if stream else script.status}
-        if label == "GET /healthz":
+        if label in ("GET /healthz", "POST /v1/admin/reload"):
             expected = {503 if script.health is not None else 200}
         if name == "replica died, the retry answered" and not stream and seconds is not None and seconds < 1:
             # No retry once the deadline passed: 503 (certain for a deadline that short, possible below 1 s).
@@ -477,7 +493,7 @@ def fuzz(schema: Any, label: str, examples: int) -> Counter[str]:
         seen["good key" if auth_ok else "bad key"] += 1
         # A request that should get through is played against every Retriever behaviour; any other must be
         # refused before any work, whatever the Retriever would do.
-        through = positive and (auth_ok or not guarded) and deadline_ok is not False
+        through = positive and (auth_ok or not _guarded(case)) and deadline_ok is not False
         if not play(case, "answers", auth_ok, deadline_ok, positive) or not through:
             return
         seen["reached the retriever"] += 1
@@ -509,7 +525,7 @@ def test_fuzz_operation(schema, label):
     # The fuzzing did what it is for: bad keys, invalid requests (where there is something to get wrong), valid
     # requests that reached the Retriever (where one is called), streams.
     assert seen["bad key"] >= EXAMPLES[label] // 10, seen
-    if label != "GET /v1/models":
+    if label not in NOTHING_TO_GET_WRONG:
         assert seen["invalid"] >= EXAMPLES[label] // 5, seen
         assert seen["reached the retriever"] >= (1 if label == "GET /healthz" else EXAMPLES[label] // 10), seen
     if label == "POST /v1/chat/completions":
@@ -534,7 +550,7 @@ def _call(method: str, path: str, key: str | None = KEY, **kwargs: Any) -> httpx
 
 def test_framework_errors_are_error_objects_too():
     # FastAPI's own 422 (a query parameter), Starlette's 404 and 405 answered {"detail": ...}, not an error object.
-    r = _call("GET", "/healthz?deep=-1")
+    r = _call("GET", "/healthz?deep=-1")  # with a key: the deep form needs one
     assert r.status_code == 422 and r.json()["error"]["type"] == "invalid_request_error"
     assert "deep" in r.json()["error"]["message"]
     r = _call("GET", "/v1/nothing")

@@ -90,13 +90,14 @@ def test_the_adapter_sends_index_question_and_the_request_deadline_and_returns_t
     walker = HandleGraphRetriever(handle, "movies")
     scope = RequestScope.after(30.0)
     assert in_scope(scope, walker.retrieve, "who directed [The Public Eye]") is expected
-    assert handle.retrieve.calls == [("movies", "who directed [The Public Eye]", scope.deadline, None)]
+    # the request's deadline and generation (none pinned here) travel with it
+    assert handle.retrieve.calls == [("movies", "who directed [The Public Eye]", scope.deadline, None, None)]
     (timeout,) = handle.retrieve.response.timeouts
     assert timeout is not None and 29.0 < timeout <= 30.0  # waits at most the time the request has left
 
     # Outside a request (no scope): no deadline, an unbounded wait.
     assert walker.retrieve("q") is expected
-    assert handle.retrieve.calls[-1] == ("movies", "q", None, None) and handle.retrieve.response.timeouts[-1] is None
+    assert handle.retrieve.calls[-1] == ("movies", "q", None, None, None) and handle.retrieve.response.timeouts[-1] is None
 
 
 def test_the_deployments_errors_propagate_and_a_passed_deadline_is_a_deadline_error():

@@ -1,0 +1,109 @@
+"""The served indexes of one replica, each a :class:`~hxd2_ray.retrieval.live_index.LiveIndex`: every deployment
+that reads an index (Retriever, PlanExecutor, GraphWalker) follows its published generations and answers each
+request from the generation the Retriever pinned for it (``RequestScope.generation``).
+
+Also what answers show of a document's location: its path relative to the corpus root (the folder every document
+of the index lies under), or its S3 URI, never the absolute path of the machine that built the index; with
+``source_url_prefix`` a URL for clients to open.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import posixpath
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from hxd2_ray.config import HxdConfig
+from hxd2_ray.errors import IndexNotFoundError
+from hxd2_ray.retrieval.live_index import LiveIndex
+
+T = TypeVar("T")
+
+
+def open_live(locations: Mapping[str, str], cfg: HxdConfig, attach: Callable[[str, Any], T], *, poll_s: float,
+              detach: Callable[[T], None] | None = None) -> dict[str, LiveIndex[T]]:
+    """One live index per served name; ``attach(name, open_index)`` builds what the replica reads it through."""
+    opened: dict[str, LiveIndex[T]] = {}
+    try:
+        for name, location in locations.items():
+            try:
+                opened[name] = LiveIndex(location, cfg, functools.partial(attach, name), poll_s=poll_s,
+                                         detach=detach)
+            except IndexNotFoundError as exc:
+                if "://" in location:
+                    raise
+                # A replica may start on any node; a local path exists only where it was written.
+                from hxd2_ray.indexing.cluster_storage import advice
+                from hxd2_ray.stages.stage_run import current_node
+
+                raise IndexNotFoundError(f"{exc} (on node {current_node()[:12]}, where this replica runs: "
+                                         f"{advice('index')})") from None
+    except BaseException:
+        close_live(opened)
+        raise
+    return opened
+
+
+def close_live(lives: Mapping[str, LiveIndex[Any]]) -> None:
+    """Close a replica's indexes on its way out; one that fails to close does not keep the others open."""
+    for live in lives.values():
+        try:
+            live.close()
+        except Exception:  # noqa: BLE001 - a replica being torn down has no one to report to
+            pass
+
+
+def live_of(lives: Mapping[str, LiveIndex[T]], name: str) -> LiveIndex[T]:
+    try:
+        return lives[name]
+    except KeyError:
+        raise IndexNotFoundError(f"unknown index {name!r}; served: {', '.join(lives)}") from None
+
+
+class CurrentIndexes(Mapping[str, Any]):
+    """name -> the open index of the current generation (reads that need no consistency across calls: the web
+    UI's chunk, graph and stats views)."""
+
+    def __init__(self, lives: Mapping[str, LiveIndex[Any]]):
+        self._lives = lives
+
+    def __getitem__(self, name: str) -> Any:
+        return self._lives[name].current().index
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._lives)
+
+    def __len__(self) -> int:
+        return len(self._lives)
+
+
+# ------------------------------------------------------------------------------------- public document paths
+
+
+def corpus_root(graph: Any) -> str:
+    """The deepest folder every local document of the index lies under ("" when none is a local path)."""
+    folders: list[str] = []
+    for page in graph.iter_pages("Document"):
+        for path in page.column("source_path").to_pylist():
+            if path and "://" not in path and os.path.isabs(path):
+                folders.append(posixpath.dirname(path))
+    if not folders:
+        return ""
+    return os.path.commonpath(folders)
+
+
+def public_references(references: list[dict[str, Any]], root: str, url_prefix: str | None) -> list[dict[str, Any]]:
+    """References as a client may see them: ``source_path`` relative to the corpus root (an S3 URI as it is),
+    plus ``source_url`` when a prefix is configured."""
+    out = []
+    for ref in references:
+        path = str(ref.get("source_path") or "")
+        if path and "://" not in path:
+            path = os.path.relpath(path, root) if root and os.path.isabs(path) else posixpath.basename(path)
+        shown = {**ref, "source_path": path}
+        if url_prefix and path:
+            shown["source_url"] = url_prefix.rstrip("/") + "/" + path.lstrip("/") if "://" not in path else path
+        out.append(shown)
+    return out
