@@ -201,6 +201,8 @@ def aggregate(traces: Sequence[Mapping[str, Any]], metrics: Sequence[str] | None
             "prompt_tokens_mean": _mean(ptok),
             "completion_tokens_mean": _mean(ctok),
             "paths": dict(Counter(str(t["path"]) for t in rows if t.get("path"))),
+            # a benchmark's questions are about its corpus: every refusal of one is an in-corpus refusal
+            "refused": round(sum(1 for t in rows if t.get("path") == "refused") / len(rows), 4) if rows else None,
             "path_reasons": dict(Counter(c for t in rows if (c := reason_category(t.get("path_reason"))))),
             "verifier": confusion(decisions, correct) if any(d is not None for d in decisions) else None,
         }
@@ -253,7 +255,7 @@ def _verifier_table(summary: Mapping[str, Any]) -> str | None:
 def render_markdown(title: str, summary: Mapping[str, Any], metrics: Sequence[str], *,
                     primary_metric: str | None = None, skipped_rows: Sequence[Sequence[Any]] = (),
                     plots: Mapping[str, Path] | None = None, run_info: Mapping[str, Any] | None = None,
-                    question_table: str = "") -> str:
+                    question_table: str = "", off_topic: Mapping[str, Any] | None = None) -> str:
     parts = [f"# {title}", ""]
     if run_info:
         parts += [", ".join(f"{k}: `{v}`" for k, v in run_info.items()), ""]
@@ -270,6 +272,7 @@ def render_markdown(title: str, summary: Mapping[str, Any], metrics: Sequence[st
         parts += ["## Answer paths", "", "| Mode | Path | Questions |", "|---|---|---:|"]
         parts += [f"| {m} | {p} | {n} |" for m, paths in path_rows for p, n in paths.items()]
         parts += [""]
+    parts += _refusal_section(summary, off_topic)
     reason_rows = [(m, s["path_reasons"]) for m, s in summary.items() if s.get("path_reasons")]
     if reason_rows:
         parts += ["## Why each path was taken", "", "| Mode | Reason | Questions |", "|---|---|---:|"]
@@ -287,6 +290,24 @@ def render_markdown(title: str, summary: Mapping[str, Any], metrics: Sequence[st
     if question_table:
         parts += ["## Questions", "", "Every row, with a filter: report.html.", "", question_table, ""]
     return "\n".join(parts)
+
+
+def _refusal_section(summary: Mapping[str, Any], off_topic: Mapping[str, Any] | None) -> list[str]:
+    """Both error rates of the refusal gate: this benchmark's questions refused (per mode) and the held-out
+    off-topic questions refused by the run's gate (``off_topic``: :func:`hxd2_ray.runs.refusal_rates`)."""
+    gated = ("auto", "auto_post")
+    if off_topic and "error" in off_topic:
+        gate = f"not measured ({off_topic['error']})"
+    elif off_topic:
+        gate = (f"{off_topic['refused']:.1%} of {off_topic['n']} held-out off-topic questions (rule "
+                f"{off_topic['rule']}, threshold {off_topic['threshold']:.4f} from the "
+                f"{off_topic['threshold_source']})")
+    else:
+        gate = "not measured (no index, or the gate is off)"
+    rows = [f"| {m} | {fmt_score(s.get('refused'), 3)} | {gate if m in gated else '- (no gate in this mode)'} |"
+            for m, s in summary.items()]
+    return ["## Refusals", "", "| Mode | In-corpus questions refused | Off-topic questions refused |",
+            "|---|---:|---|", *rows, ""]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -394,11 +415,12 @@ def plot_verifier_confusion(summary: Mapping[str, Any], path: Path) -> Path | No
 def write_report(traces: Sequence[Mapping[str, Any]], out_dir: str | Path, title: str = "Evaluation", *,
                  metrics: Sequence[str] | None = None, primary_metric: str | None = None,
                  skipped_rows: Sequence[Sequence[Any]] = (), run_info: Mapping[str, Any] | None = None,
-                 plots: bool = True, questions: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Path]:
+                 plots: bool = True, questions: Mapping[str, Mapping[str, Any]] | None = None,
+                 off_topic: Mapping[str, Any] | None = None) -> dict[str, Path]:
     """Write ``report.md``, ``report.html``, ``report.json`` and the PNG plots into ``out_dir``; return their paths
     by name (``markdown``, ``html``, ``json``, ``score_by_mode``, ``latency``, ``tokens``, ``verifier_confusion``;
     a plot with no data is left out). ``questions`` (id -> {question, answers}) fills the per-question table's
-    question and gold columns."""
+    question and gold columns; ``off_topic``: the gate's refusals of held-out off-topic questions."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     traces = list(traces)
@@ -417,7 +439,8 @@ def write_report(traces: Sequence[Mapping[str, Any]], out_dir: str | Path, title
                 paths[name] = made
     rows = question_rows(traces, questions or {}, [is_correct(t, primary) for t in traces])
     md = render_markdown(title, summary, metrics, primary_metric=primary, skipped_rows=skipped_rows,
-                         plots=dict(paths), run_info=run_info, question_table=markdown_question_table(rows))
+                         plots=dict(paths), run_info=run_info, question_table=markdown_question_table(rows),
+                         off_topic=off_topic)
     (out / "report.md").write_text(md, encoding="utf-8")
     head, cells = summary_cells(summary, metrics)
     notes = [", ".join(f"{k}: {v}" for k, v in (run_info or {}).items())] if run_info else []
@@ -434,6 +457,7 @@ def write_report(traces: Sequence[Mapping[str, Any]], out_dir: str | Path, title
         "modes": summary,
         "skipped_rows": [list(s) for s in skipped_rows],
         "plots": {k: p.name for k, p in paths.items()},
+        "off_topic_refusals": dict(off_topic) if off_topic else None,
     }
     (out / "report.json").write_text(json.dumps(doc, ensure_ascii=False, indent=2), encoding="utf-8")
     return {"markdown": out / "report.md", "html": out / "report.html", "json": out / "report.json", **paths}

@@ -40,6 +40,7 @@ from hxd2_ray.indexing.manifest import check_compatible, read_manifest
 from hxd2_ray.ingest.sources import open_output_filesystem, resolve_filesystem
 from hxd2_ray.retrieval.index import open_index
 from hxd2_ray.retrieval.query_config import load_query_config
+from hxd2_ray.runs.refusal_rates import GATED_MODES, off_topic_refusals
 from hxd2_ray.runs.requests import EvalGridRequest, EvalRunRequest
 from hxd2_ray.stages import staging as st
 from hxd2_ray.stages.eval_traces import SHARD_STATS, load_traces, shard_path
@@ -179,6 +180,8 @@ def run_evaluation(req: EvalRunRequest, answer_shards: ShardRunner, log: Log = l
            "metrics": list(spec.metrics), "primary_metric": spec.primary_metric,
            "skipped_rows": [list(s) for s in report.skipped],
            "loader": {"items": len(report.items), "skipped": len(report.skipped), "filtered": dict(report.filtered)}}
+    if req.index and cfg.multistage.refusal_enabled and any(m in GATED_MODES for m in modes):
+        run["off_topic_refusals"] = off_topic_refusals(req.index, cfg)
     st.write_json_atomic(fs, run_path, run)
     write_questions(fs, root, items)
     paths = write_run_report(fs, root, traces, run)
@@ -191,9 +194,11 @@ def run_evaluation(req: EvalRunRequest, answer_shards: ShardRunner, log: Log = l
         "skipped_rows": len(report.skipped), "primary_metric": spec.primary_metric,
         "per_mode": {m: {"n": v["n"], "errors": v["errors"], "correct": v["correct"], "metrics": v["metrics"],
                          "latency_s": v["latency_s"], "prompt_tokens_mean": v["prompt_tokens_mean"],
-                         "completion_tokens_mean": v["completion_tokens_mean"], "paths": v["paths"]}
+                         "completion_tokens_mean": v["completion_tokens_mean"], "paths": v["paths"],
+                         "refused": v["refused"]}
                      for m, v in agg.items()},
         "report": paths,
+        "off_topic_refusals": run.get("off_topic_refusals"),
     }
     st.write_json_atomic(fs, posixpath.join(root, "summary.json"), summary)
     return summary
@@ -280,8 +285,8 @@ def write_run_report(fs: Any, root: str, traces: list[dict[str, Any]], run: dict
     saved = st.read_json(fs, posixpath.join(root, QUESTIONS_FILE)) or []
     kwargs = dict(title=f"Evaluation: {run['benchmark']}", metrics=run.get("metrics"),
                   primary_metric=run.get("primary_metric"), skipped_rows=run.get("skipped_rows", []),
-                  run_info={k: v for k, v in run.items() if k not in ("skipped_rows", "metrics")},
-                  questions={str(q["id"]): q for q in saved})
+                  run_info={k: v for k, v in run.items() if k not in ("skipped_rows", "metrics", "off_topic_refusals")},
+                  questions={str(q["id"]): q for q in saved}, off_topic=run.get("off_topic_refusals"))
     return publish(fs, root, lambda folder: write_report(traces, folder, **kwargs))
 
 

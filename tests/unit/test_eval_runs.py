@@ -49,6 +49,12 @@ def test_a_run_answers_every_mode_once_and_resumes(tiny, questions, tmp_path):
     assert by_mode[("dual", "q0")]["path"] == "dual_level"
     assert by_mode[("chunk_vector", "q0")]["evidence_ids"][0] == "thomas_sudhof.md"
     assert summary["per_mode"]["chunk_vector"]["metrics"]["recall@2"] > 0
+    # Both refusal rates in every report: this benchmark's questions refused per mode, and the gate's refusals of
+    # the held-out off-topic questions (auto runs the gate; dual and chunk_vector have none).
+    assert summary["per_mode"]["auto"]["refused"] is not None and summary["per_mode"]["dual"]["refused"] == 0.0
+    assert 0.0 <= summary["off_topic_refusals"]["refused"] <= 1.0 and summary["off_topic_refusals"]["n"] >= 30
+    report = (tmp_path / "run" / "report.md").read_text(encoding="utf-8")
+    assert "## Refusals" in report and "held-out off-topic questions" in report and "no gate in this mode" in report
     # A rerun finds every shard's file and answers nothing.
     shards_seen.clear()
     again = run_evaluation(req, runner)

@@ -1,7 +1,8 @@
 """The refusal gate holds on data nobody tuned it to: a small corpus of invented technical documents
 (``tests/data/refusal_heldout``: a rice variety "Qinghe 17" and its parent, a pump with part numbers, a sensor
 board, an alloy, a bridge report, a scheduler, one Chinese page), its own questions written by hand, and
-off-topic questions that are not in the shipped negatives. The index is built as a small extractor leaves it
+off-topic questions that are not in the shipped negatives (``hxd2_ray/sample_data/off_topic_heldout.jsonl``, which
+every ``hxd2 eval run`` report measures its gate on too). The index is built as a small extractor leaves it
 (generic entity names only, so the names rule finds little), calibrated as a build calibrates it (15 chunks:
 fewer than 50 positives, so the conservative threshold and its notice), and the gate runs as ``auto`` runs it.
 
@@ -24,6 +25,7 @@ from hxd2_ray.retrieval import open_index
 from hxd2_ray.retrieval.lexical import LexicalIndex, lexical_tokens, write_lexical
 from hxd2_ray.retrieval.refusal import RefusalGate
 from hxd2_ray.retrieval.refusal_calibration import MIN_POSITIVES, calibrate_index, off_topic_questions
+from hxd2_ray.runs.refusal_rates import held_out_off_topic
 from tests.unit.retrieval_fixtures import DIM, index_config, key, write_index
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "refusal_heldout"
@@ -147,7 +149,7 @@ def test_the_held_out_questions_are_not_the_shipped_negatives() -> None:
         .splitlines()
         if line.strip()
     }
-    assert not shipped & {q.casefold() for q in _questions("off_topic.jsonl")}
+    assert not shipped & {q.casefold() for q in held_out_off_topic()}
 
 
 def test_a_small_corpus_gets_the_conservative_threshold_and_says_so(heldout: Any) -> None:
@@ -163,7 +165,7 @@ def test_in_corpus_questions_are_answered_and_off_topic_ones_refused(heldout: An
     idx, embedder, _ = heldout
     gate = RefusalGate.for_index(idx, embedder, MultiStageConfig(refusal_rule="question"))
     assert gate.threshold_source == "index" and gate.lexical_level is not None
-    in_corpus, off_topic = _questions("in_corpus.jsonl"), _questions("off_topic.jsonl")
+    in_corpus, off_topic = _questions("in_corpus.jsonl"), held_out_off_topic()
     refused_in = _refused_share(gate, in_corpus)
     refused_off = _refused_share(gate, off_topic)
     assert refused_in <= MAX_IN_CORPUS_REFUSED, [
