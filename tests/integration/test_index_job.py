@@ -6,6 +6,7 @@ functions produce in one process (the oracle), and a rerun, a resumed run and an
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from collections import Counter
@@ -228,3 +229,25 @@ def test_end_to_end_with_the_real_vllm_engine_and_minilm(ray_local, tmp_path, ca
     assert summary["entities"] > 0
     assert summary["llm_calls"] >= summary["chunks"] and summary["completion_tokens"] > 0
     assert (out / "manifest.json").exists()
+    assert_no_prompt_example_names(out)
+
+
+# Names of the extraction prompt's few-shot example, which the 135M model copies into the graph unless grounding
+# drops them (the demo index once held these three).
+PROMPT_EXAMPLE_NAMES = ("Halden Institute", "Rachel Osei", "Kelp Protection Act")
+
+
+def assert_no_prompt_example_names(out: Path) -> None:
+    from hxd2_ray.graph.kuzu_store import KuzuGraphStore
+    from hxd2_ray.indexing.generations import query_root
+    from hxd2_ray.indexing.manifest import read_manifest
+
+    manifest = read_manifest(str(out / "manifest.json"))
+    assert {"ungrounded_entities", "ungrounded_relations"} <= set(manifest.counts)
+    from hxd2_ray.config import ExtractionConfig
+    from hxd2_ray.extraction.merge import entity_key
+
+    key = functools.partial(entity_key, cfg=ExtractionConfig(**manifest.config["extraction"]))
+    with KuzuGraphStore(f"{query_root(str(out), manifest)}/graph.kuzu", read_only=True) as graph:
+        found = [name for name in PROMPT_EXAMPLE_NAMES if graph.find_entity_by_name(name, key) is not None]
+    assert not found, f"the prompt's example names reached the graph: {found}"
