@@ -357,6 +357,14 @@ class RetrievalConfig(_Frozen):
                            "dropped: 'Mark King (musician)'), with the named entities.",
     )
     ppr_dense_seeds: int = Field(30, ge=0, description="Chunk hits of the question used as seeds (at most search_k).")
+    ppr_lexical_seeds: int = Field(
+        0, ge=0, description="Best BM25 chunks of the question (the index's lexical channel) that join the question's "
+                             "chunk hits as seeds and in the dense floor; 0: the lexical channel is not used.",
+    )
+    ppr_lexical_weight: float = Field(
+        0.25, ge=0, le=1, description="Share of the lexical channel in the question's chunk distribution (seeds and "
+                                      "floor): (1 - w) x dense probability + w x BM25 share.",
+    )
     drop_prompt_keywords: bool = Field(
         False, description="Drop keywords found in the keyword prompt's own example but not in the question (a small "
                            "model copies the example's names for questions it cannot parse).",

@@ -26,7 +26,7 @@ import numpy as np
 
 from hxd2_ray.retrieval.names import STOPWORDS, ZH_STOPWORDS
 
-__all__ = ["LEXICAL_DIR", "LexicalIndex", "lexical_tokens", "write_lexical"]
+__all__ = ["LEXICAL_DIR", "LexicalIndex", "lexical_shares", "lexical_tokens", "mix_channels", "write_lexical"]
 
 LEXICAL_DIR = "lexical"  # in a generation's folder, beside graph.kuzu and vectors/
 _IDS_FILE = "chunk_ids.json"
@@ -119,3 +119,22 @@ class LexicalIndex:
 def write_lexical(generation_folder: str | Path, chunk_ids: Sequence[str], texts: Iterable[str]) -> Path:
     """Build and save the lexical index of a generation's chunk table into ``<generation>/lexical``."""
     return LexicalIndex.build(chunk_ids, texts).save(Path(generation_folder) / LEXICAL_DIR)
+
+
+def lexical_shares(index: LexicalIndex | None, question: str, k: int) -> dict[str, float]:
+    """The question's ``k`` best BM25 chunks with their share of those chunks' total score (a distribution over
+    chunks, like the dense channel's probabilities); empty without a lexical index, with ``k`` 0 or no match."""
+    if index is None or k <= 0:
+        return {}
+    hits = index.search(question, k)
+    total = sum(score for _, score in hits)
+    return {cid: score / total for cid, score in hits} if total > 0 else {}
+
+
+def mix_channels(dense: dict[str, float], lexical: dict[str, float], weight: float) -> dict[str, float]:
+    """``(1 - weight) x dense + weight x lexical`` over the chunks of either (a side that is empty gives its share
+    to the other), in the order dense first."""
+    if not dense or not lexical:
+        return dict(dense or lexical)
+    keys = list(dict.fromkeys([*dense, *lexical]))
+    return {c: (1.0 - weight) * dense.get(c, 0.0) + weight * lexical.get(c, 0.0) for c in keys}

@@ -46,6 +46,7 @@ from hxd2_ray.retrieval.budget import (
 )
 from hxd2_ray.retrieval.index import DUAL_LEVEL_FAMILIES, OpenIndex
 from hxd2_ray.retrieval.keywords import keyword_request, parse_keywords
+from hxd2_ray.retrieval.lexical import lexical_shares, mix_channels
 from hxd2_ray.retrieval.names import named_entities, title_index
 from hxd2_ray.retrieval.ppr import EdgeWeights, PropagationGraph, graph_for
 from hxd2_ray.retrieval.query_prompts import QueryLanguagePrompts, QueryPromptSet, load_query_prompts
@@ -407,6 +408,13 @@ class QueryPipeline:
         assert walk is not None
         seed_dense = dict(list(matches.dense_hits.items())[: cfg.ppr_dense_seeds])
         dense = dense_probabilities(matches.dense_hits, cfg.dense_temperature)
+        seed_probs = dense_probabilities(seed_dense, cfg.dense_temperature)
+        lexical = lexical_shares(getattr(self.index, "lexical", None), question, cfg.ppr_lexical_seeds)
+        if lexical:  # exact terms (names, codes, numbers) where the embedding is weakest: seeds and floor both
+            dense = mix_channels(dense, lexical, cfg.ppr_lexical_weight)
+            seed_probs = mix_channels(seed_probs, lexical, cfg.ppr_lexical_weight)
+            seed_dense = {**seed_dense, **{c: 0.0 for c in lexical if c not in seed_dense}}
+            ranking["lexical"] = {c: round(p, 6) for c, p in lexical.items()}
         entity_keys = unique_in_order([*(str(m.key) for m in matches.entities),
                                        *(k for m in matches.relations for k in m.key)])  # type: ignore[attr-defined]
         entity_offsets = dict(zip(entity_keys, graph.entity_offsets(entity_keys)))  # type: ignore[attr-defined]
@@ -420,8 +428,7 @@ class QueryPipeline:
                 offsets = titles.chunks[named.key]
                 for cid in graph.chunk_ids_at(offsets):  # type: ignore[attr-defined]
                     titled[cid] = (named.score, len(offsets))
-        seeds = walk_seeds(matches.entities, matches.relations,
-                           dense_probabilities(seed_dense, cfg.dense_temperature),
+        seeds = walk_seeds(matches.entities, matches.relations, seed_probs,
                            dense_share=cfg.ppr_dense_share, chunk_counts=counts,
                            temperature=cfg.dense_temperature if cfg.ppr_seed_softmax else None, titled=titled)
         seed_chunks = [*seed_dense, *titled]

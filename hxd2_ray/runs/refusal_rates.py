@@ -43,9 +43,15 @@ def off_topic_refusals(index_location: str, cfg: Any) -> dict[str, Any]:
         with open_index(index_location, cfg) as index:
             gate = RefusalGate.for_index(index, embedder, cfg.multistage)
             scores = gate.scores(questions, [None] * len(questions))
-        return {"refused": round(sum(s.refused for s in scores) / len(scores), 4), "n": len(scores),
-                "rule": gate.rule, "threshold": gate.threshold, "threshold_source": gate.threshold_source,
-                "lexical_level": gate.lexical_level, "questions": f"hxd2_ray/sample_data/{HELD_OUT_FILE}"}
+        return {
+            "refused": round(sum(s.refused for s in scores) / len(scores), 4),
+            "n": len(scores),
+            "rule": gate.rule,
+            "threshold": gate.threshold,
+            "threshold_source": gate.threshold_source,
+            "lexical_level": gate.lexical_level,
+            "questions": f"hxd2_ray/sample_data/{HELD_OUT_FILE}",
+        }
     except Exception as exc:  # noqa: BLE001 - a report line, not a failed run
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
     finally:
