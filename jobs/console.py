@@ -171,8 +171,8 @@ def job_console(command: str, log_path: Path | None, *, verbose: bool = False, r
     with contextlib.ExitStack() as stack:
         if quiet:
             assert log_path is not None
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            log_file = stack.enter_context(open(log_path, "a", buffering=1, encoding="utf-8", errors="replace"))
+            log_path, log_file = _open_log(log_path, command)
+            stack.callback(log_file.close)
             log_file.write(f"==== hxd2 {command} — {time.strftime('%Y-%m-%d %H:%M:%S')} (pid {os.getpid()})\n")
             terminal = stack.enter_context(_redirected_fds(log_file))
             stack.enter_context(_ray_data_progress_bars(False))
@@ -205,6 +205,18 @@ def job_console(command: str, log_path: Path | None, *, verbose: bool = False, r
             root.removeHandler(handler)
             if file_handler is not None:
                 root.removeHandler(file_handler)
+
+
+def _open_log(log_path: Path, command: str) -> tuple[Path, TextIO]:
+    """The log file, or (its folder cannot be written: a read-only output) the same name under ./.hxd2/logs, so
+    the command still reaches its own clear error about the output instead of failing on its log."""
+    for path in (log_path, log_path_for(command.replace(" ", "-"), None)):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return path, open(path, "a", buffering=1, encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+    raise OSError(f"cannot write the log of hxd2 {command} to {log_path} or ./.hxd2/logs")
 
 
 STALL_NOTE_S = 300.0

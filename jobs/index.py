@@ -49,6 +49,18 @@ def _log(msg: str) -> None:
     print(f"[hxd2 index] {msg}", file=sys.stderr, flush=True)
 
 
+def _say(msg: str) -> None:
+    """A line the user must see on the terminal, also when Ray's lines go to the log file: what a crash or a killed
+    build left and this run repaired (a lock taken over, a leftover folder removed)."""
+    from jobs import progress
+
+    board = progress.current()
+    if isinstance(board, progress.NullBoard):
+        _log(msg)
+    else:
+        board.note(msg)
+
+
 class StageClock:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
@@ -282,7 +294,7 @@ class IndexBuild:
         folder = self._stage_path("extractions")
         existing = st.read_staged(self.fs, folder, tables.EXTRACTIONS, columns=["chunk_id", "error"])
         if existing.unreadable:
-            _log(f"removing {len(existing.unreadable)} unreadable extraction files left by a crash")
+            _say(f"removing {len(existing.unreadable)} unreadable extraction files left by a crash")
             st.remove_files(self.fs, existing.unreadable)
         ok = existing.table.filter(pc.equal(existing.table.column("error"), ""))
         done = pa.array(sorted(set(ok.column("chunk_id").to_pylist())), pa.string())
@@ -866,9 +878,9 @@ def run_index(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool =
     if inputs is None:
         inputs = preflight(cfg, input_uri, output_uri, overwrite)
     with build_output(output_uri, cfg.s3, overwrite=overwrite, input_uri=input_uri, command="index",
-                      keep_on_overwrite=(LOG_FOLDER, LLM_CACHE_FOLDER)) as output:
+                      keep_on_overwrite=(LOG_FOLDER, LLM_CACHE_FOLDER), log=_say) as output:
         for path in output.swept:
-            _log(f"removed {path}, left by a build that was killed")
+            _say(f"removed {path}, left by a build that was killed")
         init_ray(cfg)
         return IndexBuild(cfg, input_uri, output_uri, options, output=output, inputs=inputs).run()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
     from hxd2_ray.indexing.output import BuildOutput
     from jobs.index import IndexBuild, InputListing
     from jobs.index_run import RunOptions
+
+# What a delete named, kept in its generation's history entry (enough to know a repeat; ids past it are counted)
+DELETE_REQUEST_KEPT = 1000
 
 
 class IndexUpdate:
@@ -67,13 +71,44 @@ class IndexUpdate:
         return set(self.state.chunks.column("id").to_pylist()) <= self.state.merged_chunk_ids()
 
     def delete(self, doc_ids: list[str], source_paths: list[str]) -> dict[str, Any]:
+        from hxd2_ray.indexing.corpus import NothingToDeleteError
+
         b = self.build
         with b.clock.stage("ingest"):
-            change = delete(self.state.sources, self.state.quarantine, self.state.chunks, doc_ids, source_paths)
+            try:
+                change = delete(self.state.sources, self.state.quarantine, self.state.chunks, doc_ids,
+                                source_paths)
+            except NothingToDeleteError as exc:
+                done_in = self.deleted_before(exc.unknown_ids, exc.missing_sources)
+                if done_in is None:
+                    raise  # a typo deletes nothing, and says so
+                b.clock.status["ingest"] = f"already deleted in generation {done_in}"
+                summary = self.unchanged(None)
+                summary["reason"] = (f"nothing to delete: what was named was deleted already (generation {done_in});"
+                                     " the index is unchanged")
+                return summary
             b.clock.status["ingest"] = f"{len(change.deleted)} documents to delete"
-        return self.apply(change, "delete", heal=False)
+        request = {"doc_ids": doc_ids[:DELETE_REQUEST_KEPT], "sources": source_paths[:DELETE_REQUEST_KEPT]}
+        return self.apply(change, "delete", heal=False, request=request)
 
-    def apply(self, change: CorpusChange, kind: str, heal: bool, input_fingerprint: str = "") -> dict[str, Any]:
+    def deleted_before(self, doc_ids: Sequence[str], sources: Sequence[str]) -> str | None:
+        """The generation whose delete named all of these, so that a repeated delete is a no-op; None if any of
+        them was never deleted (then it is a mistake to report)."""
+        asked_ids: set[str] = set()
+        asked_sources: set[str] = set()
+        last = None
+        for entry in self.current.generations:
+            request = (entry.get("change") or {}).get("request") if entry.get("kind") == "delete" else None
+            if request:
+                asked_ids |= set(request.get("doc_ids") or ())
+                asked_sources |= set(request.get("sources") or ())
+                last = entry.get("id")
+        if set(doc_ids) <= asked_ids and set(sources) <= asked_sources and (doc_ids or sources):
+            return last
+        return None
+
+    def apply(self, change: CorpusChange, kind: str, heal: bool, input_fingerprint: str = "",
+              request: dict[str, Any] | None = None) -> dict[str, Any]:
         """Bring the index to ``change``'s corpus. ``heal``: also extract the chunks whose extraction failed in
         earlier runs (an update may call the LLM; a delete never does)."""
         b, state = self.build, self.state
@@ -111,6 +146,8 @@ class IndexUpdate:
         recorded: dict[str, Any] = {k: v for k, v in described.items() if k != "document_ids"}
         if input_fingerprint:
             recorded["input"] = input_fingerprint
+        if request:
+            recorded["request"] = request  # what a delete named: a repeat of it is then a no-op
         b.commit(summary, families, self.current, kind, recorded)
         return summary
 
@@ -175,13 +212,13 @@ def run_delete(cfg: HxdConfig, output_uri: str, doc_ids: list[str], source_paths
                options: RunOptions | None = None) -> dict[str, Any]:
     """Delete documents under the output's build lock (no other build or change runs meanwhile)."""
     from hxd2_ray.indexing.output import build_output
-    from jobs.index import _log
+    from jobs.index import _say
 
     if not doc_ids and not source_paths:
         raise HxdError("name the documents to delete: --doc-id ID and/or --source PATH")
-    with build_output(output_uri, cfg.s3, command="index delete") as output:
+    with build_output(output_uri, cfg.s3, command="index delete", log=_say) as output:
         for path in output.swept:
-            _log(f"removed {path}, left by a build that was killed")
+            _say(f"removed {path}, left by a build that was killed")
         return _delete_locked(cfg, output, doc_ids, source_paths, options)
 
 

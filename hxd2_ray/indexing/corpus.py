@@ -190,6 +190,15 @@ def upsert(sources: pa.Table, quarantine: pa.Table, chunks: pa.Table, incoming: 
     return _finish(chunks, merged_sources, merged_q, incoming.chunks, added, updated, [], unchanged)
 
 
+class NothingToDeleteError(HxdError):
+    """A delete named documents the index does not hold (a typo, or a delete already done: the caller tells)."""
+
+    def __init__(self, message: str, *, unknown_ids: Sequence[str], missing_sources: Sequence[str]):
+        super().__init__(message)
+        self.unknown_ids = tuple(unknown_ids)
+        self.missing_sources = tuple(missing_sources)
+
+
 def matching_sources(sources: pa.Table, doc_ids: Sequence[str], source_paths: Sequence[str],
                      quarantined: Sequence[str] = ()) -> set[str]:
     """Source ids named by ``doc_ids`` or read from one of ``source_paths`` (a file, or a folder: every file
@@ -210,9 +219,10 @@ def matching_sources(sources: pa.Table, doc_ids: Sequence[str], source_paths: Se
     if unknown or missing_paths:
         what = [f"document id {d!r}" for d in unknown[:5]] + [f"source {p!r}" for p in missing_paths[:5]]
         more = len(unknown) + len(missing_paths) - len(what)
-        raise HxdError(f"nothing was deleted: no document matches {', '.join(what)}"
-                       + (f" (and {more} more)" if more > 0 else "")
-                       + "; document ids are the records' id field or the file path (see the index's sources)")
+        raise NothingToDeleteError(f"nothing was deleted: no document matches {', '.join(what)}"
+                                   + (f" (and {more} more)" if more > 0 else "")
+                                   + "; document ids are the records' id field or the file path (see the index's "
+                                     "sources)", unknown_ids=unknown, missing_sources=missing_paths)
     return matched
 
 

@@ -269,6 +269,14 @@ def test_delete_by_id_and_by_source_equals_a_build_without_them(index, corpus, t
 
     code, _, err = _run(capsys, "delete", "--output", str(out), "--doc-id", "no-such-document")
     assert code == 2 and "no-such-document" in err and "nothing was deleted" in err
+    # The same delete again (a script's retry) is a no-op that says so; a typo beside it is still an error.
+    code, again, err = _run(capsys, "delete", "--output", str(out), "--doc-id", gone_id,
+                            "--source", str(corpus / "brian_kobilka.txt"))
+    assert code == 0, err[-3000:]
+    assert again["status"] == "unchanged" and "deleted already" in again["reason"]
+    assert json.loads((out / "manifest.json").read_text())["generation"] == manifest["generation"]
+    code, _, err = _run(capsys, "delete", "--output", str(out), "--doc-id", gone_id, "--doc-id", "no-such-document")
+    assert code == 2 and "nothing was deleted" in err
 
 
 def test_a_rebuild_with_a_warm_llm_cache_calls_no_llm(index, corpus, capsys):

@@ -201,3 +201,21 @@ def test_run_job_prints_the_summary_after_the_console_and_errors_with_the_log(tm
     assert console.run_job(fail, command="t", log_path=log, verbose=False, as_json=False, format_text=str) == 2
     err = capfd.readouterr().err
     assert "error: bad input" in err and f"(the full log: {log})" in err
+
+
+def test_a_log_folder_that_cannot_be_written_falls_back_to_the_working_folder(tmp_path, monkeypatch):
+    from jobs.console import run_job
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "output").write_text("a file where the output folder should be")
+    unwritable = tmp_path / "output" / "_logs" / "index-delete-1.log"  # its parent cannot be made
+
+    def work() -> dict:
+        from hxd2_ray.errors import HxdError
+
+        raise HxdError("cannot write to the output folder output")
+
+    code = run_job(work, command="index delete", log_path=unwritable, verbose=False, as_json=False,
+                   format_text=str)
+    assert code == 2  # the command's own error, not a traceback about its log
+    assert list((tmp_path / ".hxd2" / "logs").glob("index-delete-*.log"))
