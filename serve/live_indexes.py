@@ -85,7 +85,8 @@ class CurrentIndexes(Mapping[str, Any]):
 def corpus_root(graph: Any) -> str:
     """The deepest folder every local document of the index lies under ("" when none is a local path)."""
     folders: list[str] = []
-    for page in graph.iter_pages("Document"):
+    store = getattr(graph, "store", graph)  # pages are read through the store of record (not a resident copy)
+    for page in store.iter_pages("Document"):
         for path in page.column("source_path").to_pylist():
             if path and "://" not in path and os.path.isabs(path):
                 folders.append(posixpath.dirname(path))

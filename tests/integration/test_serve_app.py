@@ -163,10 +163,13 @@ def _handle(deployment: str, app: str = APP):
 
 def test_health_models_and_openai_chat(served):
     with served.client(key=None) as c:
-        assert c.get("/healthz").json()["status"] == "ok"
+        assert c.get("/healthz").json() == {"status": "ok"}  # no work, no counters for anyone
+        assert c.get("/healthz", params={"deep": "true"}).status_code == 401  # the deep check asks the Retriever
     with served.client() as c:
         deep = c.get("/healthz", params={"deep": "true"})
-        assert deep.status_code == 200 and deep.json()["indexes"] == ["tiny", "tiny-copy", "tiny-s3", "movies"]
+        # each index and the generation it is served from ("": the flat layout of these indexes)
+        assert deep.status_code == 200 and deep.json()["indexes"] == {"tiny": "", "tiny-copy": "", "tiny-s3": "",
+                                                                      "movies": ""}
 
     client = served.openai()
     assert sorted(m.id for m in client.models.list()) == ["movies", "tiny", "tiny-copy", "tiny-s3"]
