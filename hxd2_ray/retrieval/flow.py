@@ -403,7 +403,8 @@ class QueryFlow:
                     if text:
                         trace["path_reason"] = f"the logic form failed ({failure}); the graph walk's paths: {why}"
                         answer = self._plain(gen_q, language, text, notices=notices, outcome=outcome_llm,
-                                             candidates=outcome.entity_names)
+                                             candidates=outcome.entity_names, references=self.walk.references(
+                                                 [t.key for t in evidence.targets if t.kind == "chunk"]))
                         yield self._final(trace, answer, "graphflow")
                         return
                     why = "the answer from the graph walk's paths was empty"

@@ -784,9 +784,11 @@ def test_mode_graphflow_without_targets_says_why(with_walk, walk, reason):
 
 def test_auto_walks_the_graph_after_a_failed_logic_form(with_walk):
     llm = scripted(logic_plan=UNKNOWN_ENTITY_PLAN, logic_answer="Nobel Prize, by the walk.")
-    walk = FakeWalk([_target("Nobel Prize")])
+    walk = FakeWalk([_target("Nobel Prize"), _target("Thomas Südhof", kind="chunk", key="c1")])
     events, answer = run(with_walk(llm, walk, graph_walk=True))
     assert answer.path == "graphflow" and answer.text == "Nobel Prize, by the walk."
+    # the references are the walk's chunks the answer was written from, not dual-level's context
+    assert [(r.source_id, r.chunk_ids) for r in answer.references] == [("thomas_sudhof.md", ("c1",))]
     assert "executor failed" in answer.trace["path_reason"]
     assert [e.step for e in events if e.kind == "progress"] == ["intent", "refusal", "logic_form", "graph_walk",
                                                                 "verifier"]

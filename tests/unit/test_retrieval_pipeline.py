@@ -139,6 +139,23 @@ def test_small_budgets_drop_lowest_ranked_rows_and_keep_the_question(index, tiny
     assert answer.retrieval.entities == tight.entities
 
 
+def test_references_are_the_chunks_the_answer_was_written_from_in_rank_order(index, tiny):
+    """Not every chunk retrieval touched: a chunk the budget dropped is in no reference, and the documents come in
+    the order of their first chunk in the context."""
+    llm = scripted_llm(keyword_reply(["Thomas Südhof", "Neurexin", "Brian Kobilka"], []))
+    question = "Tell me about Südhof, neurexin and Kobilka."
+    full = pipeline(index, tiny, llm, **EXACT).retrieve(question)
+    tight_pipeline = pipeline(index, tiny, llm, chunk_budget_tokens=25, **EXACT)
+    tight = tight_pipeline.retrieve(question)
+    answer = tight_pipeline.generate(None, tight)
+    used = [c.id for c in tight.chunks]
+    referenced = [cid for r in answer.references for cid in r.chunk_ids]
+    assert sorted(referenced) == sorted(used) and len(used) < len(full.chunks)
+    assert not set(referenced) & {c.id for c in full.chunks[len(used):]}  # the dropped ones are not cited
+    docs_in_context_order = list(dict.fromkeys(c.doc_id for c in tight.chunks))
+    assert [r.doc_id for r in answer.references] == docs_in_context_order
+
+
 def test_total_cap_shrinks_sections_but_never_the_question(index, tiny):
     llm = scripted_llm(keyword_reply(["Thomas Südhof", "Neurexin", "Brian Kobilka"], []))
     question = "Tell me about Südhof, neurexin and Kobilka."
