@@ -45,8 +45,11 @@ def ray_shard_runner(job: Any) -> pa.Table:
     import ray
 
     from hxd2_ray.stages.eval_stage import AnswerQuestions
+    from hxd2_ray.wiring import check_llm_server
     from jobs.index import _collect, init_ray
 
+    if job.mode not in ("chunk_vector", "graphflow"):  # the modes that make no LLM call need no server
+        check_llm_server(job.cfg.llm)  # a remote model server that is down: one line, exit 2, before Ray starts
     init_ray(job.cfg)
     _check_nodes(job)
     stage_name = " ".join(x for x in ("answer", job.label, job.mode) if x)
