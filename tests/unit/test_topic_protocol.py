@@ -133,3 +133,26 @@ def test_a_topic_linked_from_plain_text_scores_within_reach_of_the_given_one(tra
     assert all(r.starts and r.starts[0].method != "question:name" for r in given)  # the topic itself started it
     assert hits(given) - hits(linked) <= LINKED_WITHIN, (hits(given), hits(linked))
     assert hits(given) > 0.5
+
+
+def test_hxd2_query_topic_starts_the_walk_there(trained: KbPolicy, capsys: Any) -> None:
+    from jobs import query
+
+    root, _, _, _ = trained
+    common = [
+        "--index",
+        str(root / "a"),
+        "--mode",
+        "graphflow",
+        "--policy",
+        str(root / "policy"),
+        "--set",
+        f"graphflow.cache_dir={root / 'cache'}",
+        "--json",
+        "--trace",
+    ]
+    rc = query.main([*common, "--topic", "The Public Eye", "who directed it"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["answer"].startswith("Howard Franklin"), out
+    assert out["trace"]["topic"] == "The Public Eye"
+    assert out["trace"]["graphflow"]["starts"][0]["name"] == "The Public Eye"
