@@ -278,7 +278,7 @@ class QueryFlow:
                     retrieval = self._retrieve(trace, q)
                 trace.keywords(retrieval.keywords)
                 with trace.timed("refusal"):
-                    score = self.refusal_gate.score(q, retrieval.keywords)
+                    score = self.refusal_gate.score(q, retrieval.keywords, topic=trace.topic)
             except Exception as exc:  # noqa: BLE001 - the gate fails open; the logic form may still answer
                 why = f"{type(exc).__name__}: {exc}"
                 trace["refusal"] = {"enabled": True, "skipped": True, "error": why}

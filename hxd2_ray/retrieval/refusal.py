@@ -38,13 +38,14 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from hxd2_ray.embedding.base import Embedder
+from hxd2_ray.extraction.merge import normalize_name
 from hxd2_ray.graph.base import unique_in_order
 from hxd2_ray.retrieval.intent import MultiStagePromptSet, load_multistage_prompts
 from hxd2_ray.retrieval.names import TitleIndex, named_entities, title_index
@@ -172,8 +173,15 @@ class RefusalGate:
                    name_cutoff=cfg.refusal_name_cutoff, threshold_source=source,
                    lexical_level=index_lexical_level(manifest) if cfg.refusal_lexical else None)
 
-    def score(self, question: str, keywords: Keywords | None = None) -> RefusalScore:
-        return self.scores([question], [keywords])[0]
+    def score(self, question: str, keywords: Keywords | None = None, topic: str | None = None) -> RefusalScore:
+        """``topic``: the question's topic entity when the caller gave one; an entity of the index is a name the
+        question names, so it answers."""
+        result = self.scores([question], [keywords])[0]
+        if topic and result.named is None and self.names:
+            key = normalize_name(topic)
+            if self.index.graph.get_entities([key]):
+                result = replace(result, named=(topic, key, 1.0))
+        return result
 
     def scores(self, questions: Sequence[str], keywords: Sequence[Keywords | None]) -> list[RefusalScore]:
         """Scores of many questions with one embedding call and one search per family (calibration)."""

@@ -199,3 +199,10 @@ def test_lexical_tokens_read_english_codes_and_chinese_words() -> None:
     assert "青禾" in lexical_tokens("青禾17号比亲本高多少") and "17" in lexical_tokens("青禾17号")
     index = LexicalIndex.build(["a", "b"], ["Qinghe 17 rice", "TX-40 pump"])
     assert [c for c, _ in index.search("qinghe 17?", 5)] == ["a"] and index.search("the of", 5) == []
+
+
+def test_a_given_topic_that_is_an_entity_of_the_index_answers(heldout: Any) -> None:
+    idx, embedder, _ = heldout
+    gate = RefusalGate.for_index(idx, embedder, MultiStageConfig(refusal_rule="question", refusal_lexical=False))
+    assert gate.score("tell me more", topic="Crop Station").named == ("Crop Station", key("crop station"), 1.0)
+    assert gate.score("tell me more", topic="Atlantis").named is None
