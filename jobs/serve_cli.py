@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import logging
 import os
 import signal
 import sys
@@ -29,6 +30,7 @@ from typing import Any, Callable
 
 import yaml
 
+log = logging.getLogger("hxd2.serve")
 DEFAULT_SERVE_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "serve.yaml"
 APP_NAME = "hxd2"
 # Ray's core worker ends the process 60 s after it loses the GCS; a stop signal sent to the whole process group
@@ -182,6 +184,35 @@ def deployment_failures(app_status: Any) -> list[str]:
     return out
 
 
+def unplaceable_upscales(deployment_options: dict[str, dict[str, Any]], cluster_cpus: float) -> list[str]:
+    """The deployments whose ``max_replicas`` cannot all be placed on ``cluster_cpus`` logical CPUs with every
+    other deployment at its own maximum: the autoscaler would decide such an upscale and it would stay pending,
+    without a word from Serve. One line per deployment, for the serve log and the terminal."""
+    def cpus(options: dict[str, Any]) -> float:
+        return float((options.get("ray_actor_options") or {}).get("num_cpus", 0) or 0)
+
+    def most(options: dict[str, Any]) -> int:
+        auto = options.get("autoscaling_config") or {}
+        return int(auto.get("max_replicas") or options.get("num_replicas") or 1)
+
+    at_max = sum(cpus(o) * most(o) for o in deployment_options.values())
+    if at_max <= cluster_cpus + 1e-9:
+        return []
+    at_min = {name: cpus(o) * int((o.get("autoscaling_config") or {}).get("min_replicas")
+                                   or o.get("num_replicas") or 1) for name, o in deployment_options.items()}
+    lines = []
+    for name, options in sorted(deployment_options.items()):
+        if most(options) <= 1 or cpus(options) == 0:
+            continue
+        others = sum(v for n, v in at_min.items() if n != name)
+        fits = int((cluster_cpus - others + 1e-9) // cpus(options)) if cpus(options) else most(options)
+        if fits < most(options):
+            lines.append(f"{name}: max_replicas {most(options)} at {cpus(options):g} CPU each, but {cluster_cpus:g} "
+                         f"CPUs hold {max(fits, 0)} beside the other deployments; lower its num_cpus share or its "
+                         "max_replicas (configs/serve.yaml), or add nodes")
+    return lines or [f"the deployments' max_replicas need {at_max:g} CPUs at once; the cluster has {cluster_cpus:g}"]
+
+
 def check_local_indexes_on_every_node(indexes: dict[str, str]) -> None:
     """A replica may start on any node: a local index path must hold the index on every node of the cluster."""
     import pyarrow.fs as pafs
@@ -283,6 +314,10 @@ def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argpars
         say(f"error: {exc}")
         ray.shutdown()
         return 2
+    for line in unplaceable_upscales(app_args.get("deployment_options") or {},
+                                     float(ray.cluster_resources().get("CPU", 0))):
+        log.warning("upscale cannot be placed: %s", line)  # the serve log has it too
+        say(f"warning: an upscale cannot be placed: {line}")
     stop = {"now": False}
 
     def _stop(*_: Any) -> None:

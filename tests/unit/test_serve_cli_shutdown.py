@@ -50,3 +50,25 @@ def test_ray_that_never_starts_is_one_clear_error():
     message = str(err.value)
     assert "\n" not in message and "after 3 tries" in message and "timed out during startup" in message
     assert "--address auto" in message  # what to do
+
+
+def test_an_upscale_that_cannot_be_placed_is_named_and_the_shipped_config_fits_two_cpus():
+    from pathlib import Path
+
+    import yaml
+
+    from jobs.serve_cli import unplaceable_upscales
+
+    opts = {"Ingress": {"num_replicas": 1, "ray_actor_options": {"num_cpus": 0.25}},
+            "Retriever": {"autoscaling_config": {"min_replicas": 1, "max_replicas": 2},
+                          "ray_actor_options": {"num_cpus": 0.25}},
+            "LLM": {"autoscaling_config": {"min_replicas": 1, "max_replicas": 1}, "ray_actor_options": {"num_cpus": 1}},
+            "Planner": {"autoscaling_config": {"max_replicas": 2}, "ray_actor_options": {"num_cpus": 0.3}}}
+    lines = unplaceable_upscales(opts, 2.0)
+    assert lines and all("max_replicas" in line or "need" in line for line in lines)
+    assert any(line.startswith("Planner:") for line in lines)
+    assert unplaceable_upscales(opts, 8.0) == []
+    shipped = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "serve.yaml").read_text())
+    deployments = {d["name"]: d for d in shipped["applications"][0]["deployments"]}
+    assert unplaceable_upscales(deployments, 2.0) == []  # every max_replicas fits a 2-CPU node
+    assert deployments["Ingress"].get("num_replicas", 1) >= 2  # a lost front door leaves another
