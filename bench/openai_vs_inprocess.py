@@ -3,7 +3,7 @@
     .venv/bin/python bench/openai_vs_inprocess.py [--passages 60] [--corpus FILE] [--json-out FILE]
 
 The same HotpotQA passages (the first ``--passages`` of ``../shared/data/hipporag-multihop/hotpotqa_train_corpus.json``
-unless ``--corpus`` names another ``[{"title", "text"}]`` file) are indexed twice by ``hxd2 index`` (a subprocess,
+unless ``--corpus`` names another HippoRAG corpus file) are indexed twice by ``hxd2 index`` (a subprocess,
 so each run starts its own Ray, as a user's would):
 
 1. ``configs/local.yaml``: SmolLM2-135M in vLLM inside the extraction actor;
@@ -53,11 +53,13 @@ def _env() -> dict[str, str]:
 
 
 def write_corpus(source: Path, passages: int, folder: Path) -> int:
-    rows = json.loads(source.read_text(encoding="utf-8"))[:passages]
+    from hxd2_ray.evaluation.datasets import load_corpus_hotpotqa  # HippoRAG's title -> sentences, or a list
+
+    rows = load_corpus_hotpotqa(source)[:passages]
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / "passages.jsonl").open("w", encoding="utf-8") as out:
-        for i, row in enumerate(rows):
-            out.write(json.dumps({"id": str(i), "title": row["title"], "text": row["text"]}) + "\n")
+        for row in rows:
+            out.write(json.dumps(row) + "\n")
     return len(rows)
 
 
@@ -91,6 +93,8 @@ def index(config: str, corpus: Path, output: Path, extra: list[str]) -> dict[str
         "chunks": summary["chunks"],
         "entities": summary["entities"],
         "relations": summary["relations"],
+        "ungrounded_entities": summary["ungrounded_entities"],
+        "ungrounded_relations": summary["ungrounded_relations"],
         "llm_calls": summary["llm_calls"],
         "completion_tokens": summary["completion_tokens"],
         "extract_tokens_per_s": round(summary["completion_tokens"] / extract, 1) if extract else None,
