@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -213,3 +214,33 @@ def test_preflight_says_which_models_the_server_has(secret: str) -> None:
     with StubOpenAIServer() as server:
         with pytest.raises(HxdError, match="does not serve model 'other'.*stub-model"):
             check_server(_cfg(server, model="other"))
+
+
+def test_the_async_engine_serve_awaits(secret: str) -> None:
+    """The LLM deployment's surface: complete, stream, health and stats on the replica's own event loop."""
+    from hxd2_ray.llm.openai_backend import OpenAIAsyncEngine
+
+    async def use(engine: OpenAIAsyncEngine) -> tuple[str, str]:
+        await engine.check_health()
+        (resp,) = await engine.complete([_ask("a")])
+        deltas = [d async for d in engine.stream(_ask("b c"))]
+        await engine.aclose()
+        return resp.text, "".join(deltas)
+
+    with StubOpenAIServer() as server:
+        engine = OpenAIAsyncEngine(_cfg(server, max_model_len=4096))
+        text, streamed = asyncio.run(use(engine))
+    assert text == "echo: a" and streamed.split() == ["echo:", "b", "c"]
+    stats = engine.snapshot()
+    assert stats["backend"] == "openai" and stats["requests"] == 2 and stats["max_model_len"] == 4096
+
+
+def test_serve_handles_budget_with_the_configured_context() -> None:
+    from serve.handles import HandleLLM
+
+    class _Handle:
+        def options(self, **_: object) -> "_Handle":
+            return self
+
+    handle = HandleLLM(_Handle(), OpenAILLMConfig(model="m", max_model_len=8192))
+    assert handle.max_model_len == 8192 and handle.model_id == "m" and handle.count_tokens("abcdef") == 2
