@@ -96,15 +96,20 @@ def corpus_root(graph: Any) -> str:
 
 
 def public_references(references: list[dict[str, Any]], root: str, url_prefix: str | None) -> list[dict[str, Any]]:
-    """References as a client may see them: ``source_path`` relative to the corpus root (an S3 URI as it is),
-    plus ``source_url`` when a prefix is configured."""
+    """References as a client may see them: ``source_path`` (and a ``source_id`` that is a file's path, as it is
+    for documents read from plain files) relative to the corpus root, an S3 URI as it is; plus ``source_url`` when
+    a prefix is configured."""
     out = []
     for ref in references:
-        path = str(ref.get("source_path") or "")
-        if path and "://" not in path:
-            path = os.path.relpath(path, root) if root and os.path.isabs(path) else posixpath.basename(path)
-        shown = {**ref, "source_path": path}
+        path = _public_path(str(ref.get("source_path") or ""), root)
+        shown = {**ref, "source_path": path, "source_id": _public_path(str(ref.get("source_id") or ""), root)}
         if url_prefix and path:
             shown["source_url"] = url_prefix.rstrip("/") + "/" + path.lstrip("/") if "://" not in path else path
         out.append(shown)
     return out
+
+
+def _public_path(path: str, root: str) -> str:
+    if not path or "://" in path or not os.path.isabs(path):
+        return path  # a record's own id, an S3 URI, or already relative
+    return os.path.relpath(path, root) if root else posixpath.basename(path)
