@@ -97,7 +97,8 @@ def test_the_adapter_sends_index_question_and_the_request_deadline_and_returns_t
 
     # Outside a request (no scope): no deadline, an unbounded wait.
     assert walker.retrieve("q") is expected
-    assert handle.retrieve.calls[-1] == ("movies", "q", None, None, None) and handle.retrieve.response.timeouts[-1] is None
+    assert handle.retrieve.calls[-1] == ("movies", "q", None, None, None)
+    assert handle.retrieve.response.timeouts[-1] is None
 
 
 def test_the_deployments_errors_propagate_and_a_passed_deadline_is_a_deadline_error():
