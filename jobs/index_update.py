@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from hxd2_ray.errors import BudgetReached, EmptyCorpusError, HxdError, IndexNotFoundError
 from hxd2_ray.indexing import tables
 from hxd2_ray.indexing.corpus import CorpusChange, delete, upsert
+from hxd2_ray.indexing.faults import crash_point
 from hxd2_ray.indexing.generations import CorpusState, read_state
 from hxd2_ray.indexing.incremental import ExtractionIndex, apply, changed_entity_keys, remerge
 
@@ -59,6 +60,7 @@ class IndexUpdate:
             change = upsert(self.state.sources, self.state.quarantine, self.state.chunks, incoming)
             b.clock.status["ingest"] = (f"read {len(listing.files)} files: {len(change.added)} new and "
                                         f"{len(change.updated)} changed documents, {change.unchanged} unchanged")
+            crash_point("driver:ingest")  # crash tests: the change computed, nothing of it written
         return self.apply(change, "update", heal=True, input_fingerprint=listing.fingerprint)
 
     def input_already_applied(self, fingerprint: str) -> bool:
@@ -88,6 +90,7 @@ class IndexUpdate:
                                      " the index is unchanged")
                 return summary
             b.clock.status["ingest"] = f"{len(change.deleted)} documents to delete"
+            crash_point("driver:ingest")  # crash tests: the change computed, nothing of it written
         request = {"doc_ids": doc_ids[:DELETE_REQUEST_KEPT], "sources": source_paths[:DELETE_REQUEST_KEPT]}
         return self.apply(change, "delete", heal=False, request=request)
 
@@ -130,6 +133,7 @@ class IndexUpdate:
 
         with b.clock.stage("merge"):
             entities, relations, stats = self.remerge(removed, added, extractions)
+            crash_point("driver:merge")  # crash tests: the graph merged again in memory, not yet embedded
             b.clock.status["merge"] = (f"re-merged {stats['entities_recomputed']} entities and "
                                        f"{stats['relations_recomputed']} relations touched by {len(removed)} removed "
                                        f"and {len(added)} added chunks")

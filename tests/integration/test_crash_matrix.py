@@ -203,3 +203,60 @@ def test_killed_everywhere_then_resumed_equals_a_clean_build(cluster, corpus, cl
     logs = "".join(p.read_text(errors="replace") for p in (out / "_logs").glob("*.log"))
     assert not list(out.glob(".building-*")) and "left by a build that was killed" in err + logs
     _same_content(out, clean)
+
+
+def _change(cluster: str, args: list[str], crash: str = "", once_dir: Path | None = None) -> tuple[int, str, str]:
+    """``hxd2 index ARGS`` (an update, or ``delete ...``) as its own driver process joined to the session's Ray."""
+    env = {k: v for k, v in os.environ.items() if k not in (CRASH_AT_ENV, CRASH_ONCE_DIR_ENV)}
+    env.update({"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_DEDUP_LOGS": "1"})
+    if crash:
+        env[CRASH_AT_ENV] = crash
+        env[CRASH_ONCE_DIR_ENV] = str(once_dir)
+    sets = [arg for s in [*SETTINGS, f"ray.address={cluster}"] for arg in ("--set", s)]
+    delete = args[0] == "delete"
+    proc = subprocess.run([sys.executable, "-m", "jobs.cli", "index", *args, "--json",
+                           *(sets if not delete else sets[-2:])], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+# A delete extracts nothing and here embeds nothing either (what survives was embedded before): its extraction
+# and embedding points never fire. An update extracts and embeds the new document's chunks.
+UPDATE_POINTS = ("driver:ingest", "driver:extract", "driver:merge", "driver:embed", "driver:write")
+DELETE_POINTS = ("driver:ingest", "driver:merge", "driver:write")
+
+
+def test_an_update_and_a_delete_killed_at_every_stage_equal_clean_builds(cluster, tmp_path):
+    """Issue 33, item 3: each change killed at each stage leaves the published generation as it was; the rerun
+    publishes what a clean build of the final corpus holds, by content."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for name in DOCS[:2]:
+        shutil.copy(SAMPLE / name, folder / name)
+    out = tmp_path / "index"
+    code, _, err = _build(cluster, folder, out)
+    assert code == 0, err[-3000:]
+    before_change = tmp_path / "two-documents"
+    shutil.copytree(out, before_change, ignore=shutil.ignore_patterns("_logs", "_leases"))
+    shutil.copy(SAMPLE / DOCS[2], folder / DOCS[2])
+    clean_three = tmp_path / "clean-three"
+    code, _, err = _build(cluster, folder, clean_three)
+    assert code == 0, err[-3000:]
+
+    def killed_then_finished(args: list[str], points: tuple[str, ...], want: Path) -> None:
+        published = json.loads((out / "manifest.json").read_text())["generation"]
+        for point in points:
+            once = tmp_path / f"once-{args[0]}-{point.replace(':', '-')}"
+            code, stdout, err = _change(cluster, args, crash=point, once_dir=once)
+            assert (once / f"{point.replace(':', '-')}.fired").exists(), f"{point} never fired:\n{err[-3000:]}"
+            assert code in (CRASH_EXIT_CODE, -9), f"{point}: the driver did not die (exit {code}):\n{err[-3000:]}"
+            # the index readers see is the one before the change, whole
+            assert json.loads((out / "manifest.json").read_text())["generation"] == published, point
+        code, stdout, err = _change(cluster, args)
+        assert code == 0, err[-3000:]
+        assert json.loads((out / "manifest.json").read_text())["generation"] != published
+        _same_content(out, want)
+
+    killed_then_finished(["--input", str(folder), "--output", str(out)], UPDATE_POINTS, clean_three)
+    killed_then_finished(["delete", "--output", str(out), "--source", str(folder / DOCS[2])], DELETE_POINTS,
+                         before_change)
