@@ -6,15 +6,8 @@ import dataclasses
 
 from serve.auth import ApiKeys
 from serve.rate_limit import KeyRateLimiter, retry_after_header
+from tests.unit.test_progress import FakeClock
 from tests.unit.test_serve_auth import KEY, OTHER, SETTINGS, FakeBackend, chat_body, client, run
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_bucket_allows_a_burst_then_the_rate_and_refills_with_time():
