@@ -37,6 +37,7 @@ from jobs.index_run import RunOptions, RunServices
 
 if TYPE_CHECKING:
     from hxd2_ray.indexing.corpus import ParsedCorpus
+    from hxd2_ray.indexing.disk_space import WriteSeam
     from hxd2_ray.indexing.generations import CorpusState
     from hxd2_ray.indexing.manifest import IndexManifest
     from hxd2_ray.indexing.output import BuildOutput
@@ -184,6 +185,7 @@ class IndexBuild:
         self.counters: Counter[str] = Counter()
         self.files: dict[str, dict[str, Any]] = {}  # sizes and sha256 of the written generation's files
         self.refusal: dict[str, Any] | None = None  # the refusal calibration of the write stage
+        self.write_seam: WriteSeam | None = None  # the write stage's, with its estimate of the space needed
         self.services: RunServices  # started by run(), once Ray is up
         self.generation = ""  # the generation this run writes
         self.sources = tables.SOURCES.empty_table()
@@ -551,6 +553,8 @@ class IndexBuild:
         import numpy as np
 
         from hxd2_ray.graph.kuzu_store import KuzuGraphWriter
+        from hxd2_ray.indexing.disk_space import estimate_graph_bytes, write_seam_for
+        from hxd2_ray.indexing.faults import disk_fault
         from hxd2_ray.indexing.generations import publish, write_state
         from hxd2_ray.indexing.manifest import record_files
         from hxd2_ray.indexing.output import BUILDING_PREFIX
@@ -563,31 +567,39 @@ class IndexBuild:
         build_dir = (os.path.join(self.root, f"{BUILDING_PREFIX}{self.generation}-{uuid.uuid4().hex[:8]}")
                      if local else tempfile.mkdtemp(prefix="hxd2-build-"))
         os.makedirs(build_dir, exist_ok=True)
+        # A full or read-only disk ends as one error naming the path and the space needed (disk_space).
+        self.write_seam = write_seam_for(self.root if local else build_dir, state, vectors)
         try:
-            families: dict[str, Any] = {}
-            name_vectors = None
-            for family in tables.VECTOR_FAMILIES:
-                part = vectors.filter(pc.equal(vectors.column("family"), family))
-                keys = part.column("key").to_pylist()
-                flat = pc.list_flatten(part.column("vector")).to_numpy(zero_copy_only=False)
-                arr = np.ascontiguousarray(flat, dtype=np.float32).reshape(len(keys), -1) if keys else \
-                    np.zeros((0, self.cfg.embedding.dim), np.float32)
-                info = write_family(build_dir, family, keys, arr, self.cfg.vectors)
-                families[family] = _as_dict(info)
-                if family == "entity_name":
-                    name_vectors = (keys, arr)
-            synonyms = self._synonyms(build_dir, name_vectors)
-            title_mentions = self._title_mentions(state.documents, state.chunks)
-            KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu")).bulk_load(
-                state.documents, state.chunks.drop_columns(["shard"]), state.entities, state.relations, synonyms,
-                title_mentions)
-            crash_point("driver:write")
-            # The lexical channel of this generation, from its whole chunk table (an update rebuilds it too).
-            write_lexical(build_dir, state.chunks.column("id").to_pylist(), state.chunks.column("text").to_pylist())
-            self.refusal = calibrate_build(build_dir, self.cfg, state.chunks.column("text"), progress=_log)
-            self.files = record_files(build_dir)  # sizes and sha256 for the manifest, before the files move
-            write_state(build_dir, state)
-            publish(self.fs, self.root, build_dir, self.generation)
+            with self.write_seam.writing("the new generation", build_dir):
+                families: dict[str, Any] = {}
+                name_vectors = None
+                for family in tables.VECTOR_FAMILIES:
+                    part = vectors.filter(pc.equal(vectors.column("family"), family))
+                    keys = part.column("key").to_pylist()
+                    flat = pc.list_flatten(part.column("vector")).to_numpy(zero_copy_only=False)
+                    arr = np.ascontiguousarray(flat, dtype=np.float32).reshape(len(keys), -1) if keys else \
+                        np.zeros((0, self.cfg.embedding.dim), np.float32)
+                    disk_fault("vectors", os.path.join(build_dir, "vectors", family))
+                    info = write_family(build_dir, family, keys, arr, self.cfg.vectors)
+                    families[family] = _as_dict(info)
+                    if family == "entity_name":
+                        name_vectors = (keys, arr)
+                synonyms = self._synonyms(build_dir, name_vectors)
+                title_mentions = self._title_mentions(state.documents, state.chunks)
+                graph = (state.documents, state.chunks.drop_columns(["shard"]), state.entities, state.relations,
+                         synonyms, title_mentions)
+                # Kùzu may abort the process on a failed write: refuse first when the room is plainly missing.
+                self.write_seam.check_room(build_dir, estimate_graph_bytes(graph), "the graph")
+                KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu")).bulk_load(*graph)
+                disk_fault("graph", os.path.join(build_dir, "graph.kuzu"))
+                crash_point("driver:write")
+                # The lexical channel of this generation, from its whole chunk table (an update rebuilds it too).
+                write_lexical(build_dir, state.chunks.column("id").to_pylist(),
+                              state.chunks.column("text").to_pylist())
+                self.refusal = calibrate_build(build_dir, self.cfg, state.chunks.column("text"), progress=_log)
+                self.files = record_files(build_dir)  # sizes and sha256 for the manifest, before the files move
+                write_state(build_dir, state)
+                publish(self.fs, self.root, build_dir, self.generation)
         finally:
             shutil.rmtree(build_dir, ignore_errors=True)
         return families
@@ -625,8 +637,10 @@ class IndexBuild:
                change: dict[str, Any]) -> None:
         """Switch readers to the written generation (one manifest write), then remove generations past
         ``generations.keep``."""
+        from hxd2_ray.indexing.disk_space import WriteSeam
+        from hxd2_ray.indexing.faults import disk_fault
         from hxd2_ray.indexing.generations import history, prune
-        from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, write_manifest
+        from hxd2_ray.indexing.manifest import IndexManifest, generation_dir, read_manifest, write_manifest
 
         manifest_path = posixpath.join(self.root, "manifest.json")
         manifest = IndexManifest.create(
@@ -646,9 +660,15 @@ class IndexBuild:
             synonyms={**summary["synonyms"], "edges": summary["synonym_edges"]},
             refusal=self.refusal if self.refusal and "error" not in self.refusal else None,
         )
-        st.write_json_atomic(self.fs, posixpath.join(self.root, "index_summary.json"), summary)
-        self.check_lock()
-        write_manifest(manifest_path, manifest, filesystem=self.fs)
+        # A failed switch leaves the written generation unread: it goes, to give its space back.
+        local = isinstance(self.fs, pafs.LocalFileSystem)
+        unread = os.path.join(self.root, generation_dir(self.generation)) if local else None
+        seam = self.write_seam or WriteSeam(self.root if local else tempfile.gettempdir(), 0)
+        with seam.writing("the manifest", manifest_path, discard=unread):
+            disk_fault("manifest", manifest_path)
+            st.write_json_atomic(self.fs, posixpath.join(self.root, "index_summary.json"), summary)
+            self.check_lock()
+            write_manifest(manifest_path, manifest, filesystem=self.fs)
         read_manifest(manifest_path, filesystem=self.fs)  # the index is complete only if this reads back
         removed = prune(self.fs, self.root, manifest, self.cfg.generations.keep)
         if removed:

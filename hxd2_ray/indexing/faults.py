@@ -11,10 +11,18 @@ A ``driver:<stage>`` point reached inside a Ray worker (the extract and embed st
 driver process by its pid, ``HXD2_CRASH_DRIVER_PID``, which :func:`worker_env` hands to the workers: the driver
 then dies while its actors are mid-stage, which is the state a real crash leaves. Death is ``os._exit`` or
 SIGKILL, never an exception: nothing is cleaned up, no ``finally`` runs.
+
+A full or read-only disk in the write stage is an exception, not a death, armed the same way::
+
+    HXD2_DISK_FAULT_AT=graph:enospc        the graph write fails with "No space left on device"
+    HXD2_DISK_FAULT_AT=vectors:erofs       a vector family's write fails with "Read-only file system"
+
+at ``vectors``, ``graph`` or ``manifest`` (:func:`disk_fault`); each fires once per process.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -25,6 +33,10 @@ DRIVER_PID_ENV = "HXD2_CRASH_DRIVER_PID"
 CRASH_EXIT_CODE = 86
 STAGES = ("ingest", "extract", "merge", "embed", "write")
 POINTS = tuple(f"driver:{s}" for s in STAGES) + ("worker:extract", "worker:embed")
+DISK_FAULT_ENV = "HXD2_DISK_FAULT_AT"
+DISK_FAULT_POINTS = ("vectors", "graph", "manifest")
+DISK_FAULT_ERRNOS = {"enospc": errno.ENOSPC, "erofs": errno.EROFS}
+_disk_faults_fired: set[str] = set()
 
 
 def armed_points() -> tuple[str, ...]:
@@ -71,3 +83,22 @@ def _first_time(point: str) -> bool:
         return False
     os.close(fd)
     return True
+
+
+def disk_fault(point: str, path: str) -> None:
+    """Fail this write of ``point`` as a full (``enospc``) or read-only (``erofs``) disk would, naming ``path``, if
+    ``HXD2_DISK_FAULT_AT`` arms it; otherwise return at once."""
+    spec = os.environ.get(DISK_FAULT_ENV)
+    if not spec:
+        return
+    armed = dict(item.strip().split(":", 1) for item in spec.split(",") if ":" in item)
+    bad = {p: k for p, k in armed.items() if p not in DISK_FAULT_POINTS or k not in DISK_FAULT_ERRNOS}
+    if bad or not armed:
+        raise ValueError(f"{DISK_FAULT_ENV}={spec!r}: use POINT:KIND with POINT one of {', '.join(DISK_FAULT_POINTS)} "
+                         f"and KIND one of {', '.join(DISK_FAULT_ERRNOS)}")
+    if point not in armed or point in _disk_faults_fired:
+        return
+    _disk_faults_fired.add(point)
+    code = DISK_FAULT_ERRNOS[armed[point]]
+    print(f"[hxd2 fault injection] {point} write fails: {os.strerror(code)}", file=sys.stderr, flush=True)
+    raise OSError(code, os.strerror(code), path)
