@@ -171,13 +171,23 @@ def main() -> None:
     ap.add_argument("--passages", type=int, default=60)
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     ap.add_argument("--json-out", type=Path, default=None)
+    ap.add_argument("--max-concurrency", type=int, default=None, help="llm.max_concurrency of the HTTP run")
+    ap.add_argument(
+        "--reuse-in-process",
+        type=Path,
+        default=None,
+        help="take the in-process run from an earlier --json-out (same passages) instead of running it",
+    )
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
     work = Path(tempfile.mkdtemp(prefix="hxd2-openai-bench-"))
     n = write_corpus(args.corpus, args.passages, work / "corpus")
     print(f"{n} passages from {args.corpus} in {work}", flush=True)
     results: dict[str, Any] = {"passages": n}
-    results["in_process"] = index(str(REPO / "configs" / "local.yaml"), work / "corpus", work / "inprocess", [])
+    if args.reuse_in_process is not None:
+        results["in_process"] = json.loads(args.reuse_in_process.read_text())["in_process"]
+    else:
+        results["in_process"] = index(str(REPO / "configs" / "local.yaml"), work / "corpus", work / "inprocess", [])
     print("in-process:", results["in_process"], flush=True)
     port = _free_port()
     server = start_server(port, work / "vllm-server.log")
@@ -195,6 +205,7 @@ def main() -> None:
                 f"llm.model={SERVED_NAME}",
                 "--set",
                 "llm.tokenizer=builtin:smollm2-135m-instruct",
+                *(["--set", f"llm.max_concurrency={args.max_concurrency}"] if args.max_concurrency else []),
             ],
         )
         poller.stop.set()
