@@ -120,32 +120,10 @@ class MetricsPoller(threading.Thread):
 
 
 def start_server(port: int, log: Path) -> subprocess.Popen[bytes]:
+    from hxd2_ray.llm.vllm_setup import api_server_command
     from hxd2_ray.models import smollm2_path
 
-    command = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        smollm2_path(),
-        "--served-model-name",
-        SERVED_NAME,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--max-model-len",
-        "4096",
-        "--dtype",
-        "bfloat16",
-        "--enforce-eager",
-        "--max-num-seqs",
-        "64",
-        "--generation-config",
-        "vllm",
-        "--structured-outputs-config",
-        '{"backend": "xgrammar", "disable_any_whitespace": true}',
-    ]
+    command = api_server_command(sys.executable, smollm2_path(), SERVED_NAME, port)
     with log.open("wb") as out:
         proc = subprocess.Popen(
             command,

@@ -70,32 +70,10 @@ def server(work: Path) -> Iterator[str]:
 
     port = _free_port()
     log = work / "vllm-server.log"
-    # The in-process backend's settings (configs/local.yaml, hxd2_ray/llm/vllm_setup.py): the same model, context,
-    # dtype and compact-JSON grammar, so the two backends are compared on one engine configuration.
-    command = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        smollm2_path(),
-        "--served-model-name",
-        SERVED_NAME,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--max-model-len",
-        "4096",
-        "--dtype",
-        "bfloat16",
-        "--enforce-eager",
-        "--max-num-seqs",
-        "64",
-        "--generation-config",
-        "vllm",
-        "--structured-outputs-config",
-        '{"backend": "xgrammar", "disable_any_whitespace": true}',
-    ]
+    # The in-process backend's settings (hxd2_ray/llm/vllm_setup.py::api_server_command).
+    from hxd2_ray.llm.vllm_setup import api_server_command
+
+    command = api_server_command(sys.executable, smollm2_path(), SERVED_NAME, port)
     env = {**_env(), "VLLM_CPU_KVCACHE_SPACE": "2"}
     env.pop("OPENAI_API_KEY")  # the server itself needs no key (started without --api-key, it accepts any)
     with log.open("wb") as out:
