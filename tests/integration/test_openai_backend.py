@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from typing import Iterator
 
 import pytest
 
+from tests.integration.servers import stop_process_group
 from tests.integration.test_index_job import assert_no_prompt_example_names
 from tests.integration.test_readme_quickstart import _free_port, _wait_healthy
 
@@ -46,13 +46,7 @@ def _env() -> dict[str, str]:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+    stop_process_group(proc)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -20,6 +19,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.integration.servers import stop_process_group
 
 pytestmark = pytest.mark.integration
 
@@ -131,12 +132,7 @@ def test_quickstart_runs_as_written(tmp_path):
         answer = run(sdk.replace("8000", port)).stdout.strip()
         assert answer, "the OpenAI SDK call printed no answer"
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=30)
+        stop_process_group(server)
     assert server.returncode == 0, log.read_text()[-3000:]
     said = log.read_text(encoding="utf-8").strip().splitlines()
     # Quiet by default: its own few lines (log path, URL, shutdown); Ray's and Serve's are in the log file.
