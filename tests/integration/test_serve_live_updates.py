@@ -149,6 +149,7 @@ def test_answers_follow_updates_and_deletes_without_a_failed_request(ray_local, 
         loop.stop.set()
         worker.join(timeout=60)
         serve.delete("live-updates")
+        serve.shutdown()  # its HTTP options (port) belong to this test: the next module starts Serve anew
 
     answers = loop.answers
     failed = [a for a in answers if a.status != 200]
