@@ -64,7 +64,7 @@ from serve.handles import (
     run_in_thread,
 )
 from serve.index_views import IndexViews, NotInIndex
-from serve.live_indexes import CurrentIndexes, close_live, corpus_root, live_of, open_live, public_references
+from serve.live_indexes import close_live, corpus_root, live_of, open_live, public_references
 from serve.metrics import TIMING_PHASES, Metrics, replica_max_ongoing
 
 log = logging.getLogger("hxd2.serve")
@@ -375,8 +375,7 @@ class Retriever:
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hxd2-pipeline")
         self.metrics = Metrics()
         self.served = 0
-        # a chunk, the graph around entities, statistics (the web UI's reads): the current generation's
-        self.views = IndexViews(CurrentIndexes(self.lives))
+        self.views = IndexViews()  # a chunk, the graph around entities, statistics (the web UI's reads)
 
     # -- helpers -------------------------------------------------------------------------------------
 
@@ -521,8 +520,16 @@ class Retriever:
         """A chunk, the graph around entities, or the index's statistics (:mod:`serve.index_views`) as a JSON-ready
         dict, or ``{"error": {"status", "message"}}``: 404 for what the index does not hold."""
         try:
-            return await run_in_thread(self.pool, RequestScope(deadline),
-                                       functools.partial(self.views.run, kind, index, params))
+            live = live_of(self.lives, index)
+        except IndexNotFoundError as exc:
+            return _error(404, str(exc))
+
+        def pinned_view() -> dict[str, Any]:
+            with live.pin() as pinned:  # a switch meanwhile cannot close what the view reads
+                return self.views.run(kind, index, params, pinned.index)
+
+        try:
+            return await run_in_thread(self.pool, RequestScope(deadline), pinned_view)
         except asyncio.CancelledError:
             raise
         except NotInIndex as exc:

@@ -86,10 +86,11 @@ def stats_view(index: Any) -> dict[str, Any]:
 
 
 class IndexViews:
-    """The views of a replica's open indexes (thread-safe: called from the Retriever's worker threads)."""
+    """The views of a replica's open indexes (thread-safe: called from the Retriever's worker threads): of the index
+    a call passes (the generation the request pinned), else of ``indexes`` by name."""
 
-    def __init__(self, indexes: Mapping[str, Any]):
-        self.indexes = indexes
+    def __init__(self, indexes: Mapping[str, Any] | None = None):
+        self.indexes = indexes or {}
         self._stats: dict[str, dict[str, Any]] = {}  # name, generation -> the stats view
         self._stats_lock = threading.Lock()
 
@@ -99,10 +100,9 @@ class IndexViews:
         except KeyError:
             raise NotInIndex(f"unknown index {name!r}; served: {', '.join(self.indexes)}") from None
 
-    def _stats_of(self, name: str) -> dict[str, Any]:
+    def _stats_of(self, name: str, index: Any) -> dict[str, Any]:
         # One scan per index generation at a time: concurrent first requests wait for it rather than scan the graph
         # again; a newly published generation is scanned anew.
-        index = self._index(name)
         key = f"{name}\n{index.manifest.generation}\n{index.manifest.created_at}"
         with self._stats_lock:
             if key not in self._stats:
@@ -110,13 +110,14 @@ class IndexViews:
                 self._stats[key] = stats_view(index)
             return self._stats[key]
 
-    def run(self, kind: str, name: str, params: Mapping[str, Any]) -> dict[str, Any]:
-        views: dict[str, Callable[[], dict[str, Any]]] = {
-            "chunk": lambda: chunk_view(self._index(name), str(params["chunk_id"])),
-            "graph": lambda: graph_view(self._index(name), [str(e) for e in params["entities"]],
-                                        int(params.get("hops", 1)), int(params.get("max_nodes", 60))),
-            "stats": lambda: self._stats_of(name),
-        }
-        if kind not in views:
+    def run(self, kind: str, name: str, params: Mapping[str, Any], index: Any = None) -> dict[str, Any]:
+        if kind not in VIEW_KINDS:
             raise ValueError(f"unknown view {kind!r}; valid: {', '.join(VIEW_KINDS)}")
+        opened = index if index is not None else self._index(name)
+        views: dict[str, Callable[[], dict[str, Any]]] = {
+            "chunk": lambda: chunk_view(opened, str(params["chunk_id"])),
+            "graph": lambda: graph_view(opened, [str(e) for e in params["entities"]],
+                                        int(params.get("hops", 1)), int(params.get("max_nodes", 60))),
+            "stats": lambda: self._stats_of(name, opened),
+        }
         return {"index": name, **views[kind]()}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import posixpath
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from hxd2_ray.config import HxdConfig
@@ -60,23 +60,6 @@ def live_of(lives: Mapping[str, LiveIndex[T]], name: str) -> LiveIndex[T]:
         return lives[name]
     except KeyError:
         raise IndexNotFoundError(f"unknown index {name!r}; served: {', '.join(lives)}") from None
-
-
-class CurrentIndexes(Mapping[str, Any]):
-    """name -> the open index of the current generation (reads that need no consistency across calls: the web
-    UI's chunk, graph and stats views)."""
-
-    def __init__(self, lives: Mapping[str, LiveIndex[Any]]):
-        self._lives = lives
-
-    def __getitem__(self, name: str) -> Any:
-        return self._lives[name].current().index
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._lives)
-
-    def __len__(self) -> int:
-        return len(self._lives)
 
 
 # ------------------------------------------------------------------------------------- public document paths
