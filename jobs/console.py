@@ -80,37 +80,31 @@ def _choose_renderer(terminal: TextIO, verbose: bool, is_tty: bool) -> Any:
     return progress.LineRenderer(terminal, interval_s=interval)
 
 
-def writable_log_path(command: str, output: str | None) -> Path:
-    """:func:`log_path_for` when its folder can be written (a reader's index may be read-only), else the same
-    name under ``./.hxd2/logs``."""
-    path = log_path_for(command, output)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if os.access(path.parent, os.W_OK):
-            return path
-    except OSError:
-        pass
-    return log_path_for(command, None)
+@dataclass
+class EngineLogs:
+    terminal: TextIO  # where the command's own lines go
+    path: Path | None  # the log file engines write to; None: nothing redirected
 
 
 @contextlib.contextmanager
-def engine_logs_to(log_path: Path | None) -> Iterator[TextIO]:
-    """For a command that prints its own few lines (``hxd2 query``): file descriptors 1 and 2 point at
-    ``log_path`` for the block, so engines' and libraries' lines (vLLM, Ray, torch, also from C) land there; yields
-    the stream to the terminal for the command's own lines. With no ``log_path``, or when stderr is not file
-    descriptor 2 (an in-process caller capturing output), nothing is redirected and ``sys.stderr`` is yielded."""
+def engine_logs_to(command: str, output: str | None, *, verbose: bool = False) -> Iterator[EngineLogs]:
+    """For a command that prints its own few lines (``hxd2 query``, ``hxd2 serve``): file descriptors 1 and 2 point
+    at the command's log file (:func:`log_path_for` ``output``, or ``./.hxd2/logs`` when that folder cannot be
+    written: a reader's index may be read-only) for the block, so engines' and libraries' lines (vLLM, Ray, torch,
+    also from C) land there. With ``verbose``, or when stderr is not file descriptor 2 (an in-process caller
+    capturing output), nothing is redirected and the terminal is ``sys.stderr``."""
     try:
         real_fds = sys.stderr.fileno() == 2
     except (AttributeError, OSError, ValueError):
         real_fds = False
-    if log_path is None or not real_fds:
-        yield sys.stderr
+    if verbose or not real_fds:
+        yield EngineLogs(sys.stderr, None)
         return
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "a", buffering=1, encoding="utf-8", errors="replace") as log_file:
-        log_file.write(f"==== hxd2 — {time.strftime('%Y-%m-%d %H:%M:%S')} (pid {os.getpid()})\n")
+    path, log_file = _open_log(log_path_for(command, output), command)
+    with log_file:
+        log_file.write(f"==== hxd2 {command} — {time.strftime('%Y-%m-%d %H:%M:%S')} (pid {os.getpid()})\n")
         with _redirected_fds(log_file) as terminal:
-            yield terminal
+            yield EngineLogs(terminal, path)
 
 
 @contextlib.contextmanager

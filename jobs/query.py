@@ -117,14 +117,14 @@ def _main(argv: list[str] | None, stack: contextlib.ExitStack) -> int:
         return 2
     # stdout carries the answer (or the one JSON object): engine logs and stray library prints go to stderr.
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    from jobs.console import engine_logs_to, writable_log_path
+    from jobs.console import engine_logs_to
     from jobs.result_stdout import result_stdout
 
     answer_out = stack.enter_context(result_stdout())  # engines' and libraries' lines go to stderr, even at fd 1
-    log_path = None if args.verbose else writable_log_path("query", args.index)
-    terminal = stack.enter_context(engine_logs_to(log_path))  # ... and from here on into the log file
-    if terminal is not sys.stderr:
-        print(f"hxd2 query: engine logs go to {log_path} (-v shows them here)", file=terminal, flush=True)
+    logs = stack.enter_context(engine_logs_to("query", args.index, verbose=args.verbose))  # ... and into the log
+    terminal = logs.terminal
+    if logs.path is not None:
+        print(f"hxd2 query: engine logs go to {logs.path} (-v shows them here)", file=terminal, flush=True)
     resources: list[Any] = [index]
     try:
         with contextlib.redirect_stdout(sys.stderr):

@@ -280,15 +280,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    from jobs.console import engine_logs_to, writable_log_path
+    from jobs.console import engine_logs_to
 
     first_local = next((loc for loc in app_args["indexes"].values() if "://" not in loc), None)
-    log_path = None if ns.verbose else writable_log_path("serve", first_local)
-    with engine_logs_to(log_path) as terminal:
-        if log_path is not None and terminal is not sys.stderr:
-            print(f"hxd2 serve: Ray's and Serve's logs go to {log_path} (-v shows them here)", file=terminal,
+    with engine_logs_to("serve", first_local, verbose=ns.verbose) as logs:
+        if logs.path is not None:
+            print(f"hxd2 serve: Ray's and Serve's logs go to {logs.path} (-v shows them here)", file=logs.terminal,
                   flush=True)
-        return _serve(app, app_args, http, ns, terminal)
+        return _serve(app, app_args, http, ns, logs.terminal)
 
 
 def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argparse.Namespace, terminal: Any) -> int:

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, MutableMapping
 
@@ -226,8 +227,9 @@ class GuardMiddleware:
 def _asks_for_work(scope: Scope) -> bool:
     """An open path asked for more than liveness (``/healthz?deep=...``: the deep check calls the Retriever):
     that form needs a key, so nobody without one can make the service work."""
-    query = scope.get("query_string", b"")
-    return b"deep" in (query if isinstance(query, bytes) else str(query).encode())
+    raw = scope.get("query_string", b"")
+    query = raw.decode("latin-1") if isinstance(raw, bytes) else str(raw)
+    return "deep" in urllib.parse.parse_qs(query, keep_blank_values=True)
 
 
 def _too_large(size: int, limit: int, streamed: bool = False) -> dict[str, Any]:
