@@ -36,6 +36,8 @@ APP_NAME = "hxd2"
 # Ray's core worker ends the process 60 s after it loses the GCS; a stop signal sent to the whole process group
 # (systemd's default, a test killing its session) stops the GCS with us, so the shutdown gives up before that.
 SHUTDOWN_TIMEOUT_S = 45.0
+# How long, after a stop signal, to watch the Ray node this command started for processes the same signal stopped.
+RAY_STOP_WAIT_S = 2.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -299,6 +301,16 @@ def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argpars
     def say(line: str) -> None:
         print(line, file=terminal, flush=True)
 
+    stop = {"now": False, "started": False, "signalled": False}
+
+    def _stop(*_: Any) -> None:
+        stop["now"] = True
+        stop["signalled"] = True
+        if not stop["started"]:
+            # Still starting: serve.run blocks until every deployment is up, and the same signal may have stopped
+            # Ray's own processes, so waiting for it would end with Ray's silent exit; stop as Ctrl-C would.
+            raise KeyboardInterrupt
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
@@ -313,16 +325,14 @@ def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argpars
         say(f"error: {exc}")
         ray.shutdown()
         return 2
+    # The processes of the Ray node this command started (none with --address): a stop signal sent to the whole
+    # process group (`kill %1`, systemd, a test) stops them with us, and a graceful teardown then aborts the process.
+    ray_processes = [] if ns.address else started_processes()
+    signal.signal(signal.SIGTERM, _stop)  # after ray.init, which sets its own (an exit that skips our teardown)
     for line in unplaceable_upscales(app_args.get("deployment_options") or {},
                                      float(ray.cluster_resources().get("CPU", 0))):
         log.warning("upscale cannot be placed: %s", line)  # the serve log has it too
         say(f"warning: an upscale cannot be placed: {line}")
-    stop = {"now": False}
-
-    def _stop(*_: Any) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, _stop)
     code = 0
     try:
         serve.start(http_options=http)
@@ -337,6 +347,7 @@ def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argpars
                 say(f"  {line}")
             code = 1
             return code
+        stop["started"] = True
         url = f"http://{http['host']}:{http['port']}"
         say(f"serving {', '.join(app_args['indexes'])} at {url}/v1 (OpenAI base_url); web UI: {url}/ui; "
             f"health: {url}/healthz")
@@ -352,7 +363,9 @@ def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argpars
     finally:
         if not ns.detach:
             say("shutting down")
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave Ray half torn down
+            # A second Ctrl-C or stop signal must not leave Ray half torn down.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
             def _tear_down() -> None:
                 try:
@@ -365,8 +378,43 @@ def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argpars
                     "processes got the stop signal too?); exiting without it")
                 os._exit(exit_code)
 
+            if stop["signalled"] and any_went_down(ray_processes, within_s=RAY_STOP_WAIT_S):
+                say("Ray's own processes got the stop signal too; exiting without Serve's teardown")
+                logging.shutdown()
+                os._exit(code)
             shut_down_within(_tear_down, SHUTDOWN_TIMEOUT_S, _give_up)
     return code
+
+
+def started_processes() -> list[Any]:
+    """The GCS and the raylet among this process's children: after a local ``ray.init``, the node it started."""
+    import psutil
+
+    found = []
+    for child in psutil.Process().children():
+        try:
+            if child.name() in ("gcs_server", "raylet"):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def any_went_down(processes: list[Any], within_s: float) -> bool:
+    """Whether any of ``processes`` has exited (or is a zombie) within ``within_s`` seconds."""
+    import psutil
+
+    deadline = time.monotonic() + within_s
+    while True:
+        for process in processes:
+            try:
+                if process.status() == psutil.STATUS_ZOMBIE:
+                    return True
+            except psutil.NoSuchProcess:
+                return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
 
 
 def shut_down_within(tear_down: Callable[[], None], timeout_s: float, give_up: Callable[[], None]) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,21 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from tests.integration.servers import free_port
+
 # Token auth (Ray 2.60's default when a token exists in ~/.ray) is off for this private, loopback-only cluster.
 ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1",
        "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _ports() -> list[str]:
-    return ["--node-manager-port", str(_free_port()), "--object-manager-port", str(_free_port()),
-            "--dashboard-agent-listen-port", str(_free_port()), "--dashboard-agent-grpc-port", str(_free_port()),
-            "--runtime-env-agent-port", str(_free_port()), "--metrics-export-port", str(_free_port())]
+    return ["--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
+            "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
+            "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port())]
 
 
 def can_unshare_mounts() -> bool:
@@ -74,10 +69,10 @@ class TwoNodeCluster:
         return {**os.environ, **ENV}
 
     def start(self, timeout: float = 300) -> "TwoNodeCluster":
-        port = _free_port()
+        port = free_port()
         common = ["--temp-dir", self.temp_dir, "--disable-usage-stats", "--node-ip-address", "127.0.0.1"]
         head = [self._ray(), "start", "--head", "--port", str(port), "--num-cpus", str(self.head_cpus),
-                "--ray-client-server-port", str(_free_port()), "--include-dashboard=false", *common, *_ports()]
+                "--ray-client-server-port", str(free_port()), "--include-dashboard=false", *common, *_ports()]
         self._run(head, timeout)
         self.address = f"127.0.0.1:{port}"
         second = [self._ray(), "start", "--address", self.address, "--num-cpus", str(self.second_cpus),

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.servers import free_port, stop_process_group
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -192,3 +194,38 @@ def test_ctrl_c_in_index_is_one_line_exit_130_and_the_rerun_finishes(tmp_path):
     again = _hxd2("index", "--input", str(SAMPLE), "--output", str(out), *FAST)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.startswith("index written to ")
+
+
+def test_a_stop_signal_while_serve_starts_stops_it_cleanly(built_index, tmp_path):
+    """A stop sent to the server's whole process group (systemd, a test, ``kill -- -PGID``) while ``serve.run``
+    still waits for its deployments: Ray's own processes get it too, and waiting on would end in Ray's silent
+    exit 1 a minute later. It stops as Ctrl-C does: "shutting down", exit 0, no traceback."""
+    import signal
+
+    out, _ = built_index
+    logs = out / "_logs"
+    before = set(logs.glob("serve-*.log"))
+    said = tmp_path / "said.txt"
+    command = [sys.executable, "-m", "jobs.cli", "serve", "--index", f"demo={out}", "--port", str(free_port()),
+               "--no-auth", "--num-cpus", "2", "--set", "embedding.dim=64"]
+    with open(said, "w") as sink:
+        proc = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=sink, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        new = set(logs.glob("serve-*.log")) - before
+        if any("Deploying new version of Deployment" in p.read_text(errors="replace") for p in new):
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, said.read_text()
+    assert "serving demo at " not in said.read_text(), "the start finished before the stop: nothing tested"
+    stopped_at = time.monotonic()
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        code = proc.wait(timeout=120)
+    finally:
+        stop_process_group(proc)
+    lines = said.read_text().strip().splitlines()
+    assert code == 0, lines
+    assert time.monotonic() - stopped_at < 60 and "shutting down" in lines, lines
+    assert len(lines) <= 5 and not any("Traceback" in line for line in lines), lines

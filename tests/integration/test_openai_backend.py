@@ -21,9 +21,8 @@ from typing import Iterator
 
 import pytest
 
-from tests.integration.servers import stop_process_group
+from tests.integration.servers import free_port, stop_process_group, wait_until_served
 from tests.integration.test_index_job import assert_no_prompt_example_names
-from tests.integration.test_readme_quickstart import _free_port, _wait_healthy
 
 pytestmark = [
     pytest.mark.integration,
@@ -62,7 +61,7 @@ def work() -> Iterator[Path]:
 def server(work: Path) -> Iterator[str]:
     from hxd2_ray.models import smollm2_path
 
-    port = _free_port()
+    port = free_port()
     log = work / "vllm-server.log"
     # The in-process backend's settings (hxd2_ray/llm/vllm_setup.py::api_server_command).
     from hxd2_ray.llm.vllm_setup import api_server_command
@@ -73,7 +72,7 @@ def server(work: Path) -> Iterator[str]:
     with log.open("wb") as out:
         proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_healthy(f"http://127.0.0.1:{port}/v1/models", proc, log, timeout_s=600)
+        wait_until_served(f"http://127.0.0.1:{port}/v1/models", proc, log, timeout_s=600)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         _stop(proc)
@@ -153,7 +152,7 @@ def test_a_question_through_hxd2_serve(index: tuple[Path, dict[str, object]], se
     import openai
 
     out, _ = index
-    port = _free_port()
+    port = free_port()
     log = work / "serve.log"
     with log.open("wb") as sink:
         proc = subprocess.Popen(
@@ -177,7 +176,7 @@ def test_a_question_through_hxd2_serve(index: tuple[Path, dict[str, object]], se
             start_new_session=True,
         )
     try:
-        _wait_healthy(f"http://127.0.0.1:{port}/healthz", proc, log, timeout_s=600)
+        wait_until_served(f"http://127.0.0.1:{port}/healthz", proc, log, said="serving demo at ", timeout_s=600)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", timeout=600)
         reply = client.chat.completions.create(
             model="demo", messages=[{"role": "user", "content": "What does Karl Deisseroth study?"}]
@@ -189,7 +188,7 @@ def test_a_question_through_hxd2_serve(index: tuple[Path, dict[str, object]], se
 
 
 def test_a_server_that_is_down_stops_the_build_in_one_line(work: Path) -> None:
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     started = time.monotonic()
     proc = _run(
         ["index", *_overrides(f"http://127.0.0.1:{port}/v1"), "--input", str(SAMPLE), "--output", str(work / "never")]

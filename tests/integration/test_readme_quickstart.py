@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.integration.servers import stop_process_group
+from tests.integration.servers import free_port, stop_process_group, wait_until_served
 
 pytestmark = pytest.mark.integration
 
@@ -62,26 +59,6 @@ def quickstart_commands(readme: str) -> list[str]:
     return commands
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 600) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"the server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=3) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            time.sleep(1)
-    raise AssertionError(f"no answer at {url} after {timeout_s:.0f}s:\n{log.read_text()[-3000:]}")
-
-
 def test_readme_names_five_commands():
     commands = quickstart_commands((ROOT / "README.md").read_text(encoding="utf-8"))
     kinds = [c.split()[1] if c.startswith(".venv/bin/hxd2") else c.split()[0] for c in commands]
@@ -105,7 +82,7 @@ def test_quickstart_runs_as_written(tmp_path):
     for name, args in (("python", '"$@"'), ("hxd2", '-m jobs.cli "$@"')):
         (venv_bin / name).write_text(f'#!/bin/sh\nexec "{sys.executable}" {args}\n', encoding="utf-8")
         (venv_bin / name).chmod(0o755)
-    port = str(_free_port())
+    port = str(free_port())
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "HXD2_API_KEYS")}
     env.update({"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
 
@@ -128,7 +105,7 @@ def test_quickstart_runs_as_written(tmp_path):
         server = subprocess.Popen(["bash", "-c", serve.replace("8000", port).rstrip().rstrip("&")], cwd=work,
                                   env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_healthy(f"http://127.0.0.1:{port}/healthz", server, log)
+        wait_until_served(f"http://127.0.0.1:{port}/healthz", server, log, said="serving my-index at ")
         answer = run(sdk.replace("8000", port)).stdout.strip()
         assert answer, "the OpenAI SDK call printed no answer"
     finally:

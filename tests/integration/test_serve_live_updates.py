@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from tests.integration.servers import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -35,12 +36,6 @@ ADDED, DELETED = "karl_deisseroth.txt", "david_eagleman.txt"
 QUESTIONS = ("What did Karl Deisseroth develop at Stanford?", "Which company did David Eagleman co-found?")
 SWITCH_GOAL_S = 10.0
 HOLD_S = float(os.environ.get("HXD2_LIVE_UPDATE_SECONDS", "6"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _hxd2(*args: str) -> subprocess.CompletedProcess:
@@ -110,7 +105,7 @@ def test_answers_follow_updates_and_deletes_without_a_failed_request(ray_local, 
     index = tmp_path / "index"
     _hxd2("index", "--input", str(corpus), "--output", str(index), *INDEX_SETTINGS)
 
-    port = _free_port()
+    port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60})
     keys = tmp_path / "keys"
     keys.write_text(KEY + "\n")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from tests.integration.servers import free_port
 from tests.unit.retrieval_fixtures import DIM, build_tiny_index
 
 pytestmark = pytest.mark.integration
@@ -34,12 +34,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TIMEOUT_MS = 30_000
 SVG_NAMESPACE = "http://www.w3.org/2000/svg"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _small(cpus: float, **extra: Any) -> dict[str, Any]:
@@ -56,7 +50,7 @@ def base_url(ray_local, tmp_path_factory) -> Iterator[str]:
     root = build_tiny_index(tmp / "index").root
     keys = tmp / "api_keys"
     keys.write_text(f"{KEY}\n")
-    port = _free_port()
+    port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60})
     app = build_app({
         "indexes": {"tiny": str(root)},
