@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from hxd2_ray.evaluation.datasets import load_corpus_hotpotqa, write_corpus_jsonl  # noqa: E402
+from hxd2_ray.evaluation.datasets import load_corpus_hotpotqa, write_corpus_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 HOTPOT = ROOT / "tests" / "data" / "eval" / "hotpotqa"
@@ -53,8 +53,13 @@ def main() -> int:
     from jobs import evaluate as eval_job
     from jobs import index as index_job
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}},
+    )
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         passages = load_corpus_hotpotqa(HOTPOT / "corpus.json")
@@ -67,21 +72,45 @@ def main() -> int:
             for i in range(args.questions):
                 p_ = passages[i % len(passages)]
                 q = f"Question {i}: what does the passage about {p_['title']} say?"
-                f.write(json.dumps({"id": f"q{i:04d}", "question": q, "answers": [p_["title"]],
-                                    "gold_passages": [p_["id"]]}) + "\n")
+                f.write(
+                    json.dumps(
+                        {"id": f"q{i:04d}", "question": q, "answers": [p_["title"]], "gold_passages": [p_["id"]]}
+                    )
+                    + "\n"
+                )
         results = {}
         for w in workers:
             out = base / f"run-w{w}"
-            text = _quiet(eval_job.main, ["run", "--benchmark", "generic", "--questions", str(qfile),
-                                          "--index", str(base / "index"), "--output", str(out),
-                                          "--mode", args.mode, "--workers", str(w), "--shards", str(args.shards),
-                                          *FAST, "--json"])
+            text = _quiet(
+                eval_job.main,
+                [
+                    "run",
+                    "--benchmark",
+                    "generic",
+                    "--questions",
+                    str(qfile),
+                    "--index",
+                    str(base / "index"),
+                    "--output",
+                    str(out),
+                    "--mode",
+                    args.mode,
+                    "--workers",
+                    str(w),
+                    "--shards",
+                    str(args.shards),
+                    *FAST,
+                    "--json",
+                ],
+            )
             s = json.loads(text)
             results[w] = s["questions_per_s"]
             lat = s["per_mode"][args.mode]["latency_s"]
-            print(f"workers={w}: {s['answered_this_run']} questions in {s['answer_seconds']:.1f}s -> "
-                  f"{s['questions_per_s']:.2f} questions/s (per-question p50 {lat['p50'] * 1000:.0f} ms, "
-                  f"p95 {lat['p95'] * 1000:.0f} ms; summed answering work {lat['mean'] * s['answered_this_run']:.1f}s)")
+            print(
+                f"workers={w}: {s['answered_this_run']} questions in {s['answer_seconds']:.1f}s -> "
+                f"{s['questions_per_s']:.2f} questions/s (per-question p50 {lat['p50'] * 1000:.0f} ms, "
+                f"p95 {lat['p95'] * 1000:.0f} ms; summed answering work {lat['mean'] * s['answered_this_run']:.1f}s)"
+            )
         if len(workers) > 1:
             ratio = results[workers[-1]] / results[workers[0]]
             print(f"ratio workers={workers[-1]} / workers={workers[0]}: {ratio:.2f}x")

@@ -83,15 +83,28 @@ def child(args: argparse.Namespace) -> None:
         result["rows"] = sum(summary.counts.values())
         out = Path(args.out)
         result["bytes"] = sum(f.stat().st_size for f in out.iterdir()) if out.is_dir() else out.stat().st_size
-    result.update(seconds=round(time.perf_counter() - started, 1), opened_rss_mb=round(opened, 1),
-                  peak_rss_mb=round(_peak_mb(), 1))
+    result.update(
+        seconds=round(time.perf_counter() - started, 1),
+        opened_rss_mb=round(opened, 1),
+        peak_rss_mb=round(_peak_mb(), 1),
+    )
     store.close()
     print(json.dumps(result))
 
 
 def _run_child(what: str, graph: Path, out: Path, entities: int) -> dict:
-    cmd = [sys.executable, __file__, "--child", what, "--graph", str(graph), "--out", str(out),
-           "--entities", str(entities)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        what,
+        "--graph",
+        str(graph),
+        "--out",
+        str(out),
+        "--entities",
+        str(entities),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"{what} failed:\n{proc.stderr[-3000:]}")

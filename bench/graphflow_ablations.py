@@ -55,9 +55,9 @@ def main() -> int:
     vec = inputs.vectors["train"]
     inputs.train, inputs.demos = inputs.train[:n], inputs.demos[:n]
     inputs.vectors["train"] = SplitVectors(vec.policy[:n] if vec.policy is not None else None, vec.plain[:n])
-    test, tvec = inputs.test[:args.max_test], inputs.vectors["test"]
-    tpol = tvec.policy[:len(test)] if tvec.policy is not None else None
-    tplain = tvec.plain[:len(test)]
+    test, tvec = inputs.test[: args.max_test], inputs.vectors["test"]
+    tpol = tvec.policy[: len(test)] if tvec.policy is not None else None
+    tplain = tvec.plain[: len(test)]
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     shipped = load_config(args.config, args.overrides).graphflow
@@ -72,12 +72,31 @@ def main() -> int:
         result = train_policy(inputs, cfg, tempfile.mkdtemp(prefix="gf-abl-"), progress=log)
         seconds = time.perf_counter() - t0
         result.policy.load_state_dict(result.best_state)
-        scores = evaluate_policy(result.policy, test, tpol, tplain, mode="beam", width=32, ranking=cfg.ranking,
-                                 exclude_starts=cfg.exclude_starts, merge=cfg.beam_merge)
+        scores = evaluate_policy(
+            result.policy,
+            test,
+            tpol,
+            tplain,
+            mode="beam",
+            width=32,
+            ranking=cfg.ranking,
+            exclude_starts=cfg.exclude_starts,
+            merge=cfg.beam_merge,
+        )
         transitions = sum(h["transitions"] for h in result.history)
-        rows.append({"objective": objective, "k": k, "M": 32, "inference": "beam", **scores.metrics,
-                     "train_seconds": round(seconds, 1), "transitions": transitions, "best_epoch": result.best_epoch,
-                     "dev_hit@1": [h["dev_hit@1"] for h in result.history]})
+        rows.append(
+            {
+                "objective": objective,
+                "k": k,
+                "M": 32,
+                "inference": "beam",
+                **scores.metrics,
+                "train_seconds": round(seconds, 1),
+                "transitions": transitions,
+                "best_epoch": result.best_epoch,
+                "dev_hit@1": [h["dev_hit@1"] for h in result.history],
+            }
+        )
         policies[(objective, k)] = result.policy
         log(f"{objective} k={k}: {json.dumps(scores.metrics)}")
     m_rows = []
@@ -85,15 +104,39 @@ def main() -> int:
     for m in [int(x) for x in args.ms.split(",")]:
         for mode in ("beam", "sample"):
             t0 = time.perf_counter()
-            scores = evaluate_policy(policy, test, tpol, tplain, mode=mode, width=m, ranking=shipped.ranking,
-                                     exclude_starts=shipped.exclude_starts, merge=shipped.beam_merge)
-            m_rows.append({"M": m, "inference": mode, **scores.metrics,
-                           "ms_per_question": round((time.perf_counter() - t0) * 1000 / max(len(test), 1), 2)})
+            scores = evaluate_policy(
+                policy,
+                test,
+                tpol,
+                tplain,
+                mode=mode,
+                width=m,
+                ranking=shipped.ranking,
+                exclude_starts=shipped.exclude_starts,
+                merge=shipped.beam_merge,
+            )
+            m_rows.append(
+                {
+                    "M": m,
+                    "inference": mode,
+                    **scores.metrics,
+                    "ms_per_question": round((time.perf_counter() - t0) * 1000 / max(len(test), 1), 2),
+                }
+            )
             log(f"M={m} {mode}: {json.dumps(scores.metrics)}")
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    report = {"inputs": args.inputs, "config": args.config, "overrides": args.overrides, "m_objective":
-              shipped.objective, "train_questions": n, "test_questions": len(test), "epochs": args.epochs,
-              "training_variants": rows, "inference_M": m_rows, "load": load}
+    report = {
+        "inputs": args.inputs,
+        "config": args.config,
+        "overrides": args.overrides,
+        "m_objective": shipped.objective,
+        "train_questions": n,
+        "test_questions": len(test),
+        "epochs": args.epochs,
+        "training_variants": rows,
+        "inference_M": m_rows,
+        "load": load,
+    }
     (out / "ablations.json").write_text(json.dumps(report, indent=2) + "\n")
     write_report(report, out)
     return 0
@@ -106,19 +149,32 @@ def write_report(report: dict, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     keys = ("hit@1", "hit@5", "mrr", "recall@20", "diverse_recall@20")
-    lines = [f"Training variants ({report['train_questions']} training questions, {report['epochs']} epochs at most, "
-             f"{report['test_questions']} test questions, beam M=32):", "",
-             "| objective | k | " + " | ".join(keys) + " | train s | best epoch |",
-             "|---|---:|" + "---:|" * (len(keys) + 2)]
+    lines = [
+        f"Training variants ({report['train_questions']} training questions, {report['epochs']} epochs at most, "
+        f"{report['test_questions']} test questions, beam M=32):",
+        "",
+        "| objective | k | " + " | ".join(keys) + " | train s | best epoch |",
+        "|---|---:|" + "---:|" * (len(keys) + 2),
+    ]
     for r in report["training_variants"]:
-        lines.append(f"| {r['objective']} | {r['k']} | " + " | ".join(f"{r[k]:.3f}" for k in keys)
-                     + f" | {r['train_seconds']} | {r['best_epoch']} |")
-    lines += ["", f"Trajectories M ({report['m_objective']}, k=4):", "",
-              "| M | inference | " + " | ".join(keys) + " | ms/question |",
-              "|---:|---|" + "---:|" * (len(keys) + 1)]
+        lines.append(
+            f"| {r['objective']} | {r['k']} | "
+            + " | ".join(f"{r[k]:.3f}" for k in keys)
+            + f" | {r['train_seconds']} | {r['best_epoch']} |"
+        )
+    lines += [
+        "",
+        f"Trajectories M ({report['m_objective']}, k=4):",
+        "",
+        "| M | inference | " + " | ".join(keys) + " | ms/question |",
+        "|---:|---|" + "---:|" * (len(keys) + 1),
+    ]
     for r in report["inference_M"]:
-        lines.append(f"| {r['M']} | {r['inference']} | " + " | ".join(f"{r[k]:.3f}" for k in keys)
-                     + f" | {r['ms_per_question']} |")
+        lines.append(
+            f"| {r['M']} | {r['inference']} | "
+            + " | ".join(f"{r[k]:.3f}" for k in keys)
+            + f" | {r['ms_per_question']} |"
+        )
     (out / "ablations.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
@@ -133,8 +189,13 @@ def write_report(report: dict, out: Path) -> None:
     for mode in ("beam", "sample"):
         rows = [r for r in report["inference_M"] if r["inference"] == mode]
         ax2.plot([r["M"] for r in rows], [r["hit@1"] for r in rows], marker="o", label=f"Hit@1, {mode}")
-        ax2.plot([r["M"] for r in rows], [r["recall@20"] for r in rows], marker="x", linestyle="--",
-                 label=f"Recall@20, {mode}")
+        ax2.plot(
+            [r["M"] for r in rows],
+            [r["recall@20"] for r in rows],
+            marker="x",
+            linestyle="--",
+            label=f"Recall@20, {mode}",
+        )
     ax2.set_xscale("log", base=2)
     ax2.set_xlabel("M (trajectories)")
     ax2.set_ylim(0, 1.05)

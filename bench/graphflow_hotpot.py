@@ -69,8 +69,9 @@ def main() -> int:
     items, load_summary = load_items("hotpotqa", data_root=args.data_root)
     started = time.perf_counter()
     with open_index(args.index, cfg) as index:
-        features = load_or_build_features(index, embedder, cache_dir=gcfg.cache_dir,
-                                          chunk_text_chars=gcfg.chunk_text_chars, progress=log)
+        features = load_or_build_features(
+            index, embedder, cache_dir=gcfg.cache_dir, chunk_text_chars=gcfg.chunk_text_chars, progress=log
+        )
         graph = features.graph
         linker = StartLinker.for_index(index, graph, embedder, gcfg)
         examples = build_examples(items, graph, linker, "passages", keep_unlinked=True)
@@ -84,7 +85,7 @@ def main() -> int:
             baseline[it.id] = list(dict.fromkeys(source_of[c] for c, _ in hits if c in source_of))
     by_id = {e.id: e for e in examples.examples}
     order = np.random.default_rng(gcfg.seed).permutation(len(items))
-    folds = [order[f::args.folds] for f in range(args.folds)]
+    folds = [order[f :: args.folds] for f in range(args.folds)]
     rows = []
     per_fold = []
     for f, test_idx in enumerate(folds):
@@ -95,15 +96,25 @@ def main() -> int:
         train = [e for e, d in zip(train_pool, dev_mask) if not d]
         dev = [e for e, d in zip(train_pool, dev_mask) if d]
         test = [by_id[items[i].id] for i in test_idx if items[i].id in by_id]
-        inputs = prepare_inputs(features, embedder, train, dev, test, gcfg, "passages", features.index_fingerprint,
-                                progress=log)
+        inputs = prepare_inputs(
+            features, embedder, train, dev, test, gcfg, "passages", features.index_fingerprint, progress=log
+        )
         t0 = time.perf_counter()
         result = train_policy(inputs, gcfg, tempfile.mkdtemp(prefix="gf-hotpot-"), progress=log)
         result.policy.load_state_dict(result.best_state)
         vec = question_vectors(embedder, test, gcfg.encoder == "lora", gcfg.question_segments)
-        scores = evaluate_policy(result.policy, test, vec.policy, vec.plain, mode=gcfg.inference,
-                                 width=gcfg.trajectories, exclude_starts=gcfg.exclude_starts, ranking=gcfg.ranking,
-                                 keep_rows=True, merge=gcfg.beam_merge)
+        scores = evaluate_policy(
+            result.policy,
+            test,
+            vec.policy,
+            vec.plain,
+            mode=gcfg.inference,
+            width=gcfg.trajectories,
+            exclude_starts=gcfg.exclude_starts,
+            ranking=gcfg.ranking,
+            keep_rows=True,
+            merge=gcfg.beam_merge,
+        )
         got = {r["id"]: r["scores"] for r in scores.rows}
         for i in test_idx:
             it = items[i]
@@ -113,22 +124,42 @@ def main() -> int:
                 row[f"graphflow_recall@{k}"] = gf.get(f"passage_recall@{k}", 0.0)
                 row[f"chunk_vector_recall@{k}"] = M.recall_at_k(baseline[it.id], it.gold_passages, k)
             rows.append(row)
-        per_fold.append({"fold": f, "train": len(inputs.train), "dev": len(dev), "test": len(test_idx),
-                         "best_epoch": result.best_epoch, "train_seconds": round(time.perf_counter() - t0, 1)})
-        log(f"fold {f}: " + ", ".join(f"{k} {np.mean([r[k] for r in rows if r['fold'] == f]):.3f}"
-                                      for k in rows[-1] if "recall" in k))
+        per_fold.append(
+            {
+                "fold": f,
+                "train": len(inputs.train),
+                "dev": len(dev),
+                "test": len(test_idx),
+                "best_epoch": result.best_epoch,
+                "train_seconds": round(time.perf_counter() - t0, 1),
+            }
+        )
+        log(
+            f"fold {f}: "
+            + ", ".join(f"{k} {np.mean([r[k] for r in rows if r['fold'] == f]):.3f}" for k in rows[-1] if "recall" in k)
+        )
     summary = {k: round(float(np.mean([r[k] for r in rows])), 4) for k in rows[0] if "recall" in k}
-    report = {"index": args.index, "questions": len(items), "folds": per_fold, "summary": summary,
-              "linked_questions": sum(r["linked"] for r in rows), "examples": examples.summary(),
-              "load": load_summary, "seconds": round(time.perf_counter() - started, 1),
-              "machine_load": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
-              "config": gcfg.model_dump(mode="json", exclude={"feature_embedding"}), "rows": rows}
+    report = {
+        "index": args.index,
+        "questions": len(items),
+        "folds": per_fold,
+        "summary": summary,
+        "linked_questions": sum(r["linked"] for r in rows),
+        "examples": examples.summary(),
+        "load": load_summary,
+        "seconds": round(time.perf_counter() - started, 1),
+        "machine_load": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+        "config": gcfg.model_dump(mode="json", exclude={"feature_embedding"}),
+        "rows": rows,
+    }
     (out / "hotpot.json").write_text(json.dumps(report, indent=2) + "\n")
-    lines = ["| retrieval (5-fold CV, 100 questions) | recall@2 | recall@5 |", "|---|---:|---:|",
-             f"| GraphFlow policy ({gcfg.objective}) | {summary['graphflow_recall@2']:.3f} | "
-             f"{summary['graphflow_recall@5']:.3f} |",
-             f"| chunk vectors alone | {summary['chunk_vector_recall@2']:.3f} | "
-             f"{summary['chunk_vector_recall@5']:.3f} |"]
+    lines = [
+        "| retrieval (5-fold CV, 100 questions) | recall@2 | recall@5 |",
+        "|---|---:|---:|",
+        f"| GraphFlow policy ({gcfg.objective}) | {summary['graphflow_recall@2']:.3f} | "
+        f"{summary['graphflow_recall@5']:.3f} |",
+        f"| chunk vectors alone | {summary['chunk_vector_recall@2']:.3f} | {summary['chunk_vector_recall@5']:.3f} |",
+    ]
     (out / "hotpot.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     plot(summary, out / "hotpot.png")
@@ -143,8 +174,12 @@ def plot(summary: dict, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     for j, name in enumerate(("graphflow", "chunk_vector")):
-        ax.bar([i + (j - 0.5) * 0.35 for i in range(len(KS))], [summary[f"{name}_recall@{k}"] for k in KS], 0.35,
-               label=name.replace("_", " "))
+        ax.bar(
+            [i + (j - 0.5) * 0.35 for i in range(len(KS))],
+            [summary[f"{name}_recall@{k}"] for k in KS],
+            0.35,
+            label=name.replace("_", " "),
+        )
     ax.set_xticks(range(len(KS)), [f"recall@{k}" for k in KS])
     ax.set_ylim(0, 1)
     ax.legend()

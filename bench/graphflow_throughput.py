@@ -52,10 +52,17 @@ def main() -> int:
     inputs.train, inputs.demos = inputs.train[:n], inputs.demos[:n]
     inputs.vectors["train"] = SplitVectors(vec.policy[:n] if vec.policy is not None else None, vec.plain[:n])
     inputs.dev = inputs.dev[:64]
-    inputs.vectors["dev"] = SplitVectors(*(v[:64] if v is not None else None for v in (inputs.vectors["dev"].policy,
-                                                                                     inputs.vectors["dev"].plain)))
-    cfg = GraphFlowConfig(epochs=args.epochs, patience=args.epochs + 1, batch_questions=args.batch, torch_threads=1,
-                          max_dev_questions=64, learning_rate=5e-3)
+    inputs.vectors["dev"] = SplitVectors(
+        *(v[:64] if v is not None else None for v in (inputs.vectors["dev"].policy, inputs.vectors["dev"].plain))
+    )
+    cfg = GraphFlowConfig(
+        epochs=args.epochs,
+        patience=args.epochs + 1,
+        batch_questions=args.batch,
+        torch_threads=1,
+        max_dev_questions=64,
+        learning_rate=5e-3,
+    )
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     rows = []
     for workers in [int(w) for w in args.workers.split(",")]:
@@ -67,15 +74,27 @@ def main() -> int:
                 history = torch.load(Path(folder) / "state.pt", map_location="cpu", weights_only=False)["history"]
         transitions = sum(h["transitions"] for h in history)
         seconds = sum(h["train_seconds"] for h in history)
-        rows.append({"workers": workers, "transitions": transitions, "train_seconds": round(seconds, 2),
-                     "transitions_per_s": round(transitions / seconds, 1), "questions": n,
-                     "load": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()})
-        print(f"{workers} worker(s): {transitions:,} transitions in {seconds:.1f}s -> "
-              f"{transitions / seconds:,.1f} transitions/s   ({rows[-1]['load']})", flush=True)
+        rows.append(
+            {
+                "workers": workers,
+                "transitions": transitions,
+                "train_seconds": round(seconds, 2),
+                "transitions_per_s": round(transitions / seconds, 1),
+                "questions": n,
+                "load": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+            }
+        )
+        print(
+            f"{workers} worker(s): {transitions:,} transitions in {seconds:.1f}s -> "
+            f"{transitions / seconds:,.1f} transitions/s   ({rows[-1]['load']})",
+            flush=True,
+        )
     ray.shutdown()
     if len(rows) > 1:
-        print(f"ratio {rows[-1]['workers']} / {rows[0]['workers']} workers: "
-              f"x{rows[-1]['transitions_per_s'] / rows[0]['transitions_per_s']:.2f}")
+        print(
+            f"ratio {rows[-1]['workers']} / {rows[0]['workers']} workers: "
+            f"x{rows[-1]['transitions_per_s'] / rows[0]['transitions_per_s']:.2f}"
+        )
     if args.output:
         Path(args.output).write_text(json.dumps(rows, indent=2) + "\n")
     return 0

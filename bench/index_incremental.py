@@ -74,8 +74,12 @@ def main(argv: list[str] | None = None) -> int:
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="hxd2-incremental-"))
     work.mkdir(parents=True, exist_ok=True)
-    cfg = make_config(str(REPO / "configs" / "local.yaml"), llm={"backend": "scripted"},
-                      embedding={"backend": "hashing", "dim": 64}, overrides=[])
+    cfg = make_config(
+        str(REPO / "configs" / "local.yaml"),
+        llm={"backend": "scripted"},
+        embedding={"backend": "hashing", "dim": 64},
+        overrides=[],
+    )
     init_ray(cfg)
 
     corpus = work / "corpus"
@@ -84,8 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"corpus: {args.chunks:,} chunks, {info['documents']:,} documents in {info['files']} files", flush=True)
     full, full_s, full_load = _timed(lambda: run_index(cfg, str(corpus), str(base)))
     full_calls = _llm_calls(full)
-    print(f"full build: {full_s:.1f} s, {full_calls:,} LLM calls, {full['entities']:,} entities, "
-          f"{full['relations']:,} relations (load {full_load:.1f})", flush=True)
+    print(
+        f"full build: {full_s:.1f} s, {full_calls:,} LLM calls, {full['entities']:,} entities, "
+        f"{full['relations']:,} relations (load {full_load:.1f})",
+        flush=True,
+    )
     fs, root = resolve_filesystem(str(base), cfg.s3)
     doc_ids = sorted(read_state(fs, root, read_manifest(str(base))).sources.column("source_id").to_pylist())
 
@@ -100,14 +107,26 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(new, ignore_errors=True)
         _new_documents(new, n, seed=args.seed + 1000 + int(f * 1000))
         changed, secs, load = _timed(lambda t=target, d=new: run_index(cfg, str(d), str(t)))
-        rows.append({"change": "append", "fraction": f, "documents": n, "seconds": secs,
-                     "llm_calls": _llm_calls(changed),
-                     "calls_ratio": _llm_calls(changed) / full_calls if full_calls else 0.0,
-                     "time_ratio": secs / full_s, "load": load, "stages": changed["seconds_per_stage"],
-                     "change_detail": {k: v for k, v in changed["change"].items() if k != "document_ids"}})
-        print(f"append {f:>5.0%} ({n} docs): {secs:.1f} s ({secs / full_s:.1%} of the build), "
-              f"{_llm_calls(changed):,} LLM calls ({rows[-1]['calls_ratio']:.2%}) (load {load:.1f}) "
-              f"{changed['seconds_per_stage']}", flush=True)
+        rows.append(
+            {
+                "change": "append",
+                "fraction": f,
+                "documents": n,
+                "seconds": secs,
+                "llm_calls": _llm_calls(changed),
+                "calls_ratio": _llm_calls(changed) / full_calls if full_calls else 0.0,
+                "time_ratio": secs / full_s,
+                "load": load,
+                "stages": changed["seconds_per_stage"],
+                "change_detail": {k: v for k, v in changed["change"].items() if k != "document_ids"},
+            }
+        )
+        print(
+            f"append {f:>5.0%} ({n} docs): {secs:.1f} s ({secs / full_s:.1%} of the build), "
+            f"{_llm_calls(changed):,} LLM calls ({rows[-1]['calls_ratio']:.2%}) (load {load:.1f}) "
+            f"{changed['seconds_per_stage']}",
+            flush=True,
+        )
         shutil.rmtree(target, ignore_errors=True)
         # delete
         target = work / f"delete-{f}"
@@ -116,30 +135,53 @@ def main(argv: list[str] | None = None) -> int:
         step = len(doc_ids) / n
         doomed = [doc_ids[int(i * step)] for i in range(n)]
         changed, secs, load = _timed(lambda t=target, d=doomed: run_delete(cfg, str(t), d, []))
-        rows.append({"change": "delete", "fraction": f, "documents": n, "seconds": secs,
-                     "llm_calls": _llm_calls(changed),
-                     "calls_ratio": _llm_calls(changed) / full_calls if full_calls else 0.0,
-                     "time_ratio": secs / full_s, "load": load, "stages": changed["seconds_per_stage"],
-                     "change_detail": {k: v for k, v in changed["change"].items() if k != "document_ids"}})
-        print(f"delete {f:>5.0%} ({n} docs): {secs:.1f} s ({secs / full_s:.1%} of the build), "
-              f"{_llm_calls(changed):,} LLM calls ({rows[-1]['calls_ratio']:.2%}) (load {load:.1f}) "
-              f"{changed['seconds_per_stage']}", flush=True)
+        rows.append(
+            {
+                "change": "delete",
+                "fraction": f,
+                "documents": n,
+                "seconds": secs,
+                "llm_calls": _llm_calls(changed),
+                "calls_ratio": _llm_calls(changed) / full_calls if full_calls else 0.0,
+                "time_ratio": secs / full_s,
+                "load": load,
+                "stages": changed["seconds_per_stage"],
+                "change_detail": {k: v for k, v in changed["change"].items() if k != "document_ids"},
+            }
+        )
+        print(
+            f"delete {f:>5.0%} ({n} docs): {secs:.1f} s ({secs / full_s:.1%} of the build), "
+            f"{_llm_calls(changed):,} LLM calls ({rows[-1]['calls_ratio']:.2%}) (load {load:.1f}) "
+            f"{changed['seconds_per_stage']}",
+            flush=True,
+        )
         shutil.rmtree(target, ignore_errors=True)
 
-    report = {"chunks": args.chunks, "documents": len(doc_ids), "full_seconds": full_s, "full_llm_calls": full_calls,
-              "full_stages": full["seconds_per_stage"], "full_load": full_load, "rows": rows}
+    report = {
+        "chunks": args.chunks,
+        "documents": len(doc_ids),
+        "full_seconds": full_s,
+        "full_llm_calls": full_calls,
+        "full_stages": full["seconds_per_stage"],
+        "full_load": full_load,
+        "rows": rows,
+    }
     print("\n| change | fraction | documents | LLM calls | calls / full | seconds | time / full | load |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['change']} | {r['fraction']:.0%} | {r['documents']:,} | {r['llm_calls']:,} | "
-              f"{r['calls_ratio']:.2%} | {r['seconds']:.1f} | {r['time_ratio']:.1%} | {r['load']:.1f} |")
+        print(
+            f"| {r['change']} | {r['fraction']:.0%} | {r['documents']:,} | {r['llm_calls']:,} | "
+            f"{r['calls_ratio']:.2%} | {r['seconds']:.1f} | {r['time_ratio']:.1%} | {r['load']:.1f} |"
+        )
     print(f"(full build: {full_s:.1f} s, {full_calls:,} LLM calls)")
     for change in ("append", "delete"):
         one = next((r for r in rows if r["change"] == change and r["fraction"] == 0.01), None)
         if one:
             ok = one["calls_ratio"] <= 0.05 and one["time_ratio"] <= 0.20
-            print(f"target at 1% {change}: calls {one['calls_ratio']:.2%} <= 5%, time {one['time_ratio']:.1%} <= 20%: "
-                  f"{'met' if ok else 'NOT met'}")
+            print(
+                f"target at 1% {change}: calls {one['calls_ratio']:.2%} <= 5%, time {one['time_ratio']:.1%} <= 20%: "
+                f"{'met' if ok else 'NOT met'}"
+            )
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=2))
     if args.plot:
@@ -156,8 +198,10 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, title in ((axes[0], "calls_ratio", "LLM calls / full rebuild"),
-                           (axes[1], "time_ratio", "wall time / full rebuild")):
+    for ax, key, title in (
+        (axes[0], "calls_ratio", "LLM calls / full rebuild"),
+        (axes[1], "time_ratio", "wall time / full rebuild"),
+    ):
         for change, marker in (("append", "o"), ("delete", "s")):
             pts = [(r["fraction"] * 100, r[key] * 100) for r in report["rows"] if r["change"] == change]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=change)
@@ -167,8 +211,10 @@ def plot(report: dict[str, Any], path: Path) -> None:
         ax.set_title(title)
         ax.legend()
         ax.grid(alpha=0.3)
-    fig.suptitle(f"Incremental maintenance, {report['chunks']:,}-chunk corpus (scripted LLM; full build "
-                 f"{report['full_seconds']:.0f} s, {report['full_llm_calls']:,} calls)")
+    fig.suptitle(
+        f"Incremental maintenance, {report['chunks']:,}-chunk corpus (scripted LLM; full build "
+        f"{report['full_seconds']:.0f} s, {report['full_llm_calls']:,} calls)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

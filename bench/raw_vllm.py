@@ -63,13 +63,45 @@ ENTITY_SCHEMA = {
     "required": ["entities", "relations"],
 }
 
-_PEOPLE = ["Marie Curie", "Alan Turing", "Ada Lovelace", "Niels Bohr", "Grace Hopper", "Rosalind Franklin",
-           "Enrico Fermi", "Lise Meitner", "Claude Shannon", "Emmy Noether", "Tu Youyou", "Qian Xuesen"]
-_ORGS = ["the University of Paris", "Bletchley Park", "the Royal Society", "CERN", "Bell Labs", "MIT",
-         "the Manhattan Project", "Caltech", "the Chinese Academy of Sciences", "IBM"]
+_PEOPLE = [
+    "Marie Curie",
+    "Alan Turing",
+    "Ada Lovelace",
+    "Niels Bohr",
+    "Grace Hopper",
+    "Rosalind Franklin",
+    "Enrico Fermi",
+    "Lise Meitner",
+    "Claude Shannon",
+    "Emmy Noether",
+    "Tu Youyou",
+    "Qian Xuesen",
+]
+_ORGS = [
+    "the University of Paris",
+    "Bletchley Park",
+    "the Royal Society",
+    "CERN",
+    "Bell Labs",
+    "MIT",
+    "the Manhattan Project",
+    "Caltech",
+    "the Chinese Academy of Sciences",
+    "IBM",
+]
 _PLACES = ["Warsaw", "London", "Copenhagen", "Geneva", "New Jersey", "Berlin", "Beijing", "Chicago", "Zurich"]
-_TOPICS = ["radioactivity", "computability", "quantum mechanics", "information theory", "compilers",
-           "X-ray crystallography", "nuclear fission", "abstract algebra", "malaria treatment", "rocketry"]
+_TOPICS = [
+    "radioactivity",
+    "computability",
+    "quantum mechanics",
+    "information theory",
+    "compilers",
+    "X-ray crystallography",
+    "nuclear fission",
+    "abstract algebra",
+    "malaria treatment",
+    "rocketry",
+]
 
 
 def make_chunk(rng: random.Random, target_chars: int = 700) -> str:
@@ -79,12 +111,16 @@ def make_chunk(rng: random.Random, target_chars: int = 700) -> str:
         p, q = rng.sample(_PEOPLE, 2)
         o, pl, t = rng.choice(_ORGS), rng.choice(_PLACES), rng.choice(_TOPICS)
         year = rng.randint(1890, 1990)
-        sentences.append(rng.choice([
-            f"In {year}, {p} joined {o} in {pl}, where the work on {t} began.",
-            f"{p} corresponded with {q} about {t} while both were visiting {pl}.",
-            f"The lectures {p} gave at {o} in {year} shaped later research on {t}.",
-            f"{q} credited {p} for the key insight on {t}, published in {pl} in {year}.",
-        ]))
+        sentences.append(
+            rng.choice(
+                [
+                    f"In {year}, {p} joined {o} in {pl}, where the work on {t} began.",
+                    f"{p} corresponded with {q} about {t} while both were visiting {pl}.",
+                    f"The lectures {p} gave at {o} in {year} shaped later research on {t}.",
+                    f"{q} credited {p} for the key insight on {t}, published in {pl} in {year}.",
+                ]
+            )
+        )
     return " ".join(sentences)[: target_chars + 80]
 
 
@@ -153,8 +189,15 @@ def main() -> None:
                     pass
             results[name]["valid_json"] = ok
 
-    reqs = [LLMRequest(messages=({"role": "user", "content": p},), max_tokens=args.max_tokens,
-                       json_schema=ENTITY_SCHEMA, tag="extract") for p in prompts]
+    reqs = [
+        LLMRequest(
+            messages=({"role": "user", "content": p},),
+            max_tokens=args.max_tokens,
+            json_schema=ENTITY_SCHEMA,
+            tag="extract",
+        )
+        for p in prompts
+    ]
     runs = []
     for _ in range(args.repeats):
         t, c0 = time.perf_counter(), time.process_time()

@@ -27,9 +27,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from hxd2_ray.config import load_config  # noqa: E402
-from hxd2_ray.evaluation.datasets import get_benchmark  # noqa: E402
-from hxd2_ray.evaluation.metrics import perfect_retrieval_at_k, recall_at_k  # noqa: E402
+from hxd2_ray.config import load_config
+from hxd2_ray.evaluation.datasets import get_benchmark
+from hxd2_ray.evaluation.metrics import perfect_retrieval_at_k, recall_at_k
 
 CHUNK_VECTOR_K = 20  # as the evaluation job's chunk_vector mode
 
@@ -70,8 +70,12 @@ def keyword_replies(cfg: Any, questions: list[str], cache: Path) -> dict[str, st
 
     prompts = load_query_prompts()
     rc = cfg.retrieval
-    requests = [keyword_request(q, prompts.for_language(detect_language(q)), rc.keyword_max_tokens, rc.temperature,
-                                rc.max_keywords) for q in questions]
+    requests = [
+        keyword_request(
+            q, prompts.for_language(detect_language(q)), rc.keyword_max_tokens, rc.temperature, rc.max_keywords
+        )
+        for q in questions
+    ]
     known = json.loads(cache.read_text()) if cache.exists() else {}
     missing = [r for r in requests if r.messages[-1]["content"] not in known]
     if missing:
@@ -93,8 +97,11 @@ def keyword_replies(cfg: Any, questions: list[str], cache: Path) -> dict[str, st
 
 def score(evidence: list[list[str]], gold: list[tuple[str, ...]]) -> dict[str, float]:
     n = len(gold)
-    return {f"{name}@{k}": sum(fn(e, g, k) for e, g in zip(evidence, gold)) / n
-            for k in (2, 5) for name, fn in (("recall", recall_at_k), ("perfect", perfect_retrieval_at_k))}
+    return {
+        f"{name}@{k}": sum(fn(e, g, k) for e, g in zip(evidence, gold)) / n
+        for k in (2, 5)
+        for name, fn in (("recall", recall_at_k), ("perfect", perfect_retrieval_at_k))
+    }
 
 
 def main() -> None:
@@ -106,8 +113,13 @@ def main() -> None:
     ap.add_argument("--data-root", default=None)
     ap.add_argument("--keywords", required=True, help="JSON cache of the LLM's keyword replies")
     ap.add_argument("--split", choices=("A", "B", "all"), default="A")
-    ap.add_argument("--grid", action="append", default=[], metavar="SECTION.KEY=V1,V2",
-                    help="values to sweep (repeatable: the grid is the product)")
+    ap.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=V1,V2",
+        help="values to sweep (repeatable: the grid is the product)",
+    )
     ap.add_argument("--json", default=None, help="write every point's metrics here")
     ap.add_argument("--keywords-only", action="store_true", help="only fill the keyword cache, then stop")
     args = ap.parse_args()
@@ -151,17 +163,25 @@ def main() -> None:
             ms = (time.perf_counter() - started) * 1000 / max(1, len(items))
             label = " ".join(f"{k.split('.')[-1]}={v}" for k, v in point.items()) or "config"
             rows.append({"setting": label, **score(evidence, gold), "ms_per_question": round(ms, 1), **point})
-            print(f"{label:<60} " + "  ".join(f"{k} {rows[-1][k]:.3f}" for k in ("recall@2", "recall@5",
-                                                                                  "perfect@2", "perfect@5")),
-                  flush=True)
+            print(
+                f"{label:<60} "
+                + "  ".join(f"{k} {rows[-1][k]:.3f}" for k in ("recall@2", "recall@5", "perfect@2", "perfect@5")),
+                flush=True,
+            )
     finally:
         index.close()
     base = rows[0]
-    print(f"\nsplit {args.split}: {len(items)} questions; chunk_vector recall@2 {base['recall@2']:.3f} "
-          f"recall@5 {base['recall@5']:.3f} perfect@2 {base['perfect@2']:.3f} perfect@5 {base['perfect@5']:.3f}")
+    print(
+        f"\nsplit {args.split}: {len(items)} questions; chunk_vector recall@2 {base['recall@2']:.3f} "
+        f"recall@5 {base['recall@5']:.3f} perfect@2 {base['perfect@2']:.3f} perfect@5 {base['perfect@5']:.3f}"
+    )
     best = max(rows[1:], key=lambda r: (r["recall@2"] + r["recall@5"], r["recall@5"]))
-    print(f"best (recall@2 + recall@5): {best['setting']}: " + ", ".join(
-        f"{k} {best[k]:.3f} ({best[k] - base[k]:+.3f})" for k in ("recall@2", "recall@5", "perfect@2", "perfect@5")))
+    print(
+        f"best (recall@2 + recall@5): {best['setting']}: "
+        + ", ".join(
+            f"{k} {best[k]:.3f} ({best[k] - base[k]:+.3f})" for k in ("recall@2", "recall@5", "perfect@2", "perfect@5")
+        )
+    )
     if args.json:
         Path(args.json).write_text(yaml.safe_dump(rows) if args.json.endswith(".yaml") else json.dumps(rows, indent=1))
 

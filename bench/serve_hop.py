@@ -79,8 +79,9 @@ def main(argv: list[str] | None = None) -> int:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        handles = {t: serve.run(Caller.bind(Echo.bind(), t), name=f"hop-{t}", route_prefix=f"/hop-{t}")
-                   for t in TRANSPORTS}
+        handles = {
+            t: serve.run(Caller.bind(Echo.bind(), t), name=f"hop-{t}", route_prefix=f"/hop-{t}") for t in TRANSPORTS
+        }
         pids = {t: h.pids.remote().result() for t, h in handles.items()}
         for handle in handles.values():  # warm the routers and connections
             handle.run.remote(100, PAYLOAD).result()
@@ -89,14 +90,21 @@ def main(argv: list[str] | None = None) -> int:
             for transport, handle in handles.items():
                 before = {side: cpu_seconds(pid) for side, pid in pids[transport].items()}
                 wall = handle.run.remote(args.calls, PAYLOAD).result()
-                row = {"wall_ms": wall, **{f"{side}_cpu_ms": (cpu_seconds(pid) - before[side]) * 1000 / args.calls
-                                          for side, pid in pids[transport].items()}}
+                row = {
+                    "wall_ms": wall,
+                    **{
+                        f"{side}_cpu_ms": (cpu_seconds(pid) - before[side]) * 1000 / args.calls
+                        for side, pid in pids[transport].items()
+                    },
+                }
                 if transport not in best or wall < best[transport]["wall_ms"]:
                     best[transport] = row
         print(f"one handle call from a worker thread, best of {args.rounds} round(s) of {args.calls}:")
         for transport, row in best.items():
-            print(f"  {transport:6} wall {row['wall_ms']:.2f} ms/call, CPU ms/call: caller "
-                  f"{row['caller_cpu_ms']:.2f}, callee {row['callee_cpu_ms']:.2f}")
+            print(
+                f"  {transport:6} wall {row['wall_ms']:.2f} ms/call, CPU ms/call: caller "
+                f"{row['caller_cpu_ms']:.2f}, callee {row['callee_cpu_ms']:.2f}"
+            )
         if set(best) == {"grpc", "actor"}:
             ratio = best["actor"]["wall_ms"] / best["grpc"]["wall_ms"]
             print(f"actor / grpc wall time per call: x{ratio:.2f}")

@@ -24,11 +24,11 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from hxd2_ray.config import VectorsConfig  # noqa: E402
-from hxd2_ray.graph.kuzu_store import KuzuGraphStore, load_graph  # noqa: E402
-from hxd2_ray.indexing import tables  # noqa: E402
-from hxd2_ray.types import vector_id  # noqa: E402
-from hxd2_ray.vectors.faiss_index import write_family  # noqa: E402
+from hxd2_ray.config import VectorsConfig
+from hxd2_ray.graph.kuzu_store import KuzuGraphStore, load_graph
+from hxd2_ray.indexing import tables
+from hxd2_ray.types import vector_id
+from hxd2_ray.vectors.faiss_index import write_family
 
 FILLER = "lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt ut labore "
 
@@ -38,37 +38,59 @@ def make_tables(n: int, seed: int = 0) -> tuple[pa.Table, pa.Table, pa.Table, pa
     n_docs, n_chunks, n_rels = max(1, n // 40), max(1, n // 4), int(n * 1.5)
     doc_ids = [f"doc{i:08d}" for i in range(n_docs)]
     docs = pa.table(
-        {"id": doc_ids, "source_id": doc_ids, "source_path": [f"/corpus/{d}.md" for d in doc_ids],
-         "title": [f"Title {i}" for i in range(n_docs)], "n_chars": np.full(n_docs, 7680, np.int64)},
+        {
+            "id": doc_ids,
+            "source_id": doc_ids,
+            "source_path": [f"/corpus/{d}.md" for d in doc_ids],
+            "title": [f"Title {i}" for i in range(n_docs)],
+            "n_chars": np.full(n_docs, 7680, np.int64),
+        },
         schema=tables.DOCUMENTS,
     )
     chunk_ids = [f"chunk{i:09d}" for i in range(n_chunks)]
     chunk_text = (FILLER * 8)[:768]
     owner = rng.integers(0, n_docs, n_chunks)
     chunks = pa.table(
-        {"id": chunk_ids, "doc_id": [doc_ids[d] for d in owner], "order": np.arange(n_chunks, dtype=np.int64) % 10,
-         "start": (np.arange(n_chunks, dtype=np.int64) % 10) * 736, "text": [chunk_text] * n_chunks,
-         "header_path": ["Intro > Part"] * n_chunks, "language": ["en"] * n_chunks,
-         "shard": np.zeros(n_chunks, np.int64)},
+        {
+            "id": chunk_ids,
+            "doc_id": [doc_ids[d] for d in owner],
+            "order": np.arange(n_chunks, dtype=np.int64) % 10,
+            "start": (np.arange(n_chunks, dtype=np.int64) % 10) * 736,
+            "text": [chunk_text] * n_chunks,
+            "header_path": ["Intro > Part"] * n_chunks,
+            "language": ["en"] * n_chunks,
+            "shard": np.zeros(n_chunks, np.int64),
+        },
         schema=tables.CHUNKS,
     )
     keys = [f"entity {i:09d}" for i in range(n)]
     srcs = rng.integers(0, n_chunks, (n, 2))
     desc = (FILLER * 3)[:200]
     ents = pa.table(
-        {"key": keys, "name": [k.title() for k in keys], "type": ["concept"] * n,
-         "description": [desc] * n, "source_chunk_ids": [[chunk_ids[a], chunk_ids[b]] for a, b in srcs],
-         "mention_count": np.full(n, 2, np.int64), "name_truncated": np.zeros(n, bool)},
+        {
+            "key": keys,
+            "name": [k.title() for k in keys],
+            "type": ["concept"] * n,
+            "description": [desc] * n,
+            "source_chunk_ids": [[chunk_ids[a], chunk_ids[b]] for a, b in srcs],
+            "mention_count": np.full(n, 2, np.int64),
+            "name_truncated": np.zeros(n, bool),
+        },
         schema=tables.ENTITIES,
     )
     a = rng.integers(0, n, n_rels)
     b = (a + 1 + rng.integers(0, n - 1, n_rels)) % n if n > 1 else a
     lo, hi = np.minimum(a, b), np.maximum(a, b)
     rels = pa.table(
-        {"source_key": [keys[i] for i in lo], "target_key": [keys[i] for i in hi],
-         "description": [desc[:120]] * n_rels, "keywords": [["alpha", "beta"]] * n_rels,
-         "weight": rng.random(n_rels) * 10, "source_chunk_ids": [[chunk_ids[0]]] * n_rels,
-         "mention_count": np.ones(n_rels, np.int64)},
+        {
+            "source_key": [keys[i] for i in lo],
+            "target_key": [keys[i] for i in hi],
+            "description": [desc[:120]] * n_rels,
+            "keywords": [["alpha", "beta"]] * n_rels,
+            "weight": rng.random(n_rels) * 10,
+            "source_chunk_ids": [[chunk_ids[0]]] * n_rels,
+            "mention_count": np.ones(n_rels, np.int64),
+        },
         schema=tables.RELATIONS,
     )
     return docs, chunks, ents, rels
@@ -104,8 +126,15 @@ def bench_size(n: int, dim: int, work: Path) -> dict:
     t_ids = time.perf_counter() - t0
     shutil.rmtree(work / f"vec-{n}", ignore_errors=True)
     (work / f"graph-{n}.kz").unlink(missing_ok=True)
-    return {"n": n, "counts": counts, "graph_s": t_graph, "name_s": t_name, "mix_s": t_mix, "ids_s": t_ids,
-            "kind": info_name.index_type}
+    return {
+        "n": n,
+        "counts": counts,
+        "graph_s": t_graph,
+        "name_s": t_name,
+        "mix_s": t_mix,
+        "ids_s": t_ids,
+        "kind": info_name.index_type,
+    }
 
 
 def bench_family(n: int, dim: int, kind: str, work: Path) -> tuple[float, dict]:
@@ -140,17 +169,21 @@ def main() -> None:
             print(f"{kind:>6} {n:>9,} {dt:>8.2f} {n / dt:>11,.0f}  {params}")
         print()
         print("Kùzu bulk load (documents+chunks+entities+relations+mentions+part_of) and entity vector families:")
-        head = (f"{'entities':>9} {'rels':>9} {'mentions':>9} {'kuzu s':>7} {'kuzu ent/s':>11} "
-                f"{'faiss s':>8} {'faiss ent/s':>12} {'index':>6} {'combined ent/s':>15} {'(ids given)':>12}")
+        head = (
+            f"{'entities':>9} {'rels':>9} {'mentions':>9} {'kuzu s':>7} {'kuzu ent/s':>11} "
+            f"{'faiss s':>8} {'faiss ent/s':>12} {'index':>6} {'combined ent/s':>15} {'(ids given)':>12}"
+        )
         print(head)
         print("-" * len(head))
         for n in sizes:
             r = bench_size(n, args.dim, work)
             faiss_s = r["name_s"] + r["mix_s"]
             total = r["graph_s"] + faiss_s
-            print(f"{n:>9,} {r['counts']['relations']:>9,} {r['counts']['mentions']:>9,} {r['graph_s']:>7.2f} "
-                  f"{n / r['graph_s']:>11,.0f} {faiss_s:>8.2f} {n / faiss_s:>12,.0f} {r['kind']:>6} "
-                  f"{n / total:>15,.0f} {n / (r['graph_s'] + r['ids_s']):>12,.0f}")
+            print(
+                f"{n:>9,} {r['counts']['relations']:>9,} {r['counts']['mentions']:>9,} {r['graph_s']:>7.2f} "
+                f"{n / r['graph_s']:>11,.0f} {faiss_s:>8.2f} {n / faiss_s:>12,.0f} {r['kind']:>6} "
+                f"{n / total:>15,.0f} {n / (r['graph_s'] + r['ids_s']):>12,.0f}"
+            )
         print()
         print("combined = Kùzu + Faiss writing entities/s (graph load + entity_name + entity_mix, run one after the")
         print("other); target >= 50,000. (ids given): the same with write_family(..., ids=EMBEDDINGS.vector_id).")

@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from hxd2_ray.config import SynonymConfig, VectorsConfig  # noqa: E402
-from hxd2_ray.indexing.synonyms import synonym_edges  # noqa: E402
+from hxd2_ray.config import SynonymConfig, VectorsConfig
+from hxd2_ray.indexing.synonyms import synonym_edges
 
 
 def unit(x: np.ndarray) -> np.ndarray:
@@ -41,8 +41,7 @@ def run(n: int, args: argparse.Namespace, work: Path) -> dict:
     originals = rng.choice(n, planted, replace=False)
     copies = rng.choice(np.setdiff1d(np.arange(n), originals), planted, replace=False)
     # A near-copy: the original plus a little noise (cosine about 0.95 at this noise level).
-    vectors[copies] = unit(vectors[originals] + 0.33 * unit(rng.standard_normal((planted, args.dim),
-                                                                                dtype=np.float32)))
+    vectors[copies] = unit(vectors[originals] + 0.33 * unit(rng.standard_normal((planted, args.dim), dtype=np.float32)))
     keys = [f"entity {i:08d}" for i in range(n)]
     index_type = "ivf" if n >= args.ivf_from else "flat"
     cfg = VectorsConfig(num_shards=2, index_type=index_type, ivf_nprobe=args.nprobe)
@@ -53,16 +52,28 @@ def run(n: int, args: argparse.Namespace, work: Path) -> dict:
     family = FaissFamilyIndex.open(root, "entity_name")
     try:
         t0 = time.perf_counter()
-        edges = synonym_edges(keys, vectors, family, SynonymConfig(k=args.k, threshold=args.threshold),
-                              progress=lambda m: print(f"  {m}", flush=True))
+        edges = synonym_edges(
+            keys,
+            vectors,
+            family,
+            SynonymConfig(k=args.k, threshold=args.threshold),
+            progress=lambda m: print(f"  {m}", flush=True),
+        )
         syn_s = time.perf_counter() - t0
     finally:
         family.close()
         shutil.rmtree(root, ignore_errors=True)
     found = {(s, t) for s, t in zip(edges.column("source_key").to_pylist(), edges.column("target_key").to_pylist())}
     want = {tuple(sorted((keys[a], keys[b]))) for a, b in zip(originals, copies)}
-    return {"n": n, "index": index_type, "write_s": write_s, "synonym_s": syn_s, "edges": edges.num_rows,
-            "planted_found": len(found & want) / max(1, len(want)), "load": os.getloadavg()[0]}
+    return {
+        "n": n,
+        "index": index_type,
+        "write_s": write_s,
+        "synonym_s": syn_s,
+        "edges": edges.num_rows,
+        "planted_found": len(found & want) / max(1, len(want)),
+        "load": os.getloadavg()[0],
+    }
 
 
 def main() -> None:
@@ -77,16 +88,23 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="hxd2-synonym-bench-"))
-    print(f"dim={args.dim} k={args.k} threshold={args.threshold} cpus={os.cpu_count()} "
-          f"load average {os.getloadavg()[0]:.2f}")
-    print(f"{'entities':>10} {'index':>5} {'write s':>8} {'synonyms s':>10} {'entities/s':>10} {'edges':>9} "
-          f"{'planted found':>13} {'load':>5}")
+    print(
+        f"dim={args.dim} k={args.k} threshold={args.threshold} cpus={os.cpu_count()} "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"{'entities':>10} {'index':>5} {'write s':>8} {'synonyms s':>10} {'entities/s':>10} {'edges':>9} "
+        f"{'planted found':>13} {'load':>5}"
+    )
     try:
         for n in (int(s) for s in args.sizes.split(",") if s):
             r = run(n, args, work)
-            print(f"{r['n']:>10,} {r['index']:>5} {r['write_s']:>8.1f} {r['synonym_s']:>10.1f} "
-                  f"{r['n'] / r['synonym_s']:>10,.0f} {r['edges']:>9,} {r['planted_found']:>13.3f} "
-                  f"{r['load']:>5.1f}", flush=True)
+            print(
+                f"{r['n']:>10,} {r['index']:>5} {r['write_s']:>8.1f} {r['synonym_s']:>10.1f} "
+                f"{r['n'] / r['synonym_s']:>10,.0f} {r['edges']:>9,} {r['planted_found']:>13.3f} "
+                f"{r['load']:>5.1f}",
+                flush=True,
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

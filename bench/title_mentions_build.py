@@ -22,18 +22,22 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from hxd2_ray.config import TitleMentionConfig  # noqa: E402
-from hxd2_ray.graph.schema import CHUNKS, DOCUMENTS  # noqa: E402
-from hxd2_ray.indexing.title_mentions import title_mention_edges  # noqa: E402
+from hxd2_ray.config import TitleMentionConfig
+from hxd2_ray.graph.schema import CHUNKS, DOCUMENTS
+from hxd2_ray.indexing.title_mentions import title_mention_edges
 
-FILLER = ("the of and a in to was is for on as with by at from that which his her its were has had river city "
-          "album film song team player born known first later during after before school university").split()
+FILLER = (
+    "the of and a in to was is for on as with by at from that which his her its were has had river city "
+    "album film song team player born known first later during after before school university"
+).split()
 
 
 def corpus(n: int, args: argparse.Namespace) -> tuple[pa.Table, pa.Table, int]:
     rng = random.Random(args.seed)
-    vocab = [f"{rng.choice('BCDFGKLMNPRSTVZ')}{''.join(rng.choice('aeiou') + rng.choice('lmnrstvz') for _ in range(2))}"
-             for _ in range(5000)]
+    vocab = [
+        f"{rng.choice('BCDFGKLMNPRSTVZ')}{''.join(rng.choice('aeiou') + rng.choice('lmnrstvz') for _ in range(2))}"
+        for _ in range(5000)
+    ]
     titles: list[str] = []
     seen: set[str] = set()
     while len(titles) < n:
@@ -50,8 +54,18 @@ def corpus(n: int, args: argparse.Namespace) -> tuple[pa.Table, pa.Table, int]:
                 words.insert(rng.randrange(len(words)), f"the {other} of")
                 planted += 1
         docs.append({"id": f"d{i}", "source_id": f"d{i}", "source_path": "", "title": title, "n_chars": 0})
-        chunks.append({"id": f"c{i}", "doc_id": f"d{i}", "order": 0, "start": 0, "text": " ".join(words) + ".",
-                       "header_path": "", "language": "en", "shard": 0})
+        chunks.append(
+            {
+                "id": f"c{i}",
+                "doc_id": f"d{i}",
+                "order": 0,
+                "start": 0,
+                "text": " ".join(words) + ".",
+                "header_path": "",
+                "language": "en",
+                "shard": 0,
+            }
+        )
     return pa.Table.from_pylist(docs, schema=DOCUMENTS), pa.Table.from_pylist(chunks, schema=CHUNKS), planted
 
 
@@ -69,8 +83,11 @@ def main() -> None:
         rows = title_mention_edges(docs, chunks, TitleMentionConfig())
         seconds = time.perf_counter() - started
         found = rows.num_rows / max(1, planted)
-        print(f"{n:>9,} {seconds:>8.1f} {n / seconds:>9,.0f} {rows.num_rows:>9,} {found:>14.3f}"
-              f"  {os.getloadavg()[0]:.1f}", flush=True)
+        print(
+            f"{n:>9,} {seconds:>8.1f} {n / seconds:>9,.0f} {rows.num_rows:>9,} {found:>14.3f}"
+            f"  {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

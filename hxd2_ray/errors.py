@@ -31,5 +31,7 @@ class ClusterStorageError(HxdError):
 
 class BudgetReached(HxdError):
     """The run's token or cost budget is spent; what finished is kept and a rerun continues."""
+
+
 class IndexDamagedError(IndexNotFoundError):
     """An index file is missing, truncated or altered: its size or sha256 differs from the manifest's record."""

@@ -79,7 +79,6 @@ def _convert_gguf(gguf: Path, out_dir: Path) -> None:
     tokenizer.save_pretrained(str(out_dir))
 
 
-
 def resolve_llm_path(model: str) -> str:
     """``builtin:smollm2-135m-instruct`` or a local folder."""
     if model == "builtin:smollm2-135m-instruct":

@@ -44,9 +44,11 @@ class CountingLLM(LLMWrapper):
 
     def complete(self, requests: Sequence[LLMRequest]) -> list[LLMResponse]:
         responses = self.inner.complete(requests)
-        self._counter.add(llm_calls=len(responses),
-                          prompt_tokens=sum(int(r.prompt_tokens) for r in responses),
-                          completion_tokens=sum(int(r.completion_tokens) for r in responses))
+        self._counter.add(
+            llm_calls=len(responses),
+            prompt_tokens=sum(int(r.prompt_tokens) for r in responses),
+            completion_tokens=sum(int(r.completion_tokens) for r in responses),
+        )
         return responses
 
 

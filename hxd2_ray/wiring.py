@@ -88,9 +88,13 @@ def build_planner(llm: "LLMClient", cfg: HxdConfig) -> "LogicFormPlanner":
     from hxd2_ray.logic import LogicFormPlanner
 
     ms = cfg.multistage
-    return LogicFormPlanner(llm, max_steps=ms.max_plan_steps, max_tokens=ms.plan_max_tokens,
-                            max_relations_in_prompt=max(1, ms.planner_relation_hints),
-                            max_text_chars=ms.plan_max_text_chars)
+    return LogicFormPlanner(
+        llm,
+        max_steps=ms.max_plan_steps,
+        max_tokens=ms.plan_max_tokens,
+        max_relations_in_prompt=max(1, ms.planner_relation_hints),
+        max_text_chars=ms.plan_max_text_chars,
+    )
 
 
 def build_plan_executor(index: "OpenIndex", llm: "LLMClient", embedder: "Embedder") -> "LogicFormExecutor":
@@ -138,12 +142,22 @@ def build_parts(index: "OpenIndex", llm: "LLMClient", embedder: "Embedder", cfg:
     retriever when ``graphflow.policy`` names a policy."""
     from hxd2_ray.retrieval.parts import FlowParts
 
-    return FlowParts(planner=build_planner(llm, cfg), executor=build_plan_executor(index, llm, embedder),
-                     verifiers=build_verifiers(llm), graph_retriever=build_graph_retriever(index, embedder, cfg))
+    return FlowParts(
+        planner=build_planner(llm, cfg),
+        executor=build_plan_executor(index, llm, embedder),
+        verifiers=build_verifiers(llm),
+        graph_retriever=build_graph_retriever(index, embedder, cfg),
+    )
 
 
-def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None", embedder: "Embedder | None",
-                   cfg: HxdConfig, parts: "FlowParts | None" = None) -> "QueryFlow":
+def build_pipeline(
+    mode: str,
+    index: "OpenIndex | None",
+    llm: "LLMClient | None",
+    embedder: "Embedder | None",
+    cfg: HxdConfig,
+    parts: "FlowParts | None" = None,
+) -> "QueryFlow":
     """THE query flow for ``mode`` (the default of its ``answer`` calls; other modes it can run are per call).
 
     The only place that turns configuration into a pipeline: the CLI, the evaluation job and Serve call it.
@@ -191,13 +205,25 @@ def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None"
             except Exception:  # noqa: BLE001 - a hint, not a requirement
                 relations = []
         if parts.planner is not None and parts.executor is not None:
-            logic = LogicFormStep(parts.planner, parts.executor, parts.verifiers, guarded, index.graph, limits, ms,
-                                  prompts, relations=relations, temperature=rc.temperature, guards=[guarded])
+            logic = LogicFormStep(
+                parts.planner,
+                parts.executor,
+                parts.verifiers,
+                guarded,
+                index.graph,
+                limits,
+                ms,
+                prompts,
+                relations=relations,
+                temperature=rc.temperature,
+                guards=[guarded],
+            )
         if parts.graph_retriever is not None:
             walk = GraphWalkStep(parts.graph_retriever, index.graph)
         if ms.intent_enabled:
-            intent = IntentClassifier(guarded, prompts, use_llm=ms.intent_use_llm,
-                                      kb_description=ms.knowledge_base_description)
+            intent = IntentClassifier(
+                guarded, prompts, use_llm=ms.intent_use_llm, kb_description=ms.knowledge_base_description
+            )
         if ms.refusal_enabled:
             gate = RefusalGate.for_index(index, embedder, ms)
     elif index is not None and embedder is not None:
@@ -205,11 +231,29 @@ def build_pipeline(mode: str, index: "OpenIndex | None", llm: "LLMClient | None"
         retriever = parts.graph_retriever if parts is not None else build_graph_retriever(index, embedder, cfg)
         if retriever is not None:
             walk = GraphWalkStep(retriever, index.graph)
-    versions = {"multistage": prompts.version_hash, "logic": load_logic_prompts().version_hash,
-                "query": dual.prompts.version_hash if dual is not None else ""}
-    return QueryFlow(mode=mode, llm=guarded, limits=limits, temperature=rc.temperature, dual=dual, index=index,
-                     embedder=embedder, logic=logic, walk=walk, intent=intent, refusal_gate=gate, cfg=ms,
-                     prompts=prompts, prompt_versions=versions)
+    versions = {
+        "multistage": prompts.version_hash,
+        "logic": load_logic_prompts().version_hash,
+        "query": dual.prompts.version_hash if dual is not None else "",
+    }
+    return QueryFlow(
+        mode=mode,
+        llm=guarded,
+        limits=limits,
+        temperature=rc.temperature,
+        dual=dual,
+        index=index,
+        embedder=embedder,
+        logic=logic,
+        walk=walk,
+        intent=intent,
+        refusal_gate=gate,
+        cfg=ms,
+        prompts=prompts,
+        prompt_versions=versions,
+    )
+
+
 def build_reranker(cfg: RerankConfig) -> "Reranker | None":
     """The configured reranker; None when reranking is off (``rerank.backend: none``)."""
     match cfg:

@@ -39,12 +39,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--good", required=True, help="JSONL of questions the knowledge base should answer")
     parser.add_argument("--bad", required=True, help="JSONL of off-topic questions that should be refused")
     parser.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a config value (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value (repeatable)",
+    )
     parser.add_argument("--out", default=".", help="folder for calibration.json and calibration.png")
-    parser.add_argument("--rule", choices=("keywords", "question", "min"), default="keywords",
-                        help="how a question is scored (multistage.refusal_rule): keywords (default), "
-                             "question (no LLM) or min")
+    parser.add_argument(
+        "--rule",
+        choices=("keywords", "question", "min"),
+        default="keywords",
+        help="how a question is scored (multistage.refusal_rule): keywords (default), question (no LLM) or min",
+    )
     return parser
 
 
@@ -81,8 +90,12 @@ def extract_keywords_batch(llm: Any, questions: list[str], cfg: Any) -> tuple[li
 
     prompts = load_query_prompts()
     rc = cfg.retrieval
-    requests = [keyword_request(q, prompts.for_language(detect_language(q)), rc.keyword_max_tokens, rc.temperature,
-                                rc.max_keywords) for q in questions]
+    requests = [
+        keyword_request(
+            q, prompts.for_language(detect_language(q)), rc.keyword_max_tokens, rc.temperature, rc.max_keywords
+        )
+        for q in questions
+    ]
     responses = llm.complete(requests)
     keywords, notes = [], []
     for q, resp in zip(questions, responses):
@@ -152,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         close_all(resources)
 
     good_scores = [s.score for s in scores[: len(good)]]
-    bad_scores = [s.score for s in scores[len(good):]]
+    bad_scores = [s.score for s in scores[len(good) :]]
     cal = calibrate_threshold(good_scores, bad_scores)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -164,8 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         row["answered"] = s.score >= cal.threshold
         row.pop("refused", None)
         if kw is not None:
-            row["keywords"] = {"low_level": list(kw.low_level), "high_level": list(kw.high_level),
-                               "parsed": kw.parsed}
+            row["keywords"] = {"low_level": list(kw.low_level), "high_level": list(kw.high_level), "parsed": kw.parsed}
         rows.append(row)
     report = {
         **cal.to_dict(),
@@ -178,8 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         "questions": rows,
     }
     (out / "calibration.json").write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    plot_calibration(cal, out / "calibration.png",
-                     title=f"Refusal gate calibration (rule: {args.rule})")
+    plot_calibration(cal, out / "calibration.png", title=f"Refusal gate calibration (rule: {args.rule})")
     c = cal.counts
     print(f"threshold {cal.threshold:.4f}  precision {cal.precision:.3f}  recall {cal.recall:.3f}  F1 {cal.f1:.3f}")
     print(f"  good answered {c['tp']}/{cal.n_good}, bad refused {c['tn']}/{cal.n_bad}")

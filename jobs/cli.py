@@ -15,19 +15,32 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "index": ("jobs.index", "build an index: corpus -> chunks -> loop-NER -> Kùzu graph + sharded Faiss"),
     "index-kb": ("jobs.index_kb", "index a triple file (MetaQA KB) straight into Kùzu + Faiss, no NER"),
     "query": ("jobs.query", "ask a question: multi-stage (logic form + verifier, dual-level fallback) or dual-level"),
-    "eval": ("jobs.evaluate", "evaluate on a benchmark: run (modes, resumable shards), grid (an ablation: index "
-                              "variants x settings x modes), report, compare, judge (LLM-as-judge), corpus"),
+    "eval": (
+        "jobs.evaluate",
+        "evaluate on a benchmark: run (modes, resumable shards), grid (an ablation: index "
+        "variants x settings x modes), report, compare, judge (LLM-as-judge), corpus",
+    ),
     "serve": ("jobs.serve_cli", "serve indexes over HTTP (Ray Serve): OpenAI-compatible chat completions, /v1/query"),
     "calibrate-refusal": ("jobs.calibrate", "calibrate the refusal gate's threshold on good/bad questions"),
-    "graph": ("jobs.graph_cli", "look at an index's graph: export (GraphML, Neo4j CSV, Cypher), show (PNG/HTML), "
-                                "stats"),
-    "graphflow": ("jobs.graphflow", "GraphFlow retrieval policy: train (Ray Train, GFlowNet detailed balance) or "
-                                    "evaluate on a benchmark's questions"),
+    "graph": (
+        "jobs.graph_cli",
+        "look at an index's graph: export (GraphML, Neo4j CSV, Cypher), show (PNG/HTML), stats",
+    ),
+    "graphflow": (
+        "jobs.graphflow",
+        "GraphFlow retrieval policy: train (Ray Train, GFlowNet detailed balance) or "
+        "evaluate on a benchmark's questions",
+    ),
 }
 
 
-def run_and_report(work: Callable[[], dict[str, Any]], *, as_json: bool, format_text: Callable[[dict[str, Any]], str],
-                   errors: tuple[type[BaseException], ...] = (HxdError, FileNotFoundError)) -> int:
+def run_and_report(
+    work: Callable[[], dict[str, Any]],
+    *,
+    as_json: bool,
+    format_text: Callable[[dict[str, Any]], str],
+    errors: tuple[type[BaseException], ...] = (HxdError, FileNotFoundError),
+) -> int:
     """Run one command's work and print its summary: stdout holds the summary alone (Ray workers, the raylet and
     model loaders print, so their output goes to stderr, also when it arrives late: see
     :mod:`jobs.result_stdout`); an expected error is one ``error: ...`` line on stderr and exit status 2."""
@@ -39,8 +52,11 @@ def run_and_report(work: Callable[[], dict[str, Any]], *, as_json: bool, format_
         except errors as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(json.dumps(summary, indent=2, ensure_ascii=False, default=str) if as_json else format_text(summary),
-              file=results, flush=True)
+        print(
+            json.dumps(summary, indent=2, ensure_ascii=False, default=str) if as_json else format_text(summary),
+            file=results,
+            flush=True,
+        )
     return 0
 
 

@@ -34,8 +34,15 @@ def alive_nodes() -> list[dict[str, Any]]:
     return [n for n in ray.nodes() if n.get("Alive")]
 
 
-def check_every_node(fs: pafs.FileSystem | None, folder: str, location: str, *, reads: Sequence[ReadCheck] = (),
-                     what: str = "output", log: Any = None) -> int:
+def check_every_node(
+    fs: pafs.FileSystem | None,
+    folder: str,
+    location: str,
+    *,
+    reads: Sequence[ReadCheck] = (),
+    what: str = "output",
+    log: Any = None,
+) -> int:
     """Probe ``folder`` (written by every node; ``fs`` None: only reads) and ``reads`` from each alive node; raise
     :class:`ClusterStorageError` when one differs from the driver. Returns how many nodes were probed (0 on a
     one-node cluster, where nothing is probed)."""
@@ -49,16 +56,21 @@ def check_every_node(fs: pafs.FileSystem | None, folder: str, location: str, *, 
     if fs is not None:
         write_json(fs, driver_probe_path(folder, token), {"token": token})
     probe = ray.remote(num_cpus=0, max_retries=0)(node_probe)
-    refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False))
-            .remote(fs, folder, token, n["NodeID"], list(reads), n.get("NodeManagerAddress"))
-            for n in nodes]
+    refs = [
+        probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False)).remote(
+            fs, folder, token, n["NodeID"], list(reads), n.get("NodeManagerAddress")
+        )
+        for n in nodes
+    ]
     try:
         ready, pending = ray.wait(refs, num_returns=len(refs), timeout=PROBE_TIMEOUT_S)
         results = ray.get(ready)
         if pending:
             late = [n["NodeID"][:12] for n, ref in zip(nodes, refs, strict=True) if ref in pending]
-            raise ClusterStorageError(f"nodes {', '.join(late)} did not answer the storage probe within "
-                                      f"{PROBE_TIMEOUT_S}s; the {what} {location} could not be checked")
+            raise ClusterStorageError(
+                f"nodes {', '.join(late)} did not answer the storage probe within "
+                f"{PROBE_TIMEOUT_S}s; the {what} {location} could not be checked"
+            )
         judge_probes(fs, folder, token, results, location, what)
     finally:
         if fs is not None:

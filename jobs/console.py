@@ -152,8 +152,14 @@ def _ray_data_progress_bars(enabled: bool) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def job_console(command: str, log_path: Path | None, *, verbose: bool = False, run: str = "",
-                clock: Callable[[], float] = time.monotonic) -> Iterator[Console]:
+def job_console(
+    command: str,
+    log_path: Path | None,
+    *,
+    verbose: bool = False,
+    run: str = "",
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[Console]:
     """Run a command's work quietly (logs to ``log_path``) or verbosely, with its progress board active;
     ``run`` labels its metrics (the command's output)."""
     from jobs import telemetry
@@ -185,8 +191,9 @@ def job_console(command: str, log_path: Path | None, *, verbose: bool = False, r
             root.addHandler(file_handler)
         previous = progress.activate(board)
         ticker_stop = threading.Event()
-        ticker = threading.Thread(target=_tick, args=(board, ticker_stop, log_path if quiet else None),
-                                  name="hxd2-progress-tick", daemon=True)
+        ticker = threading.Thread(
+            target=_tick, args=(board, ticker_stop, log_path if quiet else None), name="hxd2-progress-tick", daemon=True
+        )
         ticker.start()
         try:
             yield Console(board=board, terminal=terminal, log_path=log_path if quiet else None, verbose=verbose)
@@ -224,9 +231,17 @@ def _tick(board: progress.ProgressBoard, stop: threading.Event, log_path: Path |
             board.note(f"{stage.name}: no progress for {progress.format_duration(STALL_NOTE_S)}{where}")
 
 
-def run_job(work: Callable[[], dict[str, Any]], *, command: str, log_path: Path | None, verbose: bool,
-            as_json: bool, format_text: Callable[[dict[str, Any]], str],
-            errors: tuple[type[BaseException], ...] | None = None, run: str = "") -> int:
+def run_job(
+    work: Callable[[], dict[str, Any]],
+    *,
+    command: str,
+    log_path: Path | None,
+    verbose: bool,
+    as_json: bool,
+    format_text: Callable[[dict[str, Any]], str],
+    errors: tuple[type[BaseException], ...] | None = None,
+    run: str = "",
+) -> int:
     """:func:`jobs.cli.run_and_report` inside a :func:`job_console`: the summary and an expected error are printed
     after the console closes (stdout then holds only the summary with ``--json``); the log's path is repeated
     under an error."""
@@ -254,6 +269,9 @@ def run_job(work: Callable[[], dict[str, Any]], *, command: str, log_path: Path 
             if used_log is not None:
                 print(f"hxd2 {command} failed; the full log: {used_log}", file=sys.stderr)
             raise
-        print(json.dumps(summary, indent=2, ensure_ascii=False, default=str) if as_json else format_text(summary),
-              file=results, flush=True)
+        print(
+            json.dumps(summary, indent=2, ensure_ascii=False, default=str) if as_json else format_text(summary),
+            file=results,
+            flush=True,
+        )
     return 0

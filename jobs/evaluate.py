@@ -54,19 +54,22 @@ def ray_shard_runner(job: Any) -> pa.Table:
     _check_nodes(job)
     stage_name = " ".join(x for x in ("answer", job.label, job.mode) if x)
     stage = telemetry.begin_stage("eval", stage_name)
-    counter = telemetry.for_job("eval").counter(stage_name, unit="questions", score=True, mode=job.mode,
-                                                total=job.questions)
+    counter = telemetry.for_job("eval").counter(
+        stage_name, unit="questions", score=True, mode=job.mode, total=job.questions
+    )
     ds = ray.data.from_arrow([pa.Table.from_pylist([r]) for r in job.rows])
-    stats = _collect(ds.map_batches(
-        AnswerQuestions,
-        fn_constructor_args=(job.cfg, job.index, job.mode, job.fs, job.root, None, job.concurrency),
-        fn_constructor_kwargs={"counter": counter},
-        batch_size=1,
-        batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=job.workers),
-        num_cpus=job.cpus_per_worker,
-        num_gpus=job.gpus_per_worker,
-    ))
+    stats = _collect(
+        ds.map_batches(
+            AnswerQuestions,
+            fn_constructor_args=(job.cfg, job.index, job.mode, job.fs, job.root, None, job.concurrency),
+            fn_constructor_kwargs={"counter": counter},
+            batch_size=1,
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=job.workers),
+            num_cpus=job.cpus_per_worker,
+            num_gpus=job.gpus_per_worker,
+        )
+    )
     stage.end(f"{len(job.rows)} shards, {job.workers} worker(s)")
     return stats
 
@@ -94,33 +97,73 @@ def _run_request(args: argparse.Namespace) -> Any:
     from hxd2_ray.runs.requests import EvalRunRequest
 
     return EvalRunRequest(
-        benchmark=args.benchmark, output=args.output, index=args.index, modes=tuple(args.modes),
-        limit=args.limit, data_root=args.data_root, questions=args.questions, corpus=args.corpus,
-        workers=args.workers, concurrency=args.concurrency, shards=args.shards,
-        cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker, config=args.config,
-        overrides=tuple(args.overrides), policy=args.policy)
+        benchmark=args.benchmark,
+        output=args.output,
+        index=args.index,
+        modes=tuple(args.modes),
+        limit=args.limit,
+        data_root=args.data_root,
+        questions=args.questions,
+        corpus=args.corpus,
+        workers=args.workers,
+        concurrency=args.concurrency,
+        shards=args.shards,
+        cpus_per_worker=args.cpus_per_worker,
+        gpus_per_worker=args.gpus_per_worker,
+        config=args.config,
+        overrides=tuple(args.overrides),
+        policy=args.policy,
+    )
 
 
 def _grid_request(args: argparse.Namespace) -> Any:
     from hxd2_ray.runs.requests import EvalGridRequest
 
     return EvalGridRequest(
-        benchmark=args.benchmark, output=args.output, indexes=tuple(args.indexes), axes=tuple(args.axes),
-        modes=tuple(args.modes), limit=args.limit, data_root=args.data_root, questions=args.questions,
-        corpus=args.corpus, workers=args.workers, concurrency=args.concurrency, shards=args.shards,
-        cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker, config=args.config,
-        overrides=tuple(args.overrides))
+        benchmark=args.benchmark,
+        output=args.output,
+        indexes=tuple(args.indexes),
+        axes=tuple(args.axes),
+        modes=tuple(args.modes),
+        limit=args.limit,
+        data_root=args.data_root,
+        questions=args.questions,
+        corpus=args.corpus,
+        workers=args.workers,
+        concurrency=args.concurrency,
+        shards=args.shards,
+        cpus_per_worker=args.cpus_per_worker,
+        gpus_per_worker=args.gpus_per_worker,
+        config=args.config,
+        overrides=tuple(args.overrides),
+    )
 
 
 def _judge_request(args: argparse.Namespace) -> Any:
     from hxd2_ray.runs.requests import JudgeRequest
 
     return JudgeRequest(
-        a=args.a, b=args.b, mode_a=args.mode_a, mode_b=args.mode_b, limit=args.limit, output=args.output,
-        criteria=tuple(args.criteria), language=args.language, no_reference=args.no_reference,
-        batch_size=args.batch_size, max_tokens=args.max_tokens, max_answer_chars=args.max_answer_chars,
-        prompt_version=args.prompt_version, prompts=args.prompts, seed=args.seed, data_root=args.data_root,
-        questions=args.questions, corpus=args.corpus, config=args.config, overrides=tuple(args.overrides))
+        a=args.a,
+        b=args.b,
+        mode_a=args.mode_a,
+        mode_b=args.mode_b,
+        limit=args.limit,
+        output=args.output,
+        criteria=tuple(args.criteria),
+        language=args.language,
+        no_reference=args.no_reference,
+        batch_size=args.batch_size,
+        max_tokens=args.max_tokens,
+        max_answer_chars=args.max_answer_chars,
+        prompt_version=args.prompt_version,
+        prompts=args.prompts,
+        seed=args.seed,
+        data_root=args.data_root,
+        questions=args.questions,
+        corpus=args.corpus,
+        config=args.config,
+        overrides=tuple(args.overrides),
+    )
 
 
 def format_grid(s: dict[str, Any]) -> str:
@@ -128,28 +171,35 @@ def format_grid(s: dict[str, Any]) -> str:
 
     primary = s["primary_metric"]
     width = max([len(row_label(r)) for r in s["rows"]] + [10])
-    lines = [f"grid over {s['benchmark']}: {len(s['cells'])} cell(s), {s['questions']} questions each "
-             f"-> {s['output']}", f"  {'setup':<{width}} {primary:>8} {'n':>5} {'errors':>6}"]
+    lines = [
+        f"grid over {s['benchmark']}: {len(s['cells'])} cell(s), {s['questions']} questions each -> {s['output']}",
+        f"  {'setup':<{width}} {primary:>8} {'n':>5} {'errors':>6}",
+    ]
     for r in s["rows"]:
         score = r["metrics"].get(primary)
-        lines.append(f"  {row_label(r):<{width}} {'-' if score is None else f'{score:.3f}':>8} {r['n']:>5} "
-                     f"{r['errors']:>6}")
+        lines.append(
+            f"  {row_label(r):<{width}} {'-' if score is None else f'{score:.3f}':>8} {r['n']:>5} {r['errors']:>6}"
+        )
     lines.append(f"  table: {s['report'].get('markdown')}")
     return "\n".join(lines)
 
 
 def format_summary(s: dict[str, Any]) -> str:
     primary = s["primary_metric"]
-    lines = [f"evaluated {s['benchmark']}: {s['questions']} questions x {len(s['modes'])} mode(s), "
-             f"{s['shards']} shards -> {s['output']}",
-             f"  answered this run {s['answered_this_run']} in {s['answer_seconds']:.1f}s "
-             f"({s['questions_per_s'] or 0:.2f} questions/s); skipped malformed rows {s['skipped_rows']}",
-             f"  {'mode':<10} {'n':>5} {'errors':>6} {primary:>8} {'p50 s':>7} {'p95 s':>7}"]
+    lines = [
+        f"evaluated {s['benchmark']}: {s['questions']} questions x {len(s['modes'])} mode(s), "
+        f"{s['shards']} shards -> {s['output']}",
+        f"  answered this run {s['answered_this_run']} in {s['answer_seconds']:.1f}s "
+        f"({s['questions_per_s'] or 0:.2f} questions/s); skipped malformed rows {s['skipped_rows']}",
+        f"  {'mode':<10} {'n':>5} {'errors':>6} {primary:>8} {'p50 s':>7} {'p95 s':>7}",
+    ]
     for m, v in s["per_mode"].items():
         score = v["metrics"].get(primary)
         lat = v["latency_s"]
-        lines.append(f"  {m:<10} {v['n']:>5} {v['errors']:>6} {'-' if score is None else f'{score:.3f}':>8} "
-                     f"{lat['p50'] or 0:>7.3f} {lat['p95'] or 0:>7.3f}")
+        lines.append(
+            f"  {m:<10} {v['n']:>5} {v['errors']:>6} {'-' if score is None else f'{score:.3f}':>8} "
+            f"{lat['p50'] or 0:>7.3f} {lat['p95'] or 0:>7.3f}"
+        )
     lines.append(f"  report: {s['report'].get('markdown')}")
     return "\n".join(lines)
 
@@ -157,18 +207,26 @@ def format_summary(s: dict[str, Any]) -> str:
 def build_judge_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="hxd2 eval judge",
-        description="pairwise LLM-as-judge of two runs (or two modes of one run), each pair judged in both orders")
+        description="pairwise LLM-as-judge of two runs (or two modes of one run), each pair judged in both orders",
+    )
     p.add_argument("a", help="run folder A")
     p.add_argument("b", nargs="?", default=None, help="run folder B (default: A, judging --mode-a vs --mode-b)")
     p.add_argument("--config", default=None, help="YAML config; its llm section is the judge model")
     p.add_argument("--mode-a", default=None, help="mode of run A (default: its only mode)")
     p.add_argument("--mode-b", default=None, help="mode of run B (default: its only mode, else --mode-a)")
     p.add_argument("--limit", type=int, default=None, help="first N paired questions only")
-    p.add_argument("--output", default=None,
-                   help="folder for judge.json / judge.md / judge.png (default: <A>/judge-<modes>)")
-    p.add_argument("--criterion", dest="criteria", action="append", default=[], metavar="NAME[=TEXT]",
-                   help="overall (default) | correctness | comprehensiveness | faithfulness, or NAME=custom text "
-                        "(repeatable: each criterion is judged separately)")
+    p.add_argument(
+        "--output", default=None, help="folder for judge.json / judge.md / judge.png (default: <A>/judge-<modes>)"
+    )
+    p.add_argument(
+        "--criterion",
+        dest="criteria",
+        action="append",
+        default=[],
+        metavar="NAME[=TEXT]",
+        help="overall (default) | correctness | comprehensiveness | faithfulness, or NAME=custom text "
+        "(repeatable: each criterion is judged separately)",
+    )
     p.add_argument("--language", default="auto", help="prompt language: auto (per question) | en | zh")
     p.add_argument("--no-reference", action="store_true", help="do not show the gold answer to the judge")
     p.add_argument("--batch-size", type=int, default=256, help="judge requests per LLM batch")
@@ -196,11 +254,14 @@ def _main_judge(argv: list[str]) -> int:
 
     def text(summary: dict[str, Any]) -> str:
         totals = format_totals(summary["totals"], summary["label_a"], summary["label_b"])
-        return (f"judged {summary['pairing']['judged']} pairs ({summary['info']['judge_model']}, prompts "
-                f"{summary['info']['prompt_version']})\n{totals}\n  report: {summary['report'].get('markdown')}")
+        return (
+            f"judged {summary['pairing']['judged']} pairs ({summary['info']['judge_model']}, prompts "
+            f"{summary['info']['prompt_version']})\n{totals}\n  report: {summary['report'].get('markdown')}"
+        )
 
-    return run_and_report(lambda: judge_runs(_judge_request(args), log=_log), as_json=args.json, format_text=text,
-                          errors=_EXPECTED)
+    return run_and_report(
+        lambda: judge_runs(_judge_request(args), log=_log), as_json=args.json, format_text=text, errors=_EXPECTED
+    )
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -209,39 +270,75 @@ def _main_judge(argv: list[str]) -> int:
 def build_run_parser(prog: str = "hxd2 eval run", grid: bool = False) -> argparse.ArgumentParser:
     """The options of ``eval run``; with ``grid``, those of ``eval grid`` (named index variants and axes)."""
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", default=None,
-                   help="YAML config (default: the config the index was built with, from its manifest)")
+    p.add_argument(
+        "--config", default=None, help="YAML config (default: the config the index was built with, from its manifest)"
+    )
     p.add_argument("--benchmark", required=True, help="benchmark name (see hxd2_ray.evaluation.datasets)")
     if grid:
-        p.add_argument("--index", dest="indexes", action="append", default=[], metavar="LABEL=PATH",
-                       help="an index variant, e.g. a loop-NER setting (repeatable; folder or s3:// URI)")
-        p.add_argument("--axis", dest="axes", action="append", default=[], metavar="SECTION.KEY=V1,V2",
-                       help="a query-time setting to vary, e.g. retrieval.chunk_budget_tokens=2000,8000 (repeatable)")
+        p.add_argument(
+            "--index",
+            dest="indexes",
+            action="append",
+            default=[],
+            metavar="LABEL=PATH",
+            help="an index variant, e.g. a loop-NER setting (repeatable; folder or s3:// URI)",
+        )
+        p.add_argument(
+            "--axis",
+            dest="axes",
+            action="append",
+            default=[],
+            metavar="SECTION.KEY=V1,V2",
+            help="a query-time setting to vary, e.g. retrieval.chunk_budget_tokens=2000,8000 (repeatable)",
+        )
         p.add_argument("--output", required=True, help="grid folder or s3:// URI (cells/, grid.md, grid.json)")
     else:
         p.add_argument("--index", default=None, help="index folder or s3:// URI (not needed for llm_only alone)")
         p.add_argument("--output", required=True, help="run folder or s3:// URI (traces, report)")
     p.add_argument("--limit", type=int, default=None, help="first N questions only")
-    p.add_argument("--mode", dest="modes", action="append", default=[],
-                   help=f"{' | '.join(MODES)} (repeatable; default {' '.join(GRID_DEFAULT_MODES) if grid else 'auto'})")
+    p.add_argument(
+        "--mode",
+        dest="modes",
+        action="append",
+        default=[],
+        help=f"{' | '.join(MODES)} (repeatable; default {' '.join(GRID_DEFAULT_MODES) if grid else 'auto'})",
+    )
     p.add_argument("--data-root", default=None, help="benchmark data root (default ../shared/data)")
     p.add_argument("--questions", default=None, help="questions file (overrides the benchmark's default)")
     p.add_argument("--corpus", default=None, help="corpus file (overrides the benchmark's default)")
     p.add_argument("--workers", type=int, default=1, help="answering actors (each loads its own LLM)")
-    p.add_argument("--concurrency", type=int, default=1,
-                   help="questions answered at once per worker; > 1 batches them in vLLM's async engine")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="questions answered at once per worker; > 1 batches them in vLLM's async engine",
+    )
     p.add_argument("--shards", type=int, default=None, help="question shards (default min(n, 4 x workers))")
     p.add_argument("--cpus-per-worker", type=float, default=1.0)
     p.add_argument("--gpus-per-worker", type=float, default=0.0)
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a config value (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value (repeatable)",
+    )
     if not grid:
-        p.add_argument("--policy", default=None, metavar="DIR",
-                       help="a GraphFlow policy trained for the index: enables --mode graphflow and "
-                            "multistage.graph_walk (same as --set graphflow.policy=DIR)")
+        p.add_argument(
+            "--policy",
+            default=None,
+            metavar="DIR",
+            help="a GraphFlow policy trained for the index: enables --mode graphflow and "
+            "multistage.graph_walk (same as --set graphflow.policy=DIR)",
+        )
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="show Ray, Ray Data and vLLM logs here (default: in <output>/_logs/)")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show Ray, Ray Data and vLLM logs here (default: in <output>/_logs/)",
+    )
     return p
 
 
@@ -253,9 +350,16 @@ def _main_run(argv: list[str]) -> int:
     from hxd2_ray.runs.evaluation import run_evaluation
     from jobs.console import log_path_for, run_job
 
-    return run_job(lambda: run_evaluation(_run_request(args), ray_shard_runner, _log), command="eval run",
-                   log_path=log_path_for("eval-run", args.output), verbose=args.verbose, as_json=args.json,
-                   format_text=format_summary, errors=_EXPECTED, run=args.output)
+    return run_job(
+        lambda: run_evaluation(_run_request(args), ray_shard_runner, _log),
+        command="eval run",
+        log_path=log_path_for("eval-run", args.output),
+        verbose=args.verbose,
+        as_json=args.json,
+        format_text=format_summary,
+        errors=_EXPECTED,
+        run=args.output,
+    )
 
 
 def _main_grid(argv: list[str]) -> int:
@@ -266,9 +370,16 @@ def _main_grid(argv: list[str]) -> int:
     from hxd2_ray.runs.evaluation import run_grid
     from jobs.console import log_path_for, run_job
 
-    return run_job(lambda: run_grid(_grid_request(args), ray_shard_runner, _log), command="eval grid",
-                   log_path=log_path_for("eval-grid", args.output), verbose=args.verbose, as_json=args.json,
-                   format_text=format_grid, errors=_EXPECTED, run=args.output)
+    return run_job(
+        lambda: run_grid(_grid_request(args), ray_shard_runner, _log),
+        command="eval grid",
+        log_path=log_path_for("eval-grid", args.output),
+        verbose=args.verbose,
+        as_json=args.json,
+        format_text=format_grid,
+        errors=_EXPECTED,
+        run=args.output,
+    )
 
 
 def _main_report(argv: list[str]) -> int:
@@ -292,7 +403,8 @@ def _main_corpus(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="hxd2 eval corpus",
         description="write a benchmark's corpus as JSONL {id, title, text}: the input of `hxd2 index` (each "
-                    "passage keeps its own id, which references and recall@k use)")
+        "passage keeps its own id, which references and recall@k use)",
+    )
     p.add_argument("--benchmark", required=True)
     p.add_argument("--output", required=True, help="JSONL file to write")
     p.add_argument("--data-root", default=None, help="benchmark data root (default ../shared/data)")
@@ -337,8 +449,14 @@ def _main_compare(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
-        commands = {"run": _main_run, "grid": _main_grid, "report": _main_report, "compare": _main_compare,
-                    "judge": _main_judge, "corpus": _main_corpus}
+        commands = {
+            "run": _main_run,
+            "grid": _main_grid,
+            "report": _main_report,
+            "compare": _main_compare,
+            "judge": _main_judge,
+            "corpus": _main_corpus,
+        }
         return commands[argv[0]](argv[1:])
     if argv and argv[0] in ("-h", "--help"):
         print("usage: hxd2 eval {run,grid,report,compare,judge,corpus} ...  (no subcommand: run)\n")

@@ -62,8 +62,10 @@ def run_export(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def format_export(s: dict[str, Any]) -> str:
-    lines = [f"graph exported as {s['format']} to {s['output']} in {s['seconds']:.1f}s",
-             "  " + ", ".join(f"{k} {v:,}" for k, v in s["counts"].items())]
+    lines = [
+        f"graph exported as {s['format']} to {s['output']} in {s['seconds']:.1f}s",
+        "  " + ", ".join(f"{k} {v:,}" for k, v in s["counts"].items()),
+    ]
     if s["replaced_characters"]:
         lines.append(f"  {s['replaced_characters']:,} characters the format cannot carry were replaced by U+FFFD")
     lines += [f"  {n}" for n in s["notes"]]
@@ -166,8 +168,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     sub, rest = argv[0], argv[1:]
     args = build_parser(sub).parse_args(rest)
-    work, text = {"export": (run_export, format_export), "show": (run_show, format_show),
-                  "stats": (run_stats, format_stats)}[sub]
+    work, text = {
+        "export": (run_export, format_export),
+        "show": (run_show, format_show),
+        "stats": (run_stats, format_stats),
+    }[sub]
     # Nothing here logs at length (no Ray, no model): no log file; the progress and warnings still show.
-    return run_job(lambda: work(args), command=f"graph {sub}", log_path=None, verbose=args.verbose,
-                   as_json=args.json, format_text=text, errors=_EXPECTED)
+    return run_job(
+        lambda: work(args),
+        command=f"graph {sub}",
+        log_path=None,
+        verbose=args.verbose,
+        as_json=args.json,
+        format_text=text,
+        errors=_EXPECTED,
+    )

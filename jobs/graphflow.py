@@ -145,7 +145,7 @@ class RayTrainRun:
         offset = 0
         for p in params:
             n = p.numel()
-            p.grad = flat[offset:offset + n].view_as(p).clone()
+            p.grad = flat[offset : offset + n].view_as(p).clone()
             offset += n
 
     def sum(self, values: Any) -> Any:
@@ -174,8 +174,11 @@ class RayTrainRun:
         folder = Path(tempfile.mkdtemp(prefix="graphflow-ckpt-"))
         try:
             write(folder)
-            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(folder)),
-                             checkpoint_dir_name=f"epoch-{epoch:04d}")
+            ray.train.report(
+                metrics,
+                checkpoint=ray.train.Checkpoint.from_directory(str(folder)),
+                checkpoint_dir_name=f"epoch-{epoch:04d}",
+            )
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -183,23 +186,34 @@ class RayTrainRun:
 def train_loop_per_worker(config: dict[str, Any]) -> None:
     """What each Ray Train worker runs: the library's training loop with :class:`RayTrainRun` hooks."""
 
-
     cfg = GraphFlowConfig(**config["cfg"])
     torch.set_num_threads(cfg.torch_threads or 1)
     inputs = ray.get(config["inputs"])
     hooks = RayTrainRun()
     device = str(ray.train.torch.get_device()) if cfg.use_gpu else "cpu"
     relay = config.get("progress")
-    result = train_policy(inputs, cfg, config["output"], hooks=hooks, device=device,
-                          progress=(_relayed(relay) if relay is not None else _log) if hooks.rank == 0 else None)
-    ray.train.report({"final": True, "status": result.status, "message": result.message,
-                      "epochs_run": result.epochs_run, "best_epoch": result.best_epoch,
-                      "best_dev_hit@1": result.best_dev_hit1})
+    result = train_policy(
+        inputs,
+        cfg,
+        config["output"],
+        hooks=hooks,
+        device=device,
+        progress=(_relayed(relay) if relay is not None else _log) if hooks.rank == 0 else None,
+    )
+    ray.train.report(
+        {
+            "final": True,
+            "status": result.status,
+            "message": result.message,
+            "epochs_run": result.epochs_run,
+            "best_epoch": result.best_epoch,
+            "best_dev_hit@1": result.best_dev_hit1,
+        }
+    )
 
 
 def fit_on_ray(inputs: Any, cfg: Any, output: Path, workers: int, hxd_cfg: Any) -> tuple[dict[str, Any], Any]:
     """Run the Ray Train job; returns (the final metrics of rank 0, the latest checkpoint or None)."""
-
 
     started_here = not ray.is_initialized()
     init_ray(hxd_cfg)
@@ -214,12 +228,22 @@ def fit_on_ray(inputs: Any, cfg: Any, output: Path, workers: int, hxd_cfg: Any) 
 def _fit(inputs: Any, cfg: Any, output: Path, workers: int, progress_queue: Any) -> tuple[dict[str, Any], Any]:
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"inputs": ray.put(inputs), "cfg": cfg.model_dump(mode="json"), "output": str(output),
-                           "progress": progress_queue},
-        scaling_config=ScalingConfig(num_workers=workers, use_gpu=cfg.use_gpu,
-                                     resources_per_worker={"CPU": 1, **({"GPU": 1} if cfg.use_gpu else {})}),
-        run_config=RunConfig(name=RUN_NAME, storage_path=str(output / "_ray"),
-                             checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints)),
+        train_loop_config={
+            "inputs": ray.put(inputs),
+            "cfg": cfg.model_dump(mode="json"),
+            "output": str(output),
+            "progress": progress_queue,
+        },
+        scaling_config=ScalingConfig(
+            num_workers=workers,
+            use_gpu=cfg.use_gpu,
+            resources_per_worker={"CPU": 1, **({"GPU": 1} if cfg.use_gpu else {})},
+        ),
+        run_config=RunConfig(
+            name=RUN_NAME,
+            storage_path=str(output / "_ray"),
+            checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
+        ),
     )
     result = trainer.fit()
     if result.error is not None:
@@ -229,17 +253,22 @@ def _fit(inputs: Any, cfg: Any, output: Path, workers: int, progress_queue: Any)
 
 def _result_from_checkpoint(checkpoint: Any, inputs: Any, cfg: Any, final: dict[str, Any]) -> Any:
 
-
     policy = build_policy(inputs.features, cfg, inputs.kind, inputs.index_fingerprint)
     state: dict[str, Any] = {"history": [], "best": {"score": -1.0, "epoch": 0, "state": None}}
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
             state = torch.load(Path(folder) / CHECKPOINT_STATE, map_location="cpu", weights_only=False)
     best = state["best"]
-    return TrainingResult(status=str(final.get("status", "completed")), message=str(final.get("message", "")),
-                          epochs_run=len(state["history"]), best_epoch=int(best["epoch"]),
-                          best_dev_hit1=float(best["score"]), history=state["history"], best_state=best["state"],
-                          policy=policy)
+    return TrainingResult(
+        status=str(final.get("status", "completed")),
+        message=str(final.get("message", "")),
+        epochs_run=len(state["history"]),
+        best_epoch=int(best["epoch"]),
+        best_dev_hit1=float(best["score"]),
+        history=state["history"],
+        best_state=best["state"],
+        policy=policy,
+    )
 
 
 def feature_embedder_for(cfg: GraphFlowConfig, index_embedder: Any) -> Any:
@@ -257,31 +286,52 @@ def run_train(args: argparse.Namespace) -> dict[str, Any]:
     items, load_summary = load_items(args.benchmark, args.questions, args.data_root, args.corpus)
     embedder = build_embedder(cfg.embedding)
     with open_index(args.index, cfg) as index:
-        inputs = index_inputs(index, embedder, items, gcfg, feature_embedder=feature_embedder_for(gcfg, embedder),
-                              load_summary=load_summary, progress=_log)
+        inputs = index_inputs(
+            index,
+            embedder,
+            items,
+            gcfg,
+            feature_embedder=feature_embedder_for(gcfg, embedder),
+            load_summary=load_summary,
+            progress=_log,
+        )
     prepared = time.perf_counter() - started
     _log(f"training on {gcfg.workers} Ray Train worker(s)")
     t0 = time.perf_counter()
     final, checkpoint = fit_on_ray(inputs, gcfg, output, gcfg.workers, cfg)
     result = _result_from_checkpoint(checkpoint, inputs, gcfg, final)
-    summary = export_policy(result, inputs, output, extra={
-        "index": args.index, "workers": gcfg.workers, "prepare_seconds": round(prepared, 1),
-        "train_seconds": round(time.perf_counter() - t0, 1), "config": args.config, "overrides": list(args.overrides)})
+    summary = export_policy(
+        result,
+        inputs,
+        output,
+        extra={
+            "index": args.index,
+            "workers": gcfg.workers,
+            "prepare_seconds": round(prepared, 1),
+            "train_seconds": round(time.perf_counter() - t0, 1),
+            "config": args.config,
+            "overrides": list(args.overrides),
+        },
+    )
     return summary
 
 
 def format_train(s: dict[str, Any]) -> str:
-    lines = [f"{s['status']}: {s['message'] or 'trained ' + str(s['epochs_run']) + ' epoch(s)'}",
-             f"  policy {s.get('policy') or '(none: no good epoch)'}  best epoch {s['best_epoch']}  "
-             f"dev Hit@1 {s['best_dev_hit@1']:.4f}  epochs run {s['epochs_run']}",
-             f"  questions: train {s.get('train_questions')}, dev {s.get('dev_questions')}, "
-             f"test {s.get('test_questions')}"
-             f"; skipped {s.get('examples', {}).get('skipped_by_reason')}",
-             f"  plot {s.get('plot')}"]
+    lines = [
+        f"{s['status']}: {s['message'] or 'trained ' + str(s['epochs_run']) + ' epoch(s)'}",
+        f"  policy {s.get('policy') or '(none: no good epoch)'}  best epoch {s['best_epoch']}  "
+        f"dev Hit@1 {s['best_dev_hit@1']:.4f}  epochs run {s['epochs_run']}",
+        f"  questions: train {s.get('train_questions')}, dev {s.get('dev_questions')}, "
+        f"test {s.get('test_questions')}"
+        f"; skipped {s.get('examples', {}).get('skipped_by_reason')}",
+        f"  plot {s.get('plot')}",
+    ]
     last = s["history"][-1] if s.get("history") else None
     if last:
-        lines.append(f"  last epoch: loss {last['loss']}, {last['transitions_per_s']} transitions/s on "
-                     f"{last['workers']} worker(s)")
+        lines.append(
+            f"  last epoch: loss {last['loss']}, {last['transitions_per_s']} transitions/s on "
+            f"{last['workers']} worker(s)"
+        )
     return "\n".join(lines)
 
 
@@ -294,25 +344,48 @@ def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     items, load_summary = load_items(args.benchmark, args.questions, args.data_root, args.corpus)
     embedder = build_embedder(cfg.embedding)
     with open_index(args.index, cfg) as index:
-        retriever = GraphFlowRetriever.open(index, embedder, args.policy, gcfg,
-                                            feature_embedder=feature_embedder_for(gcfg, embedder))
+        retriever = GraphFlowRetriever.open(
+            index, embedder, args.policy, gcfg, feature_embedder=feature_embedder_for(gcfg, embedder)
+        )
         policy = retriever.policy
         train_cfg: GraphFlowConfig = policy.train_cfg
         kind: TargetKind = "passages" if policy.meta.kind == "passages" else "kgqa"
         examples = build_examples(items, policy.features.graph, retriever.linker, kind, keep_unlinked=True)
-    parts = dict(zip(("train", "dev", "test"), split_examples(examples.examples, train_cfg.dev_fraction,
-                                                              train_cfg.test_fraction, train_cfg.seed)))
+    parts = dict(
+        zip(
+            ("train", "dev", "test"),
+            split_examples(examples.examples, train_cfg.dev_fraction, train_cfg.test_fraction, train_cfg.seed),
+        )
+    )
     chosen = examples.examples if args.split == "all" else parts[args.split]
     if args.limit:
-        chosen = chosen[:args.limit]
-    vec = question_vectors(retriever.feature_embedder, chosen, policy.encoder is not None,
-                           policy.train_cfg.question_segments)
-    result = evaluate_policy(policy, chosen, vec.policy, vec.plain, mode=gcfg.inference, width=gcfg.trajectories,
-                             min_prob=gcfg.beam_min_prob, exclude_starts=gcfg.exclude_starts, ranking=gcfg.ranking,
-                             merge=gcfg.beam_merge, progress=_log)
-    summary = {"policy": args.policy, "index": args.index, "split": args.split, "inference": gcfg.inference,
-               "trajectories": gcfg.trajectories, **result.to_dict(), "load": load_summary,
-               "examples": examples.summary()}
+        chosen = chosen[: args.limit]
+    vec = question_vectors(
+        retriever.feature_embedder, chosen, policy.encoder is not None, policy.train_cfg.question_segments
+    )
+    result = evaluate_policy(
+        policy,
+        chosen,
+        vec.policy,
+        vec.plain,
+        mode=gcfg.inference,
+        width=gcfg.trajectories,
+        min_prob=gcfg.beam_min_prob,
+        exclude_starts=gcfg.exclude_starts,
+        ranking=gcfg.ranking,
+        merge=gcfg.beam_merge,
+        progress=_log,
+    )
+    summary = {
+        "policy": args.policy,
+        "index": args.index,
+        "split": args.split,
+        "inference": gcfg.inference,
+        "trajectories": gcfg.trajectories,
+        **result.to_dict(),
+        "load": load_summary,
+        "examples": examples.summary(),
+    }
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
@@ -320,8 +393,10 @@ def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def format_evaluate(s: dict[str, Any]) -> str:
-    lines = [f"{s['n']} {s['split']} questions, {s['inference']} M={s['trajectories']}: "
-             + ", ".join(f"{k} {v:.4f}" for k, v in s["metrics"].items())]
+    lines = [
+        f"{s['n']} {s['split']} questions, {s['inference']} M={s['trajectories']}: "
+        + ", ".join(f"{k} {v:.4f}" for k, v in s["metrics"].items())
+    ]
     for hop, m in s.get("by_hops", {}).items():
         lines.append(f"  {hop} ({m['n']}): " + ", ".join(f"{k} {v:.4f}" for k, v in m.items() if k != "n"))
     return "\n".join(lines)
@@ -333,11 +408,19 @@ def format_evaluate(s: dict[str, Any]) -> str:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
     p.add_argument("--index", required=True, help="index folder or s3:// URI")
-    p.add_argument("--benchmark", default="generic",
-                   help="loader of the questions: metaqa-1hop|2hop|3hop (MetaQA's question TAB answers format), "
-                        "hotpotqa, generic (JSONL with gold_passages), ...")
-    p.add_argument("--questions", action="append", default=[], metavar="FILE",
-                   help="questions file (repeatable; default: the benchmark's own)")
+    p.add_argument(
+        "--benchmark",
+        default="generic",
+        help="loader of the questions: metaqa-1hop|2hop|3hop (MetaQA's question TAB answers format), "
+        "hotpotqa, generic (JSONL with gold_passages), ...",
+    )
+    p.add_argument(
+        "--questions",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="questions file (repeatable; default: the benchmark's own)",
+    )
     p.add_argument("--corpus", default=None, help="corpus file, for loaders that check gold passages against it")
     p.add_argument("--data-root", default=None, help="benchmark data root (default ../shared/data)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
@@ -350,8 +433,12 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     if command == "train":
         p.add_argument("--output", required=True, help="policy folder (checkpoints under _ray/)")
         p.add_argument("--workers", type=int, default=None, help="Ray Train workers (default graphflow.workers)")
-        p.add_argument("-v", "--verbose", action="store_true",
-                       help="show Ray's and Ray Train's logs here instead of writing them to a log file")
+        p.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            help="show Ray's and Ray Train's logs here instead of writing them to a log file",
+        )
     else:
         p.add_argument("--policy", required=True, help="trained policy folder")
         p.add_argument("--split", choices=("test", "dev", "train", "all"), default="test")
@@ -381,13 +468,19 @@ def main(argv: list[str] | None = None) -> int:
         from jobs.console import log_path_for, run_job
 
         # Ray's and Ray Train's lines (worker output, the controller's, teardown noise) go to the log file.
-        code = run_job(work, command="graphflow train", log_path=log_path_for("graphflow-train", args.output),
-                       verbose=args.verbose, as_json=args.json, format_text=format_train, errors=_EXPECTED)
+        code = run_job(
+            work,
+            command="graphflow train",
+            log_path=log_path_for("graphflow-train", args.output),
+            verbose=args.verbose,
+            as_json=args.json,
+            format_text=format_train,
+            errors=_EXPECTED,
+        )
         if code == 0 and holder["summary"]["status"] == "nan_loss":
             return 3
         return code
-    return run_and_report(lambda: run_evaluate(args), as_json=args.json, format_text=format_evaluate,
-                          errors=_EXPECTED)
+    return run_and_report(lambda: run_evaluate(args), as_json=args.json, format_text=format_evaluate, errors=_EXPECTED)
 
 
 if __name__ == "__main__":

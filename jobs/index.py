@@ -91,11 +91,21 @@ def init_ray(cfg: HxdConfig) -> None:
 def _start_ray(cfg: HxdConfig) -> None:
     import ray
 
-    env_vars = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-                # Engine logs belong on stderr: stdout carries the --json summary.
-                "VLLM_LOGGING_STREAM": "ext://sys.stderr"}
-    for name in ("HXD2_MODELS_DIR", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL",
-                 "AWS_DEFAULT_REGION", "VLLM_CPU_KVCACHE_SPACE"):
+    env_vars = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        # Engine logs belong on stderr: stdout carries the --json summary.
+        "VLLM_LOGGING_STREAM": "ext://sys.stderr",
+    }
+    for name in (
+        "HXD2_MODELS_DIR",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_ENDPOINT_URL",
+        "AWS_DEFAULT_REGION",
+        "VLLM_CPU_KVCACHE_SPACE",
+    ):
         if os.environ.get(name):
             env_vars[name] = os.environ[name]
     env_vars.update(worker_env())  # crash tests: the armed fault points reach the workers
@@ -158,8 +168,15 @@ class InputListing:
 class IndexBuild:
     """One run of the indexing job over ``input_uri`` into ``output_uri``."""
 
-    def __init__(self, cfg: HxdConfig, input_uri: str, output_uri: str, options: RunOptions | None = None,
-                 output: BuildOutput | None = None, inputs: InputSelection | None = None) -> None:
+    def __init__(
+        self,
+        cfg: HxdConfig,
+        input_uri: str,
+        output_uri: str,
+        options: RunOptions | None = None,
+        output: BuildOutput | None = None,
+        inputs: InputSelection | None = None,
+    ) -> None:
         """``output``: the :class:`BuildOutput` (opened and locked) of :func:`run_index`; ``inputs``: its
         :class:`InputSelection` of ``input_uri``. Without them the output is opened here and the input walked in
         :meth:`list_input`."""
@@ -172,8 +189,9 @@ class IndexBuild:
         self.options = options or RunOptions()
         self.output = output
         self.inputs = inputs
-        opened: tuple[pafs.FileSystem, str] = ((output.fs, output.root) if output is not None
-                                                else open_output_filesystem(output_uri, cfg.s3))
+        opened: tuple[pafs.FileSystem, str] = (
+            (output.fs, output.root) if output is not None else open_output_filesystem(output_uri, cfg.s3)
+        )
         self.fs, self.root = opened
         self.staging = posixpath.join(self.root, "_staging")
         self.prompts = load_prompts()
@@ -225,12 +243,17 @@ class IndexBuild:
 
         # Walked by real path, the output never entered; oversized, unsupported and unreachable files are
         # quarantined from the listing alone, so Ray never fetches them.
-        selection = (self.inputs if self.inputs is not None and input_uri == self.input_uri
-                     else select_inputs(input_uri, self.cfg.ingest, self.cfg.s3, exclude=(self.output_uri,)))
+        selection = (
+            self.inputs
+            if self.inputs is not None and input_uri == self.input_uri
+            else select_inputs(input_uri, self.cfg.ingest, self.cfg.s3, exclude=(self.output_uri,))
+        )
         in_fs, _ = resolve_filesystem(selection.readable[0], self.cfg.s3)
         paths = [resolve_filesystem(f, self.cfg.s3)[1] for f in selection.readable]
-        input_fp = st.fingerprint_of([f"{i.path}|{i.size}|{i.mtime_ns}" for i in selection.infos]
-                                     + [f"{q.source_path}|{q.reason}" for q in selection.rejected])
+        input_fp = st.fingerprint_of(
+            [f"{i.path}|{i.size}|{i.mtime_ns}" for i in selection.infos]
+            + [f"{q.source_path}|{q.reason}" for q in selection.rejected]
+        )
         return InputListing(selection.files, in_fs, paths, input_fp, list(selection.rejected), selection.readable)
 
     def read_input(self, listing: InputListing) -> ParsedCorpus:
@@ -244,13 +267,18 @@ class IndexBuild:
         in_fs, readable = listing.fs, listing.readable
         parts = [parsed_rows([], listing.prechecked)]
         if readable:
-            ds = ray.data.read_binary_files([resolve_filesystem(u, self.cfg.s3)[1] for u in readable],
-                                            include_paths=True, filesystem=in_fs)
+            ds = ray.data.read_binary_files(
+                [resolve_filesystem(u, self.cfg.s3)[1] for u in readable], include_paths=True, filesystem=in_fs
+            )
             # Ray hands back in-filesystem paths; documents keep the URI the user gave (s3://bucket/key).
-            fn_kwargs = {"cfg": self.cfg, "scheme": "s3://" if isinstance(in_fs, pafs.S3FileSystem) else "",
-                         "counter": telemetry.for_job("index").counter("ingest", unit="files", total=len(readable))}
-            parts.append(_collect(ds.map_batches(_parse_with, fn_kwargs=fn_kwargs, batch_format="pyarrow",
-                                                 batch_size=32)))
+            fn_kwargs = {
+                "cfg": self.cfg,
+                "scheme": "s3://" if isinstance(in_fs, pafs.S3FileSystem) else "",
+                "counter": telemetry.for_job("index").counter("ingest", unit="files", total=len(readable)),
+            }
+            parts.append(
+                _collect(ds.map_batches(_parse_with, fn_kwargs=fn_kwargs, batch_format="pyarrow", batch_size=32))
+            )
         parsed = pa.concat_tables([_conform(p, PARSED) for p in parts])
         # The same text in two files is one document (its id is the content hash): sources keep both, the
         # documents table the first in path order (hxd2_ray.indexing.corpus).
@@ -311,11 +339,17 @@ class IndexBuild:
         extractions = self.read_extractions(chunks)
         if self.counters["extract_skipped_chunks"]:
             extracted = int(pc.sum(pc.equal(extractions.column("error"), "")).as_py() or 0)
-            self.stop = {"stage": "extract", "chunks": chunks.num_rows, "chunks_extracted": extracted,
-                         "chunks_left": chunks.num_rows - extracted}
+            self.stop = {
+                "stage": "extract",
+                "chunks": chunks.num_rows,
+                "chunks_extracted": extracted,
+                "chunks_left": chunks.num_rows - extracted,
+            }
             self.clock.status["extract"] += f", stopped: {self.counters['extract_skipped_chunks']} chunks not started"
-            raise BudgetReached(f"{self.services.exhausted()}; {chunks.num_rows - extracted} of {chunks.num_rows} "
-                                "chunks still to extract")
+            raise BudgetReached(
+                f"{self.services.exhausted()}; {chunks.num_rows - extracted} of {chunks.num_rows} "
+                "chunks still to extract"
+            )
         return extractions
 
     def read_extractions(self, chunks: pa.Table) -> pa.Table:
@@ -363,8 +397,10 @@ class IndexBuild:
         )
 
         input_fp = st.fingerprint_of(
-            f"{c}|{e}" for c, e in zip(extractions.column("chunk_id").to_pylist(),
-                                       extractions.column("error").to_pylist(), strict=True)
+            f"{c}|{e}"
+            for c, e in zip(
+                extractions.column("chunk_id").to_pylist(), extractions.column("error").to_pylist(), strict=True
+            )
         )
         marker = self._marker("merge")
         if marker and marker.get("input") == input_fp:
@@ -379,35 +415,58 @@ class IndexBuild:
             # One partition holds every key: the same explode and merge functions, called here, give the rows the
             # distributed merge gives, without seconds of shuffle and actor start-up for a small input.
             relation_mention_rows = ExplodeRelationMentions(self.cfg)(ok)
-            merged_entities = _conform(MergeEntityGroups(self.cfg)(ExplodeEntityMentions(self.cfg)(ok)),
-                                       MERGED_ENTITIES)
+            merged_entities = _conform(
+                MergeEntityGroups(self.cfg)(ExplodeEntityMentions(self.cfg)(ok)), MERGED_ENTITIES
+            )
             merged_relations = _conform(MergeRelationGroups(self.cfg)(relation_mention_rows), MERGED_RELATIONS)
             where = "in the driver"
         else:
             ds = ray.data.from_arrow(_blocks(ok, 256))
             # Merge partitions: enough to spread a large corpus over the workers, few enough to keep calls cheap.
             parts = max(1, min(64, ok.num_rows // 2000 + 1))
-            merged_entities = _conform(_collect(
-                ds.map_batches(ExplodeEntityMentions, fn_constructor_args=(self.cfg, parts), batch_format="pyarrow",
-                               compute=ray.data.ActorPoolStrategy(size=1))
-                .groupby("partition", num_partitions=parts)
-                .map_groups(MergeEntityGroups, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
-                            compute=ray.data.ActorPoolStrategy(size=1))
-            ), MERGED_ENTITIES)
-            relation_mentions = ds.map_batches(ExplodeRelationMentions, fn_constructor_args=(self.cfg, parts),
-                                               batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=1)
-                                               ).materialize()
+            merged_entities = _conform(
+                _collect(
+                    ds.map_batches(
+                        ExplodeEntityMentions,
+                        fn_constructor_args=(self.cfg, parts),
+                        batch_format="pyarrow",
+                        compute=ray.data.ActorPoolStrategy(size=1),
+                    )
+                    .groupby("partition", num_partitions=parts)
+                    .map_groups(
+                        MergeEntityGroups,
+                        fn_constructor_args=(self.cfg,),
+                        batch_format="pyarrow",
+                        compute=ray.data.ActorPoolStrategy(size=1),
+                    )
+                ),
+                MERGED_ENTITIES,
+            )
+            relation_mentions = ds.map_batches(
+                ExplodeRelationMentions,
+                fn_constructor_args=(self.cfg, parts),
+                batch_format="pyarrow",
+                compute=ray.data.ActorPoolStrategy(size=1),
+            ).materialize()
             relation_mention_rows = _collect(relation_mentions)
-            merged_relations = _conform(_collect(
-                relation_mentions.groupby("partition", num_partitions=parts)
-                .map_groups(MergeRelationGroups, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
-                            compute=ray.data.ActorPoolStrategy(size=1))
-            ), MERGED_RELATIONS)
+            merged_relations = _conform(
+                _collect(
+                    relation_mentions.groupby("partition", num_partitions=parts).map_groups(
+                        MergeRelationGroups,
+                        fn_constructor_args=(self.cfg,),
+                        batch_format="pyarrow",
+                        compute=ray.data.ActorPoolStrategy(size=1),
+                    )
+                ),
+                MERGED_RELATIONS,
+            )
             where = f"on Ray in {parts} partition{'s' if parts > 1 else ''}"
 
         summarized = 0
-        for name, merged, schema in (("entities", merged_entities, MERGED_ENTITIES),
-                                     ("relations", merged_relations, MERGED_RELATIONS)):
+        for name, merged, schema in (
+            ("entities", merged_entities, MERGED_ENTITIES),
+            ("relations", merged_relations, MERGED_RELATIONS),
+        ):
             long_rows = merged.filter(merged.column("needs_summary"))
             if not long_rows.num_rows:
                 continue
@@ -423,7 +482,8 @@ class IndexBuild:
         # A relation needs both endpoints as nodes; endpoints never extracted as entities get type "unknown".
         known = set(merged_entities.column("key").to_pylist())
         endpoints = set(merged_relations.column("source_key").to_pylist()) | set(
-            merged_relations.column("target_key").to_pylist())
+            merged_relations.column("target_key").to_pylist()
+        )
         missing = []
         if endpoints - known:
             from hxd2_ray.types import RelationMention
@@ -431,8 +491,17 @@ class IndexBuild:
             mention_rows = relation_mention_rows.to_pylist()
             missing = missing_endpoint_entities(
                 known,
-                (RelationMention(r["source"], r["target"], r["description"], tuple(r["keywords"] or ()),
-                                 r["strength"], r["chunk_id"]) for r in mention_rows),
+                (
+                    RelationMention(
+                        r["source"],
+                        r["target"],
+                        r["description"],
+                        tuple(r["keywords"] or ()),
+                        r["strength"],
+                        r["chunk_id"],
+                    )
+                    for r in mention_rows
+                ),
                 self.cfg.extraction,
             )
         if missing:
@@ -441,14 +510,17 @@ class IndexBuild:
         self.counters["summarized_descriptions"] = summarized
 
         ents = _conform(merged_entities.sort_by("key"), tables.ENTITIES)
-        rels = _conform(merged_relations.sort_by([("source_key", "ascending"), ("target_key", "ascending")]),
-                        tables.RELATIONS)
+        rels = _conform(
+            merged_relations.sort_by([("source_key", "ascending"), ("target_key", "ascending")]), tables.RELATIONS
+        )
         for sub, table in (("entities", ents), ("relations", rels)):
             st.remove_files(self.fs, st.list_parquet(self.fs, self._stage_path(sub)))
             st.write_table_atomic(self.fs, self._stage_path(sub, "part-0000.parquet"), table)
             crash_point("driver:merge")
-        self._mark("merge", {"input": input_fp, "entities": ents.num_rows, "relations": rels.num_rows,
-                             "summarized": summarized})
+        self._mark(
+            "merge",
+            {"input": input_fp, "entities": ents.num_rows, "relations": rels.num_rows, "summarized": summarized},
+        )
         self.clock.status["merge"] = f"merged {ok.num_rows} chunk extractions {where}"
         return ents, rels
 
@@ -464,21 +536,36 @@ class IndexBuild:
         if not long_rows.num_rows:
             return schema.empty_table()
         _log(f"summarising {long_rows.num_rows} {name} descriptions over the token budget")
-        summaries = _conform(_collect(
-            ray.data.from_arrow(_blocks(long_rows, self.cfg.ray.ner_batch_size)).map_batches(
-                SummarizeLongDescriptions, fn_constructor_args=(self.cfg,), batch_format="pyarrow",
-                fn_constructor_kwargs={"run": self.services.stage_run,
-                                       "counter": telemetry.for_job("index").counter("merge")},
-                batch_size=self.cfg.ray.ner_batch_size,
-                compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.ner_actors),
-                num_cpus=self.cfg.ray.cpus_per_ner_actor, num_gpus=self.cfg.ray.gpus_per_ner_actor,
-                resources=self.cfg.ray.stage_resources or None)
-        ), schema)
+        summaries = _conform(
+            _collect(
+                ray.data.from_arrow(_blocks(long_rows, self.cfg.ray.ner_batch_size)).map_batches(
+                    SummarizeLongDescriptions,
+                    fn_constructor_args=(self.cfg,),
+                    batch_format="pyarrow",
+                    fn_constructor_kwargs={
+                        "run": self.services.stage_run,
+                        "counter": telemetry.for_job("index").counter("merge"),
+                    },
+                    batch_size=self.cfg.ray.ner_batch_size,
+                    compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.ner_actors),
+                    num_cpus=self.cfg.ray.cpus_per_ner_actor,
+                    num_gpus=self.cfg.ray.gpus_per_ner_actor,
+                    resources=self.cfg.ray.stage_resources or None,
+                )
+            ),
+            schema,
+        )
         if summaries.num_rows < long_rows.num_rows:
-            self.stop = {"stage": "merge", "summaries": long_rows.num_rows, "summaries_done": summaries.num_rows,
-                         "summaries_left": long_rows.num_rows - summaries.num_rows}
-            raise BudgetReached(f"{self.services.exhausted()}; {long_rows.num_rows - summaries.num_rows} of "
-                                f"{long_rows.num_rows} {name} summaries still to write")
+            self.stop = {
+                "stage": "merge",
+                "summaries": long_rows.num_rows,
+                "summaries_done": summaries.num_rows,
+                "summaries_left": long_rows.num_rows - summaries.num_rows,
+            }
+            raise BudgetReached(
+                f"{self.services.exhausted()}; {long_rows.num_rows - summaries.num_rows} of "
+                f"{long_rows.num_rows} {name} summaries still to write"
+            )
         return summaries
 
     def embed(self, entities: pa.Table, relations: pa.Table, chunks: pa.Table) -> pa.Table:
@@ -510,30 +597,39 @@ class IndexBuild:
                 missing.setdefault(k, t)
         pending = pa.table({"text_key": list(missing), "text": list(missing.values())}, schema=TEXTS_TO_EMBED)
         if pending.num_rows:
-            self.clock.status["embed"] = (f"ran on {pending.num_rows} of {len(set(keys))} distinct texts "
-                                          f"({inputs.num_rows} vectors)")
+            self.clock.status["embed"] = (
+                f"ran on {pending.num_rows} of {len(set(keys))} distinct texts ({inputs.num_rows} vectors)"
+            )
             batch = self.cfg.ray.embed_batch_size
             counter = telemetry.for_job("index").counter("embed", unit="texts", total=pending.num_rows)
             stats = _collect(
                 ray.data.from_arrow(_blocks(pending, batch)).map_batches(
-                    EmbedAndPersist, fn_constructor_args=(self.cfg, self.fs, self.staging), batch_size=batch,
+                    EmbedAndPersist,
+                    fn_constructor_args=(self.cfg, self.fs, self.staging),
+                    batch_size=batch,
                     fn_constructor_kwargs={"run": self.services.stage_run, "counter": counter},
-                    batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.embed_actors),
-                    num_cpus=self.cfg.ray.cpus_per_embed_actor, num_gpus=self.cfg.ray.gpus_per_embed_actor,
-                    resources=self.cfg.ray.stage_resources or None)
+                    batch_format="pyarrow",
+                    compute=ray.data.ActorPoolStrategy(size=self.cfg.ray.embed_actors),
+                    num_cpus=self.cfg.ray.cpus_per_embed_actor,
+                    num_gpus=self.cfg.ray.gpus_per_embed_actor,
+                    resources=self.cfg.ray.stage_resources or None,
+                )
             )
             self.services.check_reported(stats, "embed")
             self.counters["embedded_texts"] = int(pc.sum(stats.column("vectors")).as_py() or 0)
             failed = int(pc.sum(stats.column("failed")).as_py() or 0) if stats.num_rows else 0
             if failed:
                 errors = sorted({e for e in stats.column("error").to_pylist() if e})
-                raise HxdError(f"{failed} texts could not be embedded after retries ({'; '.join(errors[:3])}); "
-                               "they are recorded and a rerun embeds only what is missing")
+                raise HxdError(
+                    f"{failed} texts could not be embedded after retries ({'; '.join(errors[:3])}); "
+                    "they are recorded and a rerun embeds only what is missing"
+                )
             skipped = int(pc.sum(stats.column("skipped")).as_py() or 0)
             if skipped:
                 self.stop = {"stage": "embed", "texts": pending.num_rows, "texts_left": skipped}
-                raise BudgetReached(f"{self.services.exhausted()}; {skipped} of {pending.num_rows} texts still "
-                                    "to embed")
+                raise BudgetReached(
+                    f"{self.services.exhausted()}; {skipped} of {pending.num_rows} texts still to embed"
+                )
         else:
             self.clock.status["embed"] = "skipped: every text embedded earlier"
         stored_vectors = st.read_staged(self.fs, folder, tables.TEXT_VECTORS).table
@@ -541,9 +637,15 @@ class IndexBuild:
         for i, k in enumerate(stored_vectors.column("text_key").to_pylist()):
             row_of.setdefault(k, i)
         picked = stored_vectors.column("vector").take(pa.array([row_of[k] for k in keys], pa.int64()))
-        return pa.table({"family": inputs.column("family"), "key": inputs.column("key"),
-                         "vector_id": pa.array([vector_id(k) for k in inputs.column("key").to_pylist()], pa.int64()),
-                         "vector": picked}, schema=tables.EMBEDDINGS)
+        return pa.table(
+            {
+                "family": inputs.column("family"),
+                "key": inputs.column("key"),
+                "vector_id": pa.array([vector_id(k) for k in inputs.column("key").to_pylist()], pa.int64()),
+                "vector": picked,
+            },
+            schema=tables.EMBEDDINGS,
+        )
 
     def write(self, state: CorpusState, vectors: pa.Table) -> dict[str, Any]:
         """Write generation ``self.generation`` (vector families, synonym edges, graph, lexical index, corpus tables,
@@ -564,8 +666,11 @@ class IndexBuild:
 
         local = isinstance(self.fs, pafs.LocalFileSystem)
         # At the output's root, where a killed build's folder is swept by the next run (hxd2_ray.indexing.output).
-        build_dir = (os.path.join(self.root, f"{BUILDING_PREFIX}{self.generation}-{uuid.uuid4().hex[:8]}")
-                     if local else tempfile.mkdtemp(prefix="hxd2-build-"))
+        build_dir = (
+            os.path.join(self.root, f"{BUILDING_PREFIX}{self.generation}-{uuid.uuid4().hex[:8]}")
+            if local
+            else tempfile.mkdtemp(prefix="hxd2-build-")
+        )
         os.makedirs(build_dir, exist_ok=True)
         # A full or read-only disk ends as one error naming the path and the space needed (disk_space).
         self.write_seam = write_seam_for(self.root if local else build_dir, state, vectors)
@@ -577,8 +682,11 @@ class IndexBuild:
                     part = vectors.filter(pc.equal(vectors.column("family"), family))
                     keys = part.column("key").to_pylist()
                     flat = pc.list_flatten(part.column("vector")).to_numpy(zero_copy_only=False)
-                    arr = np.ascontiguousarray(flat, dtype=np.float32).reshape(len(keys), -1) if keys else \
-                        np.zeros((0, self.cfg.embedding.dim), np.float32)
+                    arr = (
+                        np.ascontiguousarray(flat, dtype=np.float32).reshape(len(keys), -1)
+                        if keys
+                        else np.zeros((0, self.cfg.embedding.dim), np.float32)
+                    )
                     disk_fault("vectors", os.path.join(build_dir, "vectors", family))
                     info = write_family(build_dir, family, keys, arr, self.cfg.vectors)
                     families[family] = _as_dict(info)
@@ -586,16 +694,21 @@ class IndexBuild:
                         name_vectors = (keys, arr)
                 synonyms = self._synonyms(build_dir, name_vectors)
                 title_mentions = self._title_mentions(state.documents, state.chunks)
-                graph = (state.documents, state.chunks.drop_columns(["shard"]), state.entities, state.relations,
-                         synonyms, title_mentions)
+                graph = (
+                    state.documents,
+                    state.chunks.drop_columns(["shard"]),
+                    state.entities,
+                    state.relations,
+                    synonyms,
+                    title_mentions,
+                )
                 # Kùzu may abort the process on a failed write: refuse first when the room is plainly missing.
                 self.write_seam.check_room(build_dir, estimate_graph_bytes(graph), "the graph")
                 KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu")).bulk_load(*graph)
                 disk_fault("graph", os.path.join(build_dir, "graph.kuzu"))
                 crash_point("driver:write")
                 # The lexical channel of this generation, from its whole chunk table (an update rebuilds it too).
-                write_lexical(build_dir, state.chunks.column("id").to_pylist(),
-                              state.chunks.column("text").to_pylist())
+                write_lexical(build_dir, state.chunks.column("id").to_pylist(), state.chunks.column("text").to_pylist())
                 self.refusal = calibrate_build(build_dir, self.cfg, state.chunks.column("text"), progress=_log)
                 self.files = record_files(build_dir)  # sizes and sha256 for the manifest, before the files move
                 write_state(build_dir, state)
@@ -629,12 +742,20 @@ class IndexBuild:
         table = title_mention_edges(documents, chunks, self.cfg.title_mentions, progress=_log)
         self.counters["title_mentions"] = table.num_rows
         self.clock.seconds["title_mentions"] = round(time.perf_counter() - started, 3)
-        _log(f"{table.num_rows:,} title mentions in {chunks.num_rows:,} chunks in "
-             f"{self.clock.seconds['title_mentions']:.1f}s")
+        _log(
+            f"{table.num_rows:,} title mentions in {chunks.num_rows:,} chunks in "
+            f"{self.clock.seconds['title_mentions']:.1f}s"
+        )
         return table
 
-    def commit(self, summary: dict[str, Any], families: dict[str, Any], current: IndexManifest | None, kind: str,
-               change: dict[str, Any]) -> None:
+    def commit(
+        self,
+        summary: dict[str, Any],
+        families: dict[str, Any],
+        current: IndexManifest | None,
+        kind: str,
+        change: dict[str, Any],
+    ) -> None:
         """Switch readers to the written generation (one manifest write), then remove generations past
         ``generations.keep``."""
         from hxd2_ray.indexing.disk_space import WriteSeam
@@ -649,8 +770,10 @@ class IndexBuild:
             llm_model_id=llm_model_id(self.cfg.llm),
             embedding_model_id=embedding_model_id(self.cfg.embedding),
             embedding_dim=self.cfg.embedding.dim,
-            counts={k: summary[k] for k in ("documents", "chunks", "entities", "relations", "ungrounded_entities",
-                                            "ungrounded_relations")},
+            counts={
+                k: summary[k]
+                for k in ("documents", "chunks", "entities", "relations", "ungrounded_entities", "ungrounded_relations")
+            },
             vector_families=families,
             config=self.cfg.model_dump(mode="json"),
             generation=self.generation,
@@ -692,11 +815,14 @@ class IndexBuild:
         # the input is built again into a new generation. Anything else that changed the fingerprint needs a new output.
         rebuild = current is not None and current.fingerprint != self.fingerprint
         if rebuild and self.options.dry_run:
-            raise HxdError(f"{self.output_uri} holds an index built with other graph settings (synonym edges, title "
-                           "mentions) or before one of them existed; a dry run estimates "
-                           "changes to an index of the same configuration (or a build into a new --output)")
-        self.services = RunServices(self.cfg, self.options, self.fs, self.root, self.output_uri,
-                                    self.prompts.version_hash)
+            raise HxdError(
+                f"{self.output_uri} holds an index built with other graph settings (synonym edges, title "
+                "mentions) or before one of them existed; a dry run estimates "
+                "changes to an index of the same configuration (or a build into a new --output)"
+            )
+        self.services = RunServices(
+            self.cfg, self.options, self.fs, self.root, self.output_uri, self.prompts.version_hash
+        )
         try:
             return self._run(current, rebuild, started)
         finally:
@@ -714,9 +840,11 @@ class IndexBuild:
 
                 return dry_run(self, listing, current)
             if rebuild:
-                _log(f"{self.output_uri} was built with other graph settings (synonym edges, title mentions): building "
-                     "the input again into a "
-                     "new generation (extractions and vectors are reused)")
+                _log(
+                    f"{self.output_uri} was built with other graph settings (synonym edges, title mentions): building "
+                    "the input again into a "
+                    "new generation (extractions and vectors are reused)"
+                )
                 summary = self.build(listing, parent=current)
             elif current is not None:
                 from jobs.index_update import IndexUpdate
@@ -751,19 +879,36 @@ class IndexBuild:
             vectors = self.embed(entities, relations, chunks)
         self.check_lock()
         ok = extractions.filter(pc.equal(extractions.column("error"), "")).column("chunk_id")
-        state = CorpusState(sources=self.sources, documents=docs, chunks=chunks, quarantine=quarantine,
-                            entities=entities, relations=relations,
-                            merged_chunks=pa.table({"chunk_id": ok}, schema=tables.MERGED_CHUNKS))
+        state = CorpusState(
+            sources=self.sources,
+            documents=docs,
+            chunks=chunks,
+            quarantine=quarantine,
+            entities=entities,
+            relations=relations,
+            merged_chunks=pa.table({"chunk_id": ok}, schema=tables.MERGED_CHUNKS),
+        )
         with self.clock.stage("write"):
             families = self.write(state, vectors)
         kind = "build" if parent is None else "rebuild"
         summary = self.summary(state, extractions, families, kind=kind)
-        self.commit(summary, families, parent, kind, {"documents": docs.num_rows, "chunks": chunks.num_rows,
-                                                      "input": listing.fingerprint})
+        self.commit(
+            summary,
+            families,
+            parent,
+            kind,
+            {"documents": docs.num_rows, "chunks": chunks.num_rows, "input": listing.fingerprint},
+        )
         return summary
 
-    def summary(self, state: CorpusState, extractions: pa.Table, families: dict[str, Any], kind: str,
-                change: dict[str, Any] | None = None) -> dict[str, Any]:
+    def summary(
+        self,
+        state: CorpusState,
+        extractions: pa.Table,
+        families: dict[str, Any],
+        kind: str,
+        change: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         def total(col: str) -> int:
             # An index written before a column existed (grounding counts) reads as zero there.
             if not extractions.num_rows or col not in extractions.column_names:
@@ -811,8 +956,11 @@ class IndexBuild:
             "vectors": {f: info.get("count", 0) for f, info in families.items()},
             "run": self.services.totals(),
             "llm_cache": self.services.cache_summary(),
-            "cluster": {"nodes_checked": self.services.nodes_checked, "files_checked": self.services.files_checked,
-                        "writer_nodes": sorted(self.services.writer_nodes)},
+            "cluster": {
+                "nodes_checked": self.services.nodes_checked,
+                "files_checked": self.services.files_checked,
+                "writer_nodes": sorted(self.services.writer_nodes),
+            },
             "seconds_per_stage": dict(self.clock.seconds),
             "stage_status": dict(self.clock.status),
         }
@@ -828,8 +976,8 @@ class IndexBuild:
             "output": self.output_uri,
             "generation": current.generation if current is not None else "",
             "index": "unchanged" if current is not None else "not written yet",
-            "done": {"stages": stages[:stages.index(stage)], **{k: v for k, v in self.stop.items() if k != "stage"}},
-            "left": {"stages": stages[stages.index(stage):]},
+            "done": {"stages": stages[: stages.index(stage)], **{k: v for k, v in self.stop.items() if k != "stage"}},
+            "left": {"stages": stages[stages.index(stage) :]},
             "resume": "run the same command again (with a larger or no budget): finished work is kept",
             "run": self.services.totals(),
             "llm_cache": self.services.cache_summary(),
@@ -850,8 +998,9 @@ def _latest_per_chunk(extractions: pa.Table, chunks: pa.Table) -> pa.Table:
     """One extraction per current chunk: a successful one if any exists, else the recorded failure."""
     wanted = set(chunks.column("id").to_pylist())
     best: dict[str, int] = {}
-    for i, (cid, err) in enumerate(zip(extractions.column("chunk_id").to_pylist(),
-                                       extractions.column("error").to_pylist(), strict=True)):
+    for i, (cid, err) in enumerate(
+        zip(extractions.column("chunk_id").to_pylist(), extractions.column("error").to_pylist(), strict=True)
+    ):
         if cid not in wanted:
             continue
         prev = best.get(cid)
@@ -886,8 +1035,14 @@ def preflight(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool =
     return inputs
 
 
-def run_index(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool = False,
-              options: RunOptions | None = None, inputs: InputSelection | None = None) -> dict[str, Any]:
+def run_index(
+    cfg: HxdConfig,
+    input_uri: str,
+    output_uri: str,
+    overwrite: bool = False,
+    options: RunOptions | None = None,
+    inputs: InputSelection | None = None,
+) -> dict[str, Any]:
     """Check the input and the output (unless ``inputs`` says :func:`preflight` did), take the output's build
     lock, then start Ray and build or change the index. ``overwrite`` empties the output first, but for its LLM
     cache (replies keyed by model, prompt and sampling are never stale) and the run's log folder."""
@@ -897,8 +1052,15 @@ def run_index(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool =
 
     if inputs is None:
         inputs = preflight(cfg, input_uri, output_uri, overwrite)
-    with build_output(output_uri, cfg.s3, overwrite=overwrite, input_uri=input_uri, command="index",
-                      keep_on_overwrite=(LOG_FOLDER, LLM_CACHE_FOLDER), log=_say) as output:
+    with build_output(
+        output_uri,
+        cfg.s3,
+        overwrite=overwrite,
+        input_uri=input_uri,
+        command="index",
+        keep_on_overwrite=(LOG_FOLDER, LLM_CACHE_FOLDER),
+        log=_say,
+    ) as output:
         for path in output.swept:
             _say(f"removed {path}, left by a build that was killed")
         init_ray(cfg)
@@ -910,31 +1072,45 @@ def _run_line(summary: dict[str, Any]) -> str:
     if not run:
         return "  this run: -"
     cache = f"  LLM cache hits {run['llm_cache_hits']:,}" if (summary.get("llm_cache") or {}).get("enabled") else ""
-    return (f"  this run: LLM calls {run['llm_calls']:,}, prompt tokens {run['prompt_tokens']:,}, completion tokens "
-            f"{run['completion_tokens']:,}, embedding tokens {run['embedding_tokens']:,}, ${run['usd']:.4f}{cache}")
+    return (
+        f"  this run: LLM calls {run['llm_calls']:,}, prompt tokens {run['prompt_tokens']:,}, completion tokens "
+        f"{run['completion_tokens']:,}, embedding tokens {run['embedding_tokens']:,}, ${run['usd']:.4f}{cache}"
+    )
 
 
 def format_summary(summary: dict[str, Any]) -> str:
     if summary.get("status") == "stopped":
-        return "\n".join([
-            f"stopped: {summary['reason']}",
-            f"  index at {summary['output']}: {summary['index']}",
-            f"  done: {summary['done']}",
-            f"  left: {summary['left']}",
-            _run_line(summary),
-            f"  to continue: {summary['resume']}",
-        ])
+        return "\n".join(
+            [
+                f"stopped: {summary['reason']}",
+                f"  index at {summary['output']}: {summary['index']}",
+                f"  done: {summary['done']}",
+                f"  left: {summary['left']}",
+                _run_line(summary),
+                f"  to continue: {summary['resume']}",
+            ]
+        )
     if summary.get("status") == "estimate":
         from jobs.index_dry_run import format_estimate
 
         return format_estimate(summary)
     if summary.get("status") == "unchanged":
-        return "\n".join([f"index at {summary['output']} unchanged (generation {summary['generation']}): "
-                          f"{summary['reason']}", _run_line(summary)])
+        return "\n".join(
+            [
+                f"index at {summary['output']} unchanged (generation {summary['generation']}): {summary['reason']}",
+                _run_line(summary),
+            ]
+        )
     change = summary.get("change") or {}
-    what = (f"generation {summary['generation']} ({summary.get('kind', 'build')}"
-            + (f": +{change.get('added', 0)} ~{change.get('updated', 0)} -{change.get('deleted', 0)} documents"
-               if summary.get("kind") in ("update", "delete") else "") + ")")
+    what = (
+        f"generation {summary['generation']} ({summary.get('kind', 'build')}"
+        + (
+            f": +{change.get('added', 0)} ~{change.get('updated', 0)} -{change.get('deleted', 0)} documents"
+            if summary.get("kind") in ("update", "delete")
+            else ""
+        )
+        + ")"
+    )
     lines = [
         f"index written to {summary['output']}, {what} (fingerprint {summary['fingerprint']})",
         f"  documents {summary['documents']:>10,}   chunks {summary['chunks']:>10,}",
@@ -952,43 +1128,82 @@ def format_summary(summary: dict[str, Any]) -> str:
     ]
     refusal = summary.get("refusal_calibration") or {}
     if "threshold" in refusal:
-        lines.append(f"  refusal threshold {refusal['threshold']:.4f} (rule {refusal['rule']}, F1 {refusal['f1']:.3f}; "
-                     f"with names F1 {refusal['with_names']['f1']:.3f})")
+        lines.append(
+            f"  refusal threshold {refusal['threshold']:.4f} (rule {refusal['rule']}, F1 {refusal['f1']:.3f}; "
+            f"with names F1 {refusal['with_names']['f1']:.3f})"
+        )
         if refusal.get("notice"):
             lines.append(f"  {refusal['notice']}")
     return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hxd2 index", description=__doc__.split("\n\n")[0],
-                                     epilog="hxd2 index delete --output INDEX --doc-id ID... | --source PATH: "
-                                            "remove documents from an index (hxd2 index delete --help)")
+    parser = argparse.ArgumentParser(
+        prog="hxd2 index",
+        description=__doc__.split("\n\n")[0],
+        epilog="hxd2 index delete --output INDEX --doc-id ID... | --source PATH: "
+        "remove documents from an index (hxd2 index delete --help)",
+    )
     parser.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
-    parser.add_argument("--input", required=True, help="folder, file, glob or s3:// URI of the corpus; when the "
-                                                       "output holds an index, the documents to add or update")
+    parser.add_argument(
+        "--input",
+        required=True,
+        help="folder, file, glob or s3:// URI of the corpus; when the "
+        "output holds an index, the documents to add or update",
+    )
     parser.add_argument("--output", required=True, help="index folder or s3:// URI")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a config value (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value (repeatable)",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="delete what the output holds first (but its LLM cache) and build from scratch")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete what the output holds first (but its LLM cache) and build from scratch",
+    )
     add_run_options(parser)
-    parser.add_argument("--dry-run", action="store_true",
-                        help="estimate tokens, time and cost from a sample of the chunks to extract; build nothing")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="show Ray, Ray Data and vLLM logs here (default: in <output>/_logs/)")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="estimate tokens, time and cost from a sample of the chunks to extract; build nothing",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show Ray, Ray Data and vLLM logs here (default: in <output>/_logs/)",
+    )
     return parser
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """The LLM cache and budget flags of every command that changes an index (build, update, delete)."""
     parser.add_argument("--no-llm-cache", action="store_true", help="call the LLM for every request (llm_cache)")
-    parser.add_argument("--llm-cache", default=None, metavar="DIR_OR_S3",
-                        help="LLM response cache to use (default: <output>/_llm_cache)")
-    parser.add_argument("--budget-tokens", type=int, default=None, metavar="N",
-                        help="stop cleanly once this run has spent N LLM tokens (prompt + completion); rerun to go on")
-    parser.add_argument("--budget-usd", type=float, default=None, metavar="USD",
-                        help="stop cleanly once this run has cost USD dollars (cost.prices); rerun to go on")
+    parser.add_argument(
+        "--llm-cache",
+        default=None,
+        metavar="DIR_OR_S3",
+        help="LLM response cache to use (default: <output>/_llm_cache)",
+    )
+    parser.add_argument(
+        "--budget-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop cleanly once this run has spent N LLM tokens (prompt + completion); rerun to go on",
+    )
+    parser.add_argument(
+        "--budget-usd",
+        type=float,
+        default=None,
+        metavar="USD",
+        help="stop cleanly once this run has cost USD dollars (cost.prices); rerun to go on",
+    )
 
 
 def config_with_run_options(args: argparse.Namespace) -> HxdConfig:
@@ -1028,12 +1243,20 @@ def main(argv: list[str] | None = None) -> int:
 
     def work() -> dict[str, Any]:
         options = RunOptions(budget_tokens=args.budget_tokens, budget_usd=args.budget_usd, dry_run=args.dry_run)
-        outcome.update(run_index(cfg, args.input, args.output, overwrite=args.overwrite, options=options,
-                                 inputs=inputs))
+        outcome.update(
+            run_index(cfg, args.input, args.output, overwrite=args.overwrite, options=options, inputs=inputs)
+        )
         return outcome
 
-    code = run_job(work, command="index", log_path=log_path_for("index", args.output), verbose=args.verbose,
-                   run=args.output, as_json=args.json, format_text=format_summary)
+    code = run_job(
+        work,
+        command="index",
+        log_path=log_path_for("index", args.output),
+        verbose=args.verbose,
+        run=args.output,
+        as_json=args.json,
+        format_text=format_summary,
+    )
     return EXIT_STOPPED if code == 0 and outcome.get("status") == "stopped" else code
 
 

@@ -45,8 +45,9 @@ def dry_run(build: IndexBuild, listing: InputListing, current: IndexManifest | N
             state = read_state(build.fs, build.root, current)
             chunks = upsert(state.sources, state.quarantine, state.chunks, build.read_input(listing)).chunks
     extractions = build.read_extractions(chunks)
-    ok = pa.array(extractions.filter(pc.equal(extractions.column("error"), "")).column("chunk_id").to_pylist(),
-                  pa.string())
+    ok = pa.array(
+        extractions.filter(pc.equal(extractions.column("error"), "")).column("chunk_id").to_pylist(), pa.string()
+    )
     pending = chunks.filter(pc.invert(pc.is_in(chunks.column("id"), value_set=ok)))
     sample = evenly_spaced(pending, cfg.cost.dry_run_sample_chunks)
     seconds = 0.0
@@ -56,7 +57,8 @@ def dry_run(build: IndexBuild, listing: InputListing, current: IndexManifest | N
             stats = build.run_extraction(sample)
         seconds = float(pc.sum(stats.column("seconds")).as_py() or 0.0)
         mentions = int(pc.sum(stats.column("entities")).as_py() or 0) + int(
-            pc.sum(stats.column("relations")).as_py() or 0)
+            pc.sum(stats.column("relations")).as_py() or 0
+        )
     usage = build.services.totals()
     done = sample.num_rows
     per_chunk = seconds / done if done else 0.0
@@ -66,10 +68,18 @@ def dry_run(build: IndexBuild, listing: InputListing, current: IndexManifest | N
     mention_texts = round(2 * mentions / done * pending.num_rows) if done else 0
     embed_tokens = round(chunk_words * TOKENS_PER_WORD_ESTIMATE) + mention_texts * 24
     estimate = estimate_run(
-        usage, done, pending.num_rows, seconds_per_chunk=per_chunk, actors=cfg.ray.ner_actors,
-        embed_texts=pending.num_rows + mention_texts, embed_tokens=embed_tokens,
-        prices=PriceBook(dict(cfg.cost.prices)), llm_model=llm_model_id(cfg.llm),
-        embedding_model=embedding_model_id(cfg.embedding), gpus_per_actor=cfg.ray.gpus_per_ner_actor)
+        usage,
+        done,
+        pending.num_rows,
+        seconds_per_chunk=per_chunk,
+        actors=cfg.ray.ner_actors,
+        embed_texts=pending.num_rows + mention_texts,
+        embed_tokens=embed_tokens,
+        prices=PriceBook(dict(cfg.cost.prices)),
+        llm_model=llm_model_id(cfg.llm),
+        embedding_model=embedding_model_id(cfg.embedding),
+        gpus_per_actor=cfg.ray.gpus_per_ner_actor,
+    )
     return {
         "status": "estimate",
         "input": build.input_uri,

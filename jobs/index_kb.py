@@ -28,7 +28,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         "  vectors: " + ", ".join(f"{k} {v:,}" for k, v in summary["vectors"].items()),
         f"  embedding model {summary['embedding_model']} (dim {summary['embedding_dim']}), "
         f"{summary['embedded_texts']:,} distinct texts embedded",
-        "  seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in summary["seconds_per_stage"].items())
+        "  seconds per stage: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in summary["seconds_per_stage"].items())
         + f"; total {summary['seconds_total']:.1f}",
     ]
     return "\n".join(lines)
@@ -39,18 +40,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
     parser.add_argument("--triples", required=True, help="subject|relation|object file (MetaQA kb.txt)")
     parser.add_argument("--output", required=True, help="local index folder to create")
-    parser.add_argument("--limit-entities", type=int, default=None, metavar="N",
-                        help="keep a closed subgraph of at most N entities (file order decides)")
+    parser.add_argument(
+        "--limit-entities",
+        type=int,
+        default=None,
+        metavar="N",
+        help="keep a closed subgraph of at most N entities (file order decides)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace what the output folder holds")
-    parser.add_argument("--batch-size", type=int, default=None, metavar="N",
-                        help=f"texts per embedder call (default {DEFAULT_EMBED_CALL_SIZE})")
-    parser.add_argument("--log-every", type=int, default=2, metavar="N",
-                        help="a progress line every N embedder calls (default 2)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a config value (repeatable)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"texts per embedder call (default {DEFAULT_EMBED_CALL_SIZE})",
+    )
+    parser.add_argument(
+        "--log-every", type=int, default=2, metavar="N", help="a progress line every N embedder calls (default 2)"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value (repeatable)",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="show the build's log lines and the models' logs here (default: in a log file)")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show the build's log lines and the models' logs here (default: in a log file)",
+    )
     return parser
 
 
@@ -71,14 +93,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     def build() -> dict[str, Any]:
-        return build_kb_index(cfg, args.triples, args.output,
-                              limit_entities=args.limit_entities, overwrite=args.overwrite,
-                              batch_size=args.batch_size or DEFAULT_EMBED_CALL_SIZE, log_every=max(1, args.log_every),
-                              board=progress.current())
+        return build_kb_index(
+            cfg,
+            args.triples,
+            args.output,
+            limit_entities=args.limit_entities,
+            overwrite=args.overwrite,
+            batch_size=args.batch_size or DEFAULT_EMBED_CALL_SIZE,
+            log_every=max(1, args.log_every),
+            board=progress.current(),
+        )
 
     # The output folder must be empty or absent until the build is swapped in: the log goes beside it.
-    return run_job(build, command="index-kb", log_path=log_path_for("index-kb", args.output, beside=True),
-                   verbose=args.verbose, as_json=args.json, format_text=format_summary)
+    return run_job(
+        build,
+        command="index-kb",
+        log_path=log_path_for("index-kb", args.output, beside=True),
+        verbose=args.verbose,
+        as_json=args.json,
+        format_text=format_summary,
+    )
 
 
 def _check_output_parent(output: str, cfg: Any) -> None:

@@ -48,8 +48,9 @@ def cache_location(cfg: HxdConfig, fs: pafs.FileSystem, root: str) -> CacheLocat
 class RunServices:
     """The ledger actor and the :class:`StageRun` every stage actor gets; started once Ray is up."""
 
-    def __init__(self, cfg: HxdConfig, options: RunOptions, fs: pafs.FileSystem, root: str, output_uri: str,
-                 prompt_version: str) -> None:
+    def __init__(
+        self, cfg: HxdConfig, options: RunOptions, fs: pafs.FileSystem, root: str, output_uri: str, prompt_version: str
+    ) -> None:
         import ray
 
         self.cfg = cfg
@@ -87,10 +88,16 @@ class RunServices:
         """Every file the stage's actors reported must be readable here with the rows they reported."""
         if not stats.num_rows or "path" not in stats.column_names:
             return
-        reported = [ReportedFile(p, int(r), n) for p, r, n in zip(stats.column("path").to_pylist(),
-                                                                  stats.column("rows").to_pylist(),
-                                                                  stats.column("node").to_pylist(), strict=True)
-                    if p]
+        reported = [
+            ReportedFile(p, int(r), n)
+            for p, r, n in zip(
+                stats.column("path").to_pylist(),
+                stats.column("rows").to_pylist(),
+                stats.column("node").to_pylist(),
+                strict=True,
+            )
+            if p
+        ]
         self.files_checked += check_reported_files(self.fs, reported, stage, self.output_uri)
         self.writer_nodes.update(r.node for r in reported if r.node)
 
@@ -101,8 +108,7 @@ class RunServices:
         from jobs.cluster_check import check_every_node
 
         reads = [ReadCheck(input_fs, tuple(input_paths), "input")] if input_fs is not None and input_paths else []
-        self.nodes_checked = check_every_node(self.fs, staging, self.output_uri, reads=reads,
-                                              what="output and input")
+        self.nodes_checked = check_every_node(self.fs, staging, self.output_uri, reads=reads, what="output and input")
 
     def cache_summary(self) -> dict[str, Any]:
         if self.cache is None:

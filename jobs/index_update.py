@@ -52,22 +52,25 @@ class IndexUpdate:
     def upsert(self, listing: InputListing) -> dict[str, Any]:
         b = self.build
         if self.input_already_applied(listing.fingerprint):
-            b.clock.status["ingest"] = (f"skipped: the same input (paths, sizes, times) made generation "
-                                        f"{self.current.generation} and every chunk is extracted")
+            b.clock.status["ingest"] = (
+                f"skipped: the same input (paths, sizes, times) made generation "
+                f"{self.current.generation} and every chunk is extracted"
+            )
             return self.unchanged(None)
         with b.clock.stage("ingest"):
             incoming = b.read_input(listing)
             change = upsert(self.state.sources, self.state.quarantine, self.state.chunks, incoming)
-            b.clock.status["ingest"] = (f"read {len(listing.files)} files: {len(change.added)} new and "
-                                        f"{len(change.updated)} changed documents, {change.unchanged} unchanged")
+            b.clock.status["ingest"] = (
+                f"read {len(listing.files)} files: {len(change.added)} new and "
+                f"{len(change.updated)} changed documents, {change.unchanged} unchanged"
+            )
             crash_point("driver:ingest")  # crash tests: the change computed, nothing of it written
         return self.apply(change, "update", heal=True, input_fingerprint=listing.fingerprint)
 
     def input_already_applied(self, fingerprint: str) -> bool:
         """The current generation was made from exactly this input listing, and no chunk of it waits for an
         extraction: reading the input again cannot change anything."""
-        made_by = (self.current.generations[-1].get("change", {}).get("input")
-                   if self.current.generations else None)
+        made_by = self.current.generations[-1].get("change", {}).get("input") if self.current.generations else None
         if made_by != fingerprint:
             return False
         return set(self.state.chunks.column("id").to_pylist()) <= self.state.merged_chunk_ids()
@@ -78,16 +81,17 @@ class IndexUpdate:
         b = self.build
         with b.clock.stage("ingest"):
             try:
-                change = delete(self.state.sources, self.state.quarantine, self.state.chunks, doc_ids,
-                                source_paths)
+                change = delete(self.state.sources, self.state.quarantine, self.state.chunks, doc_ids, source_paths)
             except NothingToDeleteError as exc:
                 done_in = self.deleted_before(exc.unknown_ids, exc.missing_sources)
                 if done_in is None:
                     raise  # a typo deletes nothing, and says so
                 b.clock.status["ingest"] = f"already deleted in generation {done_in}"
                 summary = self.unchanged(None)
-                summary["reason"] = (f"nothing to delete: what was named was deleted already (generation {done_in});"
-                                     " the index is unchanged")
+                summary["reason"] = (
+                    f"nothing to delete: what was named was deleted already (generation {done_in});"
+                    " the index is unchanged"
+                )
                 return summary
             b.clock.status["ingest"] = f"{len(change.deleted)} documents to delete"
             crash_point("driver:ingest")  # crash tests: the change computed, nothing of it written
@@ -110,14 +114,22 @@ class IndexUpdate:
             return last
         return None
 
-    def apply(self, change: CorpusChange, kind: str, heal: bool, input_fingerprint: str = "",
-              request: dict[str, Any] | None = None) -> dict[str, Any]:
+    def apply(
+        self,
+        change: CorpusChange,
+        kind: str,
+        heal: bool,
+        input_fingerprint: str = "",
+        request: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Bring the index to ``change``'s corpus. ``heal``: also extract the chunks whose extraction failed in
         earlier runs (an update may call the LLM; a delete never does)."""
         b, state = self.build, self.state
         if change.documents.num_rows == 0:
-            raise EmptyCorpusError(f"the change would leave {b.output_uri} without any document; nothing was "
-                                   "changed (remove the index folder to drop it whole)")
+            raise EmptyCorpusError(
+                f"the change would leave {b.output_uri} without any document; nothing was "
+                "changed (remove the index folder to drop it whole)"
+            )
         with b.clock.stage("extract"):
             if heal:
                 extractions = b.extract(change.chunks)
@@ -134,15 +146,23 @@ class IndexUpdate:
         with b.clock.stage("merge"):
             entities, relations, stats = self.remerge(removed, added, extractions)
             crash_point("driver:merge")  # crash tests: the graph merged again in memory, not yet embedded
-            b.clock.status["merge"] = (f"re-merged {stats['entities_recomputed']} entities and "
-                                       f"{stats['relations_recomputed']} relations touched by {len(removed)} removed "
-                                       f"and {len(added)} added chunks")
+            b.clock.status["merge"] = (
+                f"re-merged {stats['entities_recomputed']} entities and "
+                f"{stats['relations_recomputed']} relations touched by {len(removed)} removed "
+                f"and {len(added)} added chunks"
+            )
         with b.clock.stage("embed"):
             vectors = b.embed(entities, relations, change.chunks)
         b.check_lock()
-        new_state = CorpusState(sources=change.sources, documents=change.documents, chunks=change.chunks,
-                                quarantine=change.quarantine, entities=entities, relations=relations,
-                                merged_chunks=pa.table({"chunk_id": sorted(ok_now)}, schema=tables.MERGED_CHUNKS))
+        new_state = CorpusState(
+            sources=change.sources,
+            documents=change.documents,
+            chunks=change.chunks,
+            quarantine=change.quarantine,
+            entities=entities,
+            relations=relations,
+            merged_chunks=pa.table({"chunk_id": sorted(ok_now)}, schema=tables.MERGED_CHUNKS),
+        )
         with b.clock.stage("write"):
             families = b.write(new_state, vectors)
         described = {**change.describe(), **stats, "chunks_merged_in": len(added), "chunks_merged_out": len(removed)}
@@ -155,8 +175,9 @@ class IndexUpdate:
         b.commit(summary, families, self.current, kind, recorded)
         return summary
 
-    def remerge(self, removed: set[str], added: set[str], extractions: pa.Table
-                ) -> tuple[pa.Table, pa.Table, dict[str, int]]:
+    def remerge(
+        self, removed: set[str], added: set[str], extractions: pa.Table
+    ) -> tuple[pa.Table, pa.Table, dict[str, int]]:
         """The new entity and relation tables: the rows the change touches merged again (and summarized when
         over the budget), the others as they were."""
         from hxd2_ray.indexing.incremental import MERGED_ENTITIES, MERGED_RELATIONS
@@ -164,12 +185,21 @@ class IndexUpdate:
 
         b, state = self.build, self.state
         cfg = b.cfg
-        remerged = remerge(state.entities, state.relations, removed, added, ExtractionIndex(extractions),
-                           cfg.extraction, build_token_counter(cfg.llm))
+        remerged = remerge(
+            state.entities,
+            state.relations,
+            removed,
+            added,
+            ExtractionIndex(extractions),
+            cfg.extraction,
+            build_token_counter(cfg.llm),
+        )
         finished = []
         summarized = 0
-        for name, rows, schema in (("entities", remerged.entities, MERGED_ENTITIES),
-                                   ("relations", remerged.relations, MERGED_RELATIONS)):
+        for name, rows, schema in (
+            ("entities", remerged.entities, MERGED_ENTITIES),
+            ("relations", remerged.relations, MERGED_RELATIONS),
+        ):
             long_rows = rows.filter(rows.column("needs_summary"))
             summaries = b.summarize(long_rows, schema, name)
             summarized += summaries.num_rows
@@ -181,10 +211,17 @@ class IndexUpdate:
         b.counters["summarized_descriptions"] = summarized
         # Counted as a build cannot here (the rows untouched by the change are not re-derived): untyped entities
         # without a description, which is what an endpoint-only entity is.
-        b.counters["endpoint_only_entities"] = int(pc.sum(pc.and_(
-            pc.equal(entities.column("type"), "unknown"), pc.equal(entities.column("description"), ""))).as_py() or 0)
-        stats = {**remerged.stats, "extractions_read": remerged.chunks_read,
-                 "entities_changed": len(b.changed_entity_keys)}
+        b.counters["endpoint_only_entities"] = int(
+            pc.sum(
+                pc.and_(pc.equal(entities.column("type"), "unknown"), pc.equal(entities.column("description"), ""))
+            ).as_py()
+            or 0
+        )
+        stats = {
+            **remerged.stats,
+            "extractions_read": remerged.chunks_read,
+            "entities_changed": len(b.changed_entity_keys),
+        }
         return entities, relations, stats
 
     def unchanged(self, change: CorpusChange | None) -> dict[str, Any]:
@@ -212,8 +249,9 @@ class IndexUpdate:
 # --------------------------------------------------------------------------------------------- hxd2 index delete
 
 
-def run_delete(cfg: HxdConfig, output_uri: str, doc_ids: list[str], source_paths: list[str],
-               options: RunOptions | None = None) -> dict[str, Any]:
+def run_delete(
+    cfg: HxdConfig, output_uri: str, doc_ids: list[str], source_paths: list[str], options: RunOptions | None = None
+) -> dict[str, Any]:
     """Delete documents under the output's build lock (no other build or change runs meanwhile)."""
     from hxd2_ray.indexing.output import build_output
     from jobs.index import _say
@@ -226,8 +264,9 @@ def run_delete(cfg: HxdConfig, output_uri: str, doc_ids: list[str], source_paths
         return _delete_locked(cfg, output, doc_ids, source_paths, options)
 
 
-def _delete_locked(cfg: HxdConfig, output: BuildOutput, doc_ids: list[str], source_paths: list[str],
-                   options: RunOptions | None) -> dict[str, Any]:
+def _delete_locked(
+    cfg: HxdConfig, output: BuildOutput, doc_ids: list[str], source_paths: list[str], options: RunOptions | None
+) -> dict[str, Any]:
     from hxd2_ray.indexing.generations import next_generation_id
     from jobs.index import IndexBuild, init_ray
     from jobs.index_run import RunServices
@@ -240,8 +279,10 @@ def _delete_locked(cfg: HxdConfig, output: BuildOutput, doc_ids: list[str], sour
     if current is None:
         raise IndexNotFoundError(f"no index at {output_uri} (no manifest.json): nothing to delete from")
     if current.fingerprint != build.fingerprint:
-        raise HxdError(f"{output_uri} was built with another configuration (fingerprint {current.fingerprint}, "
-                       f"this one {build.fingerprint}); delete with the index's own config (omit --config)")
+        raise HxdError(
+            f"{output_uri} was built with another configuration (fingerprint {current.fingerprint}, "
+            f"this one {build.fingerprint}); delete with the index's own config (omit --config)"
+        )
     build.services = RunServices(cfg, build.options, build.fs, build.root, output_uri, build.prompts.version_hash)
     try:
         build.generation = next_generation_id(current)
@@ -267,19 +308,42 @@ def _as_source(path: str) -> str:
 def build_delete_parser() -> argparse.ArgumentParser:
     from jobs.index import add_run_options
 
-    parser = argparse.ArgumentParser(prog="hxd2 index delete",
-                                     description="Remove documents from an index (a new generation).")
+    parser = argparse.ArgumentParser(
+        prog="hxd2 index delete", description="Remove documents from an index (a new generation)."
+    )
     parser.add_argument("--output", required=True, help="the index folder or s3:// URI")
-    parser.add_argument("--doc-id", dest="doc_ids", action="append", default=[], metavar="ID",
-                        help="a document id (the record's id field, else its file path); repeatable")
-    parser.add_argument("--source", dest="sources", action="append", default=[], metavar="PATH",
-                        help="every document read from this file, or from the files under this folder; repeatable")
+    parser.add_argument(
+        "--doc-id",
+        dest="doc_ids",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="a document id (the record's id field, else its file path); repeatable",
+    )
+    parser.add_argument(
+        "--source",
+        dest="sources",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="every document read from this file, or from the files under this folder; repeatable",
+    )
     parser.add_argument("--config", default=None, help="YAML config (default: the one the index was built with)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a config value (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value (repeatable)",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="show Ray, Ray Data and vLLM logs here (default: in <output>/_logs/)")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show Ray, Ray Data and vLLM logs here (default: in <output>/_logs/)",
+    )
     add_run_options(parser)
     return parser
 
@@ -300,12 +364,18 @@ def main_delete(argv: list[str]) -> int:
             overrides.append("llm_cache.enabled=false")
         if args.llm_cache:
             overrides.append(f"llm_cache.location={args.llm_cache}")
-        cfg = (load_config(args.config, overrides) if args.config
-               else load_query_config(args.output, None, overrides))
+        cfg = load_config(args.config, overrides) if args.config else load_query_config(args.output, None, overrides)
         options = RunOptions(budget_tokens=args.budget_tokens, budget_usd=args.budget_usd)
         outcome.update(run_delete(cfg, args.output, args.doc_ids, args.sources, options))
         return outcome
 
-    code = run_job(work, command="index-delete", log_path=log_path_for("index-delete", args.output),
-                   verbose=args.verbose, run=args.output, as_json=args.json, format_text=format_summary)
+    code = run_job(
+        work,
+        command="index-delete",
+        log_path=log_path_for("index-delete", args.output),
+        verbose=args.verbose,
+        run=args.output,
+        as_json=args.json,
+        format_text=format_summary,
+    )
     return EXIT_STOPPED if code == 0 and outcome.get("status") == "stopped" else code

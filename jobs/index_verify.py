@@ -31,11 +31,16 @@ def verify_index(location: str, cfg: Any, checksums: bool = True) -> dict[str, A
     fs, root = resolve_filesystem(location, cfg.s3)
     manifest = read_manifest(root, filesystem=fs)
     damage = find_damage(root, manifest, checksums=checksums, filesystem=fs)
-    return {"index": location, "files": len(manifest.files), "checked": "size+sha256" if checksums else "size",
-            "ok": not damage and bool(manifest.files),
-            "damaged": [{"file": d.file, "problem": d.problem} for d in damage],
-            "note": "" if manifest.files else "the manifest records no file sizes or checksums (built before they "
-                                              "were recorded); rebuild to get them"}
+    return {
+        "index": location,
+        "files": len(manifest.files),
+        "checked": "size+sha256" if checksums else "size",
+        "ok": not damage and bool(manifest.files),
+        "damaged": [{"file": d.file, "problem": d.problem} for d in damage],
+        "note": ""
+        if manifest.files
+        else "the manifest records no file sizes or checksums (built before they were recorded); rebuild to get them",
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,8 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ok: {result['files']} files match the manifest ({result['checked']}) in {args.index}")
     if result["damaged"]:
         problems = "; ".join(d["problem"] for d in result["damaged"])
-        print(f"error: {len(result['damaged'])} of {result['files']} index files damaged in {args.index}: {problems}",
-              file=sys.stderr)
+        print(
+            f"error: {len(result['damaged'])} of {result['files']} index files damaged in {args.index}: {problems}",
+            file=sys.stderr,
+        )
         return 2
     if result["note"]:
         print(f"error: {result['note']}", file=sys.stderr)

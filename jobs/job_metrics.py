@@ -77,10 +77,13 @@ class JobMetrics:
     def __init__(self) -> None:
         from ray.util.metrics import Counter, Histogram
 
-        self.counters = {name: Counter(name, description=desc, tag_keys=tags)
-                         for name, (desc, tags) in COUNTERS.items()}
-        self.histograms = {name: Histogram(name, description=desc, boundaries=DURATION_BOUNDARIES, tag_keys=tags)
-                           for name, (desc, tags) in HISTOGRAMS.items()}
+        self.counters = {
+            name: Counter(name, description=desc, tag_keys=tags) for name, (desc, tags) in COUNTERS.items()
+        }
+        self.histograms = {
+            name: Histogram(name, description=desc, boundaries=DURATION_BOUNDARIES, tag_keys=tags)
+            for name, (desc, tags) in HISTOGRAMS.items()
+        }
 
     def record(self, tags: Mapping[str, str], unit: str, counts: Mapping[str, float]) -> None:
         base = {k: str(tags.get(k, "")) for k in TAGS}

@@ -143,8 +143,7 @@ class ProgressBoard:
     def begin(self, name: str, *, total: int | None = None, unit: str | None = None, score: bool = False) -> None:
         with self.lock:
             now = self.clock()
-            stage = StageState(name=name, started=now, unit=unit or "items", total=total, score=score,
-                               last_change=now)
+            stage = StageState(name=name, started=now, unit=unit or "items", total=total, score=score, last_change=now)
             self.stages[name] = stage
             if self.renderer:
                 self.renderer.started(self, stage)
@@ -191,8 +190,12 @@ class ProgressBoard:
             now = self.clock()
             out = []
             for stage in self.stages.values():
-                if (stage.finished is None and stage.total and not stage.stall_noted
-                        and now - stage.last_change >= after_s):
+                if (
+                    stage.finished is None
+                    and stage.total
+                    and not stage.stall_noted
+                    and now - stage.last_change >= after_s
+                ):
                     stage.stall_noted = True
                     out.append(stage)
             return out
@@ -245,19 +248,31 @@ class ProgressBoard:
         for s in self.stages.values():
             rate = s.rate(now)
             elapsed = s.elapsed(now)
-            out.append({
-                "stage": s.name,
-                "items": (f"{s.done:,}/{s.total:,} {s.unit}" if s.total is not None
-                          else f"{s.done:,} {s.unit}" if s.done else "—"),
-                "time": format_duration(elapsed),
-                "rate": f"{_rate_text(rate)}/s" if rate else "—",
-                "tokens/s": f"{s.tokens / elapsed:,.0f}" if s.tokens and elapsed > 0 else "—",
-                "notes": "; ".join(x for x in (
-                    f"score {s.counts.get('correct', 0) / s.done:.3f}" if s.score and s.done else "",
-                    f"{int(s.counts['failed']):,} failed" if s.counts.get("failed") else "",
-                    f"{int(s.counts['malformed']):,} malformed" if s.counts.get("malformed") else "",
-                    s.status) if x),
-            })
+            out.append(
+                {
+                    "stage": s.name,
+                    "items": (
+                        f"{s.done:,}/{s.total:,} {s.unit}"
+                        if s.total is not None
+                        else f"{s.done:,} {s.unit}"
+                        if s.done
+                        else "—"
+                    ),
+                    "time": format_duration(elapsed),
+                    "rate": f"{_rate_text(rate)}/s" if rate else "—",
+                    "tokens/s": f"{s.tokens / elapsed:,.0f}" if s.tokens and elapsed > 0 else "—",
+                    "notes": "; ".join(
+                        x
+                        for x in (
+                            f"score {s.counts.get('correct', 0) / s.done:.3f}" if s.score and s.done else "",
+                            f"{int(s.counts['failed']):,} failed" if s.counts.get("failed") else "",
+                            f"{int(s.counts['malformed']):,} malformed" if s.counts.get("malformed") else "",
+                            s.status,
+                        )
+                        if x
+                    ),
+                }
+            )
         return out
 
 
@@ -336,8 +351,14 @@ class LiveRenderer:
         self.console = Console(file=stream, force_terminal=True, highlight=False, soft_wrap=False)
         self._board: ProgressBoard | None = None
         self._last: Any = ""  # the last frame drawn (a rich Table; nothing before the first)
-        self.live = Live(console=self.console, get_renderable=self._render, refresh_per_second=refresh_per_second,
-                         transient=True, redirect_stdout=False, redirect_stderr=False)
+        self.live = Live(
+            console=self.console,
+            get_renderable=self._render,
+            refresh_per_second=refresh_per_second,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
         self._started = False
 
     def _render(self) -> Any:
@@ -369,10 +390,14 @@ class LiveRenderer:
             if stage.finished is not None:
                 continue
             frac = stage.fraction()
-            bar = ProgressBar(total=100.0, completed=100.0 * (frac or 0), width=20,
-                              pulse=frac is None, animation_time=now)
-            grid.add_row(Text(f"  {stage.name}", style="bold cyan", no_wrap=True), bar,
-                         Text(describe(stage, now), no_wrap=True, overflow="ellipsis"))
+            bar = ProgressBar(
+                total=100.0, completed=100.0 * (frac or 0), width=20, pulse=frac is None, animation_time=now
+            )
+            grid.add_row(
+                Text(f"  {stage.name}", style="bold cyan", no_wrap=True),
+                bar,
+                Text(describe(stage, now), no_wrap=True, overflow="ellipsis"),
+            )
         return grid
 
     def _ensure_live(self, board: ProgressBoard) -> None:

@@ -35,28 +35,52 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hxd2 query", description=__doc__.split("\n\n")[0])
     parser.add_argument("question", nargs="?", default="", help="the question (quote it)")
     parser.add_argument("--index", required=True, help="index folder or s3:// URI (as written by hxd2 index)")
-    parser.add_argument("--config", default=None,
-                        help="YAML config (default: the config the index was built with, from its manifest)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a config value (repeatable), e.g. retrieval.top_k_entities=10")
+    parser.add_argument(
+        "--config", default=None, help="YAML config (default: the config the index was built with, from its manifest)"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value (repeatable), e.g. retrieval.top_k_entities=10",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--stream", action="store_true", help="print the answer as it is generated")
     parser.add_argument("--trace", action="store_true", help="show keywords, matches, chunks and token counts")
-    parser.add_argument("--mode", choices=MODES, default="auto",
-                        help="auto: intent -> refusal gate -> logic form -> verifier, falling back to dual-level "
-                             "(default); auto_post: the same with the post-check verifier; logic: logic form only; "
-                             "dual: dual-level only; llm_only: no retrieval; chunk_vector / dual_retrieval: "
-                             "retrieval only (references, no answer)")
-    parser.add_argument("--policy", default=None, metavar="DIR",
-                        help="a GraphFlow policy trained for the index (hxd2 graphflow train): enables --mode "
-                             "graphflow and multistage.graph_walk (same as --set graphflow.policy=DIR)")
-    parser.add_argument("--topic", default=None, metavar="NAME",
-                        help="the question's topic entity when you know it (as a benchmark's [brackets] give it): "
-                             "retrieval and the graph walk start there instead of linking a start from the text")
-    parser.add_argument("--questions", default=None, metavar="JSONL",
-                        help="answer every {\"question\": …} line of this file with one loaded model (demo/batch)")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="show the engines' logs here instead of writing them to a log file")
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="auto",
+        help="auto: intent -> refusal gate -> logic form -> verifier, falling back to dual-level "
+        "(default); auto_post: the same with the post-check verifier; logic: logic form only; "
+        "dual: dual-level only; llm_only: no retrieval; chunk_vector / dual_retrieval: "
+        "retrieval only (references, no answer)",
+    )
+    parser.add_argument(
+        "--policy",
+        default=None,
+        metavar="DIR",
+        help="a GraphFlow policy trained for the index (hxd2 graphflow train): enables --mode "
+        "graphflow and multistage.graph_walk (same as --set graphflow.policy=DIR)",
+    )
+    parser.add_argument(
+        "--topic",
+        default=None,
+        metavar="NAME",
+        help="the question's topic entity when you know it (as a benchmark's [brackets] give it): "
+        "retrieval and the graph walk start there instead of linking a start from the text",
+    )
+    parser.add_argument(
+        "--questions",
+        default=None,
+        metavar="JSONL",
+        help='answer every {"question": …} line of this file with one loaded model (demo/batch)',
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show the engines' logs here instead of writing them to a log file"
+    )
     return parser
 
 
@@ -180,8 +204,10 @@ def _print_answer(answer: Answer, args: argparse.Namespace, streamed: bool, out:
     for notice in data.get("notices", [])[:3]:  # the rest are in --json and --trace
         print(f"note: {notice}", file=err)
     if args.trace:
-        print(json.dumps({k: v for k, v in trace.items() if k != "retrieval"}, ensure_ascii=False, indent=2,
-                         default=str), file=out)
+        print(
+            json.dumps({k: v for k, v in trace.items() if k != "retrieval"}, ensure_ascii=False, indent=2, default=str),
+            file=out,
+        )
         if trace.get("retrieval"):
             print(format_trace(trace["retrieval"]), file=out)
 
@@ -217,20 +243,28 @@ def format_trace(trace: dict[str, Any]) -> str:
         f"  entities ({len(trace['entities'])}, dropped {trace['dropped']['entities']})",
     ]
     for i, e in enumerate(trace["entities"], 1):
-        lines.append(f"    {i:>2}. {e['name']} [{e['type']}] degree {e['degree']}  {e['origin']} {e['score']:.3f}"
-                     + (f"  {_hits(e['hits'])}" if e["hits"] else ""))
+        lines.append(
+            f"    {i:>2}. {e['name']} [{e['type']}] degree {e['degree']}  {e['origin']} {e['score']:.3f}"
+            + (f"  {_hits(e['hits'])}" if e["hits"] else "")
+        )
     lines.append(f"  relations ({len(trace['relations'])}, dropped {trace['dropped']['relations']})")
     for i, r in enumerate(trace["relations"], 1):
-        lines.append(f"    {i:>2}. {r['source_name']} -- {r['target_name']}  weight {r['weight']:g} "
-                     f"degree {r['degree']}  "
-                     f"{r['origin']} {r['score']:.3f}" + (f"  {_hits(r['hits'])}" if r["hits"] else ""))
+        lines.append(
+            f"    {i:>2}. {r['source_name']} -- {r['target_name']}  weight {r['weight']:g} "
+            f"degree {r['degree']}  "
+            f"{r['origin']} {r['score']:.3f}" + (f"  {_hits(r['hits'])}" if r["hits"] else "")
+        )
     lines.append(f"  chunks ({len(trace['chunks'])}, dropped {trace['dropped']['chunks']})")
     for i, c in enumerate(trace["chunks"], 1):
-        lines.append(f"    {i:>2}. {c['id'][:12]}  {c['doc_source_id']}  mentions {c['mentions']} "
-                     f"entity rank {c['first_entity_rank']} score {c['score']:.3f}")
+        lines.append(
+            f"    {i:>2}. {c['id'][:12]}  {c['doc_source_id']}  mentions {c['mentions']} "
+            f"entity rank {c['first_entity_rank']} score {c['score']:.3f}"
+        )
     t = trace["tokens"]
-    lines.append(f"  tokens  instructions {t['instructions']}  question {t['question']}  entities {t['entities']}  "
-                 f"relations {t['relations']}  chunks {t['chunks']}  total {t['total']} of {t['input_cap']}")
+    lines.append(
+        f"  tokens  instructions {t['instructions']}  question {t['question']}  entities {t['entities']}  "
+        f"relations {t['relations']}  chunks {t['chunks']}  total {t['total']} of {t['input_cap']}"
+    )
     lines.append("  ms  " + "  ".join(f"{k} {v:.1f}" for k, v in trace["timings_ms"].items()))
     for notice in trace["notices"]:
         lines.append(f"  note: {notice}")

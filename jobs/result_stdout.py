@@ -46,8 +46,13 @@ def result_stdout() -> Iterator[TextIO]:
             sys.stderr.flush()
             copy = os.dup(1)
             os.dup2(err_fd, 1)  # C libraries, child processes and late Python writes to fd 1 now reach stderr
-            _reserved["fd1"] = os.fdopen(copy, "w", encoding=getattr(original, "encoding", None) or "utf-8",
-                                         errors="backslashreplace", buffering=1)
+            _reserved["fd1"] = os.fdopen(
+                copy,
+                "w",
+                encoding=getattr(original, "encoding", None) or "utf-8",
+                errors="backslashreplace",
+                buffering=1,
+            )
         results = _reserved["fd1"]
     sys.stdout = sys.stderr
     _reserved.update(inside=sys.stdout, results=results)

@@ -42,30 +42,58 @@ RAY_STOP_WAIT_S = 2.0
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hxd2 serve", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--index", dest="indexes", action="append", default=[], metavar="[NAME=]PATH_OR_S3",
-                        help="an index to serve (repeatable); NAME is the OpenAI 'model' (default: folder name)")
-    parser.add_argument("--config", default=None,
-                        help="hxd2 YAML config (llm, embedding, retrieval, s3); with --index and no --config, the "
-                             "config the index was built with")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override an hxd2 config value (repeatable)")
-    parser.add_argument("--serve-config", default=None,
-                        help="Serve config file for deployment sizes and HTTP options "
-                             f"(default: configs/{DEFAULT_SERVE_CONFIG.name} when present)")
+    parser.add_argument(
+        "--index",
+        dest="indexes",
+        action="append",
+        default=[],
+        metavar="[NAME=]PATH_OR_S3",
+        help="an index to serve (repeatable); NAME is the OpenAI 'model' (default: folder name)",
+    )
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="hxd2 YAML config (llm, embedding, retrieval, s3); with --index and no --config, the "
+        "config the index was built with",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override an hxd2 config value (repeatable)",
+    )
+    parser.add_argument(
+        "--serve-config",
+        default=None,
+        help="Serve config file for deployment sizes and HTTP options "
+        f"(default: configs/{DEFAULT_SERVE_CONFIG.name} when present)",
+    )
     parser.add_argument("--host", default=None, help="HTTP host (default: the Serve config's, else 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="HTTP port (default: the Serve config's, else 8000)")
     parser.add_argument("--address", default=None, help="Ray cluster to join (auto, ray://…); default: a local Ray")
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray (default: all)")
     parser.add_argument("--no-auth", action="store_true", help="serve without API keys (local development)")
     parser.add_argument("--mode", default=None, help="default query mode of requests that name none (auto)")
-    parser.add_argument("--parts", choices=("deployments", "in_replica"), default=None,
-                        help="planner, plan executor and verifier as their own deployments (default) or inside "
-                             "each Retriever replica")
+    parser.add_argument(
+        "--parts",
+        choices=("deployments", "in_replica"),
+        default=None,
+        help="planner, plan executor and verifier as their own deployments (default) or inside each Retriever replica",
+    )
     parser.add_argument("--name", default=APP_NAME, help="Serve application name")
-    parser.add_argument("--detach", action="store_true",
-                        help="return once deployed, leaving the app running (with --address: on the cluster)")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="show Ray's and Serve's logs here instead of writing them to a log file")
+    parser.add_argument(
+        "--detach",
+        action="store_true",
+        help="return once deployed, leaving the app running (with --address: on the cluster)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show Ray's and Serve's logs here instead of writing them to a log file",
+    )
     return parser
 
 
@@ -73,9 +101,16 @@ RAY_START_ATTEMPTS = 4
 RAY_START_FIRST_WAIT_S = 5.0  # then 10, 20: a busy machine gets ~35 s of waits besides Ray's own start waits
 
 
-def start_ray_with_retries(init: Callable[[], None], shutdown: Callable[[], None], *, where: str,
-                           attempts: int = RAY_START_ATTEMPTS, first_wait_s: float = RAY_START_FIRST_WAIT_S,
-                           sleep: Callable[[float], None] = time.sleep, log: Callable[[str], None] = print) -> None:
+def start_ray_with_retries(
+    init: Callable[[], None],
+    shutdown: Callable[[], None],
+    *,
+    where: str,
+    attempts: int = RAY_START_ATTEMPTS,
+    first_wait_s: float = RAY_START_FIRST_WAIT_S,
+    sleep: Callable[[float], None] = time.sleep,
+    log: Callable[[str], None] = print,
+) -> None:
     """``init()`` Ray, again after a growing wait when it fails (on a busy machine the local node's start can time
     out: "current node timed out during startup"), at most ``attempts`` times; then one
     :class:`~hxd2_ray.errors.HxdError` that says why and what to do."""
@@ -97,8 +132,10 @@ def start_ray_with_retries(init: Callable[[], None], shutdown: Callable[[], None
                 log(f"Ray did not start ({last}); trying again in {wait:.0f} s ({attempt}/{attempts})")
                 sleep(wait)
                 wait *= 2
-    raise HxdError(f"Ray did not start {where} after {attempts} tries ({last}). The machine may be too busy: try "
-                   "again when it is quieter, or start Ray yourself (ray start --head) and pass --address auto")
+    raise HxdError(
+        f"Ray did not start {where} after {attempts} tries ({last}). The machine may be too busy: try "
+        "again when it is quieter, or start Ray yourself (ray start --head) and pass --address auto"
+    )
 
 
 def _index_arg(value: str) -> tuple[str, str]:
@@ -190,6 +227,7 @@ def unplaceable_upscales(deployment_options: dict[str, dict[str, Any]], cluster_
     """The deployments whose ``max_replicas`` cannot all be placed on ``cluster_cpus`` logical CPUs with every
     other deployment at its own maximum: the autoscaler would decide such an upscale and it would stay pending,
     without a word from Serve. One line per deployment, for the serve log and the terminal."""
+
     def cpus(options: dict[str, Any]) -> float:
         return float((options.get("ray_actor_options") or {}).get("num_cpus", 0) or 0)
 
@@ -200,8 +238,10 @@ def unplaceable_upscales(deployment_options: dict[str, dict[str, Any]], cluster_
     at_max = sum(cpus(o) * most(o) for o in deployment_options.values())
     if at_max <= cluster_cpus + 1e-9:
         return []
-    at_min = {name: cpus(o) * int((o.get("autoscaling_config") or {}).get("min_replicas")
-                                   or o.get("num_replicas") or 1) for name, o in deployment_options.items()}
+    at_min = {
+        name: cpus(o) * int((o.get("autoscaling_config") or {}).get("min_replicas") or o.get("num_replicas") or 1)
+        for name, o in deployment_options.items()
+    }
     lines = []
     for name, options in sorted(deployment_options.items()):
         if most(options) <= 1 or cpus(options) == 0:
@@ -209,9 +249,11 @@ def unplaceable_upscales(deployment_options: dict[str, dict[str, Any]], cluster_
         others = sum(v for n, v in at_min.items() if n != name)
         fits = int((cluster_cpus - others + 1e-9) // cpus(options)) if cpus(options) else most(options)
         if fits < most(options):
-            lines.append(f"{name}: max_replicas {most(options)} at {cpus(options):g} CPU each, but {cluster_cpus:g} "
-                         f"CPUs hold {max(fits, 0)} beside the other deployments; lower its num_cpus share or its "
-                         "max_replicas (configs/serve.yaml), or add nodes")
+            lines.append(
+                f"{name}: max_replicas {most(options)} at {cpus(options):g} CPU each, but {cluster_cpus:g} "
+                f"CPUs hold {max(fits, 0)} beside the other deployments; lower its num_cpus share or its "
+                "max_replicas (configs/serve.yaml), or add nodes"
+            )
     return lines or [f"the deployments' max_replicas need {at_max:g} CPUs at once; the cluster has {cluster_cpus:g}"]
 
 
@@ -225,16 +267,20 @@ def check_local_indexes_on_every_node(indexes: dict[str, str]) -> None:
     local = [loc.removeprefix("file://") for loc in indexes.values() if "://" not in loc or loc.startswith("file://")]
     if local:
         manifests = tuple(os.path.join(os.path.abspath(os.path.expanduser(p)), "manifest.json") for p in local)
-        check_every_node(None, "", ", ".join(local), reads=[ReadCheck(pafs.LocalFileSystem(), manifests, "index")],
-                         what="index path")
+        check_every_node(
+            None, "", ", ".join(local), reads=[ReadCheck(pafs.LocalFileSystem(), manifests, "index")], what="index path"
+        )
 
 
 def reload_main(argv: list[str]) -> int:
     """``hxd2 serve reload``: ask a running server to switch to its indexes' newly published generations now."""
     parser = argparse.ArgumentParser(prog="hxd2 serve reload", description=reload_main.__doc__)
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="the server (default http://127.0.0.1:8000)")
-    parser.add_argument("--key-env", default="HXD2_API_KEYS",
-                        help="environment variable holding the API key (the first of a comma-separated list)")
+    parser.add_argument(
+        "--key-env",
+        default="HXD2_API_KEYS",
+        help="environment variable holding the API key (the first of a comma-separated list)",
+    )
     try:
         ns = parser.parse_args(argv)
     except SystemExit as exc:
@@ -287,8 +333,11 @@ def main(argv: list[str] | None = None) -> int:
     first_local = next((loc for loc in app_args["indexes"].values() if "://" not in loc), None)
     with engine_logs_to("serve", first_local, verbose=ns.verbose) as logs:
         if logs.path is not None:
-            print(f"hxd2 serve: Ray's and Serve's logs go to {logs.path} (-v shows them here)", file=logs.terminal,
-                  flush=True)
+            print(
+                f"hxd2 serve: Ray's and Serve's logs go to {logs.path} (-v shows them here)",
+                file=logs.terminal,
+                flush=True,
+            )
         return _serve(app, app_args, http, ns, logs.terminal)
 
 
@@ -315,11 +364,16 @@ def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argpars
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
         if ns.address:
-            start_ray_with_retries(lambda: ray.init(address=ns.address), ray.shutdown, where=f"at {ns.address}",
-                                   log=say)
+            start_ray_with_retries(
+                lambda: ray.init(address=ns.address), ray.shutdown, where=f"at {ns.address}", log=say
+            )
         else:
-            start_ray_with_retries(lambda: ray.init(address="local", num_cpus=ns.num_cpus, include_dashboard=False),
-                                   ray.shutdown, where="on this machine", log=say)
+            start_ray_with_retries(
+                lambda: ray.init(address="local", num_cpus=ns.num_cpus, include_dashboard=False),
+                ray.shutdown,
+                where="on this machine",
+                log=say,
+            )
         check_local_indexes_on_every_node(app_args["indexes"])
     except HxdError as exc:
         say(f"error: {exc}")
@@ -329,8 +383,9 @@ def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argpars
     # process group (`kill %1`, systemd, a test) stops them with us, and a graceful teardown then aborts the process.
     ray_processes = [] if ns.address else started_processes()
     signal.signal(signal.SIGTERM, _stop)  # after ray.init, which sets its own (an exit that skips our teardown)
-    for line in unplaceable_upscales(app_args.get("deployment_options") or {},
-                                     float(ray.cluster_resources().get("CPU", 0))):
+    for line in unplaceable_upscales(
+        app_args.get("deployment_options") or {}, float(ray.cluster_resources().get("CPU", 0))
+    ):
         log.warning("upscale cannot be placed: %s", line)  # the serve log has it too
         say(f"warning: an upscale cannot be placed: {line}")
     code = 0
@@ -349,8 +404,10 @@ def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argpars
             return code
         stop["started"] = True
         url = f"http://{http['host']}:{http['port']}"
-        say(f"serving {', '.join(app_args['indexes'])} at {url}/v1 (OpenAI base_url); web UI: {url}/ui; "
-            f"health: {url}/healthz")
+        say(
+            f"serving {', '.join(app_args['indexes'])} at {url}/v1 (OpenAI base_url); web UI: {url}/ui; "
+            f"health: {url}/healthz"
+        )
         if ns.detach:
             return 0
         while not stop["now"]:
@@ -374,8 +431,10 @@ def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argpars
                     ray.shutdown()
 
             def _give_up(exit_code: int = code) -> None:
-                say(f"warning: Ray did not finish shutting down within {SHUTDOWN_TIMEOUT_S:.0f} s (its own "
-                    "processes got the stop signal too?); exiting without it")
+                say(
+                    f"warning: Ray did not finish shutting down within {SHUTDOWN_TIMEOUT_S:.0f} s (its own "
+                    "processes got the stop signal too?); exiting without it"
+                )
                 os._exit(exit_code)
 
             if stop["signalled"] and any_went_down(ray_processes, within_s=RAY_STOP_WAIT_S):

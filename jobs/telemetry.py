@@ -81,8 +81,9 @@ class RemoteStageCounter:
 class JobTelemetry:
     """Driver side of a job's telemetry: the sink actor, counters for the stages, and the board poller."""
 
-    def __init__(self, job: str, board: progress.ProgressBoard | None = None, poll_s: float = 0.5,
-                 run: str = "") -> None:
+    def __init__(
+        self, job: str, board: progress.ProgressBoard | None = None, poll_s: float = 0.5, run: str = ""
+    ) -> None:
         self.job = job
         self.run = run
         self.board = board or progress.current()
@@ -101,8 +102,9 @@ class JobTelemetry:
                 self._thread.start()
             return self._sink
 
-    def counter(self, stage: str, *, unit: str = "items", total: int | None = None, score: bool = False,
-                **tags: str) -> RemoteStageCounter:
+    def counter(
+        self, stage: str, *, unit: str = "items", total: int | None = None, score: bool = False, **tags: str
+    ) -> RemoteStageCounter:
         """A counter for ``stage`` (the name the board shows, begun there if it is not yet) with ``total`` items of
         ``unit`` to do; ``tags`` add metric labels (e.g. ``mode``)."""
         if stage in self.board.stages and self.board.stages[stage].finished is None:

@@ -80,15 +80,20 @@ def error_of(exc: BaseException) -> dict[str, Any] | None:
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, type_: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
         self.type = type_ or ERROR_TYPES.get(status, "server_error")
         self.code = code
         self.headers = headers or {}
-
 
 
 @dataclass(frozen=True)
@@ -131,8 +136,9 @@ class RetrieverBackend:
             raise self._overloaded(err.get("message", "overloaded"), err.get("retry_after"))
         raise ApiError(status, err.get("message", "error"))
 
-    async def answer(self, index: str, question: str, trace: bool, deadline: float,
-                     mode: str | None = None, topic: str | None = None) -> dict[str, Any]:
+    async def answer(
+        self, index: str, question: str, trace: bool, deadline: float, mode: str | None = None, topic: str | None = None
+    ) -> dict[str, Any]:
         return await self._call("answer", (index, question, trace, deadline, mode, topic), deadline)
 
     async def index_view(self, kind: str, index: str, params: dict[str, Any], deadline: float) -> dict[str, Any]:
@@ -163,7 +169,7 @@ class RetrieverBackend:
                     log.warning("retriever replica failed (%s); retrying once", type(exc).__name__)
                     continue
                 raise self._overloaded(f"the retriever replica went away ({type(exc).__name__})") from None
-            except Exception as exc:  # noqa: BLE001 - a JSON 500 rather than a bare one
+            except Exception as exc:
                 log.error("retriever call failed", exc_info=exc)
                 raise ApiError(500, f"internal error: {type(exc).__name__}") from None
             if "error" in result:
@@ -171,8 +177,9 @@ class RetrieverBackend:
             return result
         raise AssertionError("unreachable")
 
-    async def answer_stream(self, index: str, question: str, trace: bool, deadline: float,
-                            mode: str | None = None, topic: str | None = None) -> AsyncIterator[dict[str, Any]]:
+    async def answer_stream(
+        self, index: str, question: str, trace: bool, deadline: float, mode: str | None = None, topic: str | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         """Events from the retriever. Errors before the first event raise :class:`ApiError` (a real status);
         later ones arrive as ``{"type": "error"}`` events. Closing this generator cancels the stream below."""
         from ray.exceptions import RayActorError
@@ -205,7 +212,7 @@ class RetrieverBackend:
                     return
                 except ApiError:
                     raise
-                except Exception as exc:  # noqa: BLE001 - a JSON error rather than a broken stream
+                except Exception as exc:
                     log.error("retriever stream failed", exc_info=exc)
                     message = f"internal error: {type(exc).__name__}"
                     if first:
@@ -254,7 +261,7 @@ class HttpMetricsMiddleware:
         path = scope.get("path", "")
         root = scope.get("root_path", "")
         if root and path.startswith(root):
-            path = path[len(root):] or "/"
+            path = path[len(root) :] or "/"
         status = {"code": 500}
         started = time.perf_counter()
 
@@ -275,9 +282,16 @@ class HttpMetricsMiddleware:
 
 _DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 
-ROUTES = ("/v1/chat/completions", "/v1/query", "/v1/models", "/healthz", "/openapi.json", "/v1/admin/reload",
-          *INDEX_ROUTES,
-          *UI_ROUTES)
+ROUTES = (
+    "/v1/chat/completions",
+    "/v1/query",
+    "/v1/models",
+    "/healthz",
+    "/openapi.json",
+    "/v1/admin/reload",
+    *INDEX_ROUTES,
+    *UI_ROUTES,
+)
 
 
 def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | None = None) -> Any:
@@ -322,20 +336,24 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
 
     @api.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(error_body(exc.message, exc.type, exc.code), status_code=exc.status,
-                            headers=exc.headers)
+        return JSONResponse(error_body(exc.message, exc.type, exc.code), status_code=exc.status, headers=exc.headers)
 
     # The framework's own errors (a query parameter of the wrong type, an unknown path, a wrong method) are error
     # objects like ours, not FastAPI's {"detail": ...}.
     @api.exception_handler(RequestValidationError)
     async def _invalid_parameters(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(error_body(f"invalid request: {_problems(exc.errors())}", ERROR_TYPES[422],
-                                       "invalid_request"), status_code=422)
+        return JSONResponse(
+            error_body(f"invalid request: {_problems(exc.errors())}", ERROR_TYPES[422], "invalid_request"),
+            status_code=422,
+        )
 
     @api.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(error_body(str(exc.detail), ERROR_TYPES.get(exc.status_code, "invalid_request_error")),
-                            status_code=exc.status_code, headers=exc.headers)
+        return JSONResponse(
+            error_body(str(exc.detail), ERROR_TYPES.get(exc.status_code, "invalid_request_error")),
+            status_code=exc.status_code,
+            headers=exc.headers,
+        )
 
     async def parse(request: Request, model: Any) -> Any:
         raw = await request.body()
@@ -360,28 +378,45 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
             # A number as the document says (not Python's float(): "1_0", " 5", "nan"); sent empty, it is refused.
             value = float(asked) if _DECIMAL.fullmatch(asked) else math.nan
             if not math.isfinite(value) or value <= 0:
-                raise ApiError(400, f"{DEADLINE_HEADER} must be a positive, finite number of seconds; got "
-                                    f"{asked[:40]!r}", code="invalid_deadline")
+                raise ApiError(
+                    400,
+                    f"{DEADLINE_HEADER} must be a positive, finite number of seconds; got {asked[:40]!r}",
+                    code="invalid_deadline",
+                )
             seconds = min(seconds, value)
         return time.time() + seconds
 
     def check_question(index: str, question: str) -> None:
         if index not in settings.indexes:
-            raise ApiError(404, f"unknown model/index {index!r}; served: {', '.join(settings.indexes)}",
-                           code="model_not_found")
+            raise ApiError(
+                404, f"unknown model/index {index!r}; served: {', '.join(settings.indexes)}", code="model_not_found"
+            )
         if not question.strip():
             raise ApiError(400, "the question is empty: send a user message with text", code="empty_question")
         if len(question) > settings.max_question_chars:
-            raise ApiError(413, f"the question has {len(question):,} characters, over the limit of "
-                                f"{settings.max_question_chars:,}", code="question_too_long")
+            raise ApiError(
+                413,
+                f"the question has {len(question):,} characters, over the limit of {settings.max_question_chars:,}",
+                code="question_too_long",
+            )
 
-    @api.get("/healthz", operation_id="health",
-             summary="Liveness (no key needed); ?deep=true asks the retriever too (key needed)", response_model=None,
-             responses=openapi.responses(
-                 openapi.ok_json("Health", "Alive (with ?deep=true: the retriever answered too, and the index "
-                                           "generations it serves)."), 401, 422, 503,
-                 s401="?deep=true without a valid key.", s422="The deep parameter is not a boolean.",
-                 s503="With ?deep=true: the retriever is not answering."))
+    @api.get(
+        "/healthz",
+        operation_id="health",
+        summary="Liveness (no key needed); ?deep=true asks the retriever too (key needed)",
+        response_model=None,
+        responses=openapi.responses(
+            openapi.ok_json(
+                "Health", "Alive (with ?deep=true: the retriever answered too, and the index generations it serves)."
+            ),
+            401,
+            422,
+            503,
+            s401="?deep=true without a valid key.",
+            s422="The deep parameter is not a boolean.",
+            s503="With ?deep=true: the retriever is not answering.",
+        ),
+    )
     async def healthz(deep: bool = False) -> dict[str, Any]:
         # Without a key (the guard lets only the plain form through) this touches no deployment and shows no counter.
         out: dict[str, Any] = {"status": "ok"}
@@ -389,56 +424,95 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
             try:
                 info = await backend.health()
             except Exception as exc:  # noqa: BLE001
-                raise ApiError(503, f"the retriever is not answering: {type(exc).__name__}",
-                               headers={"Retry-After": str(settings.retry_after_s)}) from None
+                raise ApiError(
+                    503,
+                    f"the retriever is not answering: {type(exc).__name__}",
+                    headers={"Retry-After": str(settings.retry_after_s)},
+                ) from None
             out["indexes"] = {name: ix.get("generation") for name, ix in (info.get("indexes") or {}).items()}
         return out
 
-    @api.post("/v1/admin/reload", operation_id="reload",
-              summary="Switch the served indexes to their newly published generations now", response_model=None,
-              responses=openapi.responses(
-                  openapi.ok_json("Reload", "The generation each index is served from now."), *openapi.GUARDED,
-                  503, s400="Content-Length is not a number.",
-                  s413="The declared Content-Length is over the server's byte limit.",
-                  s503="The retriever is not answering."))
+    @api.post(
+        "/v1/admin/reload",
+        operation_id="reload",
+        summary="Switch the served indexes to their newly published generations now",
+        response_model=None,
+        responses=openapi.responses(
+            openapi.ok_json("Reload", "The generation each index is served from now."),
+            *openapi.GUARDED,
+            503,
+            s400="Content-Length is not a number.",
+            s413="The declared Content-Length is over the server's byte limit.",
+            s503="The retriever is not answering.",
+        ),
+    )
     async def reload() -> dict[str, Any]:
         try:
             return await backend.reload()
         except Exception as exc:  # noqa: BLE001
-            raise ApiError(503, f"the retriever did not reload: {type(exc).__name__}: {str(exc)[:300]}",
-                           headers={"Retry-After": str(settings.retry_after_s)}) from None
+            raise ApiError(
+                503,
+                f"the retriever did not reload: {type(exc).__name__}: {str(exc)[:300]}",
+                headers={"Retry-After": str(settings.retry_after_s)},
+            ) from None
 
-    @api.get("/v1/models", operation_id="listModels", summary="The served indexes", response_model=None,
-             responses=openapi.responses(openapi.ok_json("ModelList", "The served indexes, as OpenAI models."),
-                                         *openapi.GUARDED, s400="Content-Length is not a number.",
-                                         s413="The declared Content-Length is over the server's byte limit."))
+    @api.get(
+        "/v1/models",
+        operation_id="listModels",
+        summary="The served indexes",
+        response_model=None,
+        responses=openapi.responses(
+            openapi.ok_json("ModelList", "The served indexes, as OpenAI models."),
+            *openapi.GUARDED,
+            s400="Content-Length is not a number.",
+            s413="The declared Content-Length is over the server's byte limit.",
+        ),
+    )
     async def models() -> dict[str, Any]:
         cards = [ModelCard(id=name, created=settings.model_created) for name in settings.indexes]
         return ModelList(data=cards).model_dump()
 
-    @api.post("/v1/query", operation_id="query", summary="Answer a question from an index", response_model=None,
-              openapi_extra=openapi.request_body("QueryRequest"),
-              responses=openapi.responses(openapi.ok_json("QueryResponse", "The answer, its references and timings."),
-                                          *openapi.GUARDED, *openapi.QUESTION))
+    @api.post(
+        "/v1/query",
+        operation_id="query",
+        summary="Answer a question from an index",
+        response_model=None,
+        openapi_extra=openapi.request_body("QueryRequest"),
+        responses=openapi.responses(
+            openapi.ok_json("QueryResponse", "The answer, its references and timings."),
+            *openapi.GUARDED,
+            *openapi.QUESTION,
+        ),
+    )
     async def query(request: Request) -> dict[str, Any]:
         req = await parse(request, QueryRequest)
         index = req.index or settings.default_index
         check_question(index, req.question)
         result = await backend.answer(index, req.question, req.trace, deadline_of(request), req.mode, req.topic)
         return QueryResponse(
-            index=index, question=result.get("question", req.question), answer=result.get("answer", ""),
-            path=result.get("path", "dual_level"), mode=result.get("mode"),
-            fallback_reason=result.get("fallback_reason"), refused=bool(result.get("refused")),
-            references=result.get("references", []), notices=result.get("notices", []),
-            usage=result.get("usage", {}), timings_ms=result.get("timings_ms", {}),
-            trace=result.get("trace") if req.trace else None, generation=result.get("generation"),
+            index=index,
+            question=result.get("question", req.question),
+            answer=result.get("answer", ""),
+            path=result.get("path", "dual_level"),
+            mode=result.get("mode"),
+            fallback_reason=result.get("fallback_reason"),
+            refused=bool(result.get("refused")),
+            references=result.get("references", []),
+            notices=result.get("notices", []),
+            usage=result.get("usage", {}),
+            timings_ms=result.get("timings_ms", {}),
+            trace=result.get("trace") if req.trace else None,
+            generation=result.get("generation"),
         ).model_dump(exclude_none=True)
 
-    @api.post("/v1/chat/completions", operation_id="createChatCompletion",
-              summary="Answer the last user message from the index named by model (OpenAI-compatible)",
-              response_model=None,
-              openapi_extra=openapi.request_body("ChatCompletionRequest"),
-              responses=openapi.responses(openapi.ok_chat(), *openapi.GUARDED, *openapi.QUESTION))
+    @api.post(
+        "/v1/chat/completions",
+        operation_id="createChatCompletion",
+        summary="Answer the last user message from the index named by model (OpenAI-compatible)",
+        response_model=None,
+        openapi_extra=openapi.request_body("ChatCompletionRequest"),
+        responses=openapi.responses(openapi.ok_chat(), *openapi.GUARDED, *openapi.QUESTION),
+    )
     async def chat(request: Request) -> Any:
         req = await parse(request, ChatCompletionRequest)
         question = req.question()
@@ -449,12 +523,21 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
             result = await backend.answer(req.model, question, req.trace, deadline, req.mode, req.topic)
             usage = result.get("usage", {})
             return ChatCompletion(
-                id=cid, model=req.model,
-                choices=[Choice(message=AssistantMessage(content=result.get("answer", "")),
-                                finish_reason=_finish_reason(usage.get("finish_reason")))],
-                usage=Usage.of(usage), path=result.get("path"), mode=result.get("mode"),
-                fallback_reason=result.get("fallback_reason"), references=result.get("references"),
-                notices=result.get("notices") or None, trace=result.get("trace") if req.trace else None,
+                id=cid,
+                model=req.model,
+                choices=[
+                    Choice(
+                        message=AssistantMessage(content=result.get("answer", "")),
+                        finish_reason=_finish_reason(usage.get("finish_reason")),
+                    )
+                ],
+                usage=Usage.of(usage),
+                path=result.get("path"),
+                mode=result.get("mode"),
+                fallback_reason=result.get("fallback_reason"),
+                references=result.get("references"),
+                notices=result.get("notices") or None,
+                trace=result.get("trace") if req.trace else None,
                 generation=result.get("generation"),
             ).model_dump(exclude_none=True)
 
@@ -467,8 +550,13 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
         def chunk(delta: Delta, finish: str | None = None, **extra: Any) -> bytes:
-            body = ChatCompletionChunk(id=cid, created=created, model=req.model,
-                                       choices=[ChunkChoice(delta=delta, finish_reason=finish)], **extra)
+            body = ChatCompletionChunk(
+                id=cid,
+                created=created,
+                model=req.model,
+                choices=[ChunkChoice(delta=delta, finish_reason=finish)],
+                **extra,
+            )
             return _sse(body.model_dump(exclude_none=True))
 
         def error_event(status: int, message: str) -> bytes:
@@ -484,15 +572,22 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
                         yield chunk(Delta(content=event["text"]))
                     elif kind == "final":
                         usage = event.get("usage", {})
-                        yield chunk(Delta(), _finish_reason(usage.get("finish_reason")),
-                                    path=event.get("path"), mode=event.get("mode"),
-                                    fallback_reason=event.get("fallback_reason"),
-                                    references=event.get("references"),
-                                    trace=event.get("trace") if req.trace else None,
-                                    generation=event.get("generation"))
+                        yield chunk(
+                            Delta(),
+                            _finish_reason(usage.get("finish_reason")),
+                            path=event.get("path"),
+                            mode=event.get("mode"),
+                            fallback_reason=event.get("fallback_reason"),
+                            references=event.get("references"),
+                            trace=event.get("trace") if req.trace else None,
+                            generation=event.get("generation"),
+                        )
                         if include_usage:
-                            yield _sse(ChatCompletionChunk(id=cid, created=created, model=req.model, choices=[],
-                                                           usage=Usage.of(usage)).model_dump(exclude_none=True))
+                            yield _sse(
+                                ChatCompletionChunk(
+                                    id=cid, created=created, model=req.model, choices=[], usage=Usage.of(usage)
+                                ).model_dump(exclude_none=True)
+                            )
                         break
                     elif kind == "error":
                         err = event["error"]
@@ -508,8 +603,9 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
             finally:
                 await events.aclose()  # on a client disconnect too: cancels the retriever stream → engine abort
 
-        return StreamingResponse(sse(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
 
     add_index_routes(api, backend, settings, ApiError)
     add_ui_routes(api, ApiError)
@@ -520,15 +616,26 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
 
             base = get_openapi(title=api.title, version=api.version, routes=api.routes)
             api.openapi_schema = openapi.build_document(
-                base, indexes=settings.indexes, max_question_chars=settings.max_question_chars,
-                max_body_bytes=settings.max_body_bytes, open_paths=OPEN_PATHS)
+                base,
+                indexes=settings.indexes,
+                max_question_chars=settings.max_question_chars,
+                max_body_bytes=settings.max_body_bytes,
+                open_paths=OPEN_PATHS,
+            )
         return api.openapi_schema
 
     api.openapi = document  # type: ignore[method-assign]
-    limiter = (KeyRateLimiter(settings.rate_limit_per_key, settings.rate_limit_burst)
-               if settings.rate_limit_per_key else None)
-    guarded = GuardMiddleware(api, keys=keys, max_body_bytes=settings.max_body_bytes, open_pattern=OPEN_UI_PATH,
-                              on_reject=lambda status, path: None, rate_limiter=limiter)
+    limiter = (
+        KeyRateLimiter(settings.rate_limit_per_key, settings.rate_limit_burst) if settings.rate_limit_per_key else None
+    )
+    guarded = GuardMiddleware(
+        api,
+        keys=keys,
+        max_body_bytes=settings.max_body_bytes,
+        open_pattern=OPEN_UI_PATH,
+        on_reject=lambda status, path: None,
+        rate_limiter=limiter,
+    )
     return HttpMetricsMiddleware(guarded, metrics, ROUTES)
 
 
@@ -544,8 +651,11 @@ def check_text(data: Any) -> None:
                 value.encode("utf-8")
             except UnicodeEncodeError as exc:
                 bad = value[exc.start]
-                raise ApiError(400, f"{where} holds a character that is not text (U+{ord(bad):04X}, a lone "
-                                    "surrogate)", code="invalid_text") from None
+                raise ApiError(
+                    400,
+                    f"{where} holds a character that is not text (U+{ord(bad):04X}, a lone surrogate)",
+                    code="invalid_text",
+                ) from None
         elif isinstance(value, dict):
             stack.extend((v, f"{where}.{k}") for k, v in value.items())
             for key in value:
@@ -566,5 +676,3 @@ def _problems(errors: Any) -> str:
 
 def _finish_reason(reason: str | None) -> str:
     return reason if reason in ("stop", "length", "content_filter") else "stop"
-
-

@@ -44,8 +44,16 @@ from serve.deployments import (
 )
 from serve.schemas import ServeAppArgs
 
-_ALL: tuple[Any, ...] = (Ingress, Retriever, LLMServer, EmbedderServer, PlannerServer, PlanExecutorServer,
-                         VerifierServer, GraphWalkerServer)
+_ALL: tuple[Any, ...] = (
+    Ingress,
+    Retriever,
+    LLMServer,
+    EmbedderServer,
+    PlannerServer,
+    PlanExecutorServer,
+    VerifierServer,
+    GraphWalkerServer,
+)
 DEPLOYMENTS: dict[str, Any] = {d.name: d for d in _ALL}
 PART_DEPLOYMENTS = ("Planner", "PlanExecutor", "Verifier", "GraphWalker")
 
@@ -99,16 +107,22 @@ def build_app(args: Union[ServeAppArgs, dict[str, Any]]) -> Application:
     if unknown:
         raise ValueError(f"deployment_options for unknown deployments {unknown}; valid: {sorted(DEPLOYMENTS)}")
     if args.embedder == "in_replica" and "Embedder" in args.deployment_options:
-        raise ValueError("deployment_options name the Embedder, but args.embedder is in_replica (no Embedder "
-                         "deployment): drop the Embedder entry or set embedder: deployment")
+        raise ValueError(
+            "deployment_options name the Embedder, but args.embedder is in_replica (no Embedder "
+            "deployment): drop the Embedder entry or set embedder: deployment"
+        )
     sized_parts = sorted(set(PART_DEPLOYMENTS) & set(args.deployment_options))
     if args.parts == "in_replica" and sized_parts:
-        raise ValueError(f"deployment_options name {sized_parts}, but args.parts is in_replica (no part "
-                         "deployments): drop those entries or set parts: deployments")
+        raise ValueError(
+            f"deployment_options name {sized_parts}, but args.parts is in_replica (no part "
+            "deployments): drop those entries or set parts: deployments"
+        )
     cfg = load_hxd_config(args)
     if args.parts == "deployments" and cfg.graphflow.policy is None and "GraphWalker" in args.deployment_options:
-        raise ValueError("deployment_options name the GraphWalker, but the config has no graphflow.policy (no "
-                         "GraphWalker deployment): drop the GraphWalker entry or configure a policy")
+        raise ValueError(
+            "deployment_options name the GraphWalker, but the config has no graphflow.policy (no "
+            "GraphWalker deployment): drop the GraphWalker entry or configure a policy"
+        )
     cfg_json = cfg.model_dump(mode="json")
     indexes = {name: _resolve(loc) for name, loc in args.indexes.items()}
     check_local_indexes(indexes, cfg)
@@ -123,27 +137,49 @@ def build_app(args: Union[ServeAppArgs, dict[str, Any]]) -> Application:
         check_llm_server(cfg.llm)  # a server that is down fails `hxd2 serve` here, before Ray starts
         llm_extra["max_ongoing_requests"] = max(64, cfg.llm.max_concurrency)
     llm = _options(LLMServer, args, llm_extra).bind(cfg_json["llm"], args.scripted.model_dump())
-    embedder = (None if args.embedder == "in_replica"
-                else _options(EmbedderServer, args).bind(cfg_json["embedding"], args.embed_batch.model_dump()))
+    embedder = (
+        None
+        if args.embedder == "in_replica"
+        else _options(EmbedderServer, args).bind(cfg_json["embedding"], args.embed_batch.model_dump())
+    )
     parts: dict[str, Any] = {}
     if args.parts == "deployments":
         parts = {
             "planner": _options(PlannerServer, args).bind(cfg_json, llm, args.transport),
-            "executor": _options(PlanExecutorServer, args).bind(cfg_json, indexes, llm, embedder, args.transport,
-                                                                  poll_s=args.generation_poll_s),
+            "executor": _options(PlanExecutorServer, args).bind(
+                cfg_json, indexes, llm, embedder, args.transport, poll_s=args.generation_poll_s
+            ),
             "verifier": _options(VerifierServer, args).bind(cfg_json, llm, args.transport),
         }
         if cfg.graphflow.policy is not None:  # no policy, no walker (an idle one would only hold resources)
-            parts["walker"] = _options(GraphWalkerServer, args).bind(cfg_json, indexes, embedder, args.transport,
-                                                                     poll_s=args.generation_poll_s)
+            parts["walker"] = _options(GraphWalkerServer, args).bind(
+                cfg_json, indexes, embedder, args.transport, poll_s=args.generation_poll_s
+            )
     retriever = _options(Retriever, args, {"max_ongoing_requests": args.pipeline_threads}).bind(
-        cfg_json, indexes, llm, embedder, parts, args.pipeline, args.pipeline_threads, args.mode, args.transport,
-        poll_s=args.generation_poll_s, source_url_prefix=args.source_url_prefix)
+        cfg_json,
+        indexes,
+        llm,
+        embedder,
+        parts,
+        args.pipeline,
+        args.pipeline_threads,
+        args.mode,
+        args.transport,
+        poll_s=args.generation_poll_s,
+        source_url_prefix=args.source_url_prefix,
+    )
     settings = {
-        "indexes": list(indexes), "default_index": args.default, "request_deadline_s": args.request_deadline_s,
-        "retry_after_s": args.retry_after_s, "max_body_bytes": args.max_body_bytes,
-        "max_question_chars": args.max_question_chars, "auth": args.auth, "api_keys_env": args.api_keys_env,
-        "api_keys_file": args.api_keys_file, "transport": args.transport,
-        "rate_limit_per_key": args.rate_limit_per_key, "rate_limit_burst": args.rate_limit_burst,
+        "indexes": list(indexes),
+        "default_index": args.default,
+        "request_deadline_s": args.request_deadline_s,
+        "retry_after_s": args.retry_after_s,
+        "max_body_bytes": args.max_body_bytes,
+        "max_question_chars": args.max_question_chars,
+        "auth": args.auth,
+        "api_keys_env": args.api_keys_env,
+        "api_keys_file": args.api_keys_file,
+        "transport": args.transport,
+        "rate_limit_per_key": args.rate_limit_per_key,
+        "rate_limit_burst": args.rate_limit_burst,
     }
     return _options(Ingress, args).bind(retriever, settings)

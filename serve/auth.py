@@ -62,8 +62,11 @@ def parse_keys(text: str, *, sep: str = ",") -> list[str]:
     return keys
 
 
-def load_api_keys(env_var: str | None = "HXD2_API_KEYS", secrets_file: str | os.PathLike[str] | None = None,
-                  environ: dict[str, str] | None = None) -> list[str]:
+def load_api_keys(
+    env_var: str | None = "HXD2_API_KEYS",
+    secrets_file: str | os.PathLike[str] | None = None,
+    environ: dict[str, str] | None = None,
+) -> list[str]:
     """Keys from ``$env_var`` (comma-separated) plus ``secrets_file`` (one per line). Missing file → error."""
     env = os.environ if environ is None else environ
     keys: list[str] = []
@@ -119,8 +122,10 @@ def _json_response(status: int, body: dict[str, Any], headers: Iterable[tuple[st
     payload = json.dumps(body).encode()
     raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     raw_headers += [(k.lower().encode(), v.encode()) for k, v in headers]
-    return [{"type": "http.response.start", "status": status, "headers": raw_headers},
-            {"type": "http.response.body", "body": payload}]
+    return [
+        {"type": "http.response.start", "status": status, "headers": raw_headers},
+        {"type": "http.response.body", "body": payload},
+    ]
 
 
 class GuardMiddleware:
@@ -130,9 +135,17 @@ class GuardMiddleware:
     ``on_reject(status, path)`` is called for every request turned away here (metrics).
     """
 
-    def __init__(self, app: ASGIApp, *, keys: ApiKeys | None, max_body_bytes: int,
-                 open_paths: Iterable[str] = OPEN_PATHS, open_pattern: re.Pattern[str] | None = None,
-                 on_reject: Callable[[int, str], None] | None = None, rate_limiter: KeyRateLimiter | None = None):
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        keys: ApiKeys | None,
+        max_body_bytes: int,
+        open_paths: Iterable[str] = OPEN_PATHS,
+        open_pattern: re.Pattern[str] | None = None,
+        on_reject: Callable[[int, str], None] | None = None,
+        rate_limiter: KeyRateLimiter | None = None,
+    ):
         self.app = app
         self.keys = keys
         self.rate_limiter = rate_limiter  # per key: with auth off there is no key to limit
@@ -145,15 +158,16 @@ class GuardMiddleware:
         path = scope.get("path", "")
         root = scope.get("root_path", "")
         if root and path.startswith(root):
-            path = path[len(root):] or "/"
+            path = path[len(root) :] or "/"
         return path
 
-    async def _reject(self, send: Send, status: int, body: dict[str, Any], path: str,
-                      headers: Iterable[tuple[str, str]] = ()) -> None:
+    async def _reject(
+        self, send: Send, status: int, body: dict[str, Any], path: str, headers: Iterable[tuple[str, str]] = ()
+    ) -> None:
         if self.on_reject is not None:
             try:
                 self.on_reject(status, path)
-            except Exception:  # noqa: BLE001 - metrics must not break the response
+            except Exception:
                 log.debug("on_reject failed", exc_info=True)
         for message in _json_response(status, body, headers):
             await send(message)
@@ -173,24 +187,44 @@ class GuardMiddleware:
             key = self.keys.match(token)
             if key is None:
                 log.info("401 on %s (%s)", path, "no bearer key" if token is None else "unknown key")
-                await self._reject(send, 401, error_body(
-                    "missing or invalid API key: send 'Authorization: Bearer <key>'", "authentication_error",
-                    "invalid_api_key"), path, [("www-authenticate", "Bearer")])
+                await self._reject(
+                    send,
+                    401,
+                    error_body(
+                        "missing or invalid API key: send 'Authorization: Bearer <key>'",
+                        "authentication_error",
+                        "invalid_api_key",
+                    ),
+                    path,
+                    [("www-authenticate", "Bearer")],
+                )
                 return
             wait = self.rate_limiter.admit(key) if self.rate_limiter is not None else 0.0
             if wait > 0:
                 assert self.rate_limiter is not None
-                await self._reject(send, 429, error_body(
-                    f"rate limit of {self.rate_limiter.rate_per_s:g} requests/s for this API key reached; retry "
-                    f"after {retry_after_header(wait)} s", "rate_limit_error", "rate_limit_exceeded"), path,
-                    [("retry-after", retry_after_header(wait))])
+                await self._reject(
+                    send,
+                    429,
+                    error_body(
+                        f"rate limit of {self.rate_limiter.rate_per_s:g} requests/s for this API key reached; retry "
+                        f"after {retry_after_header(wait)} s",
+                        "rate_limit_error",
+                        "rate_limit_exceeded",
+                    ),
+                    path,
+                    [("retry-after", retry_after_header(wait))],
+                )
                 return
         declared = headers.get("content-length")
         if declared is not None:
             # Digits only (RFC 9110), not whatever int() reads: "-1", "+5", " 5", "5_0" are refused.
             if not (declared.isascii() and declared.isdigit()):
-                await self._reject(send, 400, error_body("invalid Content-Length", "invalid_request_error",
-                                                         "invalid_content_length"), path)
+                await self._reject(
+                    send,
+                    400,
+                    error_body("invalid Content-Length", "invalid_request_error", "invalid_content_length"),
+                    path,
+                )
                 return
             size = int(declared)
             if size > self.max_body_bytes:
@@ -234,5 +268,8 @@ def _asks_for_work(scope: Scope) -> bool:
 
 def _too_large(size: int, limit: int, streamed: bool = False) -> dict[str, Any]:
     what = f"more than {limit:,}" if streamed else f"{size:,}"
-    return error_body(f"request body of {what} bytes is over the limit of {limit:,} bytes",
-                      "invalid_request_error", "request_too_large")
+    return error_body(
+        f"request body of {what} bytes is over the limit of {limit:,} bytes",
+        "invalid_request_error",
+        "request_too_large",
+    )

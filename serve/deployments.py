@@ -103,8 +103,13 @@ def default_pipeline(ctx: PipelineContext) -> Any:
     return build_pipeline(ctx.mode, ctx.index, ctx.llm, ctx.embedder, ctx.cfg, ctx.parts)
 
 
-def flow_parts(handles: dict[str, Any] | None, index_name: str, index: Any = None, embedder: Any = None,
-               cfg: HxdConfig | None = None) -> Any:
+def flow_parts(
+    handles: dict[str, Any] | None,
+    index_name: str,
+    index: Any = None,
+    embedder: Any = None,
+    cfg: HxdConfig | None = None,
+) -> Any:
     """The flow's parts as adapters over the part deployments' handles (None: build them in this replica). The
     GraphFlow retriever is there only when ``cfg`` (the index's, see :func:`configs_per_index`) has a policy: an
     adapter over the GraphWalker deployment (``handles["walker"]``), or, in an app bound without one, the
@@ -114,14 +119,15 @@ def flow_parts(handles: dict[str, Any] | None, index_name: str, index: Any = Non
     from hxd2_ray.retrieval.parts import FlowParts
 
     verifier = handles["verifier"]
-    return FlowParts(planner=HandlePlanner(handles["planner"]),
-                     executor=HandlePlanExecutor(handles["executor"], index_name),
-                     verifiers={mode: HandleVerifier(verifier, mode) for mode in ("pre", "post")},
-                     graph_retriever=_graph_retriever(handles, index_name, index, embedder, cfg))
+    return FlowParts(
+        planner=HandlePlanner(handles["planner"]),
+        executor=HandlePlanExecutor(handles["executor"], index_name),
+        verifiers={mode: HandleVerifier(verifier, mode) for mode in ("pre", "post")},
+        graph_retriever=_graph_retriever(handles, index_name, index, embedder, cfg),
+    )
 
 
-def _graph_retriever(handles: dict[str, Any], index_name: str, index: Any, embedder: Any,
-                     cfg: HxdConfig | None) -> Any:
+def _graph_retriever(handles: dict[str, Any], index_name: str, index: Any, embedder: Any, cfg: HxdConfig | None) -> Any:
     if cfg is None or cfg.graphflow.policy is None:
         return None  # mode graphflow then says it needs a policy
     if handles.get("walker") is not None:
@@ -146,8 +152,10 @@ def configs_per_index(cfg: HxdConfig, indexes: dict[str, Any]) -> dict[str, HxdC
     owner = read_policy_meta(policy).index_fingerprint
     mine = [name for name, index in indexes.items() if index.manifest.fingerprint == owner]
     if not mine:
-        raise IndexMismatchError(f"the GraphFlow policy at {policy} was trained on index {owner}, none of the served "
-                                 f"indexes ({', '.join(indexes)}); train one with hxd2 graphflow train --index ...")
+        raise IndexMismatchError(
+            f"the GraphFlow policy at {policy} was trained on index {owner}, none of the served "
+            f"indexes ({', '.join(indexes)}); train one with hxd2 graphflow train --index ..."
+        )
     without = cfg.model_copy(update={"graphflow": cfg.graphflow.model_copy(update={"policy": None})})
     log.info("GraphFlow policy %s serves index %s only", policy, ", ".join(mine))
     return {name: cfg if name in mine else without for name in indexes}
@@ -314,7 +322,7 @@ class EmbedderServer:
         vectors = await asyncio.to_thread(self.embedder.embed, flat)
         out, start = [], 0
         for texts in batches:
-            out.append(vectors[start:start + len(texts)])
+            out.append(vectors[start : start + len(texts)])
             start += len(texts)
         return out
 
@@ -341,10 +349,20 @@ class Retriever:
     """Orchestrates every query: the query flow over the read-only indexes, in worker threads; its parts are calls
     to the part deployments (or in-replica objects with ``args.parts: in_replica``)."""
 
-    def __init__(self, cfg_json: dict[str, Any], indexes: dict[str, str], llm: Any, embedder: Any,
-                 parts: dict[str, Any] | None = None, pipeline: str | None = None, threads: int = 16,
-                 mode: str = "auto", transport: str = "grpc", poll_s: float = DEFAULT_POLL_S,
-                 source_url_prefix: str | None = None):
+    def __init__(
+        self,
+        cfg_json: dict[str, Any],
+        indexes: dict[str, str],
+        llm: Any,
+        embedder: Any,
+        parts: dict[str, Any] | None = None,
+        pipeline: str | None = None,
+        threads: int = 16,
+        mode: str = "auto",
+        transport: str = "grpc",
+        poll_s: float = DEFAULT_POLL_S,
+        source_url_prefix: str | None = None,
+    ):
         import sys
 
         # Pipeline threads hand off to the replica's event loop and the handle router's loop on every step;
@@ -355,8 +373,9 @@ class Retriever:
         threads = max(threads, replica_max_ongoing() or 0)
         cfg = validate_config(cfg_json, source="serve args")
         ms = cfg.multistage
-        self.cfg = cfg.model_copy(update={"multistage": ms.model_copy(
-            update={"logic_workers": max(ms.logic_workers, threads)})})
+        self.cfg = cfg.model_copy(
+            update={"multistage": ms.model_copy(update={"logic_workers": max(ms.logic_workers, threads)})}
+        )
         llm, embedder = over(llm, transport), over(embedder, transport)
         parts = {name: over(handle, transport) for name, handle in (parts or {}).items()}
         self.llm = HandleLLM(llm, self.cfg.llm)
@@ -366,8 +385,15 @@ class Retriever:
         self.source_url_prefix = source_url_prefix
 
         def attach(name: str, index: Any) -> _Served:
-            ctx = PipelineContext(name, index, self.llm, self.embedder, cfgs[name],
-                                  flow_parts(parts, name, index, self.embedder, cfgs[name]), mode)
+            ctx = PipelineContext(
+                name,
+                index,
+                self.llm,
+                self.embedder,
+                cfgs[name],
+                flow_parts(parts, name, index, self.embedder, cfgs[name]),
+                mode,
+            )
             return _Served(factory(ctx), corpus_root(index.graph))
 
         # Each index follows its published generations; a request reads the one it pinned, here and in the parts.
@@ -382,8 +408,9 @@ class Retriever:
     def _payload(self, index: str, pinned: Any, answer: Any, trace: bool, seconds: float) -> dict[str, Any]:
         payload = answer_payload(index, answer, trace, seconds)
         payload["generation"] = pinned.generation
-        payload["references"] = public_references(payload.get("references") or [], pinned.value.corpus_root,
-                                                  self.source_url_prefix)
+        payload["references"] = public_references(
+            payload.get("references") or [], pinned.value.corpus_root, self.source_url_prefix
+        )
         if isinstance(payload.get("trace"), dict):
             payload["trace"]["generation"] = pinned.generation
         return payload
@@ -418,8 +445,15 @@ class Retriever:
 
     # -- API -------------------------------------------------------------------------------------------
 
-    async def answer(self, index: str, question: str, trace: bool = False, deadline: float | None = None,
-                     mode: str | None = None, topic: str | None = None) -> dict[str, Any]:
+    async def answer(
+        self,
+        index: str,
+        question: str,
+        trace: bool = False,
+        deadline: float | None = None,
+        mode: str | None = None,
+        topic: str | None = None,
+    ) -> dict[str, Any]:
         """One whole answer as a JSON-ready dict, or ``{"error": {"status", "message"}}`` for known failures."""
         try:
             live = live_of(self.lives, index)
@@ -444,8 +478,15 @@ class Retriever:
         self._record(index, payload)
         return payload
 
-    async def answer_stream(self, index: str, question: str, trace: bool = False, deadline: float | None = None,
-                            mode: str | None = None, topic: str | None = None) -> AsyncIterator[dict[str, Any]]:
+    async def answer_stream(
+        self,
+        index: str,
+        question: str,
+        trace: bool = False,
+        deadline: float | None = None,
+        mode: str | None = None,
+        topic: str | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
         """``{"type": "delta", "text"}`` events, then one ``{"type": "final", **payload}`` (or ``"error"``)."""
         try:
             live = live_of(self.lives, index)
@@ -515,8 +556,9 @@ class Retriever:
                 cancel_soon(scope)  # the consumer went away: stop the pipeline and abort the generation
             task.cancel()
 
-    async def index_view(self, kind: str, index: str, params: dict[str, Any],
-                         deadline: float | None = None) -> dict[str, Any]:
+    async def index_view(
+        self, kind: str, index: str, params: dict[str, Any], deadline: float | None = None
+    ) -> dict[str, Any]:
         """A chunk, the graph around entities, or the index's statistics (:mod:`serve.index_views`) as a JSON-ready
         dict, or ``{"error": {"status", "message"}}``: 404 for what the index does not hold."""
         try:
@@ -540,13 +582,18 @@ class Retriever:
     async def info(self) -> dict[str, Any]:
         current = {name: live.current() for name, live in self.lives.items()}
         return {
-            "indexes": {name: {"location": p.index.location, "root": str(p.index.root),
-                               "fingerprint": p.index.manifest.fingerprint,
-                               "embedding_model": p.index.manifest.embedding_model_id,
-                               "created_at": p.index.manifest.created_at,
-                               "generation": p.generation,
-                               "open_generations": self.lives[name].open_generations()}
-                        for name, p in current.items()},
+            "indexes": {
+                name: {
+                    "location": p.index.location,
+                    "root": str(p.index.root),
+                    "fingerprint": p.index.manifest.fingerprint,
+                    "embedding_model": p.index.manifest.embedding_model_id,
+                    "created_at": p.index.manifest.created_at,
+                    "generation": p.generation,
+                    "open_generations": self.lives[name].open_generations(),
+                }
+                for name, p in current.items()
+            },
             "served": self.served,
             "modes": {name: list(getattr(p.value.pipeline, "modes", ())) for name, p in current.items()},
         }
@@ -615,8 +662,9 @@ class PlannerServer(_Part):
         self.planner = build_planner(HandleLLM(over(llm, transport), cfg.llm), cfg)
         self._setup(max(16, replica_max_ongoing() or 0))
 
-    async def plan(self, question: str, language: str | None = None, relations: Sequence[str] = (),
-                   deadline: float | None = None) -> Any:
+    async def plan(
+        self, question: str, language: str | None = None, relations: Sequence[str] = (), deadline: float | None = None
+    ) -> Any:
         return await self._run(deadline, self.planner.plan, question, language=language, relations=tuple(relations))
 
 
@@ -627,18 +675,27 @@ class PlanExecutorServer(_Part):
 
     part = "executor"
 
-    def __init__(self, cfg_json: dict[str, Any], indexes: dict[str, str], llm: Any, embedder: Any,
-                 transport: str = "grpc", poll_s: float = DEFAULT_POLL_S):
+    def __init__(
+        self,
+        cfg_json: dict[str, Any],
+        indexes: dict[str, str],
+        llm: Any,
+        embedder: Any,
+        transport: str = "grpc",
+        poll_s: float = DEFAULT_POLL_S,
+    ):
         from hxd2_ray.wiring import build_plan_executor
 
         cfg = validate_config(cfg_json, source="serve args")
         llm_adapter, emb = HandleLLM(over(llm, transport), cfg.llm), embedder_for(over(embedder, transport), cfg)
-        self.lives = open_live(indexes, cfg, lambda _name, index: build_plan_executor(index, llm_adapter, emb),
-                               poll_s=poll_s)
+        self.lives = open_live(
+            indexes, cfg, lambda _name, index: build_plan_executor(index, llm_adapter, emb), poll_s=poll_s
+        )
         self._setup(max(16, replica_max_ongoing() or 0))
 
-    async def execute(self, index: str, plan: Any, question: str = "", deadline: float | None = None,
-                      generation: str | None = None) -> Any:
+    async def execute(
+        self, index: str, plan: Any, question: str = "", deadline: float | None = None, generation: str | None = None
+    ) -> Any:
         """On ``generation``, the one the Retriever pinned for the request (opened here if this replica has not
         switched to it yet, or has already closed it): a request never reads two generations."""
         from hxd2_ray.logic import Plan, validate_plan
@@ -671,8 +728,15 @@ class VerifierServer(_Part):
         self.verifiers = build_verifiers(HandleLLM(over(llm, transport), cfg.llm))
         self._setup(max(16, replica_max_ongoing() or 0))
 
-    async def verify(self, question: str, evidence: Any, answer: str | None = None, language: str | None = None,
-                     mode: str = "pre", deadline: float | None = None) -> Any:
+    async def verify(
+        self,
+        question: str,
+        evidence: Any,
+        answer: str | None = None,
+        language: str | None = None,
+        mode: str = "pre",
+        deadline: float | None = None,
+    ) -> Any:
         if mode not in self.verifiers:
             raise ValueError(f"verifier mode must be one of {sorted(self.verifiers)}, got {mode!r}")
         return await self._run(deadline, self.verifiers[mode].verify, question, evidence, answer, language=language)
@@ -687,8 +751,14 @@ class GraphWalkerServer(_Part):
 
     part = "walker"
 
-    def __init__(self, cfg_json: dict[str, Any], indexes: dict[str, str], embedder: Any, transport: str = "grpc",
-                 poll_s: float = DEFAULT_POLL_S):
+    def __init__(
+        self,
+        cfg_json: dict[str, Any],
+        indexes: dict[str, str],
+        embedder: Any,
+        transport: str = "grpc",
+        poll_s: float = DEFAULT_POLL_S,
+    ):
         from hxd2_ray.wiring import build_graph_retriever
 
         cfg = validate_config(cfg_json, source="serve args")
@@ -696,22 +766,31 @@ class GraphWalkerServer(_Part):
         cfgs = configs_per_index(cfg, _manifests(indexes, cfg)) if len(indexes) > 1 else {n: cfg for n in indexes}
         emb = embedder_for(over(embedder, transport), cfg)
         walked = {n: loc for n, loc in indexes.items() if cfgs[n].graphflow.policy is not None}
-        self.lives = open_live(walked, cfg, lambda name, index: build_graph_retriever(index, emb, cfgs[name]),
-                               poll_s=poll_s)
+        self.lives = open_live(
+            walked, cfg, lambda name, index: build_graph_retriever(index, emb, cfgs[name]), poll_s=poll_s
+        )
         self._setup(max(16, replica_max_ongoing() or 0))
 
-    async def retrieve(self, index: str, question: str, deadline: float | None = None,
-                       topic: str | None = None, generation: str | None = None) -> Any:
+    async def retrieve(
+        self,
+        index: str,
+        question: str,
+        deadline: float | None = None,
+        topic: str | None = None,
+        generation: str | None = None,
+    ) -> Any:
         live = self.lives.get(index)
         if live is None or live.current().value is None:
-            raise IndexNotFoundError(f"no GraphFlow policy for index {index!r}; walked here: "
-                                     f"{', '.join(self.lives) or 'none'}")
+            raise IndexNotFoundError(
+                f"no GraphFlow policy for index {index!r}; walked here: {', '.join(self.lives) or 'none'}"
+            )
 
         def pinned_retrieve() -> Any:
             with live.pin(generation) as pinned:
                 if pinned.value is None:
-                    raise IndexNotFoundError(f"no GraphFlow policy for index {index!r} in generation "
-                                             f"{pinned.generation}")
+                    raise IndexNotFoundError(
+                        f"no GraphFlow policy for index {index!r} in generation {pinned.generation}"
+                    )
                 return pinned.value.retrieve(question, topic)
 
         return await self._run(deadline, pinned_retrieve)
@@ -742,9 +821,12 @@ class Ingress:
         from serve.auth import ApiKeys, AuthConfigError, load_api_keys
 
         self.settings = ApiSettings(
-            indexes=tuple(settings["indexes"]), default_index=settings["default_index"],
-            request_deadline_s=float(settings["request_deadline_s"]), retry_after_s=int(settings["retry_after_s"]),
-            max_body_bytes=int(settings["max_body_bytes"]), max_question_chars=int(settings["max_question_chars"]),
+            indexes=tuple(settings["indexes"]),
+            default_index=settings["default_index"],
+            request_deadline_s=float(settings["request_deadline_s"]),
+            retry_after_s=int(settings["retry_after_s"]),
+            max_body_bytes=int(settings["max_body_bytes"]),
+            max_question_chars=int(settings["max_question_chars"]),
             rate_limit_per_key=settings.get("rate_limit_per_key"),
             rate_limit_burst=int(settings.get("rate_limit_burst", 20)),
         )
@@ -754,7 +836,8 @@ class Ingress:
             if not keys:
                 raise AuthConfigError(
                     f"auth is on but no API key is configured: set ${settings.get('api_keys_env')} (comma-separated)"
-                    " or api_keys_file on the replicas, or set auth: false for a local-only server")
+                    " or api_keys_file on the replicas, or set auth: false for a local-only server"
+                )
             self.keys = ApiKeys(keys)
             log.info("ingress: %d API key(s) loaded", len(self.keys))
         else:

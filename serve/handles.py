@@ -121,7 +121,6 @@ class RequestScope:
             cancel_quietly(response)
 
 
-
 def cancel_quietly(response: Any) -> None:
     """Cancel a handle call; one that already finished or failed may re-raise its error from ``cancel()``, and
     that error was (or is being) answered already."""
@@ -138,8 +137,9 @@ def current_scope() -> RequestScope | None:
     return _scope.get()
 
 
-async def run_in_thread(pool: concurrent.futures.Executor, scope: RequestScope, fn: Callable[..., T],
-                        *args: Any, **kwargs: Any) -> T:
+async def run_in_thread(
+    pool: concurrent.futures.Executor, scope: RequestScope, fn: Callable[..., T], *args: Any, **kwargs: Any
+) -> T:
     """``fn(*args)`` in ``pool`` with ``scope`` visible to the adapters; waits at most the scope's time left.
 
     When the waiting coroutine is cancelled or the deadline passes, the scope is cancelled, which makes the
@@ -202,8 +202,9 @@ class HandleLLM:
         self._stream_handle = handle.options(stream=True)
         self.model_id = llm_model_id(cfg)
         # Budgets the context like the in-process engine would.
-        self.max_model_len: int | None = (cfg.max_model_len if isinstance(cfg, (VllmLLMConfig, OpenAILLMConfig))
-                                          else None)
+        self.max_model_len: int | None = (
+            cfg.max_model_len if isinstance(cfg, (VllmLLMConfig, OpenAILLMConfig)) else None
+        )
         if count_tokens is None:
             from hxd2_ray.llm.tokens import build_token_counter
 

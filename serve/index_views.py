@@ -34,14 +34,21 @@ def chunk_view(index: Any, chunk_id: str) -> dict[str, Any]:
     if not rows:
         raise NotInIndex(f"no chunk {chunk_id!r} in this index")
     row = rows[0]
-    return {"id": row["id"], "doc_id": row["doc_id"], "doc_title": row["doc_title"],
-            "doc_source_id": row["doc_source_id"], "doc_source_path": row["doc_source_path"],
-            "header_path": row["header_path"], "order": int(row["order"]), "language": row["language"],
-            "text": row["text"]}
+    return {
+        "id": row["id"],
+        "doc_id": row["doc_id"],
+        "doc_title": row["doc_title"],
+        "doc_source_id": row["doc_source_id"],
+        "doc_source_path": row["doc_source_path"],
+        "header_path": row["header_path"],
+        "order": int(row["order"]),
+        "language": row["language"],
+        "text": row["text"],
+    }
 
 
 def _cut(text: str) -> str:
-    return text if len(text) <= DESCRIPTION_CHARS else text[:DESCRIPTION_CHARS - 1] + "…"
+    return text if len(text) <= DESCRIPTION_CHARS else text[: DESCRIPTION_CHARS - 1] + "…"
 
 
 def graph_view(index: Any, entities: list[str], hops: int, max_nodes: int) -> dict[str, Any]:
@@ -52,13 +59,37 @@ def graph_view(index: Any, entities: list[str], hops: int, max_nodes: int) -> di
     sub, missing = around_entities(index.graph, list(entities)[:MAX_ENTITIES], hops=hops, max_nodes=max_nodes)
     if not sub.entities:
         raise NotInIndex("no entity named " + ", ".join(repr(n) for n in missing[:5]) + " in this index")
-    nodes = [{"key": key, "name": row["name"], "type": row["type"], "degree": int(row["degree"]),
-              "hops": int(sub.hops.get(key, 0)), "description": _cut(row["description"])}
-             for key, row in sub.entities.items()]
-    edges = [{"source": e["source_key"], "target": e["target_key"], "description": _cut(e["description"]),
-              "keywords": list(e["keywords"])[:8], "weight": float(e["weight"])} for e in sub.edges]
-    return {"title": sub.title, "center": sub.center, "hops": hops, "max_nodes": max_nodes, "nodes": nodes,
-            "edges": edges, "not_shown": sub.cut, "not_found": missing}
+    nodes = [
+        {
+            "key": key,
+            "name": row["name"],
+            "type": row["type"],
+            "degree": int(row["degree"]),
+            "hops": int(sub.hops.get(key, 0)),
+            "description": _cut(row["description"]),
+        }
+        for key, row in sub.entities.items()
+    ]
+    edges = [
+        {
+            "source": e["source_key"],
+            "target": e["target_key"],
+            "description": _cut(e["description"]),
+            "keywords": list(e["keywords"])[:8],
+            "weight": float(e["weight"]),
+        }
+        for e in sub.edges
+    ]
+    return {
+        "title": sub.title,
+        "center": sub.center,
+        "hops": hops,
+        "max_nodes": max_nodes,
+        "nodes": nodes,
+        "edges": edges,
+        "not_shown": sub.cut,
+        "not_found": missing,
+    }
 
 
 def _index_folder(index: Any) -> Path:
@@ -75,14 +106,26 @@ def stats_view(index: Any) -> dict[str, Any]:
     stats = graph_stats(store, _index_folder(index), top=TOP_ROWS)
     manifest = index.manifest
     degree = {k: v for k, v in stats["degree"].items() if k != "histogram"}
-    build = {k: v for k, v in (stats.get("build") or {}).items()
-             if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
-    return {"counts": {k: int(v) for k, v in stats["counts"].items()}, "degree": degree,
-            "degree_histogram": stats["degree"]["histogram"], "components": stats["components"],
-            "top_entities": stats["top_entities"], "entity_types": stats["entity_types"][:TOP_ROWS],
-            "build": build,
-            "manifest": {"fingerprint": manifest.fingerprint, "created_at": manifest.created_at,
-                         "generation": manifest.generation, "embedding_model": manifest.embedding_model_id}}
+    build = {
+        k: v
+        for k, v in (stats.get("build") or {}).items()
+        if isinstance(v, (int, float, str)) and not isinstance(v, bool)
+    }
+    return {
+        "counts": {k: int(v) for k, v in stats["counts"].items()},
+        "degree": degree,
+        "degree_histogram": stats["degree"]["histogram"],
+        "components": stats["components"],
+        "top_entities": stats["top_entities"],
+        "entity_types": stats["entity_types"][:TOP_ROWS],
+        "build": build,
+        "manifest": {
+            "fingerprint": manifest.fingerprint,
+            "created_at": manifest.created_at,
+            "generation": manifest.generation,
+            "embedding_model": manifest.embedding_model_id,
+        },
+    }
 
 
 class IndexViews:
@@ -116,8 +159,12 @@ class IndexViews:
         opened = index if index is not None else self._index(name)
         views: dict[str, Callable[[], dict[str, Any]]] = {
             "chunk": lambda: chunk_view(opened, str(params["chunk_id"])),
-            "graph": lambda: graph_view(opened, [str(e) for e in params["entities"]],
-                                        int(params.get("hops", 1)), int(params.get("max_nodes", 60))),
+            "graph": lambda: graph_view(
+                opened,
+                [str(e) for e in params["entities"]],
+                int(params.get("hops", 1)),
+                int(params.get("max_nodes", 60)),
+            ),
             "stats": lambda: self._stats_of(name, opened),
         }
         return {"index": name, **views[kind]()}

@@ -22,15 +22,20 @@ from hxd2_ray.retrieval.live_index import LiveIndex
 T = TypeVar("T")
 
 
-def open_live(locations: Mapping[str, str], cfg: HxdConfig, attach: Callable[[str, Any], T], *, poll_s: float,
-              detach: Callable[[T], None] | None = None) -> dict[str, LiveIndex[T]]:
+def open_live(
+    locations: Mapping[str, str],
+    cfg: HxdConfig,
+    attach: Callable[[str, Any], T],
+    *,
+    poll_s: float,
+    detach: Callable[[T], None] | None = None,
+) -> dict[str, LiveIndex[T]]:
     """One live index per served name; ``attach(name, open_index)`` builds what the replica reads it through."""
     opened: dict[str, LiveIndex[T]] = {}
     try:
         for name, location in locations.items():
             try:
-                opened[name] = LiveIndex(location, cfg, functools.partial(attach, name), poll_s=poll_s,
-                                         detach=detach)
+                opened[name] = LiveIndex(location, cfg, functools.partial(attach, name), poll_s=poll_s, detach=detach)
             except IndexNotFoundError as exc:
                 if "://" in location:
                     raise
@@ -38,8 +43,9 @@ def open_live(locations: Mapping[str, str], cfg: HxdConfig, attach: Callable[[st
                 from hxd2_ray.indexing.cluster_storage import advice
                 from hxd2_ray.stages.stage_run import current_node
 
-                raise IndexNotFoundError(f"{exc} (on node {current_node()[:12]}, where this replica runs: "
-                                         f"{advice('index')})") from None
+                raise IndexNotFoundError(
+                    f"{exc} (on node {current_node()[:12]}, where this replica runs: {advice('index')})"
+                ) from None
     except BaseException:
         close_live(opened)
         raise

@@ -27,14 +27,14 @@ _SCHEMAS = "#/components/schemas/"
 # What can cause each error status, route by route (the descriptions the document gives).
 _ERROR_CAUSES: dict[int, str] = {
     400: "The request cannot be processed: the body is not JSON, is nested too deeply or is not an object; a string "
-         "holds a lone surrogate (not text); x-hxd2-deadline-s is not a positive, finite number of seconds; "
-         "Content-Length is not a number; the question is blank; or the mode is not available for this index.",
+    "holds a lone surrogate (not text); x-hxd2-deadline-s is not a positive, finite number of seconds; "
+    "Content-Length is not a number; the question is blank; or the mode is not available for this index.",
     401: "No API key, or not one of the server's (`Authorization: Bearer <key>`).",
     404: "The model (index) is not served here (GET /v1/models lists them).",
     413: "The body is over the server's byte limit, or the question over its character limit.",
     422: "The body does not match the request schema; the message names the fields.",
     500: "An internal error: a defect of the server, never a property of the request. The message names the "
-         "exception type; the server logs it.",
+    "exception type; the server logs it.",
     502: "A backend the answer needs (LLM, embedder, stores) failed after its retries.",
     503: "A deployment is at capacity, or a replica went away: retry after Retry-After seconds.",
     504: "The request's deadline passed (the server's request deadline, or x-hxd2-deadline-s when shorter).",
@@ -67,8 +67,15 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 def error_response(status: int, description: str | None = None) -> dict[str, Any]:
     """The documented response of one error status: the error body with this status's ``type``, and its headers."""
-    schema = {"allOf": [_ref("ErrorResponse"), {"type": "object", "properties": {"error": {
-        "type": "object", "properties": {"type": {"const": ERROR_TYPES[status]}}}}}]}
+    schema = {
+        "allOf": [
+            _ref("ErrorResponse"),
+            {
+                "type": "object",
+                "properties": {"error": {"type": "object", "properties": {"type": {"const": ERROR_TYPES[status]}}}},
+            },
+        ]
+    }
     out: dict[str, Any] = {"description": description or _ERROR_CAUSES[status], "content": _json(schema)}
     if status == 503:
         out["headers"] = {"Retry-After": RETRY_AFTER}
@@ -96,20 +103,21 @@ def ok_chat() -> dict[str, Any]:
         "type": "string",
         "if": {"const": "[DONE]"},
         "then": True,
-        "else": {"contentMediaType": "application/json",
-                 "contentSchema": {"anyOf": [_ref("ChatCompletionChunk"), _ref("ErrorResponse")]}},
+        "else": {
+            "contentMediaType": "application/json",
+            "contentSchema": {"anyOf": [_ref("ChatCompletionChunk"), _ref("ErrorResponse")]},
+        },
     }
     return {
-        "description": "The answer: a chat.completion, or with \"stream\": true a stream of server-sent events. Each "
-                       "event's data is a chat.completion.chunk (the first carries the role; the one with a "
-                       "finish_reason carries path, mode, references; with stream_options.include_usage a last "
-                       "chunk carries the usage), or an error object when the answer failed after the stream began "
-                       "(its code is the HTTP status it would have had); the stream always ends with "
-                       "`data: [DONE]`.",
+        "description": 'The answer: a chat.completion, or with "stream": true a stream of server-sent events. Each '
+        "event's data is a chat.completion.chunk (the first carries the role; the one with a "
+        "finish_reason carries path, mode, references; with stream_options.include_usage a last "
+        "chunk carries the usage), or an error object when the answer failed after the stream began "
+        "(its code is the HTTP status it would have had); the stream always ends with "
+        "`data: [DONE]`.",
         "content": {
             "application/json": {"schema": _ref("ChatCompletion")},
-            "text/event-stream": {"itemSchema": {"type": "object", "required": ["data"],
-                                                 "properties": {"data": data}}},
+            "text/event-stream": {"itemSchema": {"type": "object", "required": ["data"], "properties": {"data": data}}},
         },
     }
 
@@ -118,11 +126,15 @@ def request_body(model: str) -> dict[str, Any]:
     """``openapi_extra`` of a route whose body is ``model`` (a JSON object), with the deadline header."""
     return {
         "requestBody": {"required": True, "content": _json(_ref(model))},
-        "parameters": [{
-            "name": DEADLINE_HEADER, "in": "header", "required": False,
-            "description": "Seconds this request may take (at most the server's request deadline); 504 after.",
-            "schema": {"type": "number", "exclusiveMinimum": 0},
-        }],
+        "parameters": [
+            {
+                "name": DEADLINE_HEADER,
+                "in": "header",
+                "required": False,
+                "description": "Seconds this request may take (at most the server's request deadline); 504 after.",
+                "schema": {"type": "number", "exclusiveMinimum": 0},
+            }
+        ],
     }
 
 
@@ -146,14 +158,33 @@ def component_schemas() -> dict[str, Any]:
     )
 
     models = [(ChatCompletionRequest, "validation"), (QueryRequest, "validation")]
-    models += [(m, "serialization") for m in (ChatCompletion, ChatCompletionChunk, QueryResponse, ModelList, Health,
-                                               Reload, ErrorResponse, ChunkView, GraphView, IndexStats)]
+    models += [
+        (m, "serialization")
+        for m in (
+            ChatCompletion,
+            ChatCompletionChunk,
+            QueryResponse,
+            ModelList,
+            Health,
+            Reload,
+            ErrorResponse,
+            ChunkView,
+            GraphView,
+            IndexStats,
+        )
+    ]
     _, schema = models_json_schema(models, ref_template=_SCHEMAS + "{model}")  # type: ignore[arg-type]
     return dict(schema["$defs"])
 
 
-def build_document(base: dict[str, Any], *, indexes: tuple[str, ...], max_question_chars: int,
-                   max_body_bytes: int, open_paths: frozenset[str]) -> dict[str, Any]:
+def build_document(
+    base: dict[str, Any],
+    *,
+    indexes: tuple[str, ...],
+    max_question_chars: int,
+    max_body_bytes: int,
+    open_paths: frozenset[str],
+) -> dict[str, Any]:
     """The served document: FastAPI's paths (``base``, from the routes' declarations) with the components, the
     security scheme and the deployment's names and limits."""
     doc = copy.deepcopy(base)
@@ -161,7 +192,8 @@ def build_document(base: dict[str, Any], *, indexes: tuple[str, ...], max_questi
     doc["info"]["description"] = (
         "OpenAI-compatible chat completions and a plain query route over GraphRAG indexes. Every route but "
         f"{', '.join(sorted(open_paths))} needs `Authorization: Bearer <key>`. Bodies are JSON objects of at most "
-        f"{max_body_bytes:,} bytes; every error is an OpenAI-style error object.")
+        f"{max_body_bytes:,} bytes; every error is an OpenAI-style error object."
+    )
     schemas = component_schemas()
     names = list(indexes)
     schemas["ChatCompletionRequest"]["properties"]["model"]["enum"] = names
@@ -169,8 +201,9 @@ def build_document(base: dict[str, Any], *, indexes: tuple[str, ...], max_questi
     query["index"]["anyOf"] = [{"type": "string", "enum": names}, {"type": "null"}]
     query["question"]["maxLength"] = max_question_chars
     doc.setdefault("components", {})["schemas"] = schemas
-    doc["components"]["securitySchemes"] = {BEARER: {
-        "type": "http", "scheme": "bearer", "description": "An API key of the server (HXD2_API_KEYS)."}}
+    doc["components"]["securitySchemes"] = {
+        BEARER: {"type": "http", "scheme": "bearer", "description": "An API key of the server (HXD2_API_KEYS)."}
+    }
     doc["security"] = [{BEARER: []}]
     for path, item in doc.get("paths", {}).items():
         for operation in item.values():

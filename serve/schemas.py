@@ -86,12 +86,17 @@ class ChatCompletionRequest(BaseModel):
     max_completion_tokens: JsonInt | None = None
     user: str | None = None
     trace: bool = Field(False, description="Extension: include the query's trace in the response.")
-    mode: ModeName | None = Field(None, description=f"Extension: the query mode ({', '.join(MODES)}); default: the "
-                                               "server's (auto).")
-    topic: str | None = Field(None, min_length=1, max_length=1000,
-                              description="Extension: the question's topic entity when the client knows it (a "
-                                          "benchmark's topic, a selected entity); retrieval and the graph walk start "
-                                          "there instead of linking a start from the text.")
+    mode: ModeName | None = Field(
+        None, description=f"Extension: the query mode ({', '.join(MODES)}); default: the server's (auto)."
+    )
+    topic: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1000,
+        description="Extension: the question's topic entity when the client knows it (a "
+        "benchmark's topic, a selected entity); retrieval and the graph walk start "
+        "there instead of linking a start from the text.",
+    )
 
     _mode = field_validator("mode")(_check_mode)
 
@@ -110,10 +115,14 @@ class QueryRequest(BaseModel):
     index: str | None = Field(None, description="Index name; the default index when omitted.")
     trace: bool = Field(False, description="Include the query's trace in the response.")
     mode: ModeName | None = Field(None, description=f"Query mode ({', '.join(MODES)}); default: the server's (auto).")
-    topic: str | None = Field(None, min_length=1, max_length=1000,
-                              description="The question's topic entity when the client knows it (a "
-                                          "benchmark's topic, a selected entity); retrieval and the graph walk start "
-                                          "there instead of linking a start from the text.")
+    topic: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1000,
+        description="The question's topic entity when the client knows it (a "
+        "benchmark's topic, a selected entity); retrieval and the graph walk start "
+        "there instead of linking a start from the text.",
+    )
 
     _mode = field_validator("mode")(_check_mode)
 
@@ -222,8 +231,10 @@ class ModelList(BaseModel):
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
     indexes: dict[str, str] | None = Field(
-        None, description="With ?deep=true (and a key): each served index and the generation the retriever replica "
-                          "that replied serves it from.")
+        None,
+        description="With ?deep=true (and a key): each served index and the generation the retriever replica "
+        "that replied serves it from.",
+    )
 
 
 class Reload(BaseModel):
@@ -284,25 +295,36 @@ class IndexStats(BaseModel):
     entity types, the build's summary, and the manifest."""
 
     index: str
-    counts: dict[str, int] = Field(..., description="Rows per table: documents, chunks, entities, relations, "
-                                                    "mentions.")
-    degree: dict[str, float] = Field(..., description="Relations per entity: mean, median, max; isolated: "
-                                                      "entities without one.")
+    counts: dict[str, int] = Field(..., description="Rows per table: documents, chunks, entities, relations, mentions.")
+    degree: dict[str, float] = Field(
+        ..., description="Relations per entity: mean, median, max; isolated: entities without one."
+    )
     degree_histogram: list[dict[str, int]] = Field(..., description="Entities per degree bin (min, max).")
-    components: dict[str, Any] = Field(..., description="Connected components: count, largest sizes, singletons, "
-                                                        "the largest's share of the entities.")
+    components: dict[str, Any] = Field(
+        ..., description="Connected components: count, largest sizes, singletons, the largest's share of the entities."
+    )
     top_entities: list[dict[str, Any]] = Field(..., description="The best-connected entities (name, key, degree).")
     entity_types: list[dict[str, Any]] = Field(..., description="Entities per type, most common first.")
-    build: dict[str, Any] = Field(..., description="The last build's summary (documents, quarantined files, "
-                                                   "failed chunks, models), where the index folder has one.")
+    build: dict[str, Any] = Field(
+        ...,
+        description="The last build's summary (documents, quarantined files, "
+        "failed chunks, models), where the index folder has one.",
+    )
     manifest: dict[str, Any] = Field(..., description="fingerprint, created_at, generation, embedding_model.")
 
 
 # The error ``type`` of each status the API answers with (the ``type`` field of every error body).
 ERROR_TYPES: dict[int, str] = {
-    400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error", 405: "invalid_request_error",
-    413: "invalid_request_error", 422: "invalid_request_error", 500: "server_error", 502: "upstream_error",
-    503: "overloaded_error", 504: "timeout_error",
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    500: "server_error",
+    502: "upstream_error",
+    503: "overloaded_error",
+    504: "timeout_error",
 }
 
 
@@ -310,9 +332,12 @@ class ErrorDetail(BaseModel):
     message: str = Field(..., description="What went wrong, for a person to read.")
     type: str = Field(..., description="The kind of error: " + ", ".join(sorted(set(ERROR_TYPES.values()))) + ".")
     param: str | None = None
-    code: str | int | None = Field(None, description="A stable name of the error (invalid_json, invalid_text, "
-                                                     "model_not_found, overloaded, ...); in a stream's error event, "
-                                                     "the HTTP status the error would have had.")
+    code: str | int | None = Field(
+        None,
+        description="A stable name of the error (invalid_json, invalid_text, "
+        "model_not_found, overloaded, ...); in a stream's error event, "
+        "the HTTP status the error would have had.",
+    )
 
 
 class ErrorResponse(BaseModel):
@@ -362,8 +387,10 @@ class ServeAppArgs(BaseModel):
     )
     default_index: str | None = Field(None, description="Index used by /v1/query without 'index' (default: first).")
     config: str | None = Field(
-        None, description="hxd2 YAML config (llm, embedding, retrieval, s3 sections); None (and no config_data): the "
-                          "config the first index was built with, from its manifest.")
+        None,
+        description="hxd2 YAML config (llm, embedding, retrieval, s3 sections); None (and no config_data): the "
+        "config the first index was built with, from its manifest.",
+    )
     overrides: list[str] = Field(default_factory=list, description="section.key=value overrides of the config.")
     config_data: dict[str, Any] | None = Field(
         None, description="The config itself, as a mapping (instead of a file); overrides still apply."
@@ -377,14 +404,16 @@ class ServeAppArgs(BaseModel):
     request_deadline_s: float = Field(120.0, gt=0, description="Per-request deadline inside the app (504).")
     retry_after_s: int = Field(1, ge=0, description="Retry-After of our 503 answers.")
     rate_limit_per_key: float | None = Field(
-        None, gt=0,
+        None,
+        gt=0,
         description="Requests per second one API key may send to one Ingress replica (a key's service-wide limit "
         "is this times the Ingress replicas); over it: 429 with Retry-After. None: no limit.",
     )
     rate_limit_burst: int = Field(20, ge=1, description="Requests a key may send at once before the rate applies.")
     # live updates
     generation_poll_s: float = Field(
-        2.0, ge=0,
+        2.0,
+        ge=0,
         description="How often each replica reads the indexes' manifests for a newly published generation (an "
         "update or a delete), which it then opens beside the one in use and moves new requests to; 0: only on "
         "POST /v1/admin/reload.",
@@ -400,27 +429,27 @@ class ServeAppArgs(BaseModel):
     pipeline: str | None = Field(
         None,
         description="module:function(ctx: PipelineContext) -> an object with answer()/answer_stream() like the "
-                    "query flow (benchmarks: the Serve floor); None: the query flow of hxd2_ray.wiring.build_pipeline.",
+        "query flow (benchmarks: the Serve floor); None: the query flow of hxd2_ray.wiring.build_pipeline.",
     )
     pipeline_threads: int = Field(16, gt=0, description="Threads running pipelines per retriever replica.")
     parts: Literal["deployments", "in_replica"] = Field(
         "deployments",
         description="deployments: the planner, plan executor and verifier run as their own deployments (Planner, "
-                    "PlanExecutor, Verifier), and the GraphFlow walk too when graphflow.policy is set "
-                    "(GraphWalker), each sized and scaled on its own; in_replica: inside each Retriever replica "
-                    "(one process, no hops).",
+        "PlanExecutor, Verifier), and the GraphFlow walk too when graphflow.policy is set "
+        "(GraphWalker), each sized and scaled on its own; in_replica: inside each Retriever replica "
+        "(one process, no hops).",
     )
     embedder: Literal["deployment", "in_replica"] = Field(
         "deployment",
         description="deployment: one Embedder deployment batching every replica's texts (@serve.batch; GPU models). "
-                    "in_replica: each Retriever / PlanExecutor replica embeds in-process, one hop less per query "
-                    "(CPU embedders, where a hop costs more than cross-request batching saves).",
+        "in_replica: each Retriever / PlanExecutor replica embeds in-process, one hop less per query "
+        "(CPU embedders, where a hop costs more than cross-request batching saves).",
     )
     transport: Literal["grpc", "actor"] = Field(
         "grpc",
         description="How deployments call each other. grpc: straight to the chosen replica's gRPC server (Serve's "
-                    "by-value handles), about half the CPU and latency per call of actor; actor: Ray actor calls "
-                    "through the object store (Serve's default: results that are passed on as ObjectRefs).",
+        "by-value handles), about half the CPU and latency per call of actor; actor: Ray actor calls "
+        "through the object store (Serve's default: results that are passed on as ObjectRefs).",
     )
     embed_batch: EmbedBatchOptions = EmbedBatchOptions()
     scripted: ScriptedServeOptions = ScriptedServeOptions()

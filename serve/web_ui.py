@@ -56,7 +56,7 @@ def load_assets() -> dict[str, Asset]:
     assets: dict[str, Asset] = {}
     for item in folder.iterdir():
         name = item.name
-        suffix = name[name.rfind("."):] if "." in name else ""
+        suffix = name[name.rfind(".") :] if "." in name else ""
         if item.is_file() and suffix in _MEDIA_TYPES and OPEN_UI_PATH.fullmatch(f"{UI_PATH}/{name}"):
             assets[name] = Asset(item.read_bytes(), _MEDIA_TYPES[suffix])
     if "index.html" not in assets:

@@ -103,7 +103,7 @@ class StubOpenAIServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 stub.requests.append({"path": self.path, "headers": dict(self.headers), "body": None})
                 if self.path.rstrip("/").endswith("/models"):
                     self._json(
@@ -116,7 +116,7 @@ class StubOpenAIServer:
                 else:
                     self._json(404, {"error": {"message": "not found"}})
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 stub.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})

@@ -95,7 +95,7 @@ def _sections(doc: Document, cfg: ChunkingConfig) -> list[_Section]:
             marker = m.group(1)
             if fence is None:
                 fence = marker
-            elif marker[0] == fence[0] and len(marker) >= len(fence) and not bare.strip()[len(marker):].strip():
+            elif marker[0] == fence[0] and len(marker) >= len(fence) and not bare.strip()[len(marker) :].strip():
                 fence = None
             continue
         if fence is not None:
@@ -148,6 +148,6 @@ def _locate(text: str, pieces: list[str], cfg: ChunkingConfig) -> list[tuple[int
         for i in range(0, len(piece), cfg.chunk_size_chars):
             # The splitter keeps an over-long split whole only when it has no separator left, which the final ""
             # separator rules out; cut anyway so the size bound holds whatever the library does.
-            out.append((at + i, piece[i:i + cfg.chunk_size_chars]))
+            out.append((at + i, piece[i : i + cfg.chunk_size_chars]))
         prev_start, prev_end = at, at + len(piece)
     return out

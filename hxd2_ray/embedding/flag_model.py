@@ -163,7 +163,7 @@ class FlagModelEmbedder:
             return
         try:
             model.stop_self_pool()  # no-op with one device; kept for safety if devices ever widen
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.debug("stop_self_pool failed", exc_info=True)
         del model
         gc.collect()

@@ -82,9 +82,16 @@ class EvalItem:
         return str(self.meta.get("stem") or self.question)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "question": self.question, "answers": list(self.answers),
-                "gold_passages": list(self.gold_passages), "choices": [list(c) for c in self.choices],
-                "task": self.task, "meta": dict(self.meta), "topic": self.topic}
+        return {
+            "id": self.id,
+            "question": self.question,
+            "answers": list(self.answers),
+            "gold_passages": list(self.gold_passages),
+            "choices": [list(c) for c in self.choices],
+            "task": self.task,
+            "meta": dict(self.meta),
+            "topic": self.topic,
+        }
 
 
 @dataclass(slots=True)
@@ -106,8 +113,12 @@ class LoadReport:
             self.filtered[k] = self.filtered.get(k, 0) + v
 
     def summary(self) -> dict[str, Any]:
-        return {"items": len(self.items), "skipped": len(self.skipped), "filtered": dict(self.filtered),
-                "skipped_rows": [list(s) for s in self.skipped]}
+        return {
+            "items": len(self.items),
+            "skipped": len(self.skipped),
+            "filtered": dict(self.filtered),
+            "skipped_rows": [list(s) for s in self.skipped],
+        }
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -170,14 +181,14 @@ def _split_options(question: str) -> tuple[str, tuple[tuple[str, str], ...]]:
         if marks[start].group(1) != "A":
             continue
         seq = [marks[start]]
-        for m in marks[start + 1:]:
+        for m in marks[start + 1 :]:
             if m.group(1) == chr(ord(seq[-1].group(1)) + 1):
                 seq.append(m)
         if len(seq) >= 2:
             opts = []
             for j, m in enumerate(seq):
                 end = seq[j + 1].start() if j + 1 < len(seq) else len(last)
-                opts.append((m.group(1), last[m.end():end].strip()))
+                opts.append((m.group(1), last[m.end() : end].strip()))
             stem = "\n".join(lines[:-1] + [last[: seq[0].start()]]).strip()
             return stem, tuple(opts)
     return question.strip(), ()
@@ -199,8 +210,12 @@ def parse_choices(question: str) -> tuple[tuple[str, str], ...]:
 # --------------------------------------------------------------------------------------------------------------
 
 SEEDBENCH_SUBSETS = {"1-1": "qa1", "1-2": "qa2", "1-3": "qa3", "1-4": "qa4"}
-_SEEDBENCH_TASK_TYPES = {"1-1": "key_single_choice", "1-2": "key_multiple_choice", "1-3": "key_blank_fill",
-                         "1-4": "key_text_generation"}
+_SEEDBENCH_TASK_TYPES = {
+    "1-1": "key_single_choice",
+    "1-2": "key_multiple_choice",
+    "1-3": "key_blank_fill",
+    "1-4": "key_text_generation",
+}
 _LETTER_LIST = re.compile(r"^\s*[A-D](?:\s*[,，、/;；\s]\s*[A-D])*\s*$")
 
 
@@ -221,8 +236,9 @@ def _seedbench_files(path: Path, subsets: Sequence[str]) -> list[tuple[str, Path
         raise ValueError(f"unknown SeedBench subset(s) {bad}; valid: {sorted(SEEDBENCH_SUBSETS)}")
     if path.is_file():
         if path.stem not in SEEDBENCH_SUBSETS:
-            raise DatasetError(f"{path.name}: not a SeedBench QA file; expected one of "
-                               f"{[s + '.json' for s in SEEDBENCH_SUBSETS]}")
+            raise DatasetError(
+                f"{path.name}: not a SeedBench QA file; expected one of {[s + '.json' for s in SEEDBENCH_SUBSETS]}"
+            )
         return [(path.stem, path)]
     if not path.is_dir():
         raise DatasetError(f"SeedBench path not found: {path}")
@@ -233,8 +249,9 @@ def _seedbench_files(path: Path, subsets: Sequence[str]) -> list[tuple[str, Path
                 out.append((s, cand))
                 break
         else:
-            raise DatasetError(f"SeedBench subset {s}: neither {path / (s + '.json')} nor "
-                               f"{path / 'zero-shot' / (s + '.json')} exists")
+            raise DatasetError(
+                f"SeedBench subset {s}: neither {path / (s + '.json')} nor {path / 'zero-shot' / (s + '.json')} exists"
+            )
     return out
 
 
@@ -278,12 +295,27 @@ def _seedbench_row(subset: str, index: int, row: Any, source: str) -> EvalItem |
     split_field = row.get("split")
     split = split_field if isinstance(split_field, Mapping) else {}
     meta = {
-        "subset": subset, "source": source, "index": index, "instruction": instruction, "stem": stem,
-        "level1": split.get("level1", ""), "level2": split.get("level2", ""), "task_type": task_type or "",
-        "language": "zh" if _has_cjk(question) else "en", "rice": is_rice(row), "gold_raw": answer,
+        "subset": subset,
+        "source": source,
+        "index": index,
+        "instruction": instruction,
+        "stem": stem,
+        "level1": split.get("level1", ""),
+        "level2": split.get("level2", ""),
+        "task_type": task_type or "",
+        "language": "zh" if _has_cjk(question) else "en",
+        "rice": is_rice(row),
+        "gold_raw": answer,
     }
-    return EvalItem(id=f"{subset}-{index:04d}", question=question, answers=answers, gold_passages=(),
-                    choices=choices if task in ("qa1", "qa2") else (), task=task, meta=meta)
+    return EvalItem(
+        id=f"{subset}-{index:04d}",
+        question=question,
+        answers=answers,
+        gold_passages=(),
+        choices=choices if task in ("qa1", "qa2") else (),
+        task=task,
+        meta=meta,
+    )
 
 
 def load_seedbench(
@@ -434,8 +466,11 @@ def _hotpot_row(index: int, row: Any, source: str, by_content: Mapping[tuple[str
     if question is None:
         return "missing or empty 'question'"
     raw = row.get("answer")
-    answers = tuple(a.strip() for a in ([raw] if isinstance(raw, str) else raw if isinstance(raw, list) else [])
-                    if isinstance(a, str) and a.strip())
+    answers = tuple(
+        a.strip()
+        for a in ([raw] if isinstance(raw, str) else raw if isinstance(raw, list) else [])
+        if isinstance(a, str) and a.strip()
+    )
     if not answers:
         return "missing or empty 'answer'"
     qid = str(row.get("_id") or row.get("id") or f"q{index:05d}")
@@ -451,8 +486,9 @@ def _hotpot_row(index: int, row: Any, source: str, by_content: Mapping[tuple[str
             if fact[0] not in titles:
                 titles.append(fact[0])
         gold = tuple(titles)
-        meta.update({"type": row.get("type", ""), "level": row.get("level", ""),
-                     "supporting_facts": [list(f) for f in facts]})
+        meta.update(
+            {"type": row.get("type", ""), "level": row.get("level", ""), "supporting_facts": [list(f) for f in facts]}
+        )
     elif "paragraphs" in row:  # HippoRAG toy format
         paras = row["paragraphs"]
         if not isinstance(paras, list):
@@ -532,11 +568,23 @@ def load_metaqa(path: str | Path, qtype_path: str | Path | None = None, default_
         if key in seen:  # cannot happen with line numbers, kept for safety
             continue
         seen.add(key)
-        report.items.append(EvalItem(
-            id=key, question=plain, answers=answers, task="kgqa", topic=" ".join(topic.group(1).split()),
-            meta={"source": str(p), "line": lineno, "question_marked": marked, "topic_entity": topic.group(1),
-                  "hops": hops, "qtype": qtype},
-        ))
+        report.items.append(
+            EvalItem(
+                id=key,
+                question=plain,
+                answers=answers,
+                task="kgqa",
+                topic=" ".join(topic.group(1).split()),
+                meta={
+                    "source": str(p),
+                    "line": lineno,
+                    "question_marked": marked,
+                    "topic_entity": topic.group(1),
+                    "hops": hops,
+                    "qtype": qtype,
+                },
+            )
+        )
     return report
 
 
@@ -649,11 +697,21 @@ def load_generic(corpus_jsonl: str | Path | None, questions_jsonl: str | Path) -
         if isinstance(rec.get("choices"), Mapping):
             choices = tuple((str(k), str(v)) for k, v in rec["choices"].items())
         seen.add(qid)
-        extra = {k: v for k, v in rec.items() if k not in {"id", "question", "answers", "answer", "gold_passages",
-                                                          "choices"}}
-        report.items.append(EvalItem(id=qid, question=question, answers=answers, gold_passages=gold,
-                                     choices=choices, task="generic", topic=_nonblank_str(rec.get("topic")) or "",
-                                     meta={"source": str(qp), "line": lineno, **extra}))
+        extra = {
+            k: v for k, v in rec.items() if k not in {"id", "question", "answers", "answer", "gold_passages", "choices"}
+        }
+        report.items.append(
+            EvalItem(
+                id=qid,
+                question=question,
+                answers=answers,
+                gold_passages=gold,
+                choices=choices,
+                task="generic",
+                topic=_nonblank_str(rec.get("topic")) or "",
+                meta={"source": str(qp), "line": lineno, **extra},
+            )
+        )
     return report
 
 
@@ -754,23 +812,38 @@ class BenchmarkSpec:
     ks: tuple[int, ...] = DEFAULT_KS
     lenient_metrics: tuple[str, ...] = ()  # reported only for comparison with the reference, labelled lenient
 
-    def paths(self, data_root: str | Path | None = None, *, questions: str | Path | None = None,
-              corpus: str | Path | None = None) -> tuple[Path | None, Path | None]:
+    def paths(
+        self,
+        data_root: str | Path | None = None,
+        *,
+        questions: str | Path | None = None,
+        corpus: str | Path | None = None,
+    ) -> tuple[Path | None, Path | None]:
         root = Path(data_root) if data_root is not None else default_data_root()
-        q = Path(questions) if questions is not None else (root / self.questions_path if self.questions_path
-                                                           else None)
+        q = Path(questions) if questions is not None else (root / self.questions_path if self.questions_path else None)
         c = Path(corpus) if corpus is not None else (root / self.corpus_path if self.corpus_path else None)
         return q, c
 
-    def load(self, data_root: str | Path | None = None, *, questions: str | Path | None = None,
-             corpus: str | Path | None = None, **options: Any) -> LoadReport:
+    def load(
+        self,
+        data_root: str | Path | None = None,
+        *,
+        questions: str | Path | None = None,
+        corpus: str | Path | None = None,
+        **options: Any,
+    ) -> LoadReport:
         q, c = self.paths(data_root, questions=questions, corpus=corpus)
         if q is None:
             raise DatasetError(f"benchmark {self.name!r} has no default questions file; pass questions=")
         return self.loader(q, c, **{**self.options, **options})
 
-    def load_corpus(self, data_root: str | Path | None = None, *, corpus: str | Path | None = None,
-                    skipped: list[tuple[str, str]] | None = None) -> list[dict[str, str]]:
+    def load_corpus(
+        self,
+        data_root: str | Path | None = None,
+        *,
+        corpus: str | Path | None = None,
+        skipped: list[tuple[str, str]] | None = None,
+    ) -> list[dict[str, str]]:
         _, c = self.paths(data_root, corpus=corpus)
         if c is None or self.corpus_loader is None:
             raise DatasetError(f"benchmark {self.name!r} has no default corpus; pass corpus=")
@@ -808,49 +881,79 @@ def _retrieval_metrics(ks: tuple[int, ...]) -> tuple[str, ...]:
 
 def _build_registry() -> dict[str, BenchmarkSpec]:
     specs = []
-    seed_desc = {"1-1": "QA-1 single choice (accuracy; strict letter extraction, lenient substring for comparison)",
-                 "1-2": "QA-2 multiple answer (mean per-question set F1, set exact match)",
-                 "1-3": "QA-3 fill-in-the-blank (ROUGE-L, jieba tokens)",
-                 "1-4": "QA-4 generation (ROUGE-L, jieba tokens)"}
-    seed_metrics = {"qa1": (("accuracy", "accuracy_lenient", "parsed"), "accuracy"),
-                    "qa2": (("f1", "exact_match", "parsed"), "f1"),
-                    "qa3": (("rouge_l",), "rouge_l"), "qa4": (("rouge_l",), "rouge_l")}
+    seed_desc = {
+        "1-1": "QA-1 single choice (accuracy; strict letter extraction, lenient substring for comparison)",
+        "1-2": "QA-2 multiple answer (mean per-question set F1, set exact match)",
+        "1-3": "QA-3 fill-in-the-blank (ROUGE-L, jieba tokens)",
+        "1-4": "QA-4 generation (ROUGE-L, jieba tokens)",
+    }
+    seed_metrics = {
+        "qa1": (("accuracy", "accuracy_lenient", "parsed"), "accuracy"),
+        "qa2": (("f1", "exact_match", "parsed"), "f1"),
+        "qa3": (("rouge_l",), "rouge_l"),
+        "qa4": (("rouge_l",), "rouge_l"),
+    }
     for subset, task in SEEDBENCH_SUBSETS.items():
         metrics, primary = seed_metrics[task]
         # "-rice": only the rice items (split.level2 "Oryza sativa"), as the paper evaluated.
         for suffix, rice_only in (("", False), ("-rice", True)):
-            specs.append(BenchmarkSpec(
-                name=f"seedbench-{task}{suffix}", task=task,
-                description=f"SeedBench zero-shot {seed_desc[subset]}{', rice items only' if rice_only else ''}",
-                metrics=metrics, primary_metric=primary, questions_path=f"seedbench/zero-shot/{subset}.json",
-                corpus_path="seedbench/279segments.jsonl", loader=_seedbench_loader(subset),
-                corpus_loader=load_seedbench_segments, options={"rice_only": rice_only},
-                lenient_metrics=("accuracy_lenient",) if task == "qa1" else (),
-            ))
-    specs.append(BenchmarkSpec(
-        name="hotpotqa", task="multihop",
-        description="HotpotQA 100-question train subset with its 994-passage corpus (HippoRAG copy): "
-                    "SQuAD EM/F1, supporting-passage recall@k and perfect retrieval@k",
-        metrics=("em", "f1") + _retrieval_metrics(DEFAULT_KS), primary_metric="f1",
-        questions_path="hipporag-multihop/hotpotqa_train.json",
-        corpus_path="hipporag-multihop/hotpotqa_train_corpus.json",
-        loader=_hotpot_loader, corpus_loader=load_corpus_hotpotqa,
-    ))
+            specs.append(
+                BenchmarkSpec(
+                    name=f"seedbench-{task}{suffix}",
+                    task=task,
+                    description=f"SeedBench zero-shot {seed_desc[subset]}{', rice items only' if rice_only else ''}",
+                    metrics=metrics,
+                    primary_metric=primary,
+                    questions_path=f"seedbench/zero-shot/{subset}.json",
+                    corpus_path="seedbench/279segments.jsonl",
+                    loader=_seedbench_loader(subset),
+                    corpus_loader=load_seedbench_segments,
+                    options={"rice_only": rice_only},
+                    lenient_metrics=("accuracy_lenient",) if task == "qa1" else (),
+                )
+            )
+    specs.append(
+        BenchmarkSpec(
+            name="hotpotqa",
+            task="multihop",
+            description="HotpotQA 100-question train subset with its 994-passage corpus (HippoRAG copy): "
+            "SQuAD EM/F1, supporting-passage recall@k and perfect retrieval@k",
+            metrics=("em", "f1") + _retrieval_metrics(DEFAULT_KS),
+            primary_metric="f1",
+            questions_path="hipporag-multihop/hotpotqa_train.json",
+            corpus_path="hipporag-multihop/hotpotqa_train_corpus.json",
+            loader=_hotpot_loader,
+            corpus_loader=load_corpus_hotpotqa,
+        )
+    )
     for h in (1, 2, 3):
-        specs.append(BenchmarkSpec(
-            name=f"metaqa-{h}hop", task="kgqa",
-            description=f"MetaQA {h}-hop: 200 dev questions answerable in the rebuilt KB (Hits@1, answer hit)",
-            metrics=("hits@1", "hit"), primary_metric="hits@1",
-            questions_path=f"metaqa/{h}-hop/fixture_dev_200_reachable.tsv", corpus_path="metaqa/kb.txt",
-            loader=_metaqa_loader(h), corpus_loader=load_metaqa_kb,
-        ))
-    specs.append(BenchmarkSpec(
-        name="generic", task="generic",
-        description="Your own corpus JSONL {id,title,text} and questions JSONL {id,question,answers,gold_passages?}"
-                    ": EM/F1/ROUGE-L, plus recall@k when gold passages are given",
-        metrics=("em", "f1", "rouge_l") + _retrieval_metrics(DEFAULT_KS), primary_metric="f1",
-        questions_path=None, corpus_path=None, loader=_generic_loader, corpus_loader=load_corpus_jsonl,
-    ))
+        specs.append(
+            BenchmarkSpec(
+                name=f"metaqa-{h}hop",
+                task="kgqa",
+                description=f"MetaQA {h}-hop: 200 dev questions answerable in the rebuilt KB (Hits@1, answer hit)",
+                metrics=("hits@1", "hit"),
+                primary_metric="hits@1",
+                questions_path=f"metaqa/{h}-hop/fixture_dev_200_reachable.tsv",
+                corpus_path="metaqa/kb.txt",
+                loader=_metaqa_loader(h),
+                corpus_loader=load_metaqa_kb,
+            )
+        )
+    specs.append(
+        BenchmarkSpec(
+            name="generic",
+            task="generic",
+            description="Your own corpus JSONL {id,title,text} and questions JSONL {id,question,answers,gold_passages?}"
+            ": EM/F1/ROUGE-L, plus recall@k when gold passages are given",
+            metrics=("em", "f1", "rouge_l") + _retrieval_metrics(DEFAULT_KS),
+            primary_metric="f1",
+            questions_path=None,
+            corpus_path=None,
+            loader=_generic_loader,
+            corpus_loader=load_corpus_jsonl,
+        )
+    )
     return {s.name: s for s in specs}
 
 

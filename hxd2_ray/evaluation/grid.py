@@ -79,8 +79,9 @@ def parse_axis(text: str) -> Axis:
     key = key.strip()
     values = tuple(v.strip() for v in rest.split(",")) if sep else ()
     if not key or not sep or not values or any(not v for v in values):
-        raise GridError(f"axis {text!r} must look like SECTION.KEY=V1,V2"
-                        " (e.g. retrieval.chunk_budget_tokens=2000,8000)")
+        raise GridError(
+            f"axis {text!r} must look like SECTION.KEY=V1,V2 (e.g. retrieval.chunk_budget_tokens=2000,8000)"
+        )
     if "." not in key:
         raise GridError(f"axis key {key!r} must name a config section and key, e.g. retrieval.chunk_budget_tokens")
     if len(set(values)) != len(values):
@@ -153,8 +154,9 @@ def fallback_rate(mode: str, per_mode: Mapping[str, Any]) -> float | None:
     return (per_mode.get("paths") or {}).get("dual_level", 0) / n
 
 
-def grid_rows(cells: Sequence[GridCell], summaries: Mapping[str, Mapping[str, Any]],
-              index_info: Mapping[str, str]) -> list[dict[str, Any]]:
+def grid_rows(
+    cells: Sequence[GridCell], summaries: Mapping[str, Mapping[str, Any]], index_info: Mapping[str, str]
+) -> list[dict[str, Any]]:
     """One row per (cell, mode), in cell order then the modes' order: the table's rows."""
     rows = []
     for cell in cells:
@@ -165,21 +167,23 @@ def grid_rows(cells: Sequence[GridCell], summaries: Mapping[str, Mapping[str, An
             s = (summary.get("per_mode") or {}).get(mode)
             if s is None:
                 continue
-            rows.append({
-                "method": MODE_TITLES.get(mode, mode),
-                "mode": mode,
-                "cell": cell.name,
-                "index": cell.index.label if cell.index else None,
-                "extraction": index_info.get(cell.index.label, "") if cell.index else "",
-                "settings": dict(cell.settings),
-                "n": s["n"],
-                "errors": s["errors"],
-                "metrics": dict(s["metrics"]),
-                "fallback_rate": fallback_rate(mode, s),
-                "latency_p50_s": s["latency_s"]["p50"],
-                "prompt_tokens_mean": s["prompt_tokens_mean"],
-                "completion_tokens_mean": s["completion_tokens_mean"],
-            })
+            rows.append(
+                {
+                    "method": MODE_TITLES.get(mode, mode),
+                    "mode": mode,
+                    "cell": cell.name,
+                    "index": cell.index.label if cell.index else None,
+                    "extraction": index_info.get(cell.index.label, "") if cell.index else "",
+                    "settings": dict(cell.settings),
+                    "n": s["n"],
+                    "errors": s["errors"],
+                    "metrics": dict(s["metrics"]),
+                    "fallback_rate": fallback_rate(mode, s),
+                    "latency_p50_s": s["latency_s"]["p50"],
+                    "prompt_tokens_mean": s["prompt_tokens_mean"],
+                    "completion_tokens_mean": s["completion_tokens_mean"],
+                }
+            )
     return rows
 
 
@@ -196,17 +200,34 @@ def _best(rows: Sequence[Mapping[str, Any]], metric: str) -> float | None:
     return max(values) if values else None
 
 
-def markdown_grid(title: str, rows: Sequence[Mapping[str, Any]], metrics: Sequence[str], axes: Sequence[Axis],
-                  primary_metric: str | None, notes: Sequence[str] = ()) -> str:
+def markdown_grid(
+    title: str,
+    rows: Sequence[Mapping[str, Any]],
+    metrics: Sequence[str],
+    axes: Sequence[Axis],
+    primary_metric: str | None,
+    notes: Sequence[str] = (),
+) -> str:
     """Rows: method x index variant x axis values; columns: metrics, fallback, latency, tokens (the shape of the
     paper's ablation tables). The best score of each metric is bold."""
     has_index = any(r["index"] for r in rows)
-    head = ["Method", *(["Index", "Loop-NER"] if has_index else []), *(a.key for a in axes),
-            *(metric_label(m) for m in metrics), "Fallback", "p50 latency (s)", "Avg prompt tokens", "n", "Errors"]
+    head = [
+        "Method",
+        *(["Index", "Loop-NER"] if has_index else []),
+        *(a.key for a in axes),
+        *(metric_label(m) for m in metrics),
+        "Fallback",
+        "p50 latency (s)",
+        "Avg prompt tokens",
+        "n",
+        "Errors",
+    ]
     lines = [f"# {title}", ""]
     lines += list(notes) + ([""] if notes else [])
-    lines += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * (1 + (2 if has_index else 0) + len(axes))
-                                                            + ["---:"] * (len(metrics) + 5)) + "|"]
+    lines += [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join(["---"] * (1 + (2 if has_index else 0) + len(axes)) + ["---:"] * (len(metrics) + 5)) + "|",
+    ]
     best = {m: _best(rows, m) for m in metrics}
     for r in rows:
         scores = []
@@ -214,14 +235,24 @@ def markdown_grid(title: str, rows: Sequence[Mapping[str, Any]], metrics: Sequen
             v = r["metrics"].get(m)
             text = fmt_score(v)
             scores.append(f"**{text}**" if v is not None and v == best[m] and len(rows) > 1 else text)
-        cells = [r["method"], *([r["index"] or "–", r["extraction"] or "–"] if has_index else []),
-                 *(r["settings"].get(a.key, "–") for a in axes), *scores,
-                 "–" if r["fallback_rate"] is None else f"{r['fallback_rate']:.0%}", fmt_score(r["latency_p50_s"], 2),
-                 fmt_count(r["prompt_tokens_mean"]), str(r["n"]), str(r["errors"])]
+        cells = [
+            r["method"],
+            *([r["index"] or "–", r["extraction"] or "–"] if has_index else []),
+            *(r["settings"].get(a.key, "–") for a in axes),
+            *scores,
+            "–" if r["fallback_rate"] is None else f"{r['fallback_rate']:.0%}",
+            fmt_score(r["latency_p50_s"], 2),
+            fmt_count(r["prompt_tokens_mean"]),
+            str(r["n"]),
+            str(r["errors"]),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     if primary_metric:
-        lines += ["", f"Primary metric: {metric_label(primary_metric)}. Fallback: share of a multi-stage mode's "
-                      "questions answered by the dual-level fallback."]
+        lines += [
+            "",
+            f"Primary metric: {metric_label(primary_metric)}. Fallback: share of a multi-stage mode's "
+            "questions answered by the dual-level fallback.",
+        ]
     if any("lenient" in m for m in metrics):
         lines += ["", LENIENT_NOTE]
     return "\n".join(lines) + "\n"
@@ -235,8 +266,14 @@ def plot_grid(rows: Sequence[Mapping[str, Any]], metric: str, path: Path) -> Pat
     values = [r["metrics"].get(metric) or 0.0 for r in ordered]
     bars = ax.barh(range(len(ordered)), values, color="#4878a8")
     for b, v in zip(bars, values):
-        ax.annotate(f"{v:.3f}", (v, b.get_y() + b.get_height() / 2), xytext=(3, 0), textcoords="offset points",
-                    va="center", fontsize=8)
+        ax.annotate(
+            f"{v:.3f}",
+            (v, b.get_y() + b.get_height() / 2),
+            xytext=(3, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=8,
+        )
     ax.set_yticks(range(len(ordered)), [row_label(r) for r in ordered], fontsize=8)
     ax.set_xlim(0, max(1.0, max(values, default=0.0) * 1.15))
     ax.set_xlabel(metric_label(metric))
@@ -244,25 +281,46 @@ def plot_grid(rows: Sequence[Mapping[str, Any]], metric: str, path: Path) -> Pat
     return save_figure(fig, path)
 
 
-def write_grid(out_dir: str | Path, *, benchmark: str, questions: int, cells: Sequence[GridCell],
-               summaries: Mapping[str, Mapping[str, Any]], index_info: Mapping[str, str],
-               axes: Sequence[Axis], metrics: Sequence[str], primary_metric: str | None) -> dict[str, Path]:
+def write_grid(
+    out_dir: str | Path,
+    *,
+    benchmark: str,
+    questions: int,
+    cells: Sequence[GridCell],
+    summaries: Mapping[str, Mapping[str, Any]],
+    index_info: Mapping[str, str],
+    axes: Sequence[Axis],
+    metrics: Sequence[str],
+    primary_metric: str | None,
+) -> dict[str, Path]:
     """``grid.md``, ``grid.json`` and ``grid.png`` (the primary metric) into ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = grid_rows(cells, summaries, index_info)
     shown = [m for m in metrics if m != "parsed"]
-    notes = [f"{questions} questions per cell; cells in `cells/`, each an ordinary run folder "
-             "(`hxd2 eval report`/`compare` work on them)."]
+    notes = [
+        f"{questions} questions per cell; cells in `cells/`, each an ordinary run folder "
+        "(`hxd2 eval report`/`compare` work on them)."
+    ]
     notes += [f"- index `{label}`: {info or 'extraction settings not recorded'}" for label, info in index_info.items()]
     md = markdown_grid(f"Grid: {benchmark}", rows, shown, axes, primary_metric, notes)
     (out / "grid.md").write_text(md, encoding="utf-8")
     doc = {
-        "benchmark": benchmark, "questions": questions, "primary_metric": primary_metric, "metrics": list(metrics),
+        "benchmark": benchmark,
+        "questions": questions,
+        "primary_metric": primary_metric,
+        "metrics": list(metrics),
         "axes": [{"key": a.key, "values": list(a.values)} for a in axes],
         "indexes": {label: info for label, info in index_info.items()},
-        "cells": [{"name": c.name, "modes": list(c.modes), "index": c.index.location if c.index else None,
-                   "settings": dict(c.settings)} for c in cells],
+        "cells": [
+            {
+                "name": c.name,
+                "modes": list(c.modes),
+                "index": c.index.location if c.index else None,
+                "settings": dict(c.settings),
+            }
+            for c in cells
+        ],
         "rows": rows,
     }
     (out / "grid.json").write_text(json.dumps(doc, ensure_ascii=False, indent=2, default=str), encoding="utf-8")

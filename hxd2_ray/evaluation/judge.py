@@ -46,15 +46,17 @@ TAG = "pairwise_judge"
 VERDICTS = ("A", "B", "tie")
 DEFAULT_CRITERIA = ("overall",)
 PLACEHOLDERS = ("criterion", "reply", "question", "reference", "answer_a", "answer_b")
-JSON_SCHEMA: Mapping[str, Any] = MappingProxyType({
-    "type": "object",
-    "properties": {
-        "winner": {"type": "string", "enum": list(VERDICTS)},  # first, so a cut-off reply still has it
-        "reason": {"type": "string", "maxLength": 240},  # bounded: the reply fits the default 128 tokens
-    },
-    "required": ["winner", "reason"],
-    "additionalProperties": False,
-})
+JSON_SCHEMA: Mapping[str, Any] = MappingProxyType(
+    {
+        "type": "object",
+        "properties": {
+            "winner": {"type": "string", "enum": list(VERDICTS)},  # first, so a cut-off reply still has it
+            "reason": {"type": "string", "maxLength": 240},  # bounded: the reply fits the default 128 tokens
+        },
+        "required": ["winner", "reason"],
+        "additionalProperties": False,
+    }
+)
 
 fill = placeholder_filler(PLACEHOLDERS)
 
@@ -100,8 +102,9 @@ def load_judge_prompts_file(path: str | Path, version: str | None = None) -> Jud
 def parse_judge_prompts(raw: bytes, version: str) -> JudgePromptSet:
     data = parse_prompt_languages(raw, "judge")
     languages = {str(lang): _language(str(lang), section) for lang, section in data.items()}
-    return JudgePromptSet(version=version, version_hash=prompt_version_hash(raw, version),
-                          languages=MappingProxyType(languages))
+    return JudgePromptSet(
+        version=version, version_hash=prompt_version_hash(raw, version), languages=MappingProxyType(languages)
+    )
 
 
 def _language(lang: str, section: Any) -> JudgeLanguagePrompts:
@@ -116,9 +119,14 @@ def _language(lang: str, section: Any) -> JudgeLanguagePrompts:
         raise ValueError(f"judge prompt file: {lang}.criteria must map criterion names to texts")
     if bad := [k for k, v in criteria.items() if not isinstance(v, str) or not v.strip()]:
         raise ValueError(f"judge prompt file: {lang}.criteria {bad} must be non-empty strings")
-    prompts = JudgeLanguagePrompts(system=text("system"), user=text("user"), reference=text("reference"),
-                                   reply_json=text("reply_json"), reply_text=text("reply_text"),
-                                   criteria=MappingProxyType({str(k): v.strip() for k, v in criteria.items()}))
+    prompts = JudgeLanguagePrompts(
+        system=text("system"),
+        user=text("user"),
+        reference=text("reference"),
+        reply_json=text("reply_json"),
+        reply_text=text("reply_text"),
+        criteria=MappingProxyType({str(k): v.strip() for k, v in criteria.items()}),
+    )
     for name in ("question", "reference", "answer_a", "answer_b"):
         if "{" + name + "}" not in prompts.user:
             raise ValueError(f"judge prompt file: {lang}.user must contain {{{name}}}")
@@ -131,8 +139,26 @@ def _language(lang: str, section: Any) -> JudgeLanguagePrompts:
 
 # ---------------------------------------------------------------------------------------------- parsing
 
-_TIE_WORDS = ("tie", "draw", "equal", "equally good", "equally bad", "same", "both", "neither",
-              "平局", "平手", "打平", "相同", "一样", "一样好", "一样差", "相当", "不分上下", "两者相当")
+_TIE_WORDS = (
+    "tie",
+    "draw",
+    "equal",
+    "equally good",
+    "equally bad",
+    "same",
+    "both",
+    "neither",
+    "平局",
+    "平手",
+    "打平",
+    "相同",
+    "一样",
+    "一样好",
+    "一样差",
+    "相当",
+    "不分上下",
+    "两者相当",
+)
 _NB = r"(?<![a-z0-9])"  # no letter/digit before (IGNORECASE: either case)
 _NA = r"(?![a-z0-9])"  # no letter/digit after
 _ANSWER = r"(?:(?:the\s+)?(?:answer|response|option)\s*|回答\s*|答案\s*)?"
@@ -140,14 +166,22 @@ _LABEL = r"(a|b|tie|draw|平局|平手)"
 _BRACKETED = re.compile(r"\[\[\s*(a|b|c|tie)\s*\]\]", re.IGNORECASE)
 _JSON_WINNER = re.compile(r"[\"']?(?:winner|verdict)[\"']?\s*:\s*[\"']([^\"']*)[\"']", re.IGNORECASE)
 # "Winner: B", "verdict is A", "更好的回答是A"
-_KEYED = re.compile(r"(?:winner|verdict|better\s+answer|final\s+answer|decision|胜者|获胜者|结论|判定|"
-                    r"更好的(?:回答|答案)?)\s*(?:is|是|为)?\s*[:：=]?\s*[\"'“”*\[(（【]*\s*" + _ANSWER + _LABEL + _NA,
-                    re.IGNORECASE)
+_KEYED = re.compile(
+    r"(?:winner|verdict|better\s+answer|final\s+answer|decision|胜者|获胜者|结论|判定|"
+    r"更好的(?:回答|答案)?)\s*(?:is|是|为)?\s*[:：=]?\s*[\"'“”*\[(（【]*\s*" + _ANSWER + _LABEL + _NA,
+    re.IGNORECASE,
+)
 # "B is better", "Answer A wins", "A更好"
-_PREFERRED = re.compile(_NB + _ANSWER + r"(a|b)\s*(?:is\s+(?:better|superior|preferred|more\s+\w+)|wins|"
-                        r"更好|更佳|较好|胜出|更优|更准确|更全面|更正确)", re.IGNORECASE)
-_TIE_STATEMENT = re.compile(_NB + r"(?:tie|draw|equally\s+(?:good|bad|correct|wrong)|平局|平手|不分上下|一样好|"
-                            r"一样差|两者相当)" + _NA, re.IGNORECASE)
+_PREFERRED = re.compile(
+    _NB + _ANSWER + r"(a|b)\s*(?:is\s+(?:better|superior|preferred|more\s+\w+)|wins|"
+    r"更好|更佳|较好|胜出|更优|更准确|更全面|更正确)",
+    re.IGNORECASE,
+)
+_TIE_STATEMENT = re.compile(
+    _NB + r"(?:tie|draw|equally\s+(?:good|bad|correct|wrong)|平局|平手|不分上下|一样好|"
+    r"一样差|两者相当)" + _NA,
+    re.IGNORECASE,
+)
 _LEADING = re.compile(r"^\s*" + _ANSWER + _LABEL + _NA, re.IGNORECASE)
 _STANDALONE = {"A": re.compile(_NB + "a" + _NA, re.IGNORECASE), "B": re.compile(_NB + "b" + _NA, re.IGNORECASE)}
 _STRIP = " \t\r\n\"'`*.,;:!?。，；：！？()[]{}（）【】「」<>"
@@ -207,7 +241,7 @@ def parse_verdict(text: str) -> str | None:
     if m:
         label = _label(m.group(1))
         other = {"A": "B", "B": "A"}.get(label or "")
-        if other is None or not _STANDALONE[other].search(s[m.end():]):
+        if other is None or not _STANDALONE[other].search(s[m.end() :]):
             return label
     return None
 
@@ -274,8 +308,9 @@ def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float] | No
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def bootstrap_interval(values: Sequence[float], *, resamples: int = 2000, level: float = 0.95,
-                       seed: int = 0) -> tuple[float, float] | None:
+def bootstrap_interval(
+    values: Sequence[float], *, resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float] | None:
     """Percentile bootstrap CI of the mean (seeded, so a report is reproducible)."""
     n = len(values)
     if n == 0:
@@ -291,8 +326,9 @@ def summarize(verdicts: Sequence[PairVerdict], *, seed: int = 0) -> dict[str, An
     """Totals of one criterion's verdicts."""
     counts = {v: sum(1 for x in verdicts if x.verdict == v) for v in ("A", "B", "tie", "invalid")}
     valid = len(verdicts) - counts["invalid"]
-    scores = [1.0 if x.verdict == "A" else 0.5 if x.verdict == "tie" else 0.0
-              for x in verdicts if x.verdict != "invalid"]
+    scores = [
+        1.0 if x.verdict == "A" else 0.5 if x.verdict == "tie" else 0.0 for x in verdicts if x.verdict != "invalid"
+    ]
     decisive = counts["A"] + counts["B"]
     replies = [r for x in verdicts if not x.identical for r in (x.a_first, x.b_first)]
     # Position picks: with A first, "A" is the first position; with B first, "B" is.
@@ -335,25 +371,42 @@ class JudgeResult:
         lines = [f"# Pairwise judge: A = {label_a}, B = {label_b}", ""]
         if self.info:
             lines += [", ".join(f"{k}: `{v}`" for k, v in self.info.items()), ""]
-        lines += ["Each pair is judged twice (A shown first, then B shown first); a win needs both orders to agree, "
-                  "a disagreement is a tie counted as inconsistent, an unreadable or failed reply makes the pair "
-                  "invalid. Win rate of A = (wins A + ties / 2) / valid pairs, 95% percentile-bootstrap CI; "
-                  "A share of decisive = wins A / (wins A + wins B), 95% Wilson CI.", "",
-                  "| Criterion | Pairs | Wins A | Wins B | Ties | Inconsistent | Invalid | Win rate A (95% CI) | "
-                  "A share of decisive (95% CI) | First / second position picks |",
-                  "|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
+        lines += [
+            "Each pair is judged twice (A shown first, then B shown first); a win needs both orders to agree, "
+            "a disagreement is a tie counted as inconsistent, an unreadable or failed reply makes the pair "
+            "invalid. Win rate of A = (wins A + ties / 2) / valid pairs, 95% percentile-bootstrap CI; "
+            "A share of decisive = wins A / (wins A + wins B), 95% Wilson CI.",
+            "",
+            "| Criterion | Pairs | Wins A | Wins B | Ties | Inconsistent | Invalid | Win rate A (95% CI) | "
+            "A share of decisive (95% CI) | First / second position picks |",
+            "|---|---:|---:|---:|---:|---:|---:|---|---|---|",
+        ]
         for crit, t in self.totals.items():
-            lines.append(f"| {crit} | {t['n']} | {t['wins_a']} | {t['wins_b']} | {t['ties']} | {t['inconsistent']} | "
-                         f"{t['invalid']} | {_rate(t['win_rate_a'], t['win_rate_a_ci95'])} | "
-                         f"{_rate(t['a_share_of_decisive'], t['a_share_of_decisive_wilson95'])} | "
-                         f"{t['first_position_picks']} / {t['second_position_picks']} |")
-        lines += ["", "## Verdicts", "", "| Question | Criterion | Verdict | A shown first | B shown first | Note |",
-                  "|---|---|---|---|---|---|"]
+            lines.append(
+                f"| {crit} | {t['n']} | {t['wins_a']} | {t['wins_b']} | {t['ties']} | {t['inconsistent']} | "
+                f"{t['invalid']} | {_rate(t['win_rate_a'], t['win_rate_a_ci95'])} | "
+                f"{_rate(t['a_share_of_decisive'], t['a_share_of_decisive_wilson95'])} | "
+                f"{t['first_position_picks']} / {t['second_position_picks']} |"
+            )
+        lines += [
+            "",
+            "## Verdicts",
+            "",
+            "| Question | Criterion | Verdict | A shown first | B shown first | Note |",
+            "|---|---|---|---|---|---|",
+        ]
         for v in self.verdicts[:limit]:
-            note = "identical answers" if v.identical else "inconsistent" if v.consistent is False else (
-                "; ".join(v.errors) or ("unreadable reply" if v.verdict == "invalid" else ""))
-            lines.append(f"| {_cell(v.id)} | {v.criterion} | {v.verdict} | {v.a_first or '–'} | {v.b_first or '–'} | "
-                         f"{_cell(note)} |")
+            note = (
+                "identical answers"
+                if v.identical
+                else "inconsistent"
+                if v.consistent is False
+                else ("; ".join(v.errors) or ("unreadable reply" if v.verdict == "invalid" else ""))
+            )
+            lines.append(
+                f"| {_cell(v.id)} | {v.criterion} | {v.verdict} | {v.a_first or '–'} | {v.b_first or '–'} | "
+                f"{_cell(note)} |"
+            )
         if len(self.verdicts) > limit:
             lines.append(f"| … {len(self.verdicts) - limit} more (see judge.json) | | | | | |")
         return "\n".join(lines) + "\n"
@@ -431,15 +484,28 @@ class PairwiseJudge:
         custom = self.criteria[criterion]
         crit = custom or lp.criteria.get(criterion) or self.prompts.languages["en"].criteria[criterion]
         reply = lp.reply_json if self.structured else lp.reply_text
-        reference = fill(lp.reference, reference=item.reference.strip()) if (
-            self.use_reference and item.reference.strip()) else ""
+        reference = (
+            fill(lp.reference, reference=item.reference.strip())
+            if (self.use_reference and item.reference.strip())
+            else ""
+        )
         system = fill(lp.system, criterion=crit, reply=reply)
-        user = fill(lp.user, question=item.question.strip(), reference=reference, answer_a=self._clip(first),
-                    answer_b=self._clip(second), reply=reply)
+        user = fill(
+            lp.user,
+            question=item.question.strip(),
+            reference=reference,
+            answer_a=self._clip(first),
+            answer_b=self._clip(second),
+            reply=reply,
+        )
         user = re.sub(r"\n{3,}", "\n\n", user)  # an empty reference block leaves no gap
-        return LLMRequest(messages=({"role": "system", "content": system}, {"role": "user", "content": user}),
-                          max_tokens=self.max_tokens, temperature=0.0,
-                          json_schema=JSON_SCHEMA if self.structured else None, tag=TAG)
+        return LLMRequest(
+            messages=({"role": "system", "content": system}, {"role": "user", "content": user}),
+            max_tokens=self.max_tokens,
+            temperature=0.0,
+            json_schema=JSON_SCHEMA if self.structured else None,
+            tag=TAG,
+        )
 
     def judge(self, items: Iterable[JudgeItem]) -> JudgeResult:
         items = list(items)
@@ -448,8 +514,7 @@ class PairwiseJudge:
         verdicts: list[PairVerdict] = []
         for item in items:
             for crit in self.criteria:
-                v = PairVerdict(id=item.id, criterion=crit, verdict="tie", consistent=True, a_first=None,
-                                b_first=None)
+                v = PairVerdict(id=item.id, criterion=crit, verdict="tie", consistent=True, a_first=None, b_first=None)
                 verdicts.append(v)
                 if (item.answer_a or "").strip() == (item.answer_b or "").strip():
                     v.identical, v.a_first, v.b_first = True, "tie", "tie"
@@ -460,7 +525,7 @@ class PairwiseJudge:
                 slots.append((len(requests) - 1, "b_first", v))
         responses: list[LLMResponse] = []
         for start in range(0, len(requests), self.batch_size):
-            chunk = requests[start: start + self.batch_size]
+            chunk = requests[start : start + self.batch_size]
             got = self.llm.complete(chunk)
             if len(got) != len(chunk):
                 raise RuntimeError(f"judge LLM returned {len(got)} responses for {len(chunk)} requests")
@@ -481,10 +546,16 @@ class PairwiseJudge:
         for v in verdicts:
             v.verdict, v.consistent = combine(v.a_first, v.b_first)
         totals = {c: summarize([v for v in verdicts if v.criterion == c], seed=self.seed) for c in self.criteria}
-        info = {"judge_model": getattr(self.llm, "model_id", ""), "prompt_version": self.prompts.version_hash,
-                "criteria": list(self.criteria), "structured": self.structured, "pairs": len(items),
-                "llm_requests": len(requests), "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens}
+        info = {
+            "judge_model": getattr(self.llm, "model_id", ""),
+            "prompt_version": self.prompts.version_hash,
+            "criteria": list(self.criteria),
+            "structured": self.structured,
+            "pairs": len(items),
+            "llm_requests": len(requests),
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+        }
         return JudgeResult(verdicts=verdicts, totals=totals, info=info)
 
 
@@ -499,9 +570,14 @@ def reference_text(question: Mapping[str, Any]) -> str:
     return " / ".join(f"{a}. {options[a]}" if a in options else a for a in answers)
 
 
-def pair_items(traces_a: Sequence[Mapping[str, Any]], traces_b: Sequence[Mapping[str, Any]],
-               questions: Mapping[str, Mapping[str, Any]], *, limit: int | None = None,
-               use_reference: bool = True) -> tuple[list[JudgeItem], dict[str, int]]:
+def pair_items(
+    traces_a: Sequence[Mapping[str, Any]],
+    traces_b: Sequence[Mapping[str, Any]],
+    questions: Mapping[str, Mapping[str, Any]],
+    *,
+    limit: int | None = None,
+    use_reference: bool = True,
+) -> tuple[list[JudgeItem], dict[str, int]]:
     """Judge items of the questions answered in both trace lists (one mode each), in A's order.
 
     ``questions`` maps a question id to its dict (``question``, ``answers``, ``choices``); a pair whose
@@ -521,20 +597,30 @@ def pair_items(traces_a: Sequence[Mapping[str, Any]], traces_b: Sequence[Mapping
             continue
         if limit is not None and len(items) >= limit:
             break
-        items.append(JudgeItem(id=qid, question=str(q["question"]), answer_a=str(t.get("answer") or ""),
-                               answer_b=str(b[qid].get("answer") or ""),
-                               reference=reference_text(q) if use_reference else ""))
+        items.append(
+            JudgeItem(
+                id=qid,
+                question=str(q["question"]),
+                answer_a=str(t.get("answer") or ""),
+                answer_b=str(b[qid].get("answer") or ""),
+                reference=reference_text(q) if use_reference else "",
+            )
+        )
     set_a = set(ids_a)
-    stats = {"paired": sum(1 for i in ids_a if i in b), "only_in_a": sum(1 for i in set_a if i not in b),
-             "only_in_b": sum(1 for i in b if i not in set_a), "no_question": no_question, "judged": len(items)}
+    stats = {
+        "paired": sum(1 for i in ids_a if i in b),
+        "only_in_a": sum(1 for i in set_a if i not in b),
+        "only_in_b": sum(1 for i in b if i not in set_a),
+        "no_question": no_question,
+        "judged": len(items),
+    }
     return items, stats
 
 
 # ---------------------------------------------------------------------------------------------- report
 
 
-def plot_judge(totals: Mapping[str, Mapping[str, Any]], path: Path, label_a: str = "A",
-               label_b: str = "B") -> Path:
+def plot_judge(totals: Mapping[str, Mapping[str, Any]], path: Path, label_a: str = "A", label_b: str = "B") -> Path:
     """Stacked horizontal bars per criterion: wins A, consistent ties, inconsistent, wins B, invalid."""
     crits = list(totals)
     fig = new_figure(7.5, 1.9 + 0.6 * len(crits))
@@ -561,8 +647,9 @@ def plot_judge(totals: Mapping[str, Mapping[str, Any]], path: Path, label_a: str
     return save_figure(fig, path)
 
 
-def write_judge_report(result: JudgeResult, out_dir: str | Path, label_a: str = "A", label_b: str = "B",
-                       *, plots: bool = True) -> dict[str, Path]:
+def write_judge_report(
+    result: JudgeResult, out_dir: str | Path, label_a: str = "A", label_b: str = "B", *, plots: bool = True
+) -> dict[str, Path]:
     """``judge.json``, ``judge.md`` and ``judge.png`` in ``out_dir``; their paths by name."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -579,9 +666,13 @@ def write_judge_report(result: JudgeResult, out_dir: str | Path, label_a: str = 
 
 
 def format_totals(totals: Mapping[str, Mapping[str, Any]], label_a: str = "A", label_b: str = "B") -> str:
-    lines = [f"  {'criterion':<18} {'pairs':>5} {'A wins':>6} {'B wins':>6} {'ties':>5} {'incons.':>7} "
-             f"{'invalid':>7}  win rate A (95% CI)", ]
+    lines = [
+        f"  {'criterion':<18} {'pairs':>5} {'A wins':>6} {'B wins':>6} {'ties':>5} {'incons.':>7} "
+        f"{'invalid':>7}  win rate A (95% CI)",
+    ]
     for c, t in totals.items():
-        lines.append(f"  {c:<18} {t['n']:>5} {t['wins_a']:>6} {t['wins_b']:>6} {t['ties']:>5} "
-                     f"{t['inconsistent']:>7} {t['invalid']:>7}  {_rate(t['win_rate_a'], t['win_rate_a_ci95'])}")
+        lines.append(
+            f"  {c:<18} {t['n']:>5} {t['wins_a']:>6} {t['wins_b']:>6} {t['ties']:>5} "
+            f"{t['inconsistent']:>7} {t['invalid']:>7}  {_rate(t['win_rate_a'], t['win_rate_a_ci95'])}"
+        )
     return f"  A = {label_a}, B = {label_b}\n" + "\n".join(lines)

@@ -257,9 +257,7 @@ def qa2_macro_f1(outputs: Sequence[str], golds: Sequence[str], valid: str = "ABC
 
 def qa2_exact_match(outputs: Sequence[str], golds: Sequence[str], valid: str = "ABCD") -> float:
     """Share of questions whose extracted set equals the gold set exactly."""
-    return _mean(
-        float(extract_choice_set(o, valid) == parse_choice_set(g, valid)) for o, g in _pairs(outputs, golds)
-    )
+    return _mean(float(extract_choice_set(o, valid) == parse_choice_set(g, valid)) for o, g in _pairs(outputs, golds))
 
 
 def qa2_label_macro_f1(
@@ -288,9 +286,7 @@ def qa2_label_macro_f1(
 # Free-text answers
 # --------------------------------------------------------------------------------------------------------------
 
-_ANSWER_MARKER = re.compile(
-    r"(?:正确答案|最终答案|答案|(?i:(?:correct\s+|final\s+)?answer))[*_\s]*[:：][*_\s]*"
-)
+_ANSWER_MARKER = re.compile(r"(?:正确答案|最终答案|答案|(?i:(?:correct\s+|final\s+)?answer))[*_\s]*[:：][*_\s]*")
 
 
 def extract_answer_text(output: str) -> str:
@@ -301,7 +297,7 @@ def extract_answer_text(output: str) -> str:
     last = None
     for last in _ANSWER_MARKER.finditer(text):
         pass
-    return (text[last.end():] if last else text).strip()
+    return (text[last.end() :] if last else text).strip()
 
 
 # one character of a CJK script (kana, ideographs, Hangul); also tells a question's language in datasets

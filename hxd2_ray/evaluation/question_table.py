@@ -18,26 +18,29 @@ MARKDOWN_ROWS_PER_MODE = 50
 _ANSWER_CHARS = 160  # a Markdown cell is one line: long answers are cut there (whole in report.html)
 
 
-def question_rows(traces: Sequence[Mapping[str, Any]], questions: Mapping[str, Mapping[str, Any]],
-                  correct: Sequence[bool | None]) -> list[dict[str, Any]]:
+def question_rows(
+    traces: Sequence[Mapping[str, Any]], questions: Mapping[str, Mapping[str, Any]], correct: Sequence[bool | None]
+) -> list[dict[str, Any]]:
     """The rows of the per-question table; ``correct[i]`` is whether ``traces[i]`` counted as a hit."""
     rows = []
     for trace, hit in zip(traces, correct, strict=True):
         qid = str(trace.get("id"))
         asked = questions.get(qid, {})
         latency = trace.get("latency_s")
-        rows.append({
-            "id": qid,
-            "mode": str(trace.get("mode") or "default"),
-            "question": str(asked.get("question") or ""),
-            "gold": [str(a) for a in asked.get("answers") or ()],
-            "answer": str(trace.get("answer") or ""),
-            "hit": hit,
-            "path": str(trace.get("path") or ""),
-            "latency_s": float(latency) if isinstance(latency, (int, float)) else None,
-            "references": [str(r) for r in _references(trace)],
-            "error": str(trace.get("error") or ""),
-        })
+        rows.append(
+            {
+                "id": qid,
+                "mode": str(trace.get("mode") or "default"),
+                "question": str(asked.get("question") or ""),
+                "gold": [str(a) for a in asked.get("answers") or ()],
+                "answer": str(trace.get("answer") or ""),
+                "hit": hit,
+                "path": str(trace.get("path") or ""),
+                "latency_s": float(latency) if isinstance(latency, (int, float)) else None,
+                "references": [str(r) for r in _references(trace)],
+                "error": str(trace.get("error") or ""),
+            }
+        )
     return rows
 
 
@@ -77,8 +80,10 @@ def markdown_question_table(rows: Sequence[Mapping[str, Any]], limit: int = MARK
             shown.append(row)
         else:
             left_out += 1
-    lines = ["| Question | Mode | Gold | Answer | Hit | Path | Latency (s) | References |",
-             "|---|---|---|---|:-:|---|---:|---|"]
+    lines = [
+        "| Question | Mode | Gold | Answer | Hit | Path | Latency (s) | References |",
+        "|---|---|---|---|:-:|---|---:|---|",
+    ]
     for r in shown:
         answer = r["answer"] if not r["error"] else f"error: {r['error']}"
         lines.append(
@@ -87,8 +92,7 @@ def markdown_question_table(rows: Sequence[Mapping[str, Any]], limit: int = MARK
             f"{_md_cell(r['path'], 40)} | {_latency(r['latency_s'])} | {_md_cell(', '.join(r['references']), 120)} |"
         )
     if left_out:
-        lines += ["", f"{left_out} more rows (past the first {limit} of each mode) are in report.html and the "
-                      "traces."]
+        lines += ["", f"{left_out} more rows (past the first {limit} of each mode) are in report.html and the traces."]
     return "\n".join(lines)
 
 
@@ -120,22 +124,36 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def render_html(title: str, summary_head: Sequence[str], summary_rows: Sequence[Sequence[str]],
-                rows: Sequence[Mapping[str, Any]], plots: Sequence[str] = (), notes: Sequence[str] = ()) -> str:
+def render_html(
+    title: str,
+    summary_head: Sequence[str],
+    summary_rows: Sequence[Sequence[str]],
+    rows: Sequence[Mapping[str, Any]],
+    plots: Sequence[str] = (),
+    notes: Sequence[str] = (),
+) -> str:
     """A self-contained HTML report: the summary table, the plots (files beside it) and every question's row."""
-    parts = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{_e(title)}</title>",
-             f"<style>{_STYLE}</style></head><body>", f"<h1>{_e(title)}</h1>"]
+    parts = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{_e(title)}</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        f"<h1>{_e(title)}</h1>",
+    ]
     parts += [f"<p>{_e(n)}</p>" for n in notes]
     parts.append("<table><thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in summary_head) + "</tr></thead><tbody>")
     for cells in summary_rows:
-        parts.append("<tr>" + "".join(f'<td class="{"num" if i else ""}">{_e(c)}</td>' for i, c in enumerate(cells))
-                     + "</tr>")
+        parts.append(
+            "<tr>" + "".join(f'<td class="{"num" if i else ""}">{_e(c)}</td>' for i, c in enumerate(cells)) + "</tr>"
+        )
     parts.append("</tbody></table>")
     parts += [f'<img src="{_e(p)}" alt="{_e(p)}">' for p in plots]
-    parts += [f"<h2>Questions ({len(rows)})</h2>",
-              '<input id="filter" type="search" placeholder="filter: words in any column (e.g. a mode, ✗)">',
-              '<table id="questions"><thead><tr><th>Id</th><th>Mode</th><th>Question</th><th>Gold</th>'
-              "<th>Answer</th><th>Hit</th><th>Path</th><th>Latency (s)</th><th>References</th></tr></thead><tbody>"]
+    parts += [
+        f"<h2>Questions ({len(rows)})</h2>",
+        '<input id="filter" type="search" placeholder="filter: words in any column (e.g. a mode, ✗)">',
+        '<table id="questions"><thead><tr><th>Id</th><th>Mode</th><th>Question</th><th>Gold</th>'
+        "<th>Answer</th><th>Hit</th><th>Path</th><th>Latency (s)</th><th>References</th></tr></thead><tbody>",
+    ]
     for r in rows:
         css = "" if r["hit"] is None else ("hit" if r["hit"] else "miss")
         answer = r["answer"] if not r["error"] else f"error: {r['error']}"

@@ -48,9 +48,11 @@ METRIC_LABELS = {
     "hits@1": "Hits@1",
     "hit": "Hit",
 }
-LENIENT_NOTE = ("† lenient = the reference's rule `gt.lower() in output.lower()`: any output containing the "
-                "letter anywhere counts as correct. Shown only for comparison with the paper; use the strict "
-                "number.")
+LENIENT_NOTE = (
+    "† lenient = the reference's rule `gt.lower() in output.lower()`: any output containing the "
+    "letter anywhere counts as correct. Shown only for comparison with the paper; use the strict "
+    "number."
+)
 _YES = ("yes", "y", "true", "pass", "passed", "accept", "accepted", "1")
 _NO = ("no", "n", "false", "fail", "failed", "reject", "rejected", "0")
 
@@ -150,8 +152,17 @@ def confusion(decisions: Sequence[bool | None], correct: Sequence[bool | None]) 
     precision = tp / (tp + fp) if tp + fp else None
     recall = tp / (tp + fn) if tp + fn else None
     f1 = 2 * precision * recall / (precision + recall) if precision and recall else (0.0 if n else None)
-    return {"tp": tp, "fp": fp, "fn": fn, "tn": tn, "n": n, "precision": precision, "recall": recall, "f1": f1,
-            "accuracy": (tp + tn) / n if n else None}
+    return {
+        "tp": tp,
+        "fp": fp,
+        "fn": fn,
+        "tn": tn,
+        "n": n,
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "accuracy": (tp + tn) / n if n else None,
+    }
 
 
 def reason_category(reason: str | None) -> str | None:
@@ -173,8 +184,9 @@ def _of_mode(traces: Sequence[Mapping[str, Any]], mode: str) -> list[Mapping[str
     return [t for t in traces if str(t.get("mode") or "default") == mode]
 
 
-def aggregate(traces: Sequence[Mapping[str, Any]], metrics: Sequence[str] | None = None,
-              primary_metric: str | None = None) -> dict[str, Any]:
+def aggregate(
+    traces: Sequence[Mapping[str, Any]], metrics: Sequence[str] | None = None, primary_metric: str | None = None
+) -> dict[str, Any]:
     """Per-mode summary: counts, errors, mean of each metric (over the traces that carry it), latency
     p50/p95/mean, mean prompt/completion tokens, answer paths and the verifier confusion matrix."""
     primary = primary_metric or infer_primary_metric(traces)
@@ -224,11 +236,29 @@ def fmt_count(v: float | None) -> str:
 
 def summary_cells(summary: Mapping[str, Any], metrics: Sequence[str]) -> tuple[list[str], list[list[str]]]:
     """The summary table's header and rows: modes; metrics, avg prompt tokens, p50/p95 latency, n, errors."""
-    head = ["Mode", *(metric_label(m) for m in metrics), "Avg prompt tokens", "Avg completion tokens",
-            "p50 latency (s)", "p95 latency (s)", "n", "Errors"]
-    rows = [[mode, *(fmt_score(s["metrics"].get(m)) for m in metrics), fmt_count(s["prompt_tokens_mean"]),
-             fmt_count(s["completion_tokens_mean"]), fmt_score(s["latency_s"]["p50"], 2),
-             fmt_score(s["latency_s"]["p95"], 2), str(s["n"]), str(s["errors"])] for mode, s in summary.items()]
+    head = [
+        "Mode",
+        *(metric_label(m) for m in metrics),
+        "Avg prompt tokens",
+        "Avg completion tokens",
+        "p50 latency (s)",
+        "p95 latency (s)",
+        "n",
+        "Errors",
+    ]
+    rows = [
+        [
+            mode,
+            *(fmt_score(s["metrics"].get(m)) for m in metrics),
+            fmt_count(s["prompt_tokens_mean"]),
+            fmt_count(s["completion_tokens_mean"]),
+            fmt_score(s["latency_s"]["p50"], 2),
+            fmt_score(s["latency_s"]["p95"], 2),
+            str(s["n"]),
+            str(s["errors"]),
+        ]
+        for mode, s in summary.items()
+    ]
     return head, rows
 
 
@@ -244,18 +274,30 @@ def _verifier_table(summary: Mapping[str, Any]) -> str | None:
     rows = [(m, s["verifier"]) for m, s in summary.items() if s.get("verifier")]
     if not rows:
         return None
-    lines = ["| Mode | TP (yes, correct) | FP (yes, wrong) | FN (no, correct) | TN (no, wrong) | Precision | "
-             "Recall | F1 |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| Mode | TP (yes, correct) | FP (yes, wrong) | FN (no, correct) | TN (no, wrong) | Precision | Recall | F1 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for mode, v in rows:
-        lines.append(f"| {mode} | {v['tp']} | {v['fp']} | {v['fn']} | {v['tn']} | {fmt_score(v['precision'])} | "
-                     f"{fmt_score(v['recall'])} | {fmt_score(v['f1'])} |")
+        lines.append(
+            f"| {mode} | {v['tp']} | {v['fp']} | {v['fn']} | {v['tn']} | {fmt_score(v['precision'])} | "
+            f"{fmt_score(v['recall'])} | {fmt_score(v['f1'])} |"
+        )
     return "\n".join(lines)
 
 
-def render_markdown(title: str, summary: Mapping[str, Any], metrics: Sequence[str], *,
-                    primary_metric: str | None = None, skipped_rows: Sequence[Sequence[Any]] = (),
-                    plots: Mapping[str, Path] | None = None, run_info: Mapping[str, Any] | None = None,
-                    question_table: str = "", off_topic: Mapping[str, Any] | None = None) -> str:
+def render_markdown(
+    title: str,
+    summary: Mapping[str, Any],
+    metrics: Sequence[str],
+    *,
+    primary_metric: str | None = None,
+    skipped_rows: Sequence[Sequence[Any]] = (),
+    plots: Mapping[str, Path] | None = None,
+    run_info: Mapping[str, Any] | None = None,
+    question_table: str = "",
+    off_topic: Mapping[str, Any] | None = None,
+) -> str:
     parts = [f"# {title}", ""]
     if run_info:
         parts += [", ".join(f"{k}: `{v}`" for k, v in run_info.items()), ""]
@@ -276,8 +318,11 @@ def render_markdown(title: str, summary: Mapping[str, Any], metrics: Sequence[st
     reason_rows = [(m, s["path_reasons"]) for m, s in summary.items() if s.get("path_reasons")]
     if reason_rows:
         parts += ["## Why each path was taken", "", "| Mode | Reason | Questions |", "|---|---|---:|"]
-        parts += [f"| {m} | {r} | {n} |" for m, reasons in reason_rows
-                  for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
+        parts += [
+            f"| {m} | {r} | {n} |"
+            for m, reasons in reason_rows
+            for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])
+        ]
         parts += [""]
     if skipped_rows:
         parts += [f"## Skipped dataset rows ({len(skipped_rows)})", ""]
@@ -299,15 +344,25 @@ def _refusal_section(summary: Mapping[str, Any], off_topic: Mapping[str, Any] | 
     if off_topic and "error" in off_topic:
         gate = f"not measured ({off_topic['error']})"
     elif off_topic:
-        gate = (f"{off_topic['refused']:.1%} of {off_topic['n']} held-out off-topic questions (rule "
-                f"{off_topic['rule']}, threshold {off_topic['threshold']:.4f} from the "
-                f"{off_topic['threshold_source']})")
+        gate = (
+            f"{off_topic['refused']:.1%} of {off_topic['n']} held-out off-topic questions (rule "
+            f"{off_topic['rule']}, threshold {off_topic['threshold']:.4f} from the "
+            f"{off_topic['threshold_source']})"
+        )
     else:
         gate = "not measured (no index, or the gate is off)"
-    rows = [f"| {m} | {fmt_score(s.get('refused'), 3)} | {gate if m in gated else '- (no gate in this mode)'} |"
-            for m, s in summary.items()]
-    return ["## Refusals", "", "| Mode | In-corpus questions refused | Off-topic questions refused |",
-            "|---|---:|---|", *rows, ""]
+    rows = [
+        f"| {m} | {fmt_score(s.get('refused'), 3)} | {gate if m in gated else '- (no gate in this mode)'} |"
+        for m, s in summary.items()
+    ]
+    return [
+        "## Refusals",
+        "",
+        "| Mode | In-corpus questions refused | Off-topic questions refused |",
+        "|---|---:|---|",
+        *rows,
+        "",
+    ]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -341,11 +396,15 @@ def plot_scores(summary: Mapping[str, Any], metrics: Sequence[str], path: Path) 
         vals = [summary[mode]["metrics"].get(m) for mode in modes]
         xs = [i + (j - (len(metrics) - 1) / 2) * width for i in range(len(modes))]
         drawn = [(x, v) for x, v in zip(xs, vals) if v is not None]
-        bars = ax.bar([x for x, _ in drawn], [v for _, v in drawn], width, label=metric_label(m),
-                      hatch="//" if "lenient" in m else None)
+        bars = ax.bar(
+            [x for x, _ in drawn],
+            [v for _, v in drawn],
+            width,
+            label=metric_label(m),
+            hatch="//" if "lenient" in m else None,
+        )
         for b, (_, v) in zip(bars, drawn):
-            ax.annotate(f"{v:.3f}", (b.get_x() + b.get_width() / 2, min(v, 0.97)), ha="center", va="bottom",
-                        fontsize=8)
+            ax.annotate(f"{v:.3f}", (b.get_x() + b.get_width() / 2, min(v, 0.97)), ha="center", va="bottom", fontsize=8)
         for x, v in zip(xs, vals):
             if v is None:
                 ax.annotate("n/a", (x, 0.01), ha="center", va="bottom", fontsize=8, color="grey")
@@ -359,8 +418,9 @@ def plot_scores(summary: Mapping[str, Any], metrics: Sequence[str], path: Path) 
     return save_figure(fig, path)
 
 
-def _box(traces: Sequence[Mapping[str, Any]], keys: Sequence[str], titles: Sequence[str], ylabel: str,
-         path: Path) -> Path | None:
+def _box(
+    traces: Sequence[Mapping[str, Any]], keys: Sequence[str], titles: Sequence[str], ylabel: str, path: Path
+) -> Path | None:
     modes = _modes(traces)
     series = [[[float(t[k]) for t in _of_mode(traces, m) if _is_number(t.get(k))] for m in modes] for k in keys]
     if not any(v for s in series for v in s):
@@ -381,8 +441,13 @@ def plot_latency(traces: Sequence[Mapping[str, Any]], path: Path) -> Path | None
 
 
 def plot_tokens(traces: Sequence[Mapping[str, Any]], path: Path) -> Path | None:
-    return _box(traces, ["prompt_tokens", "completion_tokens"], ["Prompt tokens", "Completion tokens"],
-                "tokens per question", path)
+    return _box(
+        traces,
+        ["prompt_tokens", "completion_tokens"],
+        ["Prompt tokens", "Completion tokens"],
+        "tokens per question",
+        path,
+    )
 
 
 def plot_verifier_confusion(summary: Mapping[str, Any], path: Path) -> Path | None:
@@ -397,8 +462,15 @@ def plot_verifier_confusion(summary: Mapping[str, Any], path: Path) -> Path | No
         ax.imshow(grid, cmap="Blues", vmin=0, vmax=top)
         for r in range(2):
             for c in range(2):
-                ax.text(c, r, str(grid[r][c]), ha="center", va="center", fontsize=12,
-                        color="white" if grid[r][c] > top / 2 else "black")
+                ax.text(
+                    c,
+                    r,
+                    str(grid[r][c]),
+                    ha="center",
+                    va="center",
+                    fontsize=12,
+                    color="white" if grid[r][c] > top / 2 else "black",
+                )
         ax.set_xticks([0, 1], ["correct", "incorrect"])
         ax.set_yticks([0, 1], ["verifier yes", "verifier no"])
         ax.set_xlabel("answer")
@@ -412,11 +484,19 @@ def plot_verifier_confusion(summary: Mapping[str, Any], path: Path) -> Path | No
 # --------------------------------------------------------------------------------------------------------------
 
 
-def write_report(traces: Sequence[Mapping[str, Any]], out_dir: str | Path, title: str = "Evaluation", *,
-                 metrics: Sequence[str] | None = None, primary_metric: str | None = None,
-                 skipped_rows: Sequence[Sequence[Any]] = (), run_info: Mapping[str, Any] | None = None,
-                 plots: bool = True, questions: Mapping[str, Mapping[str, Any]] | None = None,
-                 off_topic: Mapping[str, Any] | None = None) -> dict[str, Path]:
+def write_report(
+    traces: Sequence[Mapping[str, Any]],
+    out_dir: str | Path,
+    title: str = "Evaluation",
+    *,
+    metrics: Sequence[str] | None = None,
+    primary_metric: str | None = None,
+    skipped_rows: Sequence[Sequence[Any]] = (),
+    run_info: Mapping[str, Any] | None = None,
+    plots: bool = True,
+    questions: Mapping[str, Mapping[str, Any]] | None = None,
+    off_topic: Mapping[str, Any] | None = None,
+) -> dict[str, Path]:
     """Write ``report.md``, ``report.html``, ``report.json`` and the PNG plots into ``out_dir``; return their paths
     by name (``markdown``, ``html``, ``json``, ``score_by_mode``, ``latency``, ``tokens``, ``verifier_confusion``;
     a plot with no data is left out). ``questions`` (id -> {question, answers}) fills the per-question table's
@@ -432,15 +512,25 @@ def write_report(traces: Sequence[Mapping[str, Any]], out_dir: str | Path, title
     if plots and traces:
         shown = [m for m in metrics if m != "parsed"][:4]
         paths["score_by_mode"] = plot_scores(summary, shown, out / "score_by_mode.png")
-        for name, made in (("latency", plot_latency(traces, out / "latency.png")),
-                           ("tokens", plot_tokens(traces, out / "tokens.png")),
-                           ("verifier_confusion", plot_verifier_confusion(summary, out / "verifier_confusion.png"))):
+        for name, made in (
+            ("latency", plot_latency(traces, out / "latency.png")),
+            ("tokens", plot_tokens(traces, out / "tokens.png")),
+            ("verifier_confusion", plot_verifier_confusion(summary, out / "verifier_confusion.png")),
+        ):
             if made is not None:
                 paths[name] = made
     rows = question_rows(traces, questions or {}, [is_correct(t, primary) for t in traces])
-    md = render_markdown(title, summary, metrics, primary_metric=primary, skipped_rows=skipped_rows,
-                         plots=dict(paths), run_info=run_info, question_table=markdown_question_table(rows),
-                         off_topic=off_topic)
+    md = render_markdown(
+        title,
+        summary,
+        metrics,
+        primary_metric=primary,
+        skipped_rows=skipped_rows,
+        plots=dict(paths),
+        run_info=run_info,
+        question_table=markdown_question_table(rows),
+        off_topic=off_topic,
+    )
     (out / "report.md").write_text(md, encoding="utf-8")
     head, cells = summary_cells(summary, metrics)
     notes = [", ".join(f"{k}: {v}" for k, v in (run_info or {}).items())] if run_info else []
@@ -475,21 +565,28 @@ class RunComparison:
 
     def to_markdown(self, label_a: str = "A", label_b: str = "B", limit: int = 100) -> str:
         s = self.summary
-        lines = [f"Compared {s['paired']} questions on {metric_label(self.metric or '?')} (keyed by {self.keyed_by}):"
-                 f" {s['fixed']} fixed, {s['broken']} broken, {s['score_changed']} score changes, "
-                 f"mean delta {fmt_score(s['mean_delta'])}; only in {label_a}: {s['only_in_a']}, only in {label_b}: "
-                 f"{s['only_in_b']}.", "",
-                 f"| Question | Mode | {label_a} | {label_b} | Delta | Change |", "|---|---|---:|---:|---:|---|"]
+        lines = [
+            f"Compared {s['paired']} questions on {metric_label(self.metric or '?')} (keyed by {self.keyed_by}):"
+            f" {s['fixed']} fixed, {s['broken']} broken, {s['score_changed']} score changes, "
+            f"mean delta {fmt_score(s['mean_delta'])}; only in {label_a}: {s['only_in_a']}, only in {label_b}: "
+            f"{s['only_in_b']}.",
+            "",
+            f"| Question | Mode | {label_a} | {label_b} | Delta | Change |",
+            "|---|---|---:|---:|---:|---|",
+        ]
         for r in self.rows[:limit]:
-            lines.append(f"| {r['id']} | {r['mode']} | {fmt_score(r['score_a'])} | {fmt_score(r['score_b'])} | "
-                         f"{fmt_score(r['delta'])} | {r['change']} |")
+            lines.append(
+                f"| {r['id']} | {r['mode']} | {fmt_score(r['score_a'])} | {fmt_score(r['score_b'])} | "
+                f"{fmt_score(r['delta'])} | {r['change']} |"
+            )
         if len(self.rows) > limit:
             lines.append(f"| … {len(self.rows) - limit} more | | | | | |")
         return "\n".join(lines)
 
 
-def compare_runs(traces_a: Sequence[Mapping[str, Any]], traces_b: Sequence[Mapping[str, Any]],
-                 metric: str | None = None) -> RunComparison:
+def compare_runs(
+    traces_a: Sequence[Mapping[str, Any]], traces_b: Sequence[Mapping[str, Any]], metric: str | None = None
+) -> RunComparison:
     """Per-question differences between two runs.
 
     Traces pair on (id, mode) when the runs share a mode, else on id alone (an A/B of two modes or configs).
@@ -524,12 +621,29 @@ def compare_runs(traces_a: Sequence[Mapping[str, Any]], traces_b: Sequence[Mappi
             change, changed = "score", changed + 1
         else:
             continue
-        rows.append({"id": k[0], "mode": k[1] or f"{ta.get('mode') or 'default'} → {tb.get('mode') or 'default'}",
-                     "score_a": sa, "score_b": sb, "delta": delta, "correct_a": ca, "correct_b": cb,
-                     "change": change, "answer_a": ta.get("answer"), "answer_b": tb.get("answer")})
+        rows.append(
+            {
+                "id": k[0],
+                "mode": k[1] or f"{ta.get('mode') or 'default'} → {tb.get('mode') or 'default'}",
+                "score_a": sa,
+                "score_b": sb,
+                "delta": delta,
+                "correct_a": ca,
+                "correct_b": cb,
+                "change": change,
+                "answer_a": ta.get("answer"),
+                "answer_b": tb.get("answer"),
+            }
+        )
     order = {"fixed": 0, "broken": 1, "score": 2}
     rows.sort(key=lambda r: (order[r["change"]], -abs(r["delta"] or 0.0), r["id"]))
-    summary = {"paired": sum(1 for k in a if k in b), "fixed": fixed, "broken": broken, "score_changed": changed,
-               "mean_delta": _mean(deltas), "only_in_a": sum(1 for k in a if k not in b),
-               "only_in_b": sum(1 for k in b if k not in a)}
+    summary = {
+        "paired": sum(1 for k in a if k in b),
+        "fixed": fixed,
+        "broken": broken,
+        "score_changed": changed,
+        "mean_delta": _mean(deltas),
+        "only_in_a": sum(1 for k in a if k not in b),
+        "only_in_b": sum(1 for k in b if k not in a),
+    }
     return RunComparison(metric=metric, keyed_by=keyed_by, rows=rows, summary=summary)

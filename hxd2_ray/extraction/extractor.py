@@ -163,8 +163,9 @@ class Extractor:
         for state, req, out in zip(active, requests, self._complete(requests)):
             state.account(out)
             if out.response.error:
-                log.warning("gleaning of chunk %s failed, keeping its earlier rounds: %s",
-                            state.chunk.id, out.response.error)
+                log.warning(
+                    "gleaning of chunk %s failed, keeping its earlier rounds: %s", state.chunk.id, out.response.error
+                )
                 continue
             state.history = (*req.messages, {"role": "assistant", "content": out.response.text})
             state.add(parse_reply(out.response.text, state.chunk.id, self.cfg))
@@ -233,4 +234,3 @@ class Extractor:
                 text = "\n".join(descriptions)
             summaries.append(text)
         return summaries
-

@@ -194,9 +194,7 @@ def merge_extractions(
                 by_pair.setdefault(pair, []).append(rel)
     entities = [merge_entity_mentions(k, by_entity[k], cfg, count_tokens) for k in sorted(by_entity)]
     relations = [merge_relation_mentions(by_pair[p], cfg, count_tokens) for p in sorted(by_pair)]
-    missing = missing_endpoint_entities(
-        set(by_entity), (m for mentions in by_pair.values() for m in mentions), cfg
-    )
+    missing = missing_endpoint_entities(set(by_entity), (m for mentions in by_pair.values() for m in mentions), cfg)
     if missing:
         entities = sorted(entities + missing, key=lambda e: e.key)
     return entities, relations

@@ -88,14 +88,39 @@ def _unique(items: Iterable[str]) -> tuple[str, ...]:
 
 # Aliases a model commonly uses instead of the default type names (incl. Chinese ones from the zh prompt).
 _TYPE_ALIASES = {
-    "geo": "location", "place": "location", "country": "location", "city": "location", "地点": "location",
-    "地理位置": "location", "地名": "location", "位置": "location",
-    "org": "organization", "organisation": "organization", "company": "organization", "institution": "organization",
-    "组织": "organization", "机构": "organization", "公司": "organization",
-    "people": "person", "人物": "person", "人": "person", "人名": "person",
-    "time": "date", "year": "date", "日期": "date", "时间": "date",
-    "事件": "event", "概念": "concept", "关键词": "keyword", "作品": "work", "自然": "nature",
-    "人造物": "artificial", "科学": "science", "技术": "technology", "tech": "technology", "任务": "mission",
+    "geo": "location",
+    "place": "location",
+    "country": "location",
+    "city": "location",
+    "地点": "location",
+    "地理位置": "location",
+    "地名": "location",
+    "位置": "location",
+    "org": "organization",
+    "organisation": "organization",
+    "company": "organization",
+    "institution": "organization",
+    "组织": "organization",
+    "机构": "organization",
+    "公司": "organization",
+    "people": "person",
+    "人物": "person",
+    "人": "person",
+    "人名": "person",
+    "time": "date",
+    "year": "date",
+    "日期": "date",
+    "时间": "date",
+    "事件": "event",
+    "概念": "concept",
+    "关键词": "keyword",
+    "作品": "work",
+    "自然": "nature",
+    "人造物": "artificial",
+    "科学": "science",
+    "技术": "technology",
+    "tech": "technology",
+    "任务": "mission",
     "基因": "gene",
 }
 
@@ -186,9 +211,14 @@ _DELIMITER_RE = re.compile(r"\s*<\s*\|\s*>\s*")
 _GLUED_RE = re.compile(r"\)\s*,?\s*(?=\(\s*[\"']?(?:entity|relationship|relation|content_keywords)\b)", re.IGNORECASE)
 _RECORD_START_RE = re.compile(r"^\W*(?:entity|relationship|relation|content_keywords)\b", re.IGNORECASE)
 _KINDS = {
-    "entity": "entity", "实体": "entity",
-    "relationship": "relation", "relation": "relation", "关系": "relation",
-    "contentkeywords": "keywords", "contentkeyword": "keywords", "内容关键词": "keywords",
+    "entity": "entity",
+    "实体": "entity",
+    "relationship": "relation",
+    "relation": "relation",
+    "关系": "relation",
+    "contentkeywords": "keywords",
+    "contentkeyword": "keywords",
+    "内容关键词": "keywords",
 }
 
 

@@ -70,8 +70,11 @@ def load_prompts_file(path: str | Path, version: str | None = None) -> PromptSet
 
 def parse_prompts(raw: bytes, version: str) -> PromptSet:
     """Validate and freeze a prompt YAML; the hash covers the exact bytes."""
-    return PromptSet(version=version, version_hash=prompt_version_hash(raw, version),
-                     languages=parse_languages(raw, "extraction", _language_prompts))
+    return PromptSet(
+        version=version,
+        version_hash=prompt_version_hash(raw, version),
+        languages=parse_languages(raw, "extraction", _language_prompts),
+    )
 
 
 def _language_prompts(lang: str, section: Any) -> LanguagePrompts:

@@ -103,7 +103,7 @@ def render_judge_request(
     prompts: PromptSet,
     supports_choices: bool,
 ) -> LLMRequest:
-    """"Are entities still missing?" over the conversation so far; constrained to yes/no where supported."""
+    """ "Are entities still missing?" over the conversation so far; constrained to yes/no where supported."""
     t = _templates(chunk, cfg, prompts)
     return LLMRequest(
         messages=(*history_messages, {"role": "user", "content": t.judge}),

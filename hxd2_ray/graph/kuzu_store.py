@@ -92,21 +92,47 @@ LOAD_ORDER = (*GRAPH_TABLES, *OPTIONAL_TABLES)
 
 _STR_LIST = pa.list_(pa.string())
 DOCUMENT_COLUMNS = pa.schema(
-    [("id", pa.string()), ("source_id", pa.string()), ("source_path", pa.string()), ("title", pa.string()),
-     ("n_chars", pa.int64())]
+    [
+        ("id", pa.string()),
+        ("source_id", pa.string()),
+        ("source_path", pa.string()),
+        ("title", pa.string()),
+        ("n_chars", pa.int64()),
+    ]
 )
 CHUNK_COLUMNS = pa.schema(
-    [("id", pa.string()), ("doc_id", pa.string()), ("ord", pa.int64()), ("start", pa.int64()),
-     ("text", pa.string()), ("header_path", pa.string()), ("language", pa.string())]
+    [
+        ("id", pa.string()),
+        ("doc_id", pa.string()),
+        ("ord", pa.int64()),
+        ("start", pa.int64()),
+        ("text", pa.string()),
+        ("header_path", pa.string()),
+        ("language", pa.string()),
+    ]
 )
 ENTITY_COLUMNS = pa.schema(
-    [("key", pa.string()), ("name", pa.string()), ("type", pa.string()), ("description", pa.string()),
-     ("source_chunk_ids", _STR_LIST), ("mention_count", pa.int64()), ("name_truncated", pa.bool_()),
-     ("degree", pa.int64())]
+    [
+        ("key", pa.string()),
+        ("name", pa.string()),
+        ("type", pa.string()),
+        ("description", pa.string()),
+        ("source_chunk_ids", _STR_LIST),
+        ("mention_count", pa.int64()),
+        ("name_truncated", pa.bool_()),
+        ("degree", pa.int64()),
+    ]
 )
 RELATED_COLUMNS = pa.schema(
-    [("from", pa.string()), ("to", pa.string()), ("description", pa.string()), ("keywords", _STR_LIST),
-     ("weight", pa.float64()), ("source_chunk_ids", _STR_LIST), ("mention_count", pa.int64())]
+    [
+        ("from", pa.string()),
+        ("to", pa.string()),
+        ("description", pa.string()),
+        ("keywords", _STR_LIST),
+        ("weight", pa.float64()),
+        ("source_chunk_ids", _STR_LIST),
+        ("mention_count", pa.int64()),
+    ]
 )
 MENTIONS_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string())])
 SYNONYM_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string()), ("score", pa.float64())])
@@ -226,24 +252,31 @@ Q_SCAN = {
 _RANGE = "offset(id({v})) >= $lo AND offset(id({v})) < $hi"
 Q_PAGE = {
     "Document": f"MATCH (d:Document) WHERE {_RANGE.format(v='d')} RETURN d.id AS id, d.source_id AS source_id,"
-                " d.source_path AS source_path, d.title AS title, d.n_chars AS n_chars",
+    " d.source_path AS source_path, d.title AS title, d.n_chars AS n_chars",
     "Chunk": f"MATCH (c:Chunk) WHERE {_RANGE.format(v='c')} RETURN c.id AS id, c.doc_id AS doc_id, c.ord AS ord,"
-             " c.start AS start, c.text AS text, c.header_path AS header_path, c.language AS language",
+    " c.start AS start, c.text AS text, c.header_path AS header_path, c.language AS language",
     "Entity": f"MATCH (e:Entity) WHERE {_RANGE.format(v='e')} RETURN {_ENTITY_RETURN}",
     "RELATED": f"MATCH (a:Entity)-[r:RELATED]->(b:Entity) WHERE {_RANGE.format(v='a')} RETURN a.key AS source_key,"
-               " b.key AS target_key, r.description AS description, r.keywords AS keywords, r.weight AS weight,"
-               " r.source_chunk_ids AS source_chunk_ids, r.mention_count AS mention_count",
+    " b.key AS target_key, r.description AS description, r.keywords AS keywords, r.weight AS weight,"
+    " r.source_chunk_ids AS source_chunk_ids, r.mention_count AS mention_count",
     # Endpoints only, as node offsets (connected components without the keys' strings).
     "RELATED_ENDS": f"MATCH (a:Entity)-[r:RELATED]->(b:Entity) WHERE {_RANGE.format(v='a')}"
-                    " RETURN offset(id(a)) AS a, offset(id(b)) AS b",
+    " RETURN offset(id(a)) AS a, offset(id(b)) AS b",
     "MENTIONS": f"MATCH (c:Chunk)-[:MENTIONS]->(e:Entity) WHERE {_RANGE.format(v='c')}"
-                " RETURN c.id AS chunk_id, e.key AS entity_key",
+    " RETURN c.id AS chunk_id, e.key AS entity_key",
     "PART_OF": f"MATCH (c:Chunk)-[:PART_OF]->(d:Document) WHERE {_RANGE.format(v='c')}"
-               " RETURN c.id AS chunk_id, d.id AS doc_id",
+    " RETURN c.id AS chunk_id, d.id AS doc_id",
 }
 # The node table a page's offsets count in, and the bound of those offsets.
-PAGE_NODE_TABLE = {"Document": "Document", "Chunk": "Chunk", "Entity": "Entity", "RELATED": "Entity",
-                   "RELATED_ENDS": "Entity", "MENTIONS": "Chunk", "PART_OF": "Chunk"}
+PAGE_NODE_TABLE = {
+    "Document": "Document",
+    "Chunk": "Chunk",
+    "Entity": "Entity",
+    "RELATED": "Entity",
+    "RELATED_ENDS": "Entity",
+    "MENTIONS": "Chunk",
+    "PART_OF": "Chunk",
+}
 Q_MAX_OFFSET = {
     "Document": "MATCH (n:Document) RETURN max(offset(id(n))) AS m",
     "Chunk": "MATCH (n:Chunk) RETURN max(offset(id(n))) AS m",
@@ -340,8 +373,8 @@ def _dedup(table: pa.Table, keys: list[str]) -> pa.Table:
     if len(keys) == 1 and pc.count_distinct(table[keys[0]]).as_py() == table.num_rows:
         return table
     idx = pa.array(np.arange(table.num_rows, dtype=np.int64))
-    firsts = table.select(keys).append_column("__row", idx).group_by(keys, use_threads=False).aggregate(
-        [("__row", "min")]
+    firsts = (
+        table.select(keys).append_column("__row", idx).group_by(keys, use_threads=False).aggregate([("__row", "min")])
     )
     return table.take(np.sort(firsts["__row_min"].to_numpy()))
 
@@ -362,8 +395,12 @@ def _canonical_relations(rel: pa.Table) -> pa.Table:
 
 
 def prepare_tables(
-    documents: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table,
-    synonyms: pa.Table | None = None, title_mentions: pa.Table | None = None,
+    documents: pa.Table,
+    chunks: pa.Table,
+    entities: pa.Table,
+    relations: pa.Table,
+    synonyms: pa.Table | None = None,
+    title_mentions: pa.Table | None = None,
 ) -> dict[str, pa.Table]:
     """Turn the staging tables (graph.schema) into the COPY inputs, keyed by graph table.
 
@@ -433,8 +470,16 @@ def prepare_tables(
 
     syn = _prepare_synonyms(synonyms, keys, n_ent)
     titles = _prepare_title_mentions(title_mentions, chunk_ids, docs["id"].combine_chunks())
-    return {"Document": docs, "Chunk": chk, "Entity": ent, "RELATED": rel, "MENTIONS": men, "PART_OF": part,
-            "SYNONYM": syn, "NAMES_TITLE": titles}
+    return {
+        "Document": docs,
+        "Chunk": chk,
+        "Entity": ent,
+        "RELATED": rel,
+        "MENTIONS": men,
+        "PART_OF": part,
+        "SYNONYM": syn,
+        "NAMES_TITLE": titles,
+    }
 
 
 def _prepare_title_mentions(title_mentions: pa.Table | None, chunk_ids: pa.Array, doc_ids: pa.Array) -> pa.Table:
@@ -443,8 +488,9 @@ def _prepare_title_mentions(title_mentions: pa.Table | None, chunk_ids: pa.Array
     _require_columns(title_mentions, schema.TITLE_MENTIONS, "title_mentions")
     for col in ("chunk_id", "doc_id"):
         _check_no_null(title_mentions, col, "title_mentions")
-    rows = _dedup(_select(title_mentions, ["chunk_id", "doc_id"], NAMES_TITLE_COLUMNS, "title_mentions"),
-                  ["from", "to"])
+    rows = _dedup(
+        _select(title_mentions, ["chunk_id", "doc_id"], NAMES_TITLE_COLUMNS, "title_mentions"), ["from", "to"]
+    )
     absent = (_positions(rows["from"], chunk_ids) < 0) | (_positions(rows["to"], doc_ids) < 0)
     if absent.any():
         raise ValueError(f"{int(absent.sum())} title mentions name chunks or documents that are not loaded")
@@ -503,8 +549,13 @@ class KuzuGraphWriter:
             )
 
     def bulk_load(
-        self, documents: pa.Table, chunks: pa.Table, entities: pa.Table, relations: pa.Table,
-        synonyms: pa.Table | None = None, title_mentions: pa.Table | None = None,
+        self,
+        documents: pa.Table,
+        chunks: pa.Table,
+        entities: pa.Table,
+        relations: pa.Table,
+        synonyms: pa.Table | None = None,
+        title_mentions: pa.Table | None = None,
     ) -> dict[str, int]:
         """Create the schema, COPY everything, checkpoint and close (also on failure).
 
@@ -779,7 +830,6 @@ class KuzuGraphStore:
             return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
         return self.path.stat().st_size
 
-
     def counts(self) -> dict[str, int]:
         return {name: int(self._rows(Q_COUNTS[name], {})[0]["n"]) for name in COUNT_NAMES}
 
@@ -848,18 +898,20 @@ class KuzuGraphStore:
         out: list[ChunkRow] = []
         for r in chunks:
             d = docs.get(r["doc_id"], {})
-            out.append(ChunkRow(
-                id=r["id"],
-                doc_id=r["doc_id"],
-                order=int(r["ord"]),
-                start=int(r["start"]),
-                text=r["text"],
-                header_path=r["header_path"],
-                language=r["language"],
-                doc_title=d.get("doc_title") or "",
-                doc_source_id=d.get("doc_source_id") or "",
-                doc_source_path=d.get("doc_source_path") or "",
-            ))
+            out.append(
+                ChunkRow(
+                    id=r["id"],
+                    doc_id=r["doc_id"],
+                    order=int(r["ord"]),
+                    start=int(r["start"]),
+                    text=r["text"],
+                    header_path=r["header_path"],
+                    language=r["language"],
+                    doc_title=d.get("doc_title") or "",
+                    doc_source_id=d.get("doc_source_id") or "",
+                    doc_source_path=d.get("doc_source_path") or "",
+                )
+            )
         return out
 
     def entity_degree(self, keys: Iterable[str]) -> dict[str, int]:

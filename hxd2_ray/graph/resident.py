@@ -106,8 +106,11 @@ def _title_edges(names: pa.Table | None, chunks: pa.Table) -> tuple[np.ndarray, 
     slot = {d: i for i, d in enumerate(named_docs.tolist())}
     own_node = np.fromiter((slot.get(d, -1) for d in doc_of_chunk), dtype=np.int64, count=len(doc_of_chunk))
     own_chunk = np.flatnonzero(own_node >= 0)
-    return (np.concatenate([_ints(names, "c"), own_chunk]),
-            np.concatenate([naming_node.astype(np.int64).ravel(), own_node[own_chunk]]), len(named_docs))
+    return (
+        np.concatenate([_ints(names, "c"), own_chunk]),
+        np.concatenate([naming_node.astype(np.int64).ravel(), own_node[own_chunk]]),
+        len(named_docs),
+    )
 
 
 @dataclass(frozen=True)
@@ -149,13 +152,17 @@ class ResidentGraph:
         # (Arrow sorts strings by UTF-8 bytes, which is Python's code-point order).
         self._chunk_rank = np.zeros(len(self._chunk_ids), dtype=np.int64)
         if self._chunk_ids:
-            order = pc.sort_indices(self._chunks, sort_keys=[("doc_id", "ascending"), ("ord", "ascending"),
-                                                             ("id", "ascending")]).to_numpy()
+            order = pc.sort_indices(
+                self._chunks, sort_keys=[("doc_id", "ascending"), ("ord", "ascending"), ("id", "ascending")]
+            ).to_numpy()
             self._chunk_rank[order] = np.arange(len(order))
         docs = tables["Document"]
         fields = ("doc_title", "doc_source_id", "doc_source_path")
-        self._docs = {d: dict(zip(fields, v))
-                      for d, *v in zip(*(docs[c].to_pylist() for c in ("id", *fields)))} if docs.num_rows else {}
+        self._docs = (
+            {d: dict(zip(fields, v)) for d, *v in zip(*(docs[c].to_pylist() for c in ("id", *fields)))}
+            if docs.num_rows
+            else {}
+        )
 
         n_ent = len(self._entity_keys)
         rel = tables["RELATED"]
@@ -186,16 +193,25 @@ class ResidentGraph:
         syn = tables.get("SYNONYM")
         self._syn_a = _ints(syn, "a") if syn is not None else np.zeros(0, np.int64)
         self._syn_b = _ints(syn, "b") if syn is not None else np.zeros(0, np.int64)
-        self._syn_score = (syn["score"].to_numpy().astype(np.float64) if syn is not None and syn.num_rows
-                           else np.zeros(0))
+        self._syn_score = (
+            syn["score"].to_numpy().astype(np.float64) if syn is not None and syn.num_rows else np.zeros(0)
+        )
         self._title_chunk, self._title_node, self._n_titles = _title_edges(tables.get("NAMES_TITLE"), self._chunks)
 
     def arrays(self) -> ResidentArrays:
         """Everything held, as shared read-only views (no copy)."""
         return ResidentArrays(
-            entity_keys=self._entity_keys, entities=self._entities, chunk_ids=self._chunk_ids, chunks=self._chunks,
-            adj_ptr=self._adj_ptr, adj_other=self._adj_other, adj_edge=self._adj_edge, edges=self._rel_props,
-            edge_source=self._rel_a, mention_ptr=self._men_ptr, mention_chunk=self._men_chunk,
+            entity_keys=self._entity_keys,
+            entities=self._entities,
+            chunk_ids=self._chunk_ids,
+            chunks=self._chunks,
+            adj_ptr=self._adj_ptr,
+            adj_other=self._adj_other,
+            adj_edge=self._adj_edge,
+            edges=self._rel_props,
+            edge_source=self._rel_a,
+            mention_ptr=self._men_ptr,
+            mention_chunk=self._men_chunk,
         )
 
     # -- reads held in memory ------------------------------------------------------------------------
@@ -276,7 +292,7 @@ class ResidentGraph:
             if i is None:
                 out[key] = []
                 continue
-            mine = self._men_chunk[self._men_ptr[i]:self._men_ptr[i + 1]]
+            mine = self._men_chunk[self._men_ptr[i] : self._men_ptr[i + 1]]
             out[key] = [self._chunk_ids[c] for c in mine[np.argsort(self._chunk_rank[mine])].tolist()]
         return out
 
@@ -285,11 +301,20 @@ class ResidentGraph:
         out: list[ChunkRow] = []
         for r in self._chunks.take(pa.array(found, type=pa.int64())).to_pylist():
             d = self._docs.get(r["doc_id"], {})
-            out.append(ChunkRow(
-                id=r["id"], doc_id=r["doc_id"], order=int(r["ord"]), start=int(r["start"]), text=r["text"],
-                header_path=r["header_path"], language=r["language"], doc_title=d.get("doc_title") or "",
-                doc_source_id=d.get("doc_source_id") or "", doc_source_path=d.get("doc_source_path") or "",
-            ))
+            out.append(
+                ChunkRow(
+                    id=r["id"],
+                    doc_id=r["doc_id"],
+                    order=int(r["ord"]),
+                    start=int(r["start"]),
+                    text=r["text"],
+                    header_path=r["header_path"],
+                    language=r["language"],
+                    doc_title=d.get("doc_title") or "",
+                    doc_source_id=d.get("doc_source_id") or "",
+                    doc_source_path=d.get("doc_source_path") or "",
+                )
+            )
         return out
 
     def entity_degree(self, keys: Iterable[str]) -> dict[str, int]:
@@ -299,11 +324,13 @@ class ResidentGraph:
 
     def walk_edges(self) -> WalkEdges:
         return WalkEdges(
-            n_entities=len(self._entity_keys), n_chunks=len(self._chunk_ids),
+            n_entities=len(self._entity_keys),
+            n_chunks=len(self._chunk_ids),
             related=(self._rel_a, self._rel_b),
             mentions=(self._men_chunk, self._men_entity),
             synonyms=(self._syn_a, self._syn_b, self._syn_score),
-            titles=(self._title_chunk, self._title_node), n_titles=self._n_titles,
+            titles=(self._title_chunk, self._title_node),
+            n_titles=self._n_titles,
         )
 
     def entity_offsets(self, keys: Iterable[str]) -> list[int | None]:
@@ -329,8 +356,10 @@ class ResidentGraph:
         by_doc: dict[str, list[int]] = {}
         for i, d in enumerate(doc_of):
             by_doc.setdefault(d, []).append(i)
-        return [(self._docs.get(d, {}).get("doc_title") or "", np.asarray(rows, dtype=np.int64))
-                for d, rows in by_doc.items()]
+        return [
+            (self._docs.get(d, {}).get("doc_title") or "", np.asarray(rows, dtype=np.int64))
+            for d, rows in by_doc.items()
+        ]
 
     # -- everything else: the store of record ------------------------------------------------------
 

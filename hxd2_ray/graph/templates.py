@@ -45,14 +45,16 @@ LF_ENTITY_NAMES = "lf_entity_names"
 LF_NAMES_OF = "lf_names_of"
 
 # Template name -> the parameters it binds (all of them, nothing else: an unbound parameter must never run).
-LOGIC_TEMPLATES: Mapping[str, frozenset[str]] = MappingProxyType({
-    LF_EDGES: frozenset({"keys", "limit"}),
-    LF_PATHS_2HOP: frozenset({"keys", "limit"}),
-    LF_EDGES_BETWEEN: frozenset({"pairs"}),
-    LF_PATHS_BETWEEN: frozenset({"pairs", "limit"}),
-    LF_ENTITY_NAMES: frozenset({"skip", "limit"}),
-    LF_NAMES_OF: frozenset({"keys"}),
-})
+LOGIC_TEMPLATES: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        LF_EDGES: frozenset({"keys", "limit"}),
+        LF_PATHS_2HOP: frozenset({"keys", "limit"}),
+        LF_EDGES_BETWEEN: frozenset({"pairs"}),
+        LF_PATHS_BETWEEN: frozenset({"pairs", "limit"}),
+        LF_ENTITY_NAMES: frozenset({"skip", "limit"}),
+        LF_NAMES_OF: frozenset({"keys"}),
+    }
+)
 
 
 def check_template(name: str, params: Mapping[str, Any]) -> None:

@@ -78,15 +78,17 @@ def write_cypher(pages: Pages, output: str, counter: StageCounter, batch_rows: i
     lit = CypherLiterals()
     counts: dict[str, int] = {}
     with open(output, "w", encoding="utf-8", newline="\n") as out:
-        out.write("// Knowledge graph exported by `hxd2 graph export --format cypher`.\n"
-                  "// Load into an empty Neo4j database: cypher-shell -u USER -p PASSWORD -f <this file>\n")
+        out.write(
+            "// Knowledge graph exported by `hxd2 graph export --format cypher`.\n"
+            "// Load into an empty Neo4j database: cypher-shell -u USER -p PASSWORD -f <this file>\n"
+        )
         out.write("\n".join(_CONSTRAINTS) + "\n")
         for kind in NODE_KINDS:
             names = tuple(n for n, _t in PROPERTIES[kind])
             counts[kind] = 0
             for rows in pages(kind):
                 for i in range(0, len(rows), batch_rows):
-                    part = rows[i:i + batch_rows]
+                    part = rows[i : i + batch_rows]
                     out.write(_NODE_STATEMENT.format(kind=kind, rows=",\n".join(lit.map(r, names) for r in part)))
                 counts[kind] += len(rows)
                 counter.add(done=len(rows))
@@ -96,14 +98,29 @@ def write_cypher(pages: Pages, output: str, counter: StageCounter, batch_rows: i
             counts[kind] = 0
             for rows in pages(kind):
                 for i in range(0, len(rows), batch_rows):
-                    part = rows[i:i + batch_rows]
+                    part = rows[i : i + batch_rows]
                     items = ",\n".join(
-                        "{s: " + lit.string(r[start]) + ", t: " + lit.string(r[end])
-                        + (", p: " + lit.map(r, names) if names else "") + "}" for r in part)
-                    out.write(_EDGE_STATEMENT.format(
-                        rows=items, start_kind=start_kind, start_id=ID_PROPERTY[start_kind], end_kind=end_kind,
-                        end_id=ID_PROPERTY[end_kind], kind=kind, set=" SET r = row.p" if names else ""))
+                        "{s: "
+                        + lit.string(r[start])
+                        + ", t: "
+                        + lit.string(r[end])
+                        + (", p: " + lit.map(r, names) if names else "")
+                        + "}"
+                        for r in part
+                    )
+                    out.write(
+                        _EDGE_STATEMENT.format(
+                            rows=items,
+                            start_kind=start_kind,
+                            start_id=ID_PROPERTY[start_kind],
+                            end_kind=end_kind,
+                            end_id=ID_PROPERTY[end_kind],
+                            kind=kind,
+                            set=" SET r = row.p" if names else "",
+                        )
+                    )
                 counts[kind] += len(rows)
                 counter.add(done=len(rows))
-    return ExportSummary(format="cypher", output=output, files=[output], counts=counts,
-                         replaced_characters=lit.replaced)
+    return ExportSummary(
+        format="cypher", output=output, files=[output], counts=counts, replaced_characters=lit.replaced
+    )

@@ -14,12 +14,15 @@ from hxd2_ray.graph_export.rows import EXPORT_FORMATS, ExportSummary, Pages, sto
 from hxd2_ray.progress import NO_COUNTER, StageCounter
 
 _WRITERS: dict[str, Callable[[Pages, str, StageCounter], ExportSummary]] = {
-    "graphml": write_graphml, "csv": write_neo4j_csv, "cypher": write_cypher,
+    "graphml": write_graphml,
+    "csv": write_neo4j_csv,
+    "cypher": write_cypher,
 }
 
 
-def export_graph(store: Any, fmt: str, output: str | os.PathLike[str],
-                 counter: StageCounter = NO_COUNTER) -> ExportSummary:
+def export_graph(
+    store: Any, fmt: str, output: str | os.PathLike[str], counter: StageCounter = NO_COUNTER
+) -> ExportSummary:
     """Write the graph of ``store`` as ``fmt`` (graphml: one file; csv: a folder of Neo4j import files;
     cypher: one script) at ``output``; ``counter`` gets ``done`` = rows written, page by page."""
     if fmt not in EXPORT_FORMATS:

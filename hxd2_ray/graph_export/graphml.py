@@ -30,8 +30,9 @@ _GRAPHML_TYPE = {"string": "string", "string[]": "string", "long": "long", "doub
 # Everything XML 1.0 does not allow in a document (and lone surrogates, which UTF-8 cannot encode).
 _NOT_XML = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _TEXT_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "\r": "&#13;"})
-_ATTR_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "\r": "&#13;",
-                               "\n": "&#10;", "\t": "&#9;"})
+_ATTR_ESCAPES = str.maketrans(
+    {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "\r": "&#13;", "\n": "&#10;", "\t": "&#9;"}
+)
 
 
 class _Xml:
@@ -92,11 +93,13 @@ def write_graphml(pages: Pages, output: str, counter: StageCounter) -> ExportSum
     xml = _Xml()
     counts: dict[str, int] = {}
     with open(output, "w", encoding="utf-8", newline="\n") as out:
-        out.write('<?xml version="1.0" encoding="UTF-8"?>\n'
-                  '<graphml xmlns="http://graphml.graphdrawing.org/xmlns"'
-                  ' xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"'
-                  ' xsi:schemaLocation="http://graphml.graphdrawing.org/xmlns'
-                  ' http://graphml.graphdrawing.org/xmlns/1.0/graphml.xsd">\n')
+        out.write(
+            '<?xml version="1.0" encoding="UTF-8"?>\n'
+            '<graphml xmlns="http://graphml.graphdrawing.org/xmlns"'
+            ' xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"'
+            ' xsi:schemaLocation="http://graphml.graphdrawing.org/xmlns'
+            ' http://graphml.graphdrawing.org/xmlns/1.0/graphml.xsd">\n'
+        )
         _key_declarations(out)
         out.write('  <graph id="hxd2" edgedefault="directed">\n')
         for kind in NODE_KINDS:
@@ -105,9 +108,11 @@ def write_graphml(pages: Pages, output: str, counter: StageCounter) -> ExportSum
             for rows in pages(kind):
                 buf = []
                 for row in rows:
-                    buf.append(f'    <node id="{xml.attr(node_id(kind, row[ID_PROPERTY[kind]]))}">'
-                               f'<data key="n_kind">{kind}</data>'
-                               f'<data key="n_label">{xml.text(_label(kind, row))}</data>')
+                    buf.append(
+                        f'    <node id="{xml.attr(node_id(kind, row[ID_PROPERTY[kind]]))}">'
+                        f'<data key="n_kind">{kind}</data>'
+                        f'<data key="n_label">{xml.text(_label(kind, row))}</data>'
+                    )
                     for name, typ in props:
                         text = _value_text(row[name], typ)
                         if text is not None:
@@ -123,9 +128,11 @@ def write_graphml(pages: Pages, output: str, counter: StageCounter) -> ExportSum
             for rows in pages(kind):
                 buf = []
                 for row in rows:
-                    buf.append(f'    <edge source="{xml.attr(node_id(start_kind, row[start]))}"'
-                               f' target="{xml.attr(node_id(end_kind, row[end]))}">'
-                               f'<data key="e_label">{kind}</data>')
+                    buf.append(
+                        f'    <edge source="{xml.attr(node_id(start_kind, row[start]))}"'
+                        f' target="{xml.attr(node_id(end_kind, row[end]))}">'
+                        f'<data key="e_label">{kind}</data>'
+                    )
                     for name, typ in props:
                         text = _value_text(row[name], typ)
                         if text is not None:
@@ -135,5 +142,6 @@ def write_graphml(pages: Pages, output: str, counter: StageCounter) -> ExportSum
                 counts[kind] += len(rows)
                 counter.add(done=len(rows))
         out.write("  </graph>\n</graphml>\n")
-    return ExportSummary(format="graphml", output=output, files=[output], counts=counts,
-                         replaced_characters=xml.replaced)
+    return ExportSummary(
+        format="graphml", output=output, files=[output], counts=counts, replaced_characters=xml.replaced
+    )

@@ -28,8 +28,14 @@ from hxd2_ray.graph_export.rows import (
 from hxd2_ray.progress import StageCounter
 
 ARRAY_DELIMITER = "\x1f"
-FILE_NAMES = {"Document": "documents.csv", "Chunk": "chunks.csv", "Entity": "entities.csv",
-              "RELATED": "related.csv", "MENTIONS": "mentions.csv", "PART_OF": "part_of.csv"}
+FILE_NAMES = {
+    "Document": "documents.csv",
+    "Chunk": "chunks.csv",
+    "Entity": "entities.csv",
+    "RELATED": "related.csv",
+    "MENTIONS": "mentions.csv",
+    "PART_OF": "part_of.csv",
+}
 IMPORT_SCRIPT = "import.sh"
 
 
@@ -99,17 +105,32 @@ def write_neo4j_csv(pages: Pages, output: str, counter: StageCounter) -> ExportS
                     writer.writerows([*(cells.cell(r[n], t) for n, t in PROPERTIES[kind]), kind] for r in rows)
                 else:
                     start, end, _sk, _ek = ENDPOINTS[kind]
-                    writer.writerows([cells.text(r[start]), cells.text(r[end]),
-                                      *(cells.cell(r[n], t) for n, t in PROPERTIES[kind]), kind] for r in rows)
+                    writer.writerows(
+                        [
+                            cells.text(r[start]),
+                            cells.text(r[end]),
+                            *(cells.cell(r[n], t) for n, t in PROPERTIES[kind]),
+                            kind,
+                        ]
+                        for r in rows
+                    )
                 counts[kind] += len(rows)
                 counter.add(done=len(rows))
     script = os.path.join(output, IMPORT_SCRIPT)
     with open(script, "w", encoding="utf-8") as fh:
-        fh.write("#!/bin/sh\n# Load these files into a new Neo4j database (stop the database first; see the Neo4j "
-                 "operations manual, 'neo4j-admin database import').\nset -e\ncd \"$(dirname \"$0\")\"\n"
-                 + " ".join(shlex.quote(a) for a in import_command()) + "\n")
+        fh.write(
+            "#!/bin/sh\n# Load these files into a new Neo4j database (stop the database first; see the Neo4j "
+            'operations manual, \'neo4j-admin database import\').\nset -e\ncd "$(dirname "$0")"\n'
+            + " ".join(shlex.quote(a) for a in import_command())
+            + "\n"
+        )
     os.chmod(script, 0o755)
     files.append(script)
-    return ExportSummary(format="csv", output=output, files=files, counts=counts,
-                         replaced_characters=cells.replaced,
-                         notes=[f"load with: {' '.join(import_command())} (see {IMPORT_SCRIPT})"])
+    return ExportSummary(
+        format="csv",
+        output=output,
+        files=files,
+        counts=counts,
+        replaced_characters=cells.replaced,
+        notes=[f"load with: {' '.join(import_command())} (see {IMPORT_SCRIPT})"],
+    )

@@ -10,15 +10,39 @@ NODE_KINDS = ("Document", "Chunk", "Entity")
 EDGE_KINDS = ("RELATED", "MENTIONS", "PART_OF")
 # Property name -> type (Neo4j import type names; GraphML maps them), in the order they are written.
 PROPERTIES: dict[str, tuple[tuple[str, str], ...]] = {
-    "Document": (("id", "string"), ("source_id", "string"), ("source_path", "string"), ("title", "string"),
-                 ("n_chars", "long")),
-    "Chunk": (("id", "string"), ("doc_id", "string"), ("order", "long"), ("start", "long"), ("text", "string"),
-              ("header_path", "string"), ("language", "string")),
-    "Entity": (("key", "string"), ("name", "string"), ("type", "string"), ("description", "string"),
-               ("source_chunk_ids", "string[]"), ("mention_count", "long"), ("name_truncated", "boolean"),
-               ("degree", "long")),
-    "RELATED": (("description", "string"), ("keywords", "string[]"), ("weight", "double"),
-                ("source_chunk_ids", "string[]"), ("mention_count", "long")),
+    "Document": (
+        ("id", "string"),
+        ("source_id", "string"),
+        ("source_path", "string"),
+        ("title", "string"),
+        ("n_chars", "long"),
+    ),
+    "Chunk": (
+        ("id", "string"),
+        ("doc_id", "string"),
+        ("order", "long"),
+        ("start", "long"),
+        ("text", "string"),
+        ("header_path", "string"),
+        ("language", "string"),
+    ),
+    "Entity": (
+        ("key", "string"),
+        ("name", "string"),
+        ("type", "string"),
+        ("description", "string"),
+        ("source_chunk_ids", "string[]"),
+        ("mention_count", "long"),
+        ("name_truncated", "boolean"),
+        ("degree", "long"),
+    ),
+    "RELATED": (
+        ("description", "string"),
+        ("keywords", "string[]"),
+        ("weight", "double"),
+        ("source_chunk_ids", "string[]"),
+        ("mention_count", "long"),
+    ),
     "MENTIONS": (),
     "PART_OF": (),
 }
@@ -30,8 +54,14 @@ ENDPOINTS = {
     "PART_OF": ("chunk_id", "doc_id", "Chunk", "Document"),
 }
 # Nodes per page (chunks carry their text, so fewer of them).
-PAGE_NODES = {"Document": 50_000, "Chunk": 10_000, "Entity": 20_000, "RELATED": 20_000, "MENTIONS": 10_000,
-              "PART_OF": 50_000}
+PAGE_NODES = {
+    "Document": 50_000,
+    "Chunk": 10_000,
+    "Entity": 20_000,
+    "RELATED": 20_000,
+    "MENTIONS": 10_000,
+    "PART_OF": 50_000,
+}
 EXPORT_FORMATS = ("graphml", "csv", "cypher")
 
 Pages = Callable[[str], Iterator[list[dict[str, Any]]]]

@@ -19,8 +19,20 @@ import numpy as np
 from hxd2_ray.graph_views.subgraph import Subgraph
 
 MAX_EDGE_LABELS = 60
-_PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
-            "#17becf", "#8c564b", "#bcbd22")
+_PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#e15759",
+    "#76b7b2",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+    "#9c755f",
+    "#17becf",
+    "#8c564b",
+    "#bcbd22",
+)
 OTHER_COLOUR = "#c8c8c8"
 
 
@@ -32,11 +44,21 @@ def short(text: str, limit: int) -> str:
 def to_networkx(sub: Subgraph) -> nx.Graph[str]:
     graph: nx.Graph[str] = nx.Graph()
     for key, ent in sub.entities.items():
-        graph.add_node(key, name=ent["name"], type=ent["type"] or "unknown", degree=int(ent["degree"]),
-                       description=ent["description"])
+        graph.add_node(
+            key,
+            name=ent["name"],
+            type=ent["type"] or "unknown",
+            degree=int(ent["degree"]),
+            description=ent["description"],
+        )
     for e in sub.edges:
-        graph.add_edge(e["source_key"], e["target_key"], keywords=list(e["keywords"] or []),
-                       description=e["description"], weight=float(e["weight"]))
+        graph.add_edge(
+            e["source_key"],
+            e["target_key"],
+            keywords=list(e["keywords"] or []),
+            description=e["description"],
+            weight=float(e["weight"]),
+        )
     return graph
 
 
@@ -47,8 +69,11 @@ def layout(graph: nx.Graph[str]) -> dict[str, tuple[float, float]]:
         return {next(iter(graph.nodes)): (0.0, 0.0)}
     try:
         # Kamada-Kawai needs a connected graph for its distances; components are laid out side by side.
-        pos = nx.kamada_kawai_layout(graph) if nx.is_connected(graph) else \
-            nx.spring_layout(graph, seed=7, k=1.6 / math.sqrt(graph.number_of_nodes()), iterations=300)
+        pos = (
+            nx.kamada_kawai_layout(graph)
+            if nx.is_connected(graph)
+            else nx.spring_layout(graph, seed=7, k=1.6 / math.sqrt(graph.number_of_nodes()), iterations=300)
+        )
     except ImportError:  # scipy missing
         pos = nx.spring_layout(graph, seed=7, k=1.6 / math.sqrt(graph.number_of_nodes()), iterations=300)
     return _spread({k: (float(x), float(y)) for k, (x, y) in pos.items()})
@@ -63,7 +88,7 @@ def _spread(pos: dict[str, tuple[float, float]], rounds: int = 200) -> dict[str,
     min_dist = min(0.12, 0.55 / math.sqrt(len(keys)))
     for _ in range(rounds):
         delta = xy[:, None, :] - xy[None, :, :]
-        dist = np.sqrt((delta ** 2).sum(axis=2)) + np.eye(len(keys))
+        dist = np.sqrt((delta**2).sum(axis=2)) + np.eye(len(keys))
         close = dist < min_dist
         if not close.any():
             break
@@ -89,8 +114,11 @@ def _boxes_overlap(a: tuple[float, float, float, float], b: tuple[float, float, 
 _LABEL_SPOTS = (0.5, 0.38, 0.62, 0.28, 0.72)
 
 
-def _free_labels(candidates: list[tuple[Any, str, tuple[float, float], tuple[float, float]]],
-                 taken: list[tuple[float, float, float, float]], font_px: float) -> list[tuple[Any, str, float]]:
+def _free_labels(
+    candidates: list[tuple[Any, str, tuple[float, float], tuple[float, float]]],
+    taken: list[tuple[float, float, float, float]],
+    font_px: float,
+) -> list[tuple[Any, str, float]]:
     """Greedy, strongest edge first: the first spot along each edge (display points ``a`` to ``b``) where the
     label's box overlaps nothing kept (names, nodes, other labels); an edge with no free spot goes unlabelled."""
     kept = []
@@ -128,10 +156,15 @@ def draw_png(sub: Subgraph, path: str | os.PathLike[str], *, subtitle: str = "")
     sizes = [scale * (320 + 1700 * math.log1p(degrees[k]) / math.log1p(top_degree)) for k in graph.nodes]
     widths = [0.8 + 2.2 * min(1.0, graph.edges[e]["weight"] / 10.0) for e in graph.edges]
     nx.draw_networkx_edges(graph, pos, ax=ax, width=widths, edge_color="#8a8a8a", alpha=0.7)
-    nx.draw_networkx_nodes(graph, pos, ax=ax, node_size=sizes,
-                           node_color=[colours[graph.nodes[k]["type"]] for k in graph.nodes],
-                           edgecolors=["#c0392b" if k in sub.center else "white" for k in graph.nodes],
-                           linewidths=[3.5 if k in sub.center else 1.2 for k in graph.nodes])
+    nx.draw_networkx_nodes(
+        graph,
+        pos,
+        ax=ax,
+        node_size=sizes,
+        node_color=[colours[graph.nodes[k]["type"]] for k in graph.nodes],
+        edgecolors=["#c0392b" if k in sub.center else "white" for k in graph.nodes],
+        linewidths=[3.5 if k in sub.center else 1.2 for k in graph.nodes],
+    )
     if pos:
         xs, ys = zip(*pos.values())
         pad_x, pad_y = 0.12 * (max(xs) - min(xs) or 1), 0.12 * (max(ys) - min(ys) or 1)
@@ -141,14 +174,36 @@ def draw_png(sub: Subgraph, path: str | os.PathLike[str], *, subtitle: str = "")
     others = len(colours) - len(shown)
     handles = [Line2D([0], [0], marker="o", color="w", markerfacecolor=c, markersize=10, label=t) for t, c in shown]
     if others:
-        handles.append(Line2D([0], [0], marker="o", color="w", markerfacecolor=OTHER_COLOUR, markersize=10,
-                              label=f"other ({others} types)"))
+        handles.append(
+            Line2D(
+                [0],
+                [0],
+                marker="o",
+                color="w",
+                markerfacecolor=OTHER_COLOUR,
+                markersize=10,
+                label=f"other ({others} types)",
+            )
+        )
     if handles:
-        ax.legend(handles=handles, title="entity type", loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False,
-                  fontsize=9, title_fontsize=10)
+        ax.legend(
+            handles=handles,
+            title="entity type",
+            loc="upper left",
+            bbox_to_anchor=(1.0, 1.0),
+            frameon=False,
+            fontsize=9,
+            title_fontsize=10,
+        )
     ax.set_title(sub.title + (f"\n{subtitle}" if subtitle else ""), fontsize=12, loc="left")
-    fig.text(0.01, 0.01, "node size: degree in the whole graph · edge width: relation weight · "
-             "edge label: the relation's first keyword (where it fits)", fontsize=8, color="#666666")
+    fig.text(
+        0.01,
+        0.01,
+        "node size: degree in the whole graph · edge width: relation weight · "
+        "edge label: the relation's first keyword (where it fits)",
+        fontsize=8,
+        color="#666666",
+    )
     fig.tight_layout()
     # Labels last, in display coordinates of the final layout: names first, then edge keywords where they fit.
     to_px = ax.transData.transform
@@ -179,23 +234,47 @@ def draw_png(sub: Subgraph, path: str | os.PathLike[str], *, subtitle: str = "")
                 names.append((k, text, pos[k], side * (gap / points_px), size))
                 break
     hidden_names = n - len(names)
-    ranked = sorted((e for e in graph.edges if graph.edges[e]["keywords"]),
-                    key=lambda e: (-graph.edges[e]["weight"], e))[:MAX_EDGE_LABELS]
-    candidates = [(e, short(graph.edges[e]["keywords"][0], 22), tuple(to_px(pos[e[0]])), tuple(to_px(pos[e[1]])))
-                  for e in ranked]
+    ranked = sorted(
+        (e for e in graph.edges if graph.edges[e]["keywords"]), key=lambda e: (-graph.edges[e]["weight"], e)
+    )[:MAX_EDGE_LABELS]
+    candidates = [
+        (e, short(graph.edges[e]["keywords"][0], 22), tuple(to_px(pos[e[0]])), tuple(to_px(pos[e[1]]))) for e in ranked
+    ]
     placed = _free_labels(candidates, taken, 7.5 * points_px)
     for (a, b), text, t in placed:
         (xa, ya), (xb, yb) = pos[a], pos[b]
-        ax.text(xa + t * (xb - xa), ya + t * (yb - ya), text, fontsize=7.5, color="#5d4037", ha="center",
-                va="center", bbox={"boxstyle": "round,pad=0.15", "fc": "#fff8e1", "ec": "none", "alpha": 0.9})
+        ax.text(
+            xa + t * (xb - xa),
+            ya + t * (yb - ya),
+            text,
+            fontsize=7.5,
+            color="#5d4037",
+            ha="center",
+            va="center",
+            bbox={"boxstyle": "round,pad=0.15", "fc": "#fff8e1", "ec": "none", "alpha": 0.9},
+        )
     for k, text, (x, y), offset, size in names:
-        ax.annotate(text, (x, y), xytext=(0, offset), textcoords="offset points", ha="center",
-                    va="bottom" if offset > 0 else "top", fontsize=size,
-                    fontweight="bold" if k in sub.center else "normal", zorder=5,
-                    bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "#dddddd", "alpha": 0.9})
+        ax.annotate(
+            text,
+            (x, y),
+            xytext=(0, offset),
+            textcoords="offset points",
+            ha="center",
+            va="bottom" if offset > 0 else "top",
+            fontsize=size,
+            fontweight="bold" if k in sub.center else "normal",
+            zorder=5,
+            bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "#dddddd", "alpha": 0.9},
+        )
     if hidden_names:
-        fig.text(0.99, 0.01, f"{hidden_names} names left out where they would overlap (the .html view shows all)",
-                 fontsize=8, color="#666666", ha="right")
+        fig.text(
+            0.99,
+            0.01,
+            f"{hidden_names} names left out where they would overlap (the .html view shows all)",
+            fontsize=8,
+            color="#666666",
+            ha="right",
+        )
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return {"nodes": n, "edges": graph.number_of_edges(), "edge_labels": len(placed), "names_hidden": hidden_names}

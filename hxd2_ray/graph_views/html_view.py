@@ -24,16 +24,33 @@ def page_data(sub: Subgraph) -> dict[str, Any]:
     pos = layout(graph)
     colours = type_colours(sub)
     scale = 900.0
-    nodes = [{"id": k, "name": graph.nodes[k]["name"], "label": short(graph.nodes[k]["name"], 28),
-              "type": graph.nodes[k]["type"], "degree": graph.nodes[k]["degree"],
-              "description": graph.nodes[k]["description"], "colour": colours[graph.nodes[k]["type"]],
-              "center": k in sub.center, "sources": sub.sources.get(k, []),
-              "x": round(pos[k][0] * scale, 1), "y": round(-pos[k][1] * scale, 1)}
-             for k in graph.nodes]
-    edges = [{"source": a, "target": b, "keywords": graph.edges[a, b]["keywords"],
-              "label": short(graph.edges[a, b]["keywords"][0], 22) if graph.edges[a, b]["keywords"] else "",
-              "description": graph.edges[a, b]["description"], "weight": graph.edges[a, b]["weight"]}
-             for a, b in graph.edges]
+    nodes = [
+        {
+            "id": k,
+            "name": graph.nodes[k]["name"],
+            "label": short(graph.nodes[k]["name"], 28),
+            "type": graph.nodes[k]["type"],
+            "degree": graph.nodes[k]["degree"],
+            "description": graph.nodes[k]["description"],
+            "colour": colours[graph.nodes[k]["type"]],
+            "center": k in sub.center,
+            "sources": sub.sources.get(k, []),
+            "x": round(pos[k][0] * scale, 1),
+            "y": round(-pos[k][1] * scale, 1),
+        }
+        for k in graph.nodes
+    ]
+    edges = [
+        {
+            "source": a,
+            "target": b,
+            "keywords": graph.edges[a, b]["keywords"],
+            "label": short(graph.edges[a, b]["keywords"][0], 22) if graph.edges[a, b]["keywords"] else "",
+            "description": graph.edges[a, b]["description"],
+            "weight": graph.edges[a, b]["weight"],
+        }
+        for a, b in graph.edges
+    ]
     return {"title": sub.title, "nodes": nodes, "edges": edges, "types": colours}
 
 

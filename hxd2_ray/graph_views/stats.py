@@ -20,9 +20,23 @@ import pyarrow.parquet as pq
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-_SUMMARY_KEYS = ("documents", "chunks", "quarantined_files", "quarantine_reasons", "duplicate_documents",
-                 "llm_calls", "malformed_records", "failed_chunks", "failed_chunk_errors", "endpoint_only_entities",
-                 "malformed_lines", "malformed_examples", "dropped_triples", "llm_model", "embedding_model")
+_SUMMARY_KEYS = (
+    "documents",
+    "chunks",
+    "quarantined_files",
+    "quarantine_reasons",
+    "duplicate_documents",
+    "llm_calls",
+    "malformed_records",
+    "failed_chunks",
+    "failed_chunk_errors",
+    "endpoint_only_entities",
+    "malformed_lines",
+    "malformed_examples",
+    "dropped_triples",
+    "llm_model",
+    "embedding_model",
+)
 
 
 def _degree_histogram(degrees: np.ndarray) -> list[dict[str, int]]:
@@ -54,8 +68,12 @@ def _components(store: Any, n_nodes: int) -> dict[str, Any]:
     count, labels = connected_components(matrix, directed=False)
     sizes = np.bincount(labels)
     order = np.sort(sizes)[::-1]
-    return {"count": int(count), "largest": [int(x) for x in order[:10]], "singletons": int((sizes == 1).sum()),
-            "largest_share": round(float(order[0]) / n, 4)}
+    return {
+        "count": int(count),
+        "largest": [int(x) for x in order[:10]],
+        "singletons": int((sizes == 1).sum()),
+        "largest_share": round(float(order[0]) / n, 4),
+    }
 
 
 def _quarantine_files(root: Path, limit: int) -> list[dict[str, str]]:
@@ -115,14 +133,23 @@ def format_stats(stats: dict[str, Any]) -> str:
     d = stats["degree"]
     comp = stats["components"]
     lines = [
-        (f"graph: {c['entities']:,} entities, {c['relations']:,} relations, {c['chunks']:,} chunks, "
-         f"{c['documents']:,} documents, {c['mentions']:,} mentions"),
-        (f"degree: mean {d['mean']:.2f}, median {d['median']:.0f}, max {d['max']:,}; "
-         f"{d['isolated']:,} entities without a relation"),
-        "  " + "  ".join(f"{b['min']}{'' if b['min'] == b['max'] else '-' + str(b['max'])}: {b['entities']:,}"
-                         for b in d["histogram"]),
-        (f"components: {comp['count']:,} (largest {', '.join(f'{x:,}' for x in comp['largest'][:5]) or '-'}; "
-         f"{comp['singletons']:,} single entities; the largest holds {100 * comp['largest_share']:.1f}%)"),
+        (
+            f"graph: {c['entities']:,} entities, {c['relations']:,} relations, {c['chunks']:,} chunks, "
+            f"{c['documents']:,} documents, {c['mentions']:,} mentions"
+        ),
+        (
+            f"degree: mean {d['mean']:.2f}, median {d['median']:.0f}, max {d['max']:,}; "
+            f"{d['isolated']:,} entities without a relation"
+        ),
+        "  "
+        + "  ".join(
+            f"{b['min']}{'' if b['min'] == b['max'] else '-' + str(b['max'])}: {b['entities']:,}"
+            for b in d["histogram"]
+        ),
+        (
+            f"components: {comp['count']:,} (largest {', '.join(f'{x:,}' for x in comp['largest'][:5]) or '-'}; "
+            f"{comp['singletons']:,} single entities; the largest holds {100 * comp['largest_share']:.1f}%)"
+        ),
         "most connected: " + ", ".join(f"{e['name']} ({e['degree']})" for e in stats["top_entities"][:8]),
         "entity types: " + ", ".join(f"{t['type']} {t['entities']:,}" for t in stats["entity_types"][:10]),
     ]
@@ -132,17 +159,23 @@ def format_stats(stats: dict[str, Any]) -> str:
             lines.append("build: no index_summary.json (quarantine and extraction failures unknown)")
         else:
             reasons = build.get("quarantine_reasons") or {}
-            lines.append(f"quarantined files: {build.get('quarantined_files', 0):,}"
-                         + (" (" + ", ".join(f"{k}: {v}" for k, v in reasons.items()) + ")" if reasons else ""))
+            lines.append(
+                f"quarantined files: {build.get('quarantined_files', 0):,}"
+                + (" (" + ", ".join(f"{k}: {v}" for k, v in reasons.items()) + ")" if reasons else "")
+            )
             if "failed_chunks" in build:
-                lines.append(f"extraction: {build.get('failed_chunks', 0):,} failed chunks, "
-                             f"{build.get('malformed_records', 0):,} malformed LLM records skipped, "
-                             f"{build.get('llm_calls', 0):,} LLM calls")
+                lines.append(
+                    f"extraction: {build.get('failed_chunks', 0):,} failed chunks, "
+                    f"{build.get('malformed_records', 0):,} malformed LLM records skipped, "
+                    f"{build.get('llm_calls', 0):,} LLM calls"
+                )
                 for err in build.get("failed_chunk_errors") or []:
                     lines.append(f"  failure: {err}")
             if "malformed_lines" in build:
-                lines.append(f"triples: {build['malformed_lines']:,} malformed lines skipped, "
-                             f"{build.get('dropped_triples', 0):,} dropped (self-loops)")
+                lines.append(
+                    f"triples: {build['malformed_lines']:,} malformed lines skipped, "
+                    f"{build.get('dropped_triples', 0):,} dropped (self-loops)"
+                )
         for q in stats.get("quarantined_examples") or []:
             lines.append(f"  quarantined: {q['source_path']} ({q['reason']}: {q['detail'][:80]})")
     return "\n".join(lines)
@@ -184,8 +217,12 @@ def plot_stats(stats: dict[str, Any], path: str | os.PathLike[str]) -> None:
     ax = axes[1][1]
     build = stats.get("build") or {}
     bars = {f"quarantined: {k}": v for k, v in (build.get("quarantine_reasons") or {}).items()}
-    for key, label in (("failed_chunks", "failed chunks"), ("malformed_records", "malformed LLM records"),
-                       ("malformed_lines", "malformed triple lines"), ("duplicate_documents", "duplicate documents")):
+    for key, label in (
+        ("failed_chunks", "failed chunks"),
+        ("malformed_records", "malformed LLM records"),
+        ("malformed_lines", "malformed triple lines"),
+        ("duplicate_documents", "duplicate documents"),
+    ):
         if key in build:
             bars[label] = build[key]
     if bars:
@@ -196,8 +233,11 @@ def plot_stats(stats: dict[str, Any], path: str | os.PathLike[str]) -> None:
         ax.text(0.5, 0.5, "no build summary (index_summary.json) found", ha="center", va="center")
         ax.set_axis_off()
     c = stats["counts"]
-    fig.suptitle(f"{c['entities']:,} entities, {c['relations']:,} relations, {c['chunks']:,} chunks, "
-                 f"{c['documents']:,} documents", fontsize=13)
+    fig.suptitle(
+        f"{c['entities']:,} entities, {c['relations']:,} relations, {c['chunks']:,} chunks, "
+        f"{c['documents']:,} documents",
+        fontsize=13,
+    )
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -42,9 +42,13 @@ def attach_sources(store: Any, sub: Subgraph, per_entity: int = SOURCE_CHUNKS_PE
     rows = {c["id"]: c for c in store.get_chunks([i for ids in chosen.values() for i in ids])}
     for key, ids in chosen.items():
         sub.sources[key] = [
-            {"id": rows[i]["id"], "document": rows[i]["doc_title"] or rows[i]["doc_source_id"],
-             "text": rows[i]["text"][:_SOURCE_CHARS] + ("…" if len(rows[i]["text"]) > _SOURCE_CHARS else "")}
-            for i in ids if i in rows
+            {
+                "id": rows[i]["id"],
+                "document": rows[i]["doc_title"] or rows[i]["doc_source_id"],
+                "text": rows[i]["text"][:_SOURCE_CHARS] + ("…" if len(rows[i]["text"]) > _SOURCE_CHARS else ""),
+            }
+            for i in ids
+            if i in rows
         ]
     return sub
 
@@ -59,16 +63,20 @@ def find_entity(store: Any, name: str, suggestions: int = 5) -> dict[str, Any]:
     best: list[tuple[int, str, str]] = []
     if needle:
         for page in store.iter_pages("Entity"):
-            for key, ent_name, degree in zip(page["key"].to_pylist(), page["name"].to_pylist(),
-                                             page["degree"].to_pylist(), strict=True):
+            for key, ent_name, degree in zip(
+                page["key"].to_pylist(), page["name"].to_pylist(), page["degree"].to_pylist(), strict=True
+            ):
                 if needle in key:
                     item = (int(degree), key, ent_name)
                     if len(best) < suggestions:
                         heapq.heappush(best, item)
                     else:
                         heapq.heappushpop(best, item)
-    hint = ("; entities whose name contains it: " + ", ".join(repr(n) for _d, _k, n in sorted(best, reverse=True))
-            if best else "; no entity name contains it")
+    hint = (
+        "; entities whose name contains it: " + ", ".join(repr(n) for _d, _k, n in sorted(best, reverse=True))
+        if best
+        else "; no entity name contains it"
+    )
     raise HxdError(f"no entity named {name!r} in this graph{hint}")
 
 
@@ -96,8 +104,11 @@ def _walk(store: Any, seeds: list[str], hops: int, max_nodes: int) -> tuple[list
 
 def _edges_among(store: Any, keys: list[str]) -> list[dict[str, Any]]:
     inside = set(keys)
-    return [e for e in store.neighbors(keys, limit_per_entity=_EDGES_PER_ENTITY)
-            if e["source_key"] in inside and e["target_key"] in inside]
+    return [
+        e
+        for e in store.neighbors(keys, limit_per_entity=_EDGES_PER_ENTITY)
+        if e["source_key"] in inside and e["target_key"] in inside
+    ]
 
 
 def neighbourhood(store: Any, name: str, hops: int = 1, max_nodes: int = 40) -> Subgraph:
@@ -106,8 +117,14 @@ def neighbourhood(store: Any, name: str, hops: int = 1, max_nodes: int = 40) -> 
     keys, distance, cut = _walk(store, [center["key"]], hops, max_nodes)
     entities = {e["key"]: e for e in store.get_entities(keys)}
     shown = f"{len(keys)} entities" + (f", {cut} more not shown" if cut else "")
-    return Subgraph(title=f"{center['name']}: {hops}-hop neighbourhood ({shown})", center=[center["key"]],
-                    entities=entities, edges=_edges_among(store, keys), hops=distance, cut=cut)
+    return Subgraph(
+        title=f"{center['name']}: {hops}-hop neighbourhood ({shown})",
+        center=[center["key"]],
+        entities=entities,
+        edges=_edges_among(store, keys),
+        hops=distance,
+        cut=cut,
+    )
 
 
 def most_connected(store: Any, hops: int = 2, max_nodes: int = 40) -> Subgraph:
@@ -124,8 +141,14 @@ def most_connected(store: Any, hops: int = 2, max_nodes: int = 40) -> Subgraph:
     hub = entities[top[1]]
     shown = f"{len(keys)} entities" + (f", {cut} more not shown" if cut else "")
     plural = "s" if hops != 1 else ""
-    return Subgraph(title=f"Most connected: around {hub['name']} (degree {top[0]}), {hops} hop{plural} ({shown})",
-                    center=[top[1]], entities=entities, edges=_edges_among(store, keys), hops=distance, cut=cut)
+    return Subgraph(
+        title=f"Most connected: around {hub['name']} (degree {top[0]}), {hops} hop{plural} ({shown})",
+        center=[top[1]],
+        entities=entities,
+        edges=_edges_among(store, keys),
+        hops=distance,
+        cut=cut,
+    )
 
 
 def around_entities(store: Any, names: list[str], hops: int = 1, max_nodes: int = 40) -> tuple[Subgraph, list[str]]:
@@ -147,6 +170,12 @@ def around_entities(store: Any, names: list[str], hops: int = 1, max_nodes: int 
     shown = f"{len(keys)} entities" + (f", {cut} more not shown" if cut else "")
     label = ", ".join(f["name"] for f in found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
     plural = "s" if hops != 1 else ""
-    sub = Subgraph(title=f"{label}: {hops} hop{plural} around ({shown})", center=[k for k in keys if distance[k] == 0],
-                   entities=entities, edges=_edges_among(store, keys), hops=distance, cut=cut)
+    sub = Subgraph(
+        title=f"{label}: {hops} hop{plural} around ({shown})",
+        center=[k for k in keys if distance[k] == 0],
+        entities=entities,
+        edges=_edges_among(store, keys),
+        hops=distance,
+        cut=cut,
+    )
     return sub, missing

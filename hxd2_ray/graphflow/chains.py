@@ -146,8 +146,9 @@ class ChainDemonstrations:
 
     # ---------------------------------------------------------------------------------------- sampling
 
-    def sample(self, start: int, chain: Chain, targets: frozenset[int], n: int,
-               rng: np.random.Generator) -> list[list[int]]:
+    def sample(
+        self, start: int, chain: Chain, targets: frozenset[int], n: int, rng: np.random.Generator
+    ) -> list[list[int]]:
         """``n`` demonstrations from ``start`` along ``chain`` (action lists ending in STOP); none when the chain
         reaches no target from there."""
         layers = []

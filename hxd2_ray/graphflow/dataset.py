@@ -27,8 +27,9 @@ def _log(msg: str) -> None:
     print(f"[graphflow] {msg}", file=sys.stderr, flush=True)
 
 
-def load_items(benchmark: str, questions: Sequence[str] = (), data_root: str | None = None,
-               corpus: str | None = None) -> tuple[list[EvalItem], dict[str, Any]]:
+def load_items(
+    benchmark: str, questions: Sequence[str] = (), data_root: str | None = None, corpus: str | None = None
+) -> tuple[list[EvalItem], dict[str, Any]]:
     """Items of ``benchmark`` (its default file, or each of ``questions`` in turn) and what the loader skipped."""
     spec = get_benchmark(benchmark)
     files: list[str | None] = list(questions) or [None]
@@ -41,27 +42,52 @@ def load_items(benchmark: str, questions: Sequence[str] = (), data_root: str | N
     reasons: dict[str, int] = {}
     for _, reason in skipped:
         reasons[reason.split(":")[0]] = reasons.get(reason.split(":")[0], 0) + 1
-    return items, {"benchmark": spec.name, "files": [f for f in files if f], "loaded": len(items),
-                   "loader_skipped": len(skipped), "loader_skipped_by_reason": reasons,
-                   "loader_skipped_examples": skipped[:10]}
+    return items, {
+        "benchmark": spec.name,
+        "files": [f for f in files if f],
+        "loaded": len(items),
+        "loader_skipped": len(skipped),
+        "loader_skipped_by_reason": reasons,
+        "loader_skipped_examples": skipped[:10],
+    }
 
 
-def index_inputs(index: Any, embedder: Any, items: Sequence[Any], cfg: GraphFlowConfig, *,
-                 feature_embedder: Any = None, load_summary: dict[str, Any] | None = None,
-                 progress: Progress | None = _log) -> TrainingInputs:
+def index_inputs(
+    index: Any,
+    embedder: Any,
+    items: Sequence[Any],
+    cfg: GraphFlowConfig,
+    *,
+    feature_embedder: Any = None,
+    load_summary: dict[str, Any] | None = None,
+    progress: Progress | None = _log,
+) -> TrainingInputs:
     """:class:`~hxd2_ray.graphflow.trainer.TrainingInputs` for ``items`` over an open index; ``feature_embedder``:
     the features' embedder when it is not the index's (``graphflow.feature_embedding``, built by the caller)."""
     say = progress or (lambda _m: None)
     feature_embedder = feature_embedder or embedder
-    features = load_or_build_features(index, feature_embedder, cache_dir=cfg.cache_dir,
-                                      chunk_text_chars=cfg.chunk_text_chars, progress=progress)
+    features = load_or_build_features(
+        index, feature_embedder, cache_dir=cfg.cache_dir, chunk_text_chars=cfg.chunk_text_chars, progress=progress
+    )
     linker = StartLinker.for_index(index, features.graph, embedder, cfg)
     kind = target_kind_of(items)
     examples = build_examples(items, features.graph, linker, kind, keep_unlinked=True)
-    say(f"{len(examples.examples):,} {kind} examples; skipped {len(examples.skipped):,} "
+    say(
+        f"{len(examples.examples):,} {kind} examples; skipped {len(examples.skipped):,} "
         f"{examples.reasons()}; {examples.unlinked:,} without a start node (misses when evaluated); "
-        f"{examples.answers_unknown:,} gold answers not in the index")
+        f"{examples.answers_unknown:,} gold answers not in the index"
+    )
     train, dev, test = split_examples(examples.examples, cfg.dev_fraction, cfg.test_fraction, cfg.seed)
     summary = {**(load_summary or {}), "examples": examples.summary()}
-    return prepare_inputs(features, feature_embedder, train, dev, test, cfg, kind, index.manifest.fingerprint,
-                          progress=progress, summary=summary)
+    return prepare_inputs(
+        features,
+        feature_embedder,
+        train,
+        dev,
+        test,
+        cfg,
+        kind,
+        index.manifest.fingerprint,
+        progress=progress,
+        summary=summary,
+    )

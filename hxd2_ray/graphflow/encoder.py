@@ -35,8 +35,16 @@ class LoraQuestionEncoder(nn.Module):  # type: ignore[misc]  # torch is not foll
     ``model``: a local folder or ``builtin:minilm``; or pass ``base`` and ``tokenizer`` objects directly.
     """
 
-    def __init__(self, model: str | None = None, *, rank: int = 8, alpha: int = 16, max_length: int = 64,
-                 base: Any = None, tokenizer: Any = None):
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        rank: int = 8,
+        alpha: int = 16,
+        max_length: int = 64,
+        base: Any = None,
+        tokenizer: Any = None,
+    ):
         super().__init__()
         from peft import LoraConfig, get_peft_model  # noqa: PLC0415 - peft loads transformers
         from transformers import AutoModel, AutoTokenizer
@@ -53,8 +61,9 @@ class LoraQuestionEncoder(nn.Module):  # type: ignore[misc]  # torch is not foll
 
     def forward(self, texts: Sequence[str]) -> torch.Tensor:
         device = next(self.model.parameters()).device
-        batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length,
-                               return_tensors="pt").to(device)
+        batch = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        ).to(device)
         states = self.model(**batch).last_hidden_state
         mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
         pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1.0)

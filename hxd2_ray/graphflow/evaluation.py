@@ -32,9 +32,9 @@ def allowed_nodes(policy: GraphFlowPolicy, kind: str) -> np.ndarray:
     g = policy.features.graph
     mask = np.zeros(g.n_nodes, dtype=bool)
     if kind == "passages":
-        mask[g.n_entities:] = True
+        mask[g.n_entities :] = True
     else:
-        mask[:g.n_entities] = True
+        mask[: g.n_entities] = True
     return mask
 
 
@@ -59,8 +59,13 @@ def ranking_relations(policy: GraphFlowPolicy, ranking: str) -> list[tuple[int, 
     return [tuple(ids[step] for step in sig) for sig in signatures]
 
 
-def score_outcome(ranked: Sequence[int], results: Sequence[int], targets: frozenset[int],
-                  passages: Sequence[str] | None = None, gold_passages: Sequence[str] = ()) -> dict[str, float]:
+def score_outcome(
+    ranked: Sequence[int],
+    results: Sequence[int],
+    targets: frozenset[int],
+    passages: Sequence[str] | None = None,
+    gold_passages: Sequence[str] = (),
+) -> dict[str, float]:
     out = {
         "hit@1": M.hit_at_k(ranked, targets, 1),
         "hit@5": M.hit_at_k(ranked, targets, 5),
@@ -91,11 +96,23 @@ def _mean(rows: Sequence[dict[str, float]], keys: Sequence[str]) -> dict[str, fl
     return {k: round(float(np.mean([r[k] for r in rows if k in r])), 4) for k in keys if any(k in r for r in rows)}
 
 
-def evaluate_policy(policy: GraphFlowPolicy, examples: Sequence[Example], policy_vectors: np.ndarray | None,
-                    plain_vectors: np.ndarray, *, mode: str, width: int, batch: int = 64, seed: int = 0,
-                    min_prob: float = 1e-6, exclude_starts: bool = True, ranking: str = "path",
-                    keep_rows: bool = False, progress: Callable[[str], None] | None = None,
-                    merge: bool = False) -> EvaluationResult:
+def evaluate_policy(
+    policy: GraphFlowPolicy,
+    examples: Sequence[Example],
+    policy_vectors: np.ndarray | None,
+    plain_vectors: np.ndarray,
+    *,
+    mode: str,
+    width: int,
+    batch: int = 64,
+    seed: int = 0,
+    min_prob: float = 1e-6,
+    exclude_starts: bool = True,
+    ranking: str = "path",
+    keep_rows: bool = False,
+    progress: Callable[[str], None] | None = None,
+    merge: bool = False,
+) -> EvaluationResult:
     """Walk every example (``batch`` questions per scoring call) and average the metrics; ``*_vectors`` are the
     examples' question vectors (row per example; ``policy_vectors`` None for a LoRA policy); ``exclude_starts``:
     a question's start nodes are not ranked (``graphflow.exclude_starts``); ``ranking``: ``graphflow.ranking``;
@@ -111,36 +128,62 @@ def evaluate_policy(policy: GraphFlowPolicy, examples: Sequence[Example], policy
     device = policy.tables.device
     policy.model.eval()
     for b in range(0, len(examples), batch):
-        part = examples[b:b + batch]
+        part = examples[b : b + batch]
         with torch.no_grad():
-            pv = torch.as_tensor(policy_vectors[b:b + batch], device=device) if policy_vectors is not None else None
-            qh, qfull = policy.question_tables(pv, [e.policy_text for e in part],
-                                               torch.as_tensor(plain_vectors[b:b + batch], device=device))
-        outcomes = walk(policy.model, policy.tables, qh, qfull, [e.starts for e in part], mode=mode, width=width,
-                        max_steps=policy.train_cfg.max_steps, rng=rng, min_prob=min_prob,
-                        return_to_start=policy.train_cfg.return_to_start, merge=merge)
+            pv = torch.as_tensor(policy_vectors[b : b + batch], device=device) if policy_vectors is not None else None
+            qh, qfull = policy.question_tables(
+                pv, [e.policy_text for e in part], torch.as_tensor(plain_vectors[b : b + batch], device=device)
+            )
+        outcomes = walk(
+            policy.model,
+            policy.tables,
+            qh,
+            qfull,
+            [e.starts for e in part],
+            mode=mode,
+            width=width,
+            max_steps=policy.train_cfg.max_steps,
+            rng=rng,
+            min_prob=min_prob,
+            return_to_start=policy.train_cfg.return_to_start,
+            merge=merge,
+        )
         for ex, outcome in zip(part, outcomes):
-            rows.append(_row(ex, outcome, allowed, g, kind, keep_rows, ex.starts if exclude_starts else (),
-                             signatures, relations))
+            rows.append(
+                _row(
+                    ex, outcome, allowed, g, kind, keep_rows, ex.starts if exclude_starts else (), signatures, relations
+                )
+            )
         if progress is not None and (b // batch) % 20 == 19:
             progress(f"evaluated {len(rows):,}/{len(examples):,} questions")
     keys = list(rows[0]["scores"]) if rows else []
     if kind == "passages":
         keys = sorted({k for r in rows for k in r["scores"]}, key=lambda k: (k.startswith("passage"), k))
-    result = EvaluationResult(metrics=_mean([r["scores"] for r in rows], keys), n=len(rows),
-                              seconds=time.perf_counter() - started)
+    result = EvaluationResult(
+        metrics=_mean([r["scores"] for r in rows], keys), n=len(rows), seconds=time.perf_counter() - started
+    )
     hops = sorted({r["hops"] for r in rows if r["hops"] is not None})
     for h in hops:
-        result.by_hops[f"{h}-hop"] = {"n": sum(1 for r in rows if r["hops"] == h),
-                                      **_mean([r["scores"] for r in rows if r["hops"] == h], keys)}
+        result.by_hops[f"{h}-hop"] = {
+            "n": sum(1 for r in rows if r["hops"] == h),
+            **_mean([r["scores"] for r in rows if r["hops"] == h], keys),
+        }
     if keep_rows:
         result.rows = rows
     return result
 
 
-def _row(ex: Example, outcome: WalkOutcome, allowed: np.ndarray, g: Any, kind: str, keep: bool,
-         exclude: Sequence[int], signatures: np.ndarray | None,
-         relations: Sequence[tuple[int, ...]] | None = None) -> dict[str, Any]:
+def _row(
+    ex: Example,
+    outcome: WalkOutcome,
+    allowed: np.ndarray,
+    g: Any,
+    kind: str,
+    keep: bool,
+    exclude: Sequence[int],
+    signatures: np.ndarray | None,
+    relations: Sequence[tuple[int, ...]] | None = None,
+) -> dict[str, Any]:
     skip = frozenset(int(n) for n in exclude)
     ranked = [n for n, _, _ in outcome.ranked(allowed, skip, signatures, relations)]
     results = outcome.terminals(allowed, skip)

@@ -52,10 +52,15 @@ class ExampleSet:
         return dict(Counter(reason.split(":")[0] for _, reason in self.skipped).most_common())
 
     def summary(self) -> dict[str, Any]:
-        return {"kind": self.kind, "examples": len(self.examples), "skipped": len(self.skipped),
-                "skipped_by_reason": self.reasons(), "answers_unknown": self.answers_unknown,
-                "kept_without_start_node": self.unlinked,
-                "skipped_examples": [list(s) for s in self.skipped[:10]]}
+        return {
+            "kind": self.kind,
+            "examples": len(self.examples),
+            "skipped": len(self.skipped),
+            "skipped_by_reason": self.reasons(),
+            "answers_unknown": self.answers_unknown,
+            "kept_without_start_node": self.unlinked,
+            "skipped_examples": [list(s) for s in self.skipped[:10]],
+        }
 
 
 def target_kind_of(items: Sequence[Any]) -> TargetKind:
@@ -76,8 +81,14 @@ def question_topic(item: Any) -> str:
     return str(getattr(item, "topic", "") or meta.get("topic_entity") or "")
 
 
-def build_examples(items: Iterable[Any], graph: WalkGraph, linker: StartLinker, kind: TargetKind | None = None,
-                   *, keep_unlinked: bool = False) -> ExampleSet:
+def build_examples(
+    items: Iterable[Any],
+    graph: WalkGraph,
+    linker: StartLinker,
+    kind: TargetKind | None = None,
+    *,
+    keep_unlinked: bool = False,
+) -> ExampleSet:
     """Examples from :class:`~hxd2_ray.evaluation.datasets.EvalItem`-like items (``id``, ``question``,
     ``answers``, ``gold_passages``, ``meta``). ``keep_unlinked``: keep questions without a start node (evaluation
     scores them as misses) instead of skipping them."""
@@ -115,9 +126,18 @@ def build_examples(items: Iterable[Any], graph: WalkGraph, linker: StartLinker, 
                 out.skipped.append((item.id, f"no linkable start node: {link.reason}"))
                 continue
             out.unlinked += 1
-        out.examples.append(Example(id=item.id, question=link.question, policy_text=link.policy_text,
-                                    starts=tuple(s.node for s in link.starts), targets=targets, gold=gold, link=link,
-                                    meta={"hops": (getattr(item, "meta", {}) or {}).get("hops")}))
+        out.examples.append(
+            Example(
+                id=item.id,
+                question=link.question,
+                policy_text=link.policy_text,
+                starts=tuple(s.node for s in link.starts),
+                targets=targets,
+                gold=gold,
+                link=link,
+                meta={"hops": (getattr(item, "meta", {}) or {}).get("hops")},
+            )
+        )
     return out
 
 
@@ -125,14 +145,15 @@ def _rank(example_id: str, seed: int) -> str:
     return hashlib.sha256(f"{seed}\x1f{example_id}".encode()).hexdigest()
 
 
-def split_examples(examples: Sequence[Example], dev_fraction: float, test_fraction: float,
-                   seed: int) -> tuple[list[Example], list[Example], list[Example]]:
+def split_examples(
+    examples: Sequence[Example], dev_fraction: float, test_fraction: float, seed: int
+) -> tuple[list[Example], list[Example], list[Example]]:
     """(train, dev, test) by question, fixed by ``seed`` and each question's id alone: adding or removing other
     questions never moves a question to another part."""
     train: list[Example] = []
     dev: list[Example] = []
     test: list[Example] = []
     for ex in examples:
-        u = int(_rank(ex.id, seed)[:12], 16) / float(16 ** 12)
+        u = int(_rank(ex.id, seed)[:12], 16) / float(16**12)
         (test if u < test_fraction else dev if u < test_fraction + dev_fraction else train).append(ex)
     return train, dev, test

@@ -31,8 +31,15 @@ import numpy as np
 from hxd2_ray.graph.resident import ResidentGraph
 from hxd2_ray.graphflow.walk_graph import WalkGraph
 
-__all__ = ["FEATURE_VERSION", "GraphFeatures", "build_features", "embed_normalized", "graph_hash",
-           "load_or_build_features", "question_features"]
+__all__ = [
+    "FEATURE_VERSION",
+    "GraphFeatures",
+    "build_features",
+    "embed_normalized",
+    "graph_hash",
+    "load_or_build_features",
+    "question_features",
+]
 
 FEATURE_VERSION = 1
 DIRECTIONS = ("out", "in", "none")
@@ -55,15 +62,16 @@ class GraphFeatures:
     index_fingerprint: str = ""
 
 
-def embed_normalized(embedder: Any, texts: Sequence[str], batch_size: int = 1024,
-                     progress: Progress | None = None, what: str = "texts") -> np.ndarray:
+def embed_normalized(
+    embedder: Any, texts: Sequence[str], batch_size: int = 1024, progress: Progress | None = None, what: str = "texts"
+) -> np.ndarray:
     """Unit vectors of ``texts`` (float32 [n, dim]), identical texts embedded once, in batches."""
     dim = int(embedder.dim)
     distinct = list(dict.fromkeys(texts))
     out = np.zeros((len(distinct), dim), dtype=np.float32)
     started = time.perf_counter()
     for b in range(0, len(distinct), batch_size):
-        out[b:b + batch_size] = np.asarray(embedder.embed(distinct[b:b + batch_size]), dtype=np.float32)
+        out[b : b + batch_size] = np.asarray(embedder.embed(distinct[b : b + batch_size]), dtype=np.float32)
         if progress is not None and len(distinct) > batch_size and (b // batch_size) % 20 == 19:
             done = min(b + batch_size, len(distinct))
             progress(f"embedded {done:,}/{len(distinct):,} {what} ({time.perf_counter() - started:.0f}s)")
@@ -93,7 +101,7 @@ def question_features(embedder: Any, texts: Sequence[str], segments: int = 0) ->
 
 def _runs(words: Sequence[str], segments: int) -> list[Sequence[str]]:
     bounds = np.linspace(0, len(words), segments + 1).round().astype(int)
-    return [words[bounds[i]:bounds[i + 1]] for i in range(segments)]
+    return [words[bounds[i] : bounds[i + 1]] for i in range(segments)]
 
 
 def graph_hash(graph: WalkGraph) -> str:
@@ -105,15 +113,18 @@ def graph_hash(graph: WalkGraph) -> str:
     return h.hexdigest()[:16]
 
 
-def build_features(graph: WalkGraph, embedder: Any, node_texts: Sequence[str],
-                   progress: Progress | None = _log) -> GraphFeatures:
+def build_features(
+    graph: WalkGraph, embedder: Any, node_texts: Sequence[str], progress: Progress | None = _log
+) -> GraphFeatures:
     """Embed every node text, type and relation label of ``graph`` (``node_texts`` aligned with its nodes)."""
     if len(node_texts) != graph.n_nodes:
         raise ValueError(f"{len(node_texts)} node texts for {graph.n_nodes} nodes")
     dim = int(embedder.dim)
     say = progress or (lambda _m: None)
-    say(f"embedding {graph.n_nodes:,} node texts, {len(graph.type_names)} types, {len(graph.signatures):,} "
-        f"relation signatures ({getattr(embedder, 'model_id', type(embedder).__name__)})")
+    say(
+        f"embedding {graph.n_nodes:,} node texts, {len(graph.type_names)} types, {len(graph.signatures):,} "
+        f"relation signatures ({getattr(embedder, 'model_id', type(embedder).__name__)})"
+    )
     nodes = embed_normalized(embedder, list(node_texts), progress=progress, what="node texts")
     types = embed_normalized(embedder, graph.type_names)
     labels = sorted({label for s in graph.signatures for label, _ in s})
@@ -123,10 +134,16 @@ def build_features(graph: WalkGraph, embedder: Any, node_texts: Sequence[str],
         for d, direction in enumerate(DIRECTIONS):
             mine = [label_vec[label] for label, dr in s if dr == direction]
             if mine:
-                sigs[i, d * dim:(d + 1) * dim] = np.mean(mine, axis=0)
-    return GraphFeatures(graph=graph, node_vectors=nodes, type_vectors=types, sig_vectors=sigs,
-                         embedder_id=str(getattr(embedder, "model_id", type(embedder).__name__)), dim=dim,
-                         graph_hash=graph_hash(graph))
+                sigs[i, d * dim : (d + 1) * dim] = np.mean(mine, axis=0)
+    return GraphFeatures(
+        graph=graph,
+        node_vectors=nodes,
+        type_vectors=types,
+        sig_vectors=sigs,
+        embedder_id=str(getattr(embedder, "model_id", type(embedder).__name__)),
+        dim=dim,
+        graph_hash=graph_hash(graph),
+    )
 
 
 # ---------------------------------------------------------------------------------------------- per index
@@ -139,9 +156,14 @@ def default_cache_dir(configured: str | None) -> Path:
 
 
 def cache_key(manifest: Any, embedder: Any, chunk_text_chars: int) -> str:
-    ident = {"fingerprint": manifest.fingerprint, "created_at": manifest.created_at, "counts": manifest.counts,
-             "embedder": [str(getattr(embedder, "model_id", "")), int(embedder.dim)],
-             "chunk_text_chars": chunk_text_chars, "version": FEATURE_VERSION}
+    ident = {
+        "fingerprint": manifest.fingerprint,
+        "created_at": manifest.created_at,
+        "counts": manifest.counts,
+        "embedder": [str(getattr(embedder, "model_id", "")), int(embedder.dim)],
+        "chunk_text_chars": chunk_text_chars,
+        "version": FEATURE_VERSION,
+    }
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:24]
 
 
@@ -156,12 +178,18 @@ def walk_graph_of_index(index: Any) -> tuple[WalkGraph, list[str]]:
     chunk_rows = graph.get_chunks(arrays.chunk_ids) if arrays.chunk_ids else []
     walk = WalkGraph.from_resident(arrays, chunk_rows)
     texts = {r["id"]: r["text"] for r in chunk_rows}
-    node_texts = list(walk.names[:walk.n_entities]) + [texts.get(c, c) for c in arrays.chunk_ids]
+    node_texts = list(walk.names[: walk.n_entities]) + [texts.get(c, c) for c in arrays.chunk_ids]
     return walk, node_texts
 
 
-def load_or_build_features(index: Any, embedder: Any, *, cache_dir: str | None = None, chunk_text_chars: int = 1000,
-                           progress: Progress | None = _log) -> GraphFeatures:
+def load_or_build_features(
+    index: Any,
+    embedder: Any,
+    *,
+    cache_dir: str | None = None,
+    chunk_text_chars: int = 1000,
+    progress: Progress | None = _log,
+) -> GraphFeatures:
     """The features of ``index`` from the cache, built (and cached) on a miss."""
     folder = default_cache_dir(cache_dir) / cache_key(index.manifest, embedder, chunk_text_chars)
     say = progress or (lambda _m: None)
@@ -172,8 +200,10 @@ def load_or_build_features(index: Any, embedder: Any, *, cache_dir: str | None =
         return feats
     started = time.perf_counter()
     walk, node_texts = walk_graph_of_index(index)
-    say(f"walk graph: {walk.n_nodes:,} nodes, {walk.n_entries:,} moves, {len(walk.signatures):,} relation "
-        f"signatures in {time.perf_counter() - started:.1f}s")
+    say(
+        f"walk graph: {walk.n_nodes:,} nodes, {walk.n_entries:,} moves, {len(walk.signatures):,} relation "
+        f"signatures in {time.perf_counter() - started:.1f}s"
+    )
     node_texts = [t[:chunk_text_chars] for t in node_texts]
     feats = build_features(walk, embedder, node_texts, progress=progress)
     feats = GraphFeatures(**{**feats.__dict__, "index_fingerprint": index.manifest.fingerprint})
@@ -188,10 +218,20 @@ def _write(folder: Path, feats: GraphFeatures) -> None:
     tmp.mkdir()
     try:
         arrays, meta = feats.graph.to_arrays()
-        np.savez(tmp / "graph.npz", ptr=arrays["ptr"], target=arrays["target"], sig=arrays["sig"],
-                 node_type=arrays["node_type"])
-        meta.update(embedder_id=feats.embedder_id, dim=feats.dim, graph_hash=feats.graph_hash,
-                    index_fingerprint=feats.index_fingerprint, version=FEATURE_VERSION)
+        np.savez(
+            tmp / "graph.npz",
+            ptr=arrays["ptr"],
+            target=arrays["target"],
+            sig=arrays["sig"],
+            node_type=arrays["node_type"],
+        )
+        meta.update(
+            embedder_id=feats.embedder_id,
+            dim=feats.dim,
+            graph_hash=feats.graph_hash,
+            index_fingerprint=feats.index_fingerprint,
+            version=FEATURE_VERSION,
+        )
         (tmp / "graph.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
         np.savez(tmp / "features.npz", node=feats.node_vectors, type=feats.type_vectors, sig=feats.sig_vectors)
         try:
@@ -209,6 +249,13 @@ def _read(folder: Path) -> GraphFeatures:
         walk = WalkGraph.from_arrays({k: g[k] for k in g.files}, meta)
     with np.load(folder / "features.npz") as f:
         node, types, sig = f["node"], f["type"], f["sig"]
-    return GraphFeatures(graph=walk, node_vectors=node, type_vectors=types, sig_vectors=sig,
-                         embedder_id=meta["embedder_id"], dim=int(meta["dim"]), graph_hash=meta["graph_hash"],
-                         index_fingerprint=meta.get("index_fingerprint", ""))
+    return GraphFeatures(
+        graph=walk,
+        node_vectors=node,
+        type_vectors=types,
+        sig_vectors=sig,
+        embedder_id=meta["embedder_id"],
+        dim=int(meta["dim"]),
+        graph_hash=meta["graph_hash"],
+        index_fingerprint=meta.get("index_fingerprint", ""),
+    )

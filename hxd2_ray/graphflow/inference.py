@@ -43,9 +43,13 @@ class Finished:
 class WalkOutcome:
     finished: list[Finished] = field(default_factory=list)  # best first
 
-    def ranked(self, allowed: np.ndarray | None = None, exclude: Collection[int] = (),
-               signatures: np.ndarray | None = None,
-               relations: Sequence[tuple[int, ...]] | None = None) -> list[tuple[int, float, Finished]]:
+    def ranked(
+        self,
+        allowed: np.ndarray | None = None,
+        exclude: Collection[int] = (),
+        signatures: np.ndarray | None = None,
+        relations: Sequence[tuple[int, ...]] | None = None,
+    ) -> list[tuple[int, float, Finished]]:
         """(terminal node, summed probability, its most probable trajectory), best first; ``allowed``: a boolean
         mask over nodes of what may be ranked; ``exclude``: nodes never ranked (a question's start nodes).
 
@@ -88,14 +92,28 @@ class WalkOutcome:
 
     def terminals(self, allowed: np.ndarray | None = None, exclude: Collection[int] = ()) -> list[int]:
         """Terminal of every finished trajectory, most probable trajectory first (duplicates kept)."""
-        return [f.nodes[-1] for f in self.finished
-                if (allowed is None or allowed[f.nodes[-1]]) and f.nodes[-1] not in exclude]
+        return [
+            f.nodes[-1]
+            for f in self.finished
+            if (allowed is None or allowed[f.nodes[-1]]) and f.nodes[-1] not in exclude
+        ]
 
 
-def walk(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
-         starts: Sequence[Sequence[int]], *, mode: str, width: int, max_steps: int,
-         rng: np.random.Generator | None = None, min_prob: float = 0.0,
-         return_to_start: bool = True, merge: bool = False) -> list[WalkOutcome]:
+def walk(
+    model: GraphFlowModel,
+    tables: FeatureTables,
+    qh: torch.Tensor,
+    qfull: torch.Tensor,
+    starts: Sequence[Sequence[int]],
+    *,
+    mode: str,
+    width: int,
+    max_steps: int,
+    rng: np.random.Generator | None = None,
+    min_prob: float = 0.0,
+    return_to_start: bool = True,
+    merge: bool = False,
+) -> list[WalkOutcome]:
     """One :class:`WalkOutcome` per question (row i of ``qh``/``qfull``, start nodes ``starts[i]``);
     ``return_to_start`` False: no trajectory moves back to its start node; ``merge``: the beam merges paths to
     the same node along the same signature chain (module docstring; ignored when sampling)."""
@@ -103,8 +121,9 @@ def walk(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: 
         if mode == "beam":
             return _beam(model, tables, qh, qfull, starts, width, max_steps, min_prob, return_to_start, merge)
         if mode == "sample":
-            return _sample(model, tables, qh, qfull, starts, width, max_steps, rng or np.random.default_rng(0),
-                           return_to_start)
+            return _sample(
+                model, tables, qh, qfull, starts, width, max_steps, rng or np.random.default_rng(0), return_to_start
+            )
     raise ValueError(f"unknown inference mode {mode!r}; valid: beam, sample")
 
 
@@ -114,9 +133,18 @@ def _finish(outcomes: list[WalkOutcome]) -> list[WalkOutcome]:
     return outcomes
 
 
-def _beam(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
-          starts: Sequence[Sequence[int]], width: int, max_steps: int, min_prob: float,
-          return_to_start: bool = True, merge: bool = False) -> list[WalkOutcome]:
+def _beam(
+    model: GraphFlowModel,
+    tables: FeatureTables,
+    qh: torch.Tensor,
+    qfull: torch.Tensor,
+    starts: Sequence[Sequence[int]],
+    width: int,
+    max_steps: int,
+    min_prob: float,
+    return_to_start: bool = True,
+    merge: bool = False,
+) -> list[WalkOutcome]:
     outcomes = [WalkOutcome() for _ in starts]
     q_rows = np.array([q for q, s in enumerate(starts) for _ in s], dtype=np.int64)
     if len(q_rows) == 0:
@@ -133,7 +161,8 @@ def _beam(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull:
         if step == max_steps:  # survivors stop
             for i in range(len(states)):
                 outcomes[int(states.question[i])].finished.append(
-                    Finished(float(logp[i]), tuple(int(n) for n in states.paths[i, :step + 1]), actions[i]))
+                    Finished(float(logp[i]), tuple(int(n) for n in states.paths[i, : step + 1]), actions[i])
+                )
             break
         scores = score_actions(model, tables, qh, qfull, states, return_to_start=return_to_start)
         move_lp = scores.move_logp.cpu().numpy()
@@ -143,8 +172,13 @@ def _beam(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull:
         move_rows = np.arange(len(seg))
         move_cand_lp = logp[seg] + move_lp
         if merge and len(seg):
-            move_rows, move_cand_lp = _merge_moves(states.question[seg], tables.target[scores.entries],
-                                                   state_chain[seg], tables.sig[scores.entries], move_cand_lp)
+            move_rows, move_cand_lp = _merge_moves(
+                states.question[seg],
+                tables.target[scores.entries],
+                state_chain[seg],
+                tables.sig[scores.entries],
+                move_cand_lp,
+            )
         cand_state = np.concatenate([seg[move_rows], np.arange(len(states))])
         cand_row = np.concatenate([move_rows, -1 - np.arange(len(states))])
         cand_lp = np.concatenate([move_cand_lp, logp + stop_lp])
@@ -158,13 +192,13 @@ def _beam(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull:
         order = np.lexsort((-cand_lp, cand_q))
         bounds = np.searchsorted(cand_q[order], np.arange(len(starts) + 1))
         for q in range(len(starts)):
-            mine = order[bounds[q]:bounds[q + 1]][:width]
+            mine = order[bounds[q] : bounds[q + 1]][:width]
             for c in mine:
                 i = int(cand_state[c])
                 if cand_row[c] < 0:
-                    outcomes[q].finished.append(Finished(float(cand_lp[c]),
-                                                         tuple(int(n) for n in states.paths[i, :step + 1]),
-                                                         actions[i]))
+                    outcomes[q].finished.append(
+                        Finished(float(cand_lp[c]), tuple(int(n) for n in states.paths[i, : step + 1]), actions[i])
+                    )
                 else:
                     keep_rows.append(int(cand_row[c]))
                     keep_states.append(i)
@@ -178,15 +212,21 @@ def _beam(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull:
         paths[:, step + 1] = tables.target[entries]
         actions = [actions[i] + (int(e),) for i, e in zip(ks, entries)]
         if merge:
-            state_chain = np.array([chain_ids.setdefault((int(state_chain[i]), int(tables.sig[e])), len(chain_ids) + 1)
-                                    for i, e in zip(ks, entries)], dtype=np.int64)
+            state_chain = np.array(
+                [
+                    chain_ids.setdefault((int(state_chain[i]), int(tables.sig[e])), len(chain_ids) + 1)
+                    for i, e in zip(ks, entries)
+                ],
+                dtype=np.int64,
+            )
         logp = np.asarray(keep_lp)
         states = PathStates(question=states.question[ks], g=g, paths=paths, steps=states.steps[ks] + 1)
     return _finish(outcomes)
 
 
-def _merge_moves(question: np.ndarray, node: np.ndarray, chain: np.ndarray, sig: np.ndarray,
-                 lp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _merge_moves(
+    question: np.ndarray, node: np.ndarray, chain: np.ndarray, sig: np.ndarray, lp: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The moves of one beam step merged by (question, node reached, chain so far, signature of the move):
     (the most probable move of each group, the group's summed log-probability)."""
     keys = np.stack([question, node.astype(np.int64), chain, sig.astype(np.int64)], axis=1)
@@ -200,9 +240,17 @@ def _merge_moves(question: np.ndarray, node: np.ndarray, chain: np.ndarray, sig:
     return first, top + np.log(total)
 
 
-def _sample(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
-            starts: Sequence[Sequence[int]], width: int, max_steps: int,
-            rng: np.random.Generator, return_to_start: bool = True) -> list[WalkOutcome]:
+def _sample(
+    model: GraphFlowModel,
+    tables: FeatureTables,
+    qh: torch.Tensor,
+    qfull: torch.Tensor,
+    starts: Sequence[Sequence[int]],
+    width: int,
+    max_steps: int,
+    rng: np.random.Generator,
+    return_to_start: bool = True,
+) -> list[WalkOutcome]:
     outcomes = [WalkOutcome() for _ in starts]
     q_rows = np.array([q for q, s in enumerate(starts) if len(s) for _ in range(width)], dtype=np.int64)
     if len(q_rows) == 0:
@@ -218,7 +266,8 @@ def _sample(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qful
         if step == max_steps:
             for i in range(len(states)):
                 outcomes[int(states.question[i])].finished.append(
-                    Finished(float(logp[i]), tuple(int(n) for n in states.paths[i, :step + 1]), actions[i]))
+                    Finished(float(logp[i]), tuple(int(n) for n in states.paths[i, : step + 1]), actions[i])
+                )
             break
         scores = score_actions(model, tables, qh, qfull, states, return_to_start=return_to_start)
         move_lp = scores.move_logp.cpu().numpy()
@@ -228,8 +277,10 @@ def _sample(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qful
         for i, pick in enumerate(picks):
             if pick < 0:
                 outcomes[int(states.question[i])].finished.append(
-                    Finished(float(logp[i] + stop_lp[i]), tuple(int(n) for n in states.paths[i, :step + 1]),
-                             actions[i]))
+                    Finished(
+                        float(logp[i] + stop_lp[i]), tuple(int(n) for n in states.paths[i, : step + 1]), actions[i]
+                    )
+                )
             else:
                 keep.append(i)
                 rows.append(int(pick))

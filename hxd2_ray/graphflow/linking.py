@@ -57,7 +57,7 @@ def mark_topic(question: str, topic: str | None) -> str:
     at = text.lower().find(name.lower())
     if at < 0:
         return text
-    return f"{text[:at]}[{text[at:at + len(name)]}]{text[at + len(name):]}"
+    return f"{text[:at]}[{text[at : at + len(name)]}]{text[at + len(name) :]}"
 
 
 def bracketed_names(question: str) -> list[str]:
@@ -106,8 +106,12 @@ class LinkedQuestion:
     reason: str = ""  # why there is no start node
 
     def to_dict(self) -> dict[str, Any]:
-        return {"question": self.question, "policy_text": self.policy_text,
-                "starts": [s.to_dict() for s in self.starts], "reason": self.reason}
+        return {
+            "question": self.question,
+            "policy_text": self.policy_text,
+            "starts": [s.to_dict() for s in self.starts],
+            "reason": self.reason,
+        }
 
 
 class StartLinker:
@@ -118,9 +122,18 @@ class StartLinker:
     the index's embedder (for the question channel); without them a question without brackets links nothing.
     """
 
-    def __init__(self, graph: WalkGraph, *, entity_linker: Any = None, families: dict[str, Any] | None = None,
-                 embedder: Any = None, mask_topic: bool = True, max_start_nodes: int = 3,
-                 link_threshold: float = 0.5, search_k: int = 30):
+    def __init__(
+        self,
+        graph: WalkGraph,
+        *,
+        entity_linker: Any = None,
+        families: dict[str, Any] | None = None,
+        embedder: Any = None,
+        mask_topic: bool = True,
+        max_start_nodes: int = 3,
+        link_threshold: float = 0.5,
+        search_k: int = 30,
+    ):
         self.graph = graph
         self.entity_linker = entity_linker
         self.families = dict(families or {})
@@ -135,10 +148,20 @@ class StartLinker:
     def for_index(cls, index: Any, graph: WalkGraph, embedder: Any, cfg: Any) -> "StartLinker":
         """Over an open index with its own embedder; ``cfg``: :class:`~hxd2_ray.config.GraphFlowConfig`."""
         families = {name: ix for name in ("entity_name", "entity_mix") if (ix := index.families.get(name)) is not None}
-        linker = EntityLinker(GraphQueries(index.graph), embedder=embedder if "entity_name" in families else None,
-                              name_index=families.get("entity_name"))
-        return cls(graph, entity_linker=linker, families=families, embedder=embedder, mask_topic=cfg.mask_topic,
-                   max_start_nodes=cfg.max_start_nodes, link_threshold=cfg.link_threshold)
+        linker = EntityLinker(
+            GraphQueries(index.graph),
+            embedder=embedder if "entity_name" in families else None,
+            name_index=families.get("entity_name"),
+        )
+        return cls(
+            graph,
+            entity_linker=linker,
+            families=families,
+            embedder=embedder,
+            mask_topic=cfg.mask_topic,
+            max_start_nodes=cfg.max_start_nodes,
+            link_threshold=cfg.link_threshold,
+        )
 
     def policy_text(self, question: str) -> str:
         if self.mask_topic:
@@ -170,9 +193,15 @@ class StartLinker:
                     policy = re.sub(rf"(?i)(?:\bthe\s+)?{re.escape(mention)}", TOPIC_PLACEHOLDER, policy, count=1)
             return LinkedQuestion(plain, policy, tuple(named))
         starts = self._link_question(plain)
-        reason = "" if starts else (
-            f"no entity vector scores >= {self.link_threshold} against the question" if self._can_link_question()
-            else "no [topic entity] in the question and no entity vectors to match it against")
+        reason = (
+            ""
+            if starts
+            else (
+                f"no entity vector scores >= {self.link_threshold} against the question"
+                if self._can_link_question()
+                else "no [topic entity] in the question and no entity vectors to match it against"
+            )
+        )
         return LinkedQuestion(plain, plain, tuple(starts), reason)
 
     def _link_names(self, names: Sequence[str]) -> list[StartNode]:
@@ -195,8 +224,9 @@ class StartLinker:
             node = self._keys.node(match.key)
             if node is None or any(s.node == node for s in out):
                 continue
-            out.append(StartNode(node, self.graph.keys[node], self.graph.names[node], "question:name", match.score,
-                                 match.text))
+            out.append(
+                StartNode(node, self.graph.keys[node], self.graph.names[node], "question:name", match.score, match.text)
+            )
             if len(out) == self.max_start_nodes:
                 break
         return out
@@ -210,15 +240,17 @@ class StartLinker:
         vector = np.asarray(self.embedder.embed([question]), dtype=np.float32)
         hits = []
         for name, family in self.families.items():
-            hits += vector_hits(family.search(vector, self.search_k), [question], f"question:{name}",
-                                self.link_threshold)
+            hits += vector_hits(
+                family.search(vector, self.search_k), [question], f"question:{name}", self.link_threshold
+            )
         out = []
         for match in rank_matches(hits, self.max_start_nodes * 4):
             node = self.graph.node_of(str(match.key))
             if node is None:
                 continue
-            out.append(StartNode(node, str(match.key), self.graph.names[node], match.hits[0].channel,
-                                 float(match.score), ""))
+            out.append(
+                StartNode(node, str(match.key), self.graph.names[node], match.hits[0].channel, float(match.score), "")
+            )
             if len(out) == self.max_start_nodes:
                 break
         return out

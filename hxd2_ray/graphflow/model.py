@@ -54,7 +54,7 @@ class FeatureTables:
         g = feats.graph
         deg = np.diff(g.ptr).astype(np.float32)
         is_chunk = np.zeros(g.n_nodes, dtype=np.float32)
-        is_chunk[g.n_entities:] = 1.0
+        is_chunk[g.n_entities :] = 1.0
         return cls(
             node_vectors=torch.as_tensor(np.asarray(feats.node_vectors, dtype=np.float32), device=device),
             node_type=torch.as_tensor(g.node_type.astype(np.int64), device=device),
@@ -62,7 +62,9 @@ class FeatureTables:
             sig_vectors=torch.as_tensor(np.asarray(feats.sig_vectors, dtype=np.float32), device=device),
             log_degree=torch.as_tensor(np.log1p(deg) / 8.0, device=device),
             is_chunk=torch.as_tensor(is_chunk, device=device),
-            ptr=g.ptr, target=g.target, sig=g.sig,
+            ptr=g.ptr,
+            target=g.target,
+            sig=g.sig,
             target_t=torch.as_tensor(g.target.astype(np.int64), device=device),
             sig_t=torch.as_tensor(g.sig.astype(np.int64), device=device),
         )
@@ -117,18 +119,31 @@ class GraphFlowModel(nn.Module):  # type: ignore[misc]  # torch is not followed 
     def initial_path(self, t: FeatureTables, qh: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.init(torch.cat([qh, self.node(t, start)], dim=-1)))
 
-    def state_repr(self, t: FeatureTables, g: torch.Tensor, qh: torch.Tensor, qfull: torch.Tensor,
-                   node: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+    def state_repr(
+        self,
+        t: FeatureTables,
+        g: torch.Tensor,
+        qh: torch.Tensor,
+        qfull: torch.Tensor,
+        node: torch.Tensor,
+        step: torch.Tensor,
+    ) -> torch.Tensor:
         """h(s) for paths ``g``, questions ``qh`` (projected) / ``qfull`` (raw unit vectors), current nodes, steps."""
         cos = (qfull * t.node_vectors[node]).sum(-1, keepdim=True)
-        extra = torch.cat([cos, t.is_chunk[node].unsqueeze(-1),
-                           (step.float() / self.max_steps).unsqueeze(-1)], dim=-1)
+        extra = torch.cat([cos, t.is_chunk[node].unsqueeze(-1), (step.float() / self.max_steps).unsqueeze(-1)], dim=-1)
         # q * g: the question times the path, so a flow can depend on which relation was taken for which question
         x = torch.cat([g, qh, qh * g, self.node(t, node) + self.state_extra(extra), self.step(step)], dim=-1)
         return self.state(x)
 
-    def action_repr(self, t: FeatureTables, entries: torch.Tensor, question: torch.Tensor, qfull: torch.Tensor,
-                    on_path: torch.Tensor, is_start: torch.Tensor) -> torch.Tensor:
+    def action_repr(
+        self,
+        t: FeatureTables,
+        entries: torch.Tensor,
+        question: torch.Tensor,
+        qfull: torch.Tensor,
+        on_path: torch.Tensor,
+        is_start: torch.Tensor,
+    ) -> torch.Tensor:
         """act(a) for CSR ``entries``; ``question[i]`` is entry i's row of the raw question vectors ``qfull``.
         Signatures, nodes and question-node cosines are computed once per distinct value."""
         target = t.target_t[entries]

@@ -62,8 +62,9 @@ from hxd2_ray.graphflow.walker import initial_states
 __all__ = ["LossStats", "dble_residuals", "trajectory_loss"]
 
 
-def dble_residuals(log_flow: torch.Tensor, scores: torch.Tensor, next_log_flow: torch.Tensor,
-                   valid: torch.Tensor) -> torch.Tensor:
+def dble_residuals(
+    log_flow: torch.Tensor, scores: torch.Tensor, next_log_flow: torch.Tensor, valid: torch.Tensor
+) -> torch.Tensor:
     """Residuals :math:`\\log F(s) + r_i - \\log\\sum_j e^{r_j} - \\log F(s'_i)` of states ``[n]`` and candidates
     ``[n, k+1]`` (``valid`` masks empty slots, whose residual is 0)."""
     masked = scores.masked_fill(~valid, float("-inf"))
@@ -81,10 +82,20 @@ class LossStats:
     log_z: float = 0.0  # mean learned log F(s_0) of the batch (db)
 
 
-def trajectory_loss(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
-                    trajectories: Sequence[Trajectory], candidates: Sequence[np.ndarray],
-                    targets: Sequence[frozenset[int]], *, objective: str, miss_log_reward: float,
-                    max_steps: int, move_log_cost: float = 0.0) -> tuple[torch.Tensor, LossStats]:
+def trajectory_loss(
+    model: GraphFlowModel,
+    tables: FeatureTables,
+    qh: torch.Tensor,
+    qfull: torch.Tensor,
+    trajectories: Sequence[Trajectory],
+    candidates: Sequence[np.ndarray],
+    targets: Sequence[frozenset[int]],
+    *,
+    objective: str,
+    miss_log_reward: float,
+    max_steps: int,
+    move_log_cost: float = 0.0,
+) -> tuple[torch.Tensor, LossStats]:
     """Mean DBLE (or SFT) loss of the decision states of ``trajectories``; ``candidates[j]`` is trajectory j's
     [decisions, k+1] local candidate table (column 0 = the action taken). ``move_log_cost``: the log-reward a
     trajectory pays per move (``graphflow.move_log_cost``): log R(path) = log R(node) - cost * moves."""
@@ -127,21 +138,29 @@ def trajectory_loss(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tens
         on_path = (path_rows == targets_of_moves[:, None]).any(axis=1)
         is_start = path_rows[:, 0] == targets_of_moves
         mi_t = torch.as_tensor(mi, device=device)
-        act = model.action_repr(tables, torch.as_tensor(entries, device=device), q_t[rows_t][mi_t], qfull,
-                                torch.as_tensor(on_path, device=device), torch.as_tensor(is_start, device=device))
+        act = model.action_repr(
+            tables,
+            torch.as_tensor(entries, device=device),
+            q_t[rows_t][mi_t],
+            qfull,
+            torch.as_tensor(on_path, device=device),
+            torch.as_tensor(is_start, device=device),
+        )
         scores = h.new_zeros((m, k1))
         stop_score = model.stop_score(h)
         scores = scores.index_put((mi_t, torch.as_tensor(mj, device=device)), model.move_scores(h, act, mi_t))
         si, sj = np.nonzero(cand == STOP)
-        scores = scores.index_put((torch.as_tensor(si, device=device), torch.as_tensor(sj, device=device)),
-                                  stop_score[torch.as_tensor(si, device=device)])
+        scores = scores.index_put(
+            (torch.as_tensor(si, device=device), torch.as_tensor(sj, device=device)),
+            stop_score[torch.as_tensor(si, device=device)],
+        )
         valid_t = torch.as_tensor(valid, device=device)
 
         if sft:
             log_flow = h.new_zeros(m)
             next_flow = h.new_zeros((m, k1))
             delta = dble_residuals(log_flow, scores, next_flow, valid_t)[:, 0]
-            total = total + (delta ** 2).sum()
+            total = total + (delta**2).sum()
             stats.transitions += int(valid.sum())
         else:
             log_flow = model.log_flow(h)
@@ -151,22 +170,36 @@ def trajectory_loss(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tens
             # STOP: the terminal flow is the reward of the node the walk stops at.
             stop_r = np.array([0.0 if nodes[i] in targets[questions[rows[i]]] else miss_log_reward for i in si])
             stop_r = stop_r - move_log_cost * step
-            next_flow = next_flow.index_put((torch.as_tensor(si, device=device), torch.as_tensor(sj, device=device)),
-                                            torch.as_tensor(stop_r, dtype=next_flow.dtype, device=device))
+            next_flow = next_flow.index_put(
+                (torch.as_tensor(si, device=device), torch.as_tensor(sj, device=device)),
+                torch.as_tensor(stop_r, dtype=next_flow.dtype, device=device),
+            )
             if step + 1 == max_steps:  # the next state can only STOP: its flow is its node's reward too
                 move_flow = torch.as_tensor(
-                    np.array([0.0 if v in targets[questions[rows[i]]] else miss_log_reward
-                              for i, v in zip(mi, targets_of_moves)]) - move_log_cost * max_steps,
-                    dtype=next_flow.dtype, device=device)
+                    np.array(
+                        [
+                            0.0 if v in targets[questions[rows[i]]] else miss_log_reward
+                            for i, v in zip(mi, targets_of_moves)
+                        ]
+                    )
+                    - move_log_cost * max_steps,
+                    dtype=next_flow.dtype,
+                    device=device,
+                )
             else:
                 g_next = model.next_path(act, g[rows_t][mi_t])
-                h_next = model.state_repr(tables, g_next, qh_r[mi_t], qf_r[mi_t],
-                                          torch.as_tensor(targets_of_moves, device=device),
-                                          torch.full((len(mi),), step + 1, dtype=torch.long, device=device))
+                h_next = model.state_repr(
+                    tables,
+                    g_next,
+                    qh_r[mi_t],
+                    qf_r[mi_t],
+                    torch.as_tensor(targets_of_moves, device=device),
+                    torch.full((len(mi),), step + 1, dtype=torch.long, device=device),
+                )
                 move_flow = model.log_flow(h_next)
             next_flow = next_flow.index_put((mi_t, torch.as_tensor(mj, device=device)), move_flow)
             delta = dble_residuals(log_flow, scores, next_flow, valid_t)
-            total = total + (delta ** 2).sum()
+            total = total + (delta**2).sum()
             stats.transitions += int(valid.sum())
         stats.states += m
 
@@ -184,7 +217,8 @@ def trajectory_loss(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tens
             taken_rows = np.flatnonzero((mj == 0) & is_move[mi, mj])  # act rows of column-0 moves, in row order
             g = g.clone()
             g[rows_t[torch.as_tensor(idx, device=device)]] = model.next_path(
-                act[torch.as_tensor(taken_rows, device=device)], g[rows_t[torch.as_tensor(idx, device=device)]])
+                act[torch.as_tensor(taken_rows, device=device)], g[rows_t[torch.as_tensor(idx, device=device)]]
+            )
             paths = paths.copy()
             paths[rows[idx], step + 1] = tables.target[cand[idx, 0]]
     if log_z:

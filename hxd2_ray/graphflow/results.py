@@ -31,8 +31,14 @@ class RankedTarget:
     source_id: str = ""  # chunks: the document's source id
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "name": self.name, "kind": self.kind, "score": round(self.score, 6),
-                "path": [p.to_dict() for p in self.path], **({"source_id": self.source_id} if self.source_id else {})}
+        return {
+            "key": self.key,
+            "name": self.name,
+            "kind": self.kind,
+            "score": round(self.score, 6),
+            "path": [p.to_dict() for p in self.path],
+            **({"source_id": self.source_id} if self.source_id else {}),
+        }
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,11 @@ class GraphFlowResult:
         return ids[:k] if k is not None else ids
 
     def to_dict(self) -> dict[str, Any]:
-        return {"question": self.question, "targets": [t.to_dict() for t in self.targets],
-                "starts": [s.to_dict() for s in self.starts], "results": list(self.results),
-                "reason": self.reason, "timings_ms": {k: round(v, 3) for k, v in self.timings_ms.items()}}
+        return {
+            "question": self.question,
+            "targets": [t.to_dict() for t in self.targets],
+            "starts": [s.to_dict() for s in self.starts],
+            "results": list(self.results),
+            "reason": self.reason,
+            "timings_ms": {k: round(v, 3) for k, v in self.timings_ms.items()},
+        }

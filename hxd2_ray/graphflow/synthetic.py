@@ -17,17 +17,47 @@ from hxd2_ray.graphflow.walk_graph import Signature, WalkGraph, relation_label
 
 __all__ = ["BASIC_KINDS", "SHORTCUT_KIND", "SyntheticWorld", "movie_world"]
 
-BASIC_KINDS = ("movie_to_director", "movie_to_actor", "movie_to_director_to_movie", "director_to_movie",
-               "director_to_movie_to_genre")
+BASIC_KINDS = (
+    "movie_to_director",
+    "movie_to_actor",
+    "movie_to_director_to_movie",
+    "director_to_movie",
+    "director_to_movie_to_genre",
+)
 # "what genres do the other films by the director of [M] have": three hops (M -> director -> other film -> genre),
 # but M's own genre is one hop away and is an answer exactly when another film of the director shares it. So
 # shortest-path demonstrations teach the one-hop shortcut for some answers, which is right for some questions only:
 # a task where imitating the shortest paths is not the same as following where the reward is.
 SHORTCUT_KIND = "other_films_genres"
 
-_WORDS = ("amber", "basil", "cedar", "delta", "ember", "fjord", "grove", "heron", "indigo", "juniper", "kestrel",
-          "lumen", "maple", "nectar", "onyx", "pylon", "quartz", "raven", "sable", "tundra", "umber", "vesper",
-          "willow", "xenon", "yarrow", "zephyr")
+_WORDS = (
+    "amber",
+    "basil",
+    "cedar",
+    "delta",
+    "ember",
+    "fjord",
+    "grove",
+    "heron",
+    "indigo",
+    "juniper",
+    "kestrel",
+    "lumen",
+    "maple",
+    "nectar",
+    "onyx",
+    "pylon",
+    "quartz",
+    "raven",
+    "sable",
+    "tundra",
+    "umber",
+    "vesper",
+    "willow",
+    "xenon",
+    "yarrow",
+    "zephyr",
+)
 
 
 @dataclass
@@ -45,8 +75,9 @@ def _name(rng: np.random.Generator, used: set[str], prefix: str) -> str:
             return name
 
 
-def movie_world(n_movies: int = 40, n_people: int = 24, n_genres: int = 5, seed: int = 0,
-                kinds: tuple[str, ...] | None = None) -> SyntheticWorld:
+def movie_world(
+    n_movies: int = 40, n_people: int = 24, n_genres: int = 5, seed: int = 0, kinds: tuple[str, ...] | None = None
+) -> SyntheticWorld:
     """``kinds``: the question kinds to generate (default: the five of :data:`BASIC_KINDS`); add
     ``"other_films_genres"`` for the three-hop kind with a shortcut (see :data:`SHORTCUT_KIND`)."""
     rng = np.random.default_rng(seed)
@@ -89,20 +120,33 @@ def movie_world(n_movies: int = 40, n_people: int = 24, n_genres: int = 5, seed:
     def add(text: str, answers: list[int], hops: int, kind: str) -> None:
         answers = sorted(set(answers))
         if answers and kind in wanted:
-            questions.append(EvalItem(id=f"q{len(questions):04d}", question=text.replace("[", "").replace("]", ""),
-                                      answers=tuple(names[a] for a in answers), task="kgqa",
-                                      meta={"question_marked": text, "hops": hops, "qtype": kind}))
+            questions.append(
+                EvalItem(
+                    id=f"q{len(questions):04d}",
+                    question=text.replace("[", "").replace("]", ""),
+                    answers=tuple(names[a] for a in answers),
+                    task="kgqa",
+                    meta={"question_marked": text, "hops": hops, "qtype": kind},
+                )
+            )
 
     for m in range(n_movies):
         add(f"who directed [{movies[m]}]", objects(m, "directed_by"), 1, "movie_to_director")
         add(f"who acted in [{movies[m]}]", objects(m, "starred_actors"), 1, "movie_to_actor")
         same = [x for d in objects(m, "directed_by") for x in subjects(d, "directed_by") if x != m]
         add(f"which films share the director of [{movies[m]}]", same, 2, "movie_to_director_to_movie")
-        add(f"what genres do the other films by the director of [{movies[m]}] have",
-            [g for x in same for g in objects(x, "has_genre")], 3, SHORTCUT_KIND)
+        add(
+            f"what genres do the other films by the director of [{movies[m]}] have",
+            [g for x in same for g in objects(x, "has_genre")],
+            3,
+            SHORTCUT_KIND,
+        )
     for p in range(n_people):
         add(f"what films did [{people[p]}] direct", subjects(pid[people[p]], "directed_by"), 1, "director_to_movie")
-        add(f"what genres are the films directed by [{people[p]}]",
-            [g for m in subjects(pid[people[p]], "directed_by") for g in objects(m, "has_genre")], 2,
-            "director_to_movie_to_genre")
+        add(
+            f"what genres are the films directed by [{people[p]}]",
+            [g for m in subjects(pid[people[p]], "directed_by") for g in objects(m, "has_genre")],
+            2,
+            "director_to_movie_to_genre",
+        )
     return SyntheticWorld(graph=graph, node_texts=list(names), questions=questions)

@@ -94,9 +94,18 @@ def question_vectors(embedder: Any, examples: Sequence[Example], lora: bool, seg
     return SplitVectors(question_features(embedder, texts, segments), plain)
 
 
-def prepare_inputs(features: GraphFeatures, embedder: Any, train: Sequence[Example], dev: Sequence[Example],
-                   test: Sequence[Example], cfg: GraphFlowConfig, kind: str, index_fingerprint: str,
-                   progress: Progress | None = _log, summary: dict[str, Any] | None = None) -> TrainingInputs:
+def prepare_inputs(
+    features: GraphFeatures,
+    embedder: Any,
+    train: Sequence[Example],
+    dev: Sequence[Example],
+    test: Sequence[Example],
+    cfg: GraphFlowConfig,
+    kind: str,
+    index_fingerprint: str,
+    progress: Progress | None = _log,
+    summary: dict[str, Any] | None = None,
+) -> TrainingInputs:
     """Embed the questions and find the demonstrations; training questions with no target within ``max_steps``
     moves of a start node are left out of training (counted) and stay in dev/test, where they score misses."""
     say = progress or (lambda _m: None)
@@ -110,8 +119,10 @@ def prepare_inputs(features: GraphFeatures, embedder: Any, train: Sequence[Examp
         for i, ex in enumerate(train):
             pools.append([(s, a) for s in ex.starts for a in paths.sample(s, ex.targets, DEMO_POOL, rng)])
             if (i + 1) % 5000 == 0:
-                say(f"demonstrations for {i + 1:,}/{len(train):,} training questions "
-                    f"({time.perf_counter() - started:.0f}s)")
+                say(
+                    f"demonstrations for {i + 1:,}/{len(train):,} training questions "
+                    f"({time.perf_counter() - started:.0f}s)"
+                )
     kept: list[Example] = []
     demos: list[list[tuple[int, list[int]]]] = []
     unreachable = 0
@@ -123,20 +134,42 @@ def prepare_inputs(features: GraphFeatures, embedder: Any, train: Sequence[Examp
             unreachable += 1
     lora = cfg.encoder == "lora"
     seg = cfg.question_segments
-    vectors = {"train": question_vectors(embedder, kept, lora, seg), "dev": question_vectors(embedder, dev, lora, seg),
-               "test": question_vectors(embedder, test, lora, seg)}
+    vectors = {
+        "train": question_vectors(embedder, kept, lora, seg),
+        "dev": question_vectors(embedder, dev, lora, seg),
+        "test": question_vectors(embedder, test, lora, seg),
+    }
     info = dict(summary or {})
-    info.update({"train_questions": len(kept), "dev_questions": len(dev), "test_questions": len(test),
-                 "train_no_target_within_max_steps": unreachable, "demonstrations": cfg.demonstrations,
-                 **chain_summary})
-    say(f"{len(kept):,} training questions ({unreachable:,} without a target within {cfg.max_steps} moves left "
-        f"out), {len(dev):,} dev, {len(test):,} test; prepared in {time.perf_counter() - started:.1f}s")
-    return TrainingInputs(features=features, kind=kind, index_fingerprint=index_fingerprint, train=kept,
-                          dev=list(dev), test=list(test), vectors=vectors, demos=demos, summary=info)
+    info.update(
+        {
+            "train_questions": len(kept),
+            "dev_questions": len(dev),
+            "test_questions": len(test),
+            "train_no_target_within_max_steps": unreachable,
+            "demonstrations": cfg.demonstrations,
+            **chain_summary,
+        }
+    )
+    say(
+        f"{len(kept):,} training questions ({unreachable:,} without a target within {cfg.max_steps} moves left "
+        f"out), {len(dev):,} dev, {len(test):,} test; prepared in {time.perf_counter() - started:.1f}s"
+    )
+    return TrainingInputs(
+        features=features,
+        kind=kind,
+        index_fingerprint=index_fingerprint,
+        train=kept,
+        dev=list(dev),
+        test=list(test),
+        vectors=vectors,
+        demos=demos,
+        summary=info,
+    )
 
 
-def _chain_demonstrations(graph: Any, train: Sequence[Example], cfg: GraphFlowConfig, rng: np.random.Generator,
-                          say: Progress) -> tuple[list[list[tuple[int, list[int]]]], dict[str, Any]]:
+def _chain_demonstrations(
+    graph: Any, train: Sequence[Example], cfg: GraphFlowConfig, rng: np.random.Generator, say: Progress
+) -> tuple[list[list[tuple[int, list[int]]]], dict[str, Any]]:
     """Demonstrations along each question's relation chain (:mod:`hxd2_ray.graphflow.chains`), and a summary."""
     started = time.perf_counter()
     chains = ChainDemonstrations(graph, cfg.max_steps, cfg.chain_max_frontier, cfg.return_to_start)
@@ -144,18 +177,27 @@ def _chain_demonstrations(graph: Any, train: Sequence[Example], cfg: GraphFlowCo
     for i, ex in enumerate(train):
         fits.append(chains.fits(ex.starts, ex.targets))
         if (i + 1) % 5000 == 0:
-            say(f"relation chains of {i + 1:,}/{len(train):,} training questions "
-                f"({time.perf_counter() - started:.0f}s)")
+            say(
+                f"relation chains of {i + 1:,}/{len(train):,} training questions ({time.perf_counter() - started:.0f}s)"
+            )
     chosen = chains.choose(fits, [ex.policy_text for ex in train])
-    pools = [[] if chain is None else
-             [(s, a) for s in ex.starts for a in chains.sample(s, chain, ex.targets, DEMO_POOL, rng)]
-             for ex, chain in zip(train, chosen)]
+    pools = [
+        []
+        if chain is None
+        else [(s, a) for s in ex.starts for a in chains.sample(s, chain, ex.targets, DEMO_POOL, rng)]
+        for ex, chain in zip(train, chosen)
+    ]
     taught = Counter(chains.chain_name(c) for c in chosen if c is not None)
-    summary = {"chain_not_taught": sum(1 for fit, c in zip(fits, chosen) if fit and c is None),
-               "chain_moves": dict(sorted(Counter(len(c) for c in chosen if c is not None).items())),
-               "chains_taught": dict(taught.most_common(10)), "chain_seconds": round(time.perf_counter() - started, 1)}
-    say(f"relation chains: {len(taught):,} distinct taught; {summary['chain_not_taught']:,} questions whose "
-        f"wording's chain misses their answers left out ({summary['chain_seconds']}s)")
+    summary = {
+        "chain_not_taught": sum(1 for fit, c in zip(fits, chosen) if fit and c is None),
+        "chain_moves": dict(sorted(Counter(len(c) for c in chosen if c is not None).items())),
+        "chains_taught": dict(taught.most_common(10)),
+        "chain_seconds": round(time.perf_counter() - started, 1),
+    }
+    say(
+        f"relation chains: {len(taught):,} distinct taught; {summary['chain_not_taught']:,} questions whose "
+        f"wording's chain misses their answers left out ({summary['chain_seconds']}s)"
+    )
     return pools, summary
 
 
@@ -213,7 +255,7 @@ class LocalRun:
             os.replace(tmp, self.folder / f"epoch-{epoch:04d}")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        for old in self._complete()[:-self.keep]:
+        for old in self._complete()[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
 
 
@@ -233,9 +275,15 @@ class TrainingResult:
     resumed_from_epoch: int = 0
 
     def summary(self) -> dict[str, Any]:
-        return {"status": self.status, "message": self.message, "epochs_run": self.epochs_run,
-                "best_epoch": self.best_epoch, "best_dev_hit@1": self.best_dev_hit1,
-                "resumed_from_epoch": self.resumed_from_epoch, "history": self.history}
+        return {
+            "status": self.status,
+            "message": self.message,
+            "epochs_run": self.epochs_run,
+            "best_epoch": self.best_epoch,
+            "best_dev_hit@1": self.best_dev_hit1,
+            "resumed_from_epoch": self.resumed_from_epoch,
+            "history": self.history,
+        }
 
 
 def _seed_all(*parts: int) -> np.random.Generator:
@@ -248,24 +296,45 @@ def _slice(vectors: SplitVectors, idx: np.ndarray) -> SplitVectors:
     return SplitVectors(vectors.policy[idx] if vectors.policy is not None else None, vectors.plain[idx])
 
 
-def _batch_trajectories(policy: GraphFlowPolicy, inputs: TrainingInputs, idx: np.ndarray, qh: torch.Tensor,
-                        qfull: torch.Tensor, cfg: GraphFlowConfig, rng: np.random.Generator) -> list[Trajectory]:
+def _batch_trajectories(
+    policy: GraphFlowPolicy,
+    inputs: TrainingInputs,
+    idx: np.ndarray,
+    qh: torch.Tensor,
+    qfull: torch.Tensor,
+    cfg: GraphFlowConfig,
+    rng: np.random.Generator,
+) -> list[Trajectory]:
     g = policy.features.graph
     trajs: list[Trajectory] = []
     for row, i in enumerate(idx):
         pool = inputs.demos[i]
-        for pick in (rng.integers(len(pool), size=cfg.demos_per_question) if pool else ()):
+        for pick in rng.integers(len(pool), size=cfg.demos_per_question) if pool else ():
             start, actions = pool[int(pick)]
             nodes = [start] + [int(g.target[a]) for a in actions if a >= 0]
             trajs.append(Trajectory(question=row, nodes=nodes, actions=list(actions), kind="demo", hit=True))
     if cfg.objective == "db" and cfg.onpolicy_per_question:
         q_rows = np.repeat(np.arange(len(idx)), cfg.onpolicy_per_question)
-        starts = np.array([inputs.train[idx[r]].starts[int(rng.integers(len(inputs.train[idx[r]].starts)))]
-                           for r in q_rows], dtype=np.int64)
+        starts = np.array(
+            [inputs.train[idx[r]].starts[int(rng.integers(len(inputs.train[idx[r]].starts)))] for r in q_rows],
+            dtype=np.int64,
+        )
         targets = [inputs.train[i].targets for i in idx]
-        trajs += sample_on_policy(policy.model, policy.tables, qh.detach(), qfull, q_rows, starts, targets,
-                                  cfg.max_steps, cfg.onpolicy_epsilon, rng, g, cfg.onpolicy_max_actions,
-                                  cfg.return_to_start)
+        trajs += sample_on_policy(
+            policy.model,
+            policy.tables,
+            qh.detach(),
+            qfull,
+            q_rows,
+            starts,
+            targets,
+            cfg.max_steps,
+            cfg.onpolicy_epsilon,
+            rng,
+            g,
+            cfg.onpolicy_max_actions,
+            cfg.return_to_start,
+        )
     return trajs
 
 
@@ -283,10 +352,17 @@ def _steps_per_epoch(n: int, world: int, batch: int) -> int:
     return full + (1 if n - full * world * batch >= world else 0)
 
 
-def train_policy(inputs: TrainingInputs, cfg: GraphFlowConfig, output_dir: str | os.PathLike[str], *,
-                 hooks: RunHooks | None = None, device: str = "cpu", progress: Progress | None = _log,
-                 clock: Callable[[], float] = time.perf_counter,
-                 on_epoch_end: Callable[[int, GraphFlowPolicy], None] | None = None) -> TrainingResult:
+def train_policy(
+    inputs: TrainingInputs,
+    cfg: GraphFlowConfig,
+    output_dir: str | os.PathLike[str],
+    *,
+    hooks: RunHooks | None = None,
+    device: str = "cpu",
+    progress: Progress | None = _log,
+    clock: Callable[[], float] = time.perf_counter,
+    on_epoch_end: Callable[[int, GraphFlowPolicy], None] | None = None,
+) -> TrainingResult:
     """Train (or resume) a policy; returns the result with the best state. Writes nothing but checkpoints:
     :func:`export_policy` writes the policy folder."""
     say = progress or (lambda _m: None)
@@ -297,10 +373,14 @@ def train_policy(inputs: TrainingInputs, cfg: GraphFlowConfig, output_dir: str |
         raise HxdError("no training question has a target within reach of its start nodes; nothing to train on")
     policy = build_policy(inputs.features, cfg, inputs.kind, inputs.index_fingerprint, device)
     flow_params = {id(p) for p in policy.model.flow.parameters()}
-    optimizer = torch.optim.Adam([
-        {"params": [p for p in policy.parameters() if id(p) not in flow_params]},
-        {"params": list(policy.model.flow.parameters()), "lr": cfg.learning_rate * cfg.flow_lr_scale},
-    ], lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.Adam(
+        [
+            {"params": [p for p in policy.parameters() if id(p) not in flow_params]},
+            {"params": list(policy.model.flow.parameters()), "lr": cfg.learning_rate * cfg.flow_lr_scale},
+        ],
+        lr=cfg.learning_rate,
+        weight_decay=cfg.weight_decay,
+    )
     base_rates = [group["lr"] for group in optimizer.param_groups]
     history: list[dict[str, Any]] = []
     best: dict[str, Any] = {"score": -1.0, "epoch": 0, "state": None}
@@ -310,9 +390,11 @@ def train_policy(inputs: TrainingInputs, cfg: GraphFlowConfig, output_dir: str |
         if ckpt is not None:
             state = torch.load(ckpt / CHECKPOINT_STATE, map_location=device, weights_only=False)
             if state["fingerprint"] != policy.meta.fingerprint:
-                raise HxdError(f"the checkpoint at {ckpt} belongs to another index or training configuration "
-                               f"(fingerprint {state['fingerprint']}, this run {policy.meta.fingerprint}); use a "
-                               "new --output or the same settings")
+                raise HxdError(
+                    f"the checkpoint at {ckpt} belongs to another index or training configuration "
+                    f"(fingerprint {state['fingerprint']}, this run {policy.meta.fingerprint}); use a "
+                    "new --output or the same settings"
+                )
             policy.load_state_dict(state["policy"])
             optimizer.load_state_dict(state["optimizer"])
             history, best = state["history"], state["best"]
@@ -322,8 +404,9 @@ def train_policy(inputs: TrainingInputs, cfg: GraphFlowConfig, output_dir: str |
     n_train = len(inputs.train)
     dev_idx = np.arange(len(inputs.dev))
     if len(dev_idx) > cfg.max_dev_questions:
-        dev_idx = np.sort(np.random.default_rng([cfg.seed, 11]).choice(len(dev_idx), cfg.max_dev_questions,
-                                                                       replace=False))
+        dev_idx = np.sort(
+            np.random.default_rng([cfg.seed, 11]).choice(len(dev_idx), cfg.max_dev_questions, replace=False)
+        )
     steps = _steps_per_epoch(n_train, hooks.world_size, cfg.batch_questions)
     status, message = "completed", f"trained {cfg.epochs} epochs"
     if bad_epochs >= cfg.patience:
@@ -338,20 +421,33 @@ def train_policy(inputs: TrainingInputs, cfg: GraphFlowConfig, output_dir: str |
         sums = np.zeros(7)  # loss*states, states, transitions, policy trajectories, policy hits, taken_best, demo
         nan_at = None
         for step in range(steps):
-            glob = order[step * hooks.world_size * cfg.batch_questions:(step + 1) * hooks.world_size *
-                         cfg.batch_questions]
-            idx = glob[hooks.rank::hooks.world_size]
+            glob = order[
+                step * hooks.world_size * cfg.batch_questions : (step + 1) * hooks.world_size * cfg.batch_questions
+            ]
+            idx = glob[hooks.rank :: hooks.world_size]
             vec = _slice(inputs.vectors["train"], idx)
             pv = torch.as_tensor(vec.policy, device=device) if vec.policy is not None else None
-            qh, qfull = policy.question_tables(pv, [inputs.train[i].policy_text for i in idx],
-                                               torch.as_tensor(vec.plain, device=device))
+            qh, qfull = policy.question_tables(
+                pv, [inputs.train[i].policy_text for i in idx], torch.as_tensor(vec.plain, device=device)
+            )
             trajs = _batch_trajectories(policy, inputs, idx, qh, qfull, cfg, rng)
-            cands = [local_candidates(inputs.features.graph, t, cfg.explore_k, cfg.explore_stop, rng,
-                                      cfg.return_to_start) for t in trajs]
-            loss, stats = trajectory_loss(policy.model, policy.tables, qh, qfull, trajs, cands,
-                                          [inputs.train[i].targets for i in idx], objective=cfg.objective,
-                                          miss_log_reward=cfg.miss_log_reward, max_steps=cfg.max_steps,
-                                          move_log_cost=cfg.move_log_cost)
+            cands = [
+                local_candidates(inputs.features.graph, t, cfg.explore_k, cfg.explore_stop, rng, cfg.return_to_start)
+                for t in trajs
+            ]
+            loss, stats = trajectory_loss(
+                policy.model,
+                policy.tables,
+                qh,
+                qfull,
+                trajs,
+                cands,
+                [inputs.train[i].targets for i in idx],
+                objective=cfg.objective,
+                miss_log_reward=cfg.miss_log_reward,
+                max_steps=cfg.max_steps,
+                move_log_cost=cfg.move_log_cost,
+            )
             finite = hooks.sum(np.array([0.0 if torch.isfinite(loss) else 1.0]))[0] == 0
             if not finite:
                 nan_at = step
@@ -365,18 +461,29 @@ def train_policy(inputs: TrainingInputs, cfg: GraphFlowConfig, output_dir: str |
             torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
             optimizer.step()
             on_policy = [t for t in trajs if t.kind == "policy"]
-            sums += [float(loss.detach()) * stats.states, stats.states, stats.transitions, len(on_policy),
-                     sum(t.hit for t in on_policy), stats.taken_best, stats.demo_states]
+            sums += [
+                float(loss.detach()) * stats.states,
+                stats.states,
+                stats.transitions,
+                len(on_policy),
+                sum(t.hit for t in on_policy),
+                stats.taken_best,
+                stats.demo_states,
+            ]
             if (step + 1) % PROGRESS_EVERY == 0 and step + 1 < steps:
                 elapsed = clock() - t0
                 left = elapsed / (step + 1) * (steps - step - 1)
-                say(f"epoch {epoch}: step {step + 1}/{steps}, loss {sums[0] / max(sums[1], 1):.4f}, "
-                    f"{sums[2] / elapsed:,.0f} transitions/s on this worker, ~{left:.0f}s left in the epoch")
+                say(
+                    f"epoch {epoch}: step {step + 1}/{steps}, loss {sums[0] / max(sums[1], 1):.4f}, "
+                    f"{sums[2] / elapsed:,.0f} transitions/s on this worker, ~{left:.0f}s left in the epoch"
+                )
         train_seconds = clock() - t0
         if nan_at is not None:
             status = "nan_loss"
-            message = (f"the loss is not finite at epoch {epoch}, step {nan_at + 1} of {steps}: training stopped; "
-                       f"the last good checkpoint (epoch {epoch - 1}) and its best policy are kept")
+            message = (
+                f"the loss is not finite at epoch {epoch}, step {nan_at + 1} of {steps}: training stopped; "
+                f"the last good checkpoint (epoch {epoch - 1}) and its best policy are kept"
+            )
             say(message)
             break
         totals = hooks.sum(sums)
@@ -392,63 +499,115 @@ def train_policy(inputs: TrainingInputs, cfg: GraphFlowConfig, output_dir: str |
         else:
             bad_epochs += 1
         seconds = hooks.sum(np.array([train_seconds]))[0] / hooks.world_size
-        row = {"epoch": epoch, "loss": round(totals[0] / max(totals[1], 1), 5), "states": int(totals[1]),
-               "transitions": int(totals[2]), "train_seconds": round(seconds, 3),
-               "transitions_per_s": round(totals[2] / seconds, 1) if seconds > 0 else None,
-               "onpolicy_hit_rate": round(totals[4] / totals[3], 4) if totals[3] else None,
-               "demo_taken_best": round(totals[5] / totals[6], 4) if totals[6] else None,
-               "dev_hit@1": round(dev_hit1, 4) if dev_hit1 is not None else None, "workers": hooks.world_size,
-               "learning_rate": round(optimizer.param_groups[0]["lr"], 8)}
+        row = {
+            "epoch": epoch,
+            "loss": round(totals[0] / max(totals[1], 1), 5),
+            "states": int(totals[1]),
+            "transitions": int(totals[2]),
+            "train_seconds": round(seconds, 3),
+            "transitions_per_s": round(totals[2] / seconds, 1) if seconds > 0 else None,
+            "onpolicy_hit_rate": round(totals[4] / totals[3], 4) if totals[3] else None,
+            "demo_taken_best": round(totals[5] / totals[6], 4) if totals[6] else None,
+            "dev_hit@1": round(dev_hit1, 4) if dev_hit1 is not None else None,
+            "workers": hooks.world_size,
+            "learning_rate": round(optimizer.param_groups[0]["lr"], 8),
+        }
         history.append(row)
         dev_text = "no dev split" if dev_hit1 is None else f"dev Hit@1 {dev_hit1:.4f}{' (best)' if improved else ''}"
-        say(f"epoch {epoch}: loss {row['loss']:.4f}, {dev_text}, "
+        say(
+            f"epoch {epoch}: loss {row['loss']:.4f}, {dev_text}, "
             f"{row['transitions']:,} transitions in {seconds:.1f}s ({row['transitions_per_s']}/s), on-policy hits "
-            f"{row['onpolicy_hit_rate']}")
-        state = {"fingerprint": policy.meta.fingerprint, "epoch": epoch, "policy": policy.state_dict(),
-                 "optimizer": optimizer.state_dict(), "history": history, "best": best, "bad_epochs": bad_epochs}
+            f"{row['onpolicy_hit_rate']}"
+        )
+        state = {
+            "fingerprint": policy.meta.fingerprint,
+            "epoch": epoch,
+            "policy": policy.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "history": history,
+            "best": best,
+            "bad_epochs": bad_epochs,
+        }
         hooks.save_checkpoint(epoch, lambda folder: torch.save(state, folder / CHECKPOINT_STATE), row)
         if on_epoch_end is not None:
             on_epoch_end(epoch, policy)
         if bad_epochs >= cfg.patience:
-            status, message = "early_stopped", (f"no better dev Hit@1 for {cfg.patience} epochs: stopped after epoch "
-                                                f"{epoch}, best epoch {best['epoch']}")
+            status, message = (
+                "early_stopped",
+                (
+                    f"no better dev Hit@1 for {cfg.patience} epochs: stopped after epoch "
+                    f"{epoch}, best epoch {best['epoch']}"
+                ),
+            )
             say(message)
             break
-    return TrainingResult(status=status, message=message, epochs_run=len(history), best_epoch=int(best["epoch"]),
-                          best_dev_hit1=float(best["score"]), history=history, best_state=best["state"],
-                          policy=policy, resumed_from_epoch=resumed_from)
+    return TrainingResult(
+        status=status,
+        message=message,
+        epochs_run=len(history),
+        best_epoch=int(best["epoch"]),
+        best_dev_hit1=float(best["score"]),
+        history=history,
+        best_state=best["state"],
+        policy=policy,
+        resumed_from_epoch=resumed_from,
+    )
 
 
-def _dev_hit1(policy: GraphFlowPolicy, inputs: TrainingInputs, dev_idx: np.ndarray, cfg: GraphFlowConfig,
-              hooks: RunHooks) -> float:
+def _dev_hit1(
+    policy: GraphFlowPolicy, inputs: TrainingInputs, dev_idx: np.ndarray, cfg: GraphFlowConfig, hooks: RunHooks
+) -> float:
     """Dev Hit@1, the questions shared out over the workers and the sums added up."""
-    mine = dev_idx[hooks.rank::hooks.world_size]
+    mine = dev_idx[hooks.rank :: hooks.world_size]
     if len(dev_idx) == 0:
         return 0.0
     vec = _slice(inputs.vectors["dev"], mine)
-    result = evaluate_policy(policy, [inputs.dev[i] for i in mine], vec.policy, vec.plain, mode="beam",
-                             width=cfg.trajectories, seed=cfg.seed,
-                             exclude_starts=cfg.exclude_starts, ranking=cfg.ranking,
-                             merge=cfg.beam_merge) if len(mine) else None
-    total = hooks.sum(np.array([result.metrics.get("hit@1", 0.0) * result.n if result else 0.0,
-                                result.n if result else 0.0]))
+    result = (
+        evaluate_policy(
+            policy,
+            [inputs.dev[i] for i in mine],
+            vec.policy,
+            vec.plain,
+            mode="beam",
+            width=cfg.trajectories,
+            seed=cfg.seed,
+            exclude_starts=cfg.exclude_starts,
+            ranking=cfg.ranking,
+            merge=cfg.beam_merge,
+        )
+        if len(mine)
+        else None
+    )
+    total = hooks.sum(
+        np.array([result.metrics.get("hit@1", 0.0) * result.n if result else 0.0, result.n if result else 0.0])
+    )
     return float(total[0] / total[1]) if total[1] else 0.0
 
 
 # ------------------------------------------------------------------------------------------------ export
 
 
-def export_policy(result: TrainingResult, inputs: TrainingInputs, output_dir: str | os.PathLike[str],
-                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def export_policy(
+    result: TrainingResult,
+    inputs: TrainingInputs,
+    output_dir: str | os.PathLike[str],
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Write the best state as the policy (``policy.pt`` + ``policy.json``), ``training_summary.json`` and
     ``training.png``; returns the summary. With no good epoch at all (a NaN in the first), no policy is written."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summary = {**result.summary(), **inputs.summary, **(extra or {}), "kind": inputs.kind,
-               "policy_fingerprint": result.policy.meta.fingerprint}
+    summary = {
+        **result.summary(),
+        **inputs.summary,
+        **(extra or {}),
+        "kind": inputs.kind,
+        "policy_fingerprint": result.policy.meta.fingerprint,
+    }
     if result.best_state is not None:
-        save_policy(result.policy, out, state=result.best_state,
-                    summary={k: v for k, v in summary.items() if k != "history"})
+        save_policy(
+            result.policy, out, state=result.best_state, summary={k: v for k, v in summary.items() if k != "history"}
+        )
         summary["policy"] = str(out)
     else:
         summary["policy"] = None
@@ -477,8 +636,12 @@ def plot_training(history: Sequence[dict[str, Any]], path: Path) -> str | None:
     if any(h.get("onpolicy_hit_rate") is not None for h in history):
         ax2.plot(epochs, [h.get("onpolicy_hit_rate") or 0 for h in history], marker=".", label="on-policy hit rate")
     if any(h.get("demo_taken_best") is not None for h in history):
-        ax2.plot(epochs, [h.get("demo_taken_best") or 0 for h in history], marker="x",
-                 label="demo action ranked first (local)")
+        ax2.plot(
+            epochs,
+            [h.get("demo_taken_best") or 0 for h in history],
+            marker="x",
+            label="demo action ranked first (local)",
+        )
     ax2.set_ylim(0, 1.02)
     ax2.set_xlabel("epoch")
     ax2.set_title("accuracy")

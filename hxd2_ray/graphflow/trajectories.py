@@ -82,8 +82,9 @@ class ShortestPaths:
                 layers.append((parent, child, entries, parent_count))
                 frontier = np.unique(child)
                 touched.append(frontier)
-                reached.update((int(t), depth) for t in frontier[np.isin(frontier, list(targets))]
-                               if int(t) not in reached)
+                reached.update(
+                    (int(t), depth) for t in frontier[np.isin(frontier, list(targets))] if int(t) not in reached
+                )
             return _Ball(start, layers, reached)
         finally:
             for nodes in touched:
@@ -128,8 +129,14 @@ def walk_nodes(graph: WalkGraph, start: int, actions: Sequence[int]) -> list[int
     return nodes
 
 
-def local_candidates(graph: WalkGraph, traj: Trajectory, k: int, explore_stop: bool,
-                     rng: np.random.Generator, return_to_start: bool = True) -> np.ndarray:
+def local_candidates(
+    graph: WalkGraph,
+    traj: Trajectory,
+    k: int,
+    explore_stop: bool,
+    rng: np.random.Generator,
+    return_to_start: bool = True,
+) -> np.ndarray:
     """[decisions, k + 1] candidate actions: column 0 the action taken, then k alternatives (PAD when short).
     ``return_to_start`` False: a move back to the trajectory's start is no alternative, as it is no action when
     sampling or walking (the local softmax and the flows must describe the same action sets)."""
@@ -154,15 +161,25 @@ def local_candidates(graph: WalkGraph, traj: Trajectory, k: int, explore_stop: b
             pool = moves if taken == STOP else np.append(moves, STOP)
         if budget > 0 and len(pool):
             alts.extend(int(a) for a in rng.choice(pool, size=min(budget, len(pool)), replace=False))
-        out[t, 1:1 + len(alts)] = alts
+        out[t, 1 : 1 + len(alts)] = alts
     return out
 
 
-def sample_on_policy(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
-                     questions: np.ndarray,
-                     starts: np.ndarray, targets: Sequence[frozenset[int]], max_steps: int, epsilon: float,
-                     rng: np.random.Generator, graph: WalkGraph, max_actions: int | None = None,
-                     return_to_start: bool = True) -> list[Trajectory]:
+def sample_on_policy(
+    model: GraphFlowModel,
+    tables: FeatureTables,
+    qh: torch.Tensor,
+    qfull: torch.Tensor,
+    questions: np.ndarray,
+    starts: np.ndarray,
+    targets: Sequence[frozenset[int]],
+    max_steps: int,
+    epsilon: float,
+    rng: np.random.Generator,
+    graph: WalkGraph,
+    max_actions: int | None = None,
+    return_to_start: bool = True,
+) -> list[Trajectory]:
     """One trajectory per (question row, start) pair, drawn from the current policy (no gradient); at a node with
     more than ``max_actions`` moves, from a random subset of that many (and STOP)."""
     trajs = [Trajectory(question=int(q), nodes=[int(s)], actions=[], kind="policy") for q, s in zip(questions, starts)]
@@ -175,8 +192,9 @@ def sample_on_policy(model: GraphFlowModel, tables: FeatureTables, qh: torch.Ten
             if step == max_steps:  # STOP forced: not a decision
                 break
             scores = score_actions(model, tables, qh, qfull, states, max_actions, rng, return_to_start)
-            picks = sample_segments(scores.move_logp.cpu().numpy(), scores.stop_logp.cpu().numpy(), scores.seg_ptr,
-                                    rng, epsilon)
+            picks = sample_segments(
+                scores.move_logp.cpu().numpy(), scores.stop_logp.cpu().numpy(), scores.seg_ptr, rng, epsilon
+            )
             chosen_rows: list[int] = []
             keep: list[int] = []
             for i, tid in enumerate(alive):

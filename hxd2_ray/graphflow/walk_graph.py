@@ -77,7 +77,7 @@ class WalkGraph:
         return range(int(self.ptr[node]), int(self.ptr[node + 1]))
 
     def neighbours(self, node: int) -> np.ndarray:
-        return self.target[self.ptr[node]:self.ptr[node + 1]]
+        return self.target[self.ptr[node] : self.ptr[node + 1]]
 
     def describe_entry(self, entry: int) -> str:
         """The relation of an entry as text: ``directed by`` (out), ``<-directed by`` (in), ``~mentions`` (none)."""
@@ -112,28 +112,56 @@ class WalkGraph:
         src = np.fromiter((u for u, _, _ in edges), dtype=np.int64, count=len(edges))
         dst = np.fromiter((v for _, v, _ in edges), dtype=np.int64, count=len(edges))
         sig_ids: dict[Signature, int] = {}
-        sig = np.fromiter((sig_ids.setdefault(s, len(sig_ids)) for _, _, s in edges), dtype=np.int64,
-                          count=len(edges))
+        sig = np.fromiter((sig_ids.setdefault(s, len(sig_ids)) for _, _, s in edges), dtype=np.int64, count=len(edges))
         if len(edges) and (src.min() < 0 or dst.min() < 0 or src.max() >= n or dst.max() >= n):
             raise ValueError("an edge names a node outside 0..len(keys)-1")
         type_list = list(types) if types is not None else ["node"] * n
         type_ids: dict[str, int] = {}
-        node_type = np.fromiter((type_ids.setdefault(t or "unknown", len(type_ids)) for t in type_list),
-                                dtype=np.int32, count=n)
-        return cls._assemble(list(keys), list(names) if names is not None else list(keys),
-                             n if n_entities is None else n_entities, node_type, list(type_ids), src, dst, sig,
-                             list(sig_ids), list(chunk_sources))
+        node_type = np.fromiter(
+            (type_ids.setdefault(t or "unknown", len(type_ids)) for t in type_list), dtype=np.int32, count=n
+        )
+        return cls._assemble(
+            list(keys),
+            list(names) if names is not None else list(keys),
+            n if n_entities is None else n_entities,
+            node_type,
+            list(type_ids),
+            src,
+            dst,
+            sig,
+            list(sig_ids),
+            list(chunk_sources),
+        )
 
     @classmethod
-    def _assemble(cls, keys: list[str], names: list[str], n_entities: int, node_type: np.ndarray,
-                  type_names: list[str], src: np.ndarray, dst: np.ndarray, sig: np.ndarray,
-                  signatures: list[Signature], chunk_sources: list[str]) -> "WalkGraph":
+    def _assemble(
+        cls,
+        keys: list[str],
+        names: list[str],
+        n_entities: int,
+        node_type: np.ndarray,
+        type_names: list[str],
+        src: np.ndarray,
+        dst: np.ndarray,
+        sig: np.ndarray,
+        signatures: list[Signature],
+        chunk_sources: list[str],
+    ) -> "WalkGraph":
         order = np.argsort(src, kind="stable")
         ptr = np.zeros(len(keys) + 1, dtype=np.int64)
         np.cumsum(np.bincount(src, minlength=len(keys)), out=ptr[1:])
-        return cls(keys=keys, names=names, n_entities=n_entities, node_type=node_type, type_names=type_names,
-                   ptr=ptr, target=dst[order].astype(np.int32), sig=sig[order].astype(np.int32),
-                   signatures=signatures, chunk_sources=chunk_sources)
+        return cls(
+            keys=keys,
+            names=names,
+            n_entities=n_entities,
+            node_type=node_type,
+            type_names=type_names,
+            ptr=ptr,
+            target=dst[order].astype(np.int32),
+            sig=sig[order].astype(np.int32),
+            signatures=signatures,
+            chunk_sources=chunk_sources,
+        )
 
     @classmethod
     def from_resident(cls, arrays: Any, chunk_rows: Sequence[Mapping[str, Any]] = ()) -> "WalkGraph":
@@ -148,10 +176,12 @@ class WalkGraph:
         ent_types = arrays.entities["type"].to_pylist() if n_ent else []
         chunk_ids = list(arrays.chunk_ids)
         by_chunk = {r["id"]: r for r in chunk_rows}
-        chunk_names = [by_chunk[c]["doc_title"] or by_chunk[c]["doc_source_id"] or c if c in by_chunk else c
-                       for c in chunk_ids]
-        chunk_sources = [by_chunk[c]["doc_source_id"] or by_chunk[c]["doc_id"] if c in by_chunk else c
-                         for c in chunk_ids]
+        chunk_names = [
+            by_chunk[c]["doc_title"] or by_chunk[c]["doc_source_id"] or c if c in by_chunk else c for c in chunk_ids
+        ]
+        chunk_sources = [
+            by_chunk[c]["doc_source_id"] or by_chunk[c]["doc_id"] if c in by_chunk else c for c in chunk_ids
+        ]
 
         # RELATED: every adjacency entry (each edge under both ends) with the signature seen from its owner.
         owner = np.repeat(np.arange(n_ent, dtype=np.int64), np.diff(arrays.adj_ptr))
@@ -171,9 +201,17 @@ class WalkGraph:
             a, b = int(arrays.edge_source[e]), int(other_end[e])
             facts = edge_facts(keys[a], ent_names[a], keys[b], ent_names[b], descriptions[e] or "", keywords[e] or [])
             for side, me in ((0, keys[a]), (1, keys[b])):
-                labels = tuple(sorted({(relation_label(f.predicate),
-                                        ("out" if f.subject_key == me else "in") if f.directed else "none")
-                                       for f in facts}))
+                labels = tuple(
+                    sorted(
+                        {
+                            (
+                                relation_label(f.predicate),
+                                ("out" if f.subject_key == me else "in") if f.directed else "none",
+                            )
+                            for f in facts
+                        }
+                    )
+                )
                 sig_of_side[e, side] = sig_ids.setdefault(labels, len(sig_ids))
         rel_sig = sig_of_side[edge_of_entry, np.where(stored_side, 0, 1)]
 
@@ -189,24 +227,48 @@ class WalkGraph:
         type_ids: dict[str, int] = {}
         node_type = np.fromiter(
             (type_ids.setdefault(t or "unknown", len(type_ids)) for t in [*ent_types, *[CHUNK_TYPE] * len(chunk_ids)]),
-            dtype=np.int32, count=n_ent + len(chunk_ids))
-        return cls._assemble(keys + chunk_ids, ent_names + chunk_names, n_ent, node_type, list(type_ids), src, dst,
-                             sig, list(sig_ids), chunk_sources)
+            dtype=np.int32,
+            count=n_ent + len(chunk_ids),
+        )
+        return cls._assemble(
+            keys + chunk_ids,
+            ent_names + chunk_names,
+            n_ent,
+            node_type,
+            list(type_ids),
+            src,
+            dst,
+            sig,
+            list(sig_ids),
+            chunk_sources,
+        )
 
     # ------------------------------------------------------------------------------------------ storage
 
     def to_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """(numpy arrays, JSON-able lists) for the feature cache."""
         arrays = {"ptr": self.ptr, "target": self.target, "sig": self.sig, "node_type": self.node_type}
-        meta = {"keys": self.keys, "names": self.names, "n_entities": self.n_entities, "type_names": self.type_names,
-                "signatures": [[list(p) for p in s] for s in self.signatures], "chunk_sources": self.chunk_sources}
+        meta = {
+            "keys": self.keys,
+            "names": self.names,
+            "n_entities": self.n_entities,
+            "type_names": self.type_names,
+            "signatures": [[list(p) for p in s] for s in self.signatures],
+            "chunk_sources": self.chunk_sources,
+        }
         return arrays, meta
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> "WalkGraph":
-        return cls(keys=list(meta["keys"]), names=list(meta["names"]), n_entities=int(meta["n_entities"]),
-                   node_type=np.asarray(arrays["node_type"], dtype=np.int32), type_names=list(meta["type_names"]),
-                   ptr=np.asarray(arrays["ptr"], dtype=np.int64), target=np.asarray(arrays["target"], dtype=np.int32),
-                   sig=np.asarray(arrays["sig"], dtype=np.int32),
-                   signatures=[tuple((str(a), str(b)) for a, b in s) for s in meta["signatures"]],
-                   chunk_sources=list(meta["chunk_sources"]))
+        return cls(
+            keys=list(meta["keys"]),
+            names=list(meta["names"]),
+            n_entities=int(meta["n_entities"]),
+            node_type=np.asarray(arrays["node_type"], dtype=np.int32),
+            type_names=list(meta["type_names"]),
+            ptr=np.asarray(arrays["ptr"], dtype=np.int64),
+            target=np.asarray(arrays["target"], dtype=np.int32),
+            sig=np.asarray(arrays["sig"], dtype=np.int32),
+            signatures=[tuple((str(a), str(b)) for a, b in s) for s in meta["signatures"]],
+            chunk_sources=list(meta["chunk_sources"]),
+        )

@@ -46,8 +46,9 @@ class StepScores:
     h: torch.Tensor  # [n, H]
 
 
-def flat_entries(ptr: np.ndarray, nodes: np.ndarray, cap: int | None = None,
-                 rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+def flat_entries(
+    ptr: np.ndarray, nodes: np.ndarray, cap: int | None = None, rng: np.random.Generator | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(seg_ptr, entries): every CSR entry of ``nodes``, grouped by node in the given order. ``cap``: a node with
     more entries keeps ``cap`` of them, a uniform random subset (``rng``), in CSR order."""
     lo, hi = ptr[nodes], ptr[nodes + 1]
@@ -56,8 +57,11 @@ def flat_entries(ptr: np.ndarray, nodes: np.ndarray, cap: int | None = None,
         parts = []
         for a, b in zip(lo.tolist(), hi.tolist()):
             if b - a > cap:
-                parts.append(a + np.sort(rng.choice(b - a, size=cap, replace=False)) if rng is not None
-                             else np.arange(a, a + cap))
+                parts.append(
+                    a + np.sort(rng.choice(b - a, size=cap, replace=False))
+                    if rng is not None
+                    else np.arange(a, a + cap)
+                )
             else:
                 parts.append(np.arange(a, b))
         seg_ptr = np.zeros(len(nodes) + 1, dtype=np.int64)
@@ -72,8 +76,9 @@ def flat_entries(ptr: np.ndarray, nodes: np.ndarray, cap: int | None = None,
     return seg_ptr, np.repeat(lo, counts) + offsets
 
 
-def segment_log_softmax(values: torch.Tensor, seg: torch.Tensor, extra: torch.Tensor) -> tuple[torch.Tensor,
-                                                                                                 torch.Tensor]:
+def segment_log_softmax(
+    values: torch.Tensor, seg: torch.Tensor, extra: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """log-softmax of each segment of ``values`` together with one ``extra`` logit per segment (STOP).
     Returns (log p of values, log p of extras)."""
     n = extra.shape[0]
@@ -94,9 +99,16 @@ def on_path_flags(paths: np.ndarray, seg_ptr: np.ndarray, targets: np.ndarray) -
     return (rows == targets[:, None]).any(axis=1), rows[:, 0] == targets
 
 
-def score_actions(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, qfull: torch.Tensor,
-                  states: PathStates, cap: int | None = None, rng: np.random.Generator | None = None,
-                  return_to_start: bool = True) -> StepScores:
+def score_actions(
+    model: GraphFlowModel,
+    tables: FeatureTables,
+    qh: torch.Tensor,
+    qfull: torch.Tensor,
+    states: PathStates,
+    cap: int | None = None,
+    rng: np.random.Generator | None = None,
+    return_to_start: bool = True,
+) -> StepScores:
     """Scores and log-probabilities of every action of every state (``qh``/``qfull``: per-question tables,
     indexed by ``states.question``); ``cap``: at most that many moves per state, a random subset (training's
     on-policy sampling at hubs; inference scores every action); ``return_to_start`` False: the moves back to the
@@ -119,19 +131,39 @@ def score_actions(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor
     if len(entries):
         on_path, is_start = on_path_flags(states.paths, seg_ptr, tables.target[entries])
         entries_t = torch.as_tensor(entries, device=device)
-        act = model.action_repr(tables, entries_t, q_rows[seg], qfull, torch.as_tensor(on_path, device=device),
-                                torch.as_tensor(is_start, device=device))
+        act = model.action_repr(
+            tables,
+            entries_t,
+            q_rows[seg],
+            qfull,
+            torch.as_tensor(on_path, device=device),
+            torch.as_tensor(is_start, device=device),
+        )
         moves = model.move_scores(h, act, seg)
     else:
         act = h.new_zeros((0, h.shape[1]))
         moves = h.new_zeros(0)
     move_logp, stop_logp = segment_log_softmax(moves, seg, stop)
-    return StepScores(seg_ptr=seg_ptr, entries=entries, move_logits=moves, stop_logits=stop, move_logp=move_logp,
-                      stop_logp=stop_logp, act=act, h=h)
+    return StepScores(
+        seg_ptr=seg_ptr,
+        entries=entries,
+        move_logits=moves,
+        stop_logits=stop,
+        move_logp=move_logp,
+        stop_logp=stop_logp,
+        act=act,
+        h=h,
+    )
 
 
-def initial_states(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tensor, question: np.ndarray,
-                   starts: np.ndarray, max_steps: int) -> PathStates:
+def initial_states(
+    model: GraphFlowModel,
+    tables: FeatureTables,
+    qh: torch.Tensor,
+    question: np.ndarray,
+    starts: np.ndarray,
+    max_steps: int,
+) -> PathStates:
     paths = np.full((len(starts), max_steps + 1), -1, dtype=np.int64)
     paths[:, 0] = starts
     start_t = torch.as_tensor(starts.astype(np.int64), device=tables.device)
@@ -139,8 +171,9 @@ def initial_states(model: GraphFlowModel, tables: FeatureTables, qh: torch.Tenso
     return PathStates(question=question.astype(np.int64), g=g, paths=paths, steps=np.zeros(len(starts), np.int64))
 
 
-def sample_segments(move_logp: np.ndarray, stop_logp: np.ndarray, seg_ptr: np.ndarray, rng: np.random.Generator,
-                    epsilon: float = 0.0) -> np.ndarray:
+def sample_segments(
+    move_logp: np.ndarray, stop_logp: np.ndarray, seg_ptr: np.ndarray, rng: np.random.Generator, epsilon: float = 0.0
+) -> np.ndarray:
     """One action per state, drawn from its log-probabilities (Gumbel-max, vectorised over all states); with
     probability ``epsilon`` a uniform action instead. Returns the flat move row, or -1 for STOP."""
     n = len(stop_logp)

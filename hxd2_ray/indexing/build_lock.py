@@ -59,8 +59,15 @@ class LockHolder:
     @classmethod
     def this_process(cls, command: str, clock: Clock) -> LockHolder:
         now = clock()
-        return cls(host=socket.gethostname(), pid=os.getpid(), started_at=now, command=command,
-                   token=uuid.uuid4().hex, pid_started=_process_start(os.getpid()), heartbeat_at=now)
+        return cls(
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started_at=now,
+            command=command,
+            token=uuid.uuid4().hex,
+            pid_started=_process_start(os.getpid()),
+            heartbeat_at=now,
+        )
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -69,10 +76,15 @@ class LockHolder:
     def from_json(cls, raw: bytes) -> LockHolder | None:
         try:
             data: Any = json.loads(raw.decode("utf-8"))
-            return cls(host=str(data["host"]), pid=int(data["pid"]), started_at=float(data["started_at"]),
-                       command=str(data.get("command", "")), token=str(data.get("token", "")),
-                       pid_started=str(data.get("pid_started", "")),
-                       heartbeat_at=float(data.get("heartbeat_at", data["started_at"])))
+            return cls(
+                host=str(data["host"]),
+                pid=int(data["pid"]),
+                started_at=float(data["started_at"]),
+                command=str(data.get("command", "")),
+                token=str(data.get("token", "")),
+                pid_started=str(data.get("pid_started", "")),
+                heartbeat_at=float(data.get("heartbeat_at", data["started_at"])),
+            )
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):
             return None
 
@@ -121,8 +133,17 @@ class BuildLock:
         self.release()
 
 
-def acquire_build_lock(fs: Any, root: str, uri: str, s3: S3Config, command: str = "", *,
-                       clock: Clock = time.time, log: Log = _log, heartbeat_s: float | None = None) -> BuildLock:
+def acquire_build_lock(
+    fs: Any,
+    root: str,
+    uri: str,
+    s3: S3Config,
+    command: str = "",
+    *,
+    clock: Clock = time.time,
+    log: Log = _log,
+    heartbeat_s: float | None = None,
+) -> BuildLock:
     """Take the build lock of the output at ``root`` on ``fs`` (a pyarrow filesystem) or refuse, naming the holder."""
 
     command = command or " ".join(sys.argv)
@@ -130,8 +151,17 @@ def acquire_build_lock(fs: Any, root: str, uri: str, s3: S3Config, command: str 
         return LocalBuildLock.acquire(os.path.join(root, LOCK_NAME), uri, command, clock=clock, log=log)
     bucket, _, prefix = root.partition("/")
     key = f"{prefix.rstrip('/')}/{LOCK_NAME}" if prefix else LOCK_NAME
-    return S3BuildLock.acquire(s3_client(s3), bucket, key, uri, command, stale_after_s=s3.lock_stale_after_s,
-                               clock=clock, log=log, heartbeat_s=heartbeat_s)
+    return S3BuildLock.acquire(
+        s3_client(s3),
+        bucket,
+        key,
+        uri,
+        command,
+        stale_after_s=s3.lock_stale_after_s,
+        clock=clock,
+        log=log,
+        heartbeat_s=heartbeat_s,
+    )
 
 
 # --------------------------------------------------------------------------------------------- local
@@ -144,8 +174,7 @@ class LocalBuildLock(BuildLock):
         self._fd: int | None = fd
 
     @classmethod
-    def acquire(cls, path: str, uri: str, command: str, *, clock: Clock = time.time, log: Log = _log
-                ) -> LocalBuildLock:
+    def acquire(cls, path: str, uri: str, command: str, *, clock: Clock = time.time, log: Log = _log) -> LocalBuildLock:
 
         for _ in range(5):
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -165,8 +194,10 @@ class LocalBuildLock(BuildLock):
                 continue
             previous = LockHolder.from_json(os.pread(fd, 1 << 16, 0))
             if previous is not None:
-                log(f"taking over the build lock of {uri}: the build that held it ({previous.describe()}) ended "
-                    "without releasing it")
+                log(
+                    f"taking over the build lock of {uri}: the build that held it ({previous.describe()}) ended "
+                    "without releasing it"
+                )
             holder = LockHolder.this_process(command, clock)
             os.ftruncate(fd, 0)
             os.pwrite(fd, holder.to_json(), 0)
@@ -188,11 +219,15 @@ class LocalBuildLock(BuildLock):
 
 def _local_refusal(uri: str, path: str, holder: LockHolder | None) -> str:
     if holder is None:
-        return (f"another build is writing to {uri} (its lock {path} is held but names no holder yet); wait for it "
-                "to finish or stop it")
-    hint = (f"; that pid is gone, so a process it started still holds the lock: `fuser -v {path}` names it"
-            if holder.is_dead_here() else
-            "; wait for it to finish or stop it (the lock frees itself when that process exits)")
+        return (
+            f"another build is writing to {uri} (its lock {path} is held but names no holder yet); wait for it "
+            "to finish or stop it"
+        )
+    hint = (
+        f"; that pid is gone, so a process it started still holds the lock: `fuser -v {path}` names it"
+        if holder.is_dead_here()
+        else "; wait for it to finish or stop it (the lock frees itself when that process exits)"
+    )
     return f"another build is writing to {uri}: {holder.describe()}{hint}"
 
 
@@ -212,8 +247,19 @@ def _status(exc: Exception) -> int:
 
 
 class S3BuildLock(BuildLock):
-    def __init__(self, client: Any, bucket: str, key: str, uri: str, holder: LockHolder, etag: str, *,
-                 clock: Clock, log: Log, heartbeat_s: float) -> None:
+    def __init__(
+        self,
+        client: Any,
+        bucket: str,
+        key: str,
+        uri: str,
+        holder: LockHolder,
+        etag: str,
+        *,
+        clock: Clock,
+        log: Log,
+        heartbeat_s: float,
+    ) -> None:
         self.client = client
         self.bucket = bucket
         self.key = key
@@ -224,13 +270,25 @@ class S3BuildLock(BuildLock):
         self._log = log
         self._lost = ""
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, args=(heartbeat_s,), name="hxd2-build-lock-heartbeat",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._beat, args=(heartbeat_s,), name="hxd2-build-lock-heartbeat", daemon=True
+        )
         self._thread.start()
 
     @classmethod
-    def acquire(cls, client: Any, bucket: str, key: str, uri: str, command: str, *, stale_after_s: float,
-                clock: Clock = time.time, log: Log = _log, heartbeat_s: float | None = None) -> S3BuildLock:
+    def acquire(
+        cls,
+        client: Any,
+        bucket: str,
+        key: str,
+        uri: str,
+        command: str,
+        *,
+        stale_after_s: float,
+        clock: Clock = time.time,
+        log: Log = _log,
+        heartbeat_s: float | None = None,
+    ) -> S3BuildLock:
         from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415 - with boto3, S3 only
 
         where = f"s3://{bucket}/{key}"
@@ -265,9 +323,12 @@ class S3BuildLock(BuildLock):
                 raise BuildLockedError(
                     f"another build is writing to {uri}: {current.describe()}, last heartbeat {age:.0f}s ago; wait "
                     f"for it to finish or stop it. If it is dead, delete the lock (aws s3 rm {where}), or the next "
-                    f"build takes it over once its heartbeat is older than s3.lock_stale_after_s={stale_after_s:g}s")
-            log(f"taking over the build lock of {uri} from {current.describe() if current else 'an unknown holder'}:"
-                f" {why}")
+                    f"build takes it over once its heartbeat is older than s3.lock_stale_after_s={stale_after_s:g}s"
+                )
+            log(
+                f"taking over the build lock of {uri} from {current.describe() if current else 'an unknown holder'}:"
+                f" {why}"
+            )
             try:
                 put = client.put_object(Bucket=bucket, Key=key, Body=holder.to_json(), IfMatch=got["ETag"])
                 return cls(client, bucket, key, uri, holder, put["ETag"], clock=clock, log=log, heartbeat_s=beat)
@@ -283,13 +344,17 @@ class S3BuildLock(BuildLock):
         while not self._stop.wait(interval):
             holder = LockHolder(**{**asdict(self.holder), "heartbeat_at": self._clock()})
             try:
-                put = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=holder.to_json(),
-                                             IfMatch=self._etag)
+                put = self.client.put_object(
+                    Bucket=self.bucket, Key=self.key, Body=holder.to_json(), IfMatch=self._etag
+                )
                 self._etag = put["ETag"]
             except ClientError as exc:
                 if _status(exc) in (404, 412):
-                    self._lost = ("the lock was deleted" if _status(exc) == 404 else
-                                  "another build took the lock over (this build's heartbeat was late)")
+                    self._lost = (
+                        "the lock was deleted"
+                        if _status(exc) == 404
+                        else "another build took the lock over (this build's heartbeat was late)"
+                    )
                     self._log(f"lost the build lock of {self.uri}: {self._lost}")
                     return
                 self._log(f"build lock heartbeat failed (will retry): {exc}")
@@ -304,8 +369,9 @@ class S3BuildLock(BuildLock):
 
     def check_held(self) -> None:
         if self._lost:
-            raise BuildLockedError(f"this build no longer holds the lock of {self.uri}: {self._lost}; it stops "
-                                   "before publishing anything")
+            raise BuildLockedError(
+                f"this build no longer holds the lock of {self.uri}: {self._lost}; it stops before publishing anything"
+            )
 
     def release(self) -> None:
         from botocore.exceptions import BotoCoreError, ClientError  # noqa: PLC0415 - with boto3, S3 only

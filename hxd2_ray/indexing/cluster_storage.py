@@ -32,8 +32,10 @@ PROBE_FOLDER = "_probes"
 
 
 def advice(what: str) -> str:
-    return (f"use an s3:// {what}, or a filesystem mounted at the same path on every node (NFS, a shared volume); "
-            "a local path is only shared by the processes of one machine")
+    return (
+        f"use an s3:// {what}, or a filesystem mounted at the same path on every node (NFS, a shared volume); "
+        "a local path is only shared by the processes of one machine"
+    )
 
 
 def driver_probe_path(folder: str, token: str) -> str:
@@ -59,12 +61,23 @@ class ReadCheck:
     what: str  # "input", "index"
 
 
-def node_probe(fs: pafs.FileSystem | None, folder: str, token: str, node: str, reads: Sequence[ReadCheck] = (),
-               host: str | None = None) -> dict[str, Any]:
+def node_probe(
+    fs: pafs.FileSystem | None,
+    folder: str,
+    token: str,
+    node: str,
+    reads: Sequence[ReadCheck] = (),
+    host: str | None = None,
+) -> dict[str, Any]:
     """What one node sees (run by a task pinned to that node): the driver's probe, its own probe written, and
     which of the files it must read are missing. ``fs`` None: no output to check (only reads)."""
-    result: dict[str, Any] = {"node": node, "host": host or socket.gethostname(), "sees_driver": True,
-                              "write_error": "", "missing": {}}
+    result: dict[str, Any] = {
+        "node": node,
+        "host": host or socket.gethostname(),
+        "sees_driver": True,
+        "write_error": "",
+        "missing": {},
+    }
     if fs is not None:
         result["sees_driver"] = fs.get_file_info(driver_probe_path(folder, token)).type == pafs.FileType.File
         try:
@@ -79,8 +92,14 @@ def node_probe(fs: pafs.FileSystem | None, folder: str, token: str, node: str, r
     return result
 
 
-def judge_probes(fs: pafs.FileSystem | None, folder: str, token: str, results: Iterable[dict[str, Any]],
-                 location: str, what: str = "output") -> None:
+def judge_probes(
+    fs: pafs.FileSystem | None,
+    folder: str,
+    token: str,
+    results: Iterable[dict[str, Any]],
+    location: str,
+    what: str = "output",
+) -> None:
     """Raise :class:`ClusterStorageError` naming every node that does not share ``location`` with the driver."""
     problems = []
     for r in results:
@@ -96,9 +115,11 @@ def judge_probes(fs: pafs.FileSystem | None, folder: str, token: str, results: I
             problems.append(f"{where} cannot read {len(missing)} {kind} file(s), e.g. {missing[0]}")
     if problems:
         raise ClusterStorageError(
-            f"the {what} {location} is not the same on every node of the Ray cluster: " + "; ".join(problems[:6])
+            f"the {what} {location} is not the same on every node of the Ray cluster: "
+            + "; ".join(problems[:6])
             + (f" (and {len(problems) - 6} more)" if len(problems) > 6 else "")
-            + f". Nothing was started. Fix: {advice(what)}")
+            + f". Nothing was started. Fix: {advice(what)}"
+        )
 
 
 def remove_probes(fs: pafs.FileSystem, folder: str, token: str) -> None:
@@ -147,8 +168,9 @@ def audit_reported_files(fs: pafs.FileSystem, reported: Iterable[ReportedFile]) 
     return audit
 
 
-def check_reported_files(fs: pafs.FileSystem, reported: Iterable[ReportedFile], stage: str, location: str,
-                         what: str = "output") -> int:
+def check_reported_files(
+    fs: pafs.FileSystem, reported: Iterable[ReportedFile], stage: str, location: str, what: str = "output"
+) -> int:
     """Raise :class:`ClusterStorageError` if a file an actor reported is not readable here with its rows; returns
     how many files were checked."""
     audit = audit_reported_files(fs, reported)
@@ -161,5 +183,6 @@ def check_reported_files(fs: pafs.FileSystem, reported: Iterable[ReportedFile], 
             f"are not readable where the driver reads {location}: {'; '.join(examples)}"
             + (f"; written on node(s) {', '.join(nodes)}" if nodes else "")
             + ". The job stopped before merging or publishing anything (the current index, if any, is unchanged). "
-            f"Fix: {advice(what)}")
+            f"Fix: {advice(what)}"
+        )
     return audit.checked

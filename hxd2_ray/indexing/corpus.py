@@ -49,11 +49,19 @@ class CorpusChange:
         return bool(self.added or self.updated or self.deleted)
 
     def describe(self) -> dict[str, object]:
-        return {"added": len(self.added), "updated": len(self.updated), "deleted": len(self.deleted),
-                "unchanged": self.unchanged, "chunks_added": len(self.chunks_added),
-                "chunks_removed": len(self.chunks_removed),
-                "document_ids": {"added": list(self.added[:20]), "updated": list(self.updated[:20]),
-                                 "deleted": list(self.deleted[:20])}}
+        return {
+            "added": len(self.added),
+            "updated": len(self.updated),
+            "deleted": len(self.deleted),
+            "unchanged": self.unchanged,
+            "chunks_added": len(self.chunks_added),
+            "chunks_removed": len(self.chunks_removed),
+            "document_ids": {
+                "added": list(self.added[:20]),
+                "updated": list(self.updated[:20]),
+                "deleted": list(self.deleted[:20]),
+            },
+        }
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -118,10 +126,17 @@ def derive_documents(sources: pa.Table) -> pa.Table:
 
 def sources_from_documents(documents: pa.Table) -> pa.Table:
     """Sources for a corpus staged before sources were recorded: one per document (duplicates were not kept)."""
-    return pa.table({"source_id": documents.column("source_id"), "source_path": documents.column("source_path"),
-                     "position": pa.array(range(documents.num_rows), pa.int64()), "doc_id": documents.column("id"),
-                     "title": documents.column("title"), "n_chars": documents.column("n_chars")},
-                    schema=tables.SOURCES)
+    return pa.table(
+        {
+            "source_id": documents.column("source_id"),
+            "source_path": documents.column("source_path"),
+            "position": pa.array(range(documents.num_rows), pa.int64()),
+            "doc_id": documents.column("id"),
+            "title": documents.column("title"),
+            "n_chars": documents.column("n_chars"),
+        },
+        schema=tables.SOURCES,
+    )
 
 
 def chunks_in_document_order(documents: pa.Table, chunk_tables: Iterable[pa.Table]) -> pa.Table:
@@ -150,24 +165,43 @@ def _unique_first(values: list[str]) -> tuple[list[str], list[int]]:
 
 def _doc_ids_by_source(sources: pa.Table) -> dict[str, list[tuple[str, str, str]]]:
     out: dict[str, list[tuple[str, str, str]]] = {}
-    for sid, path, doc, title in zip(sources.column("source_id").to_pylist(), sources.column("source_path").to_pylist(),
-                                     sources.column("doc_id").to_pylist(), sources.column("title").to_pylist(),
-                                     strict=True):
+    for sid, path, doc, title in zip(
+        sources.column("source_id").to_pylist(),
+        sources.column("source_path").to_pylist(),
+        sources.column("doc_id").to_pylist(),
+        sources.column("title").to_pylist(),
+        strict=True,
+    ):
         out.setdefault(sid, []).append((path, doc, title))
     return {k: sorted(v) for k, v in out.items()}
 
 
-def _finish(old_chunks: pa.Table, sources: pa.Table, quarantine: pa.Table,
-            extra_chunks: pa.Table | None, added: list[str], updated: list[str], deleted: list[str],
-            unchanged: int) -> CorpusChange:
+def _finish(
+    old_chunks: pa.Table,
+    sources: pa.Table,
+    quarantine: pa.Table,
+    extra_chunks: pa.Table | None,
+    added: list[str],
+    updated: list[str],
+    deleted: list[str],
+    unchanged: int,
+) -> CorpusChange:
     documents = derive_documents(sources)
     chunks = chunks_in_document_order(documents, [old_chunks] + ([extra_chunks] if extra_chunks is not None else []))
     before = set(old_chunks.column("id").to_pylist())
     after = set(chunks.column("id").to_pylist())
-    return CorpusChange(sources=sources, documents=documents, quarantine=quarantine, chunks=chunks,
-                        added=tuple(sorted(added)), updated=tuple(sorted(updated)), deleted=tuple(sorted(deleted)),
-                        unchanged=unchanged, chunks_added=frozenset(after - before),
-                        chunks_removed=frozenset(before - after))
+    return CorpusChange(
+        sources=sources,
+        documents=documents,
+        quarantine=quarantine,
+        chunks=chunks,
+        added=tuple(sorted(added)),
+        updated=tuple(sorted(updated)),
+        deleted=tuple(sorted(deleted)),
+        unchanged=unchanged,
+        chunks_added=frozenset(after - before),
+        chunks_removed=frozenset(before - after),
+    )
 
 
 def upsert(sources: pa.Table, quarantine: pa.Table, chunks: pa.Table, incoming: ParsedCorpus) -> CorpusChange:
@@ -181,12 +215,17 @@ def upsert(sources: pa.Table, quarantine: pa.Table, chunks: pa.Table, incoming: 
     unchanged = len(new) - len(added) - len(updated)
     keep = pc.invert(pc.is_in(sources.column("source_id"), value_set=pa.array(sorted(incoming_ids), pa.string())))
     merged_sources = pa.concat_tables([sources.filter(keep), _conform(incoming.sources, tables.SOURCES)])
-    reread = set(incoming.paths) | set(incoming.sources.column("source_path").to_pylist()) | set(
-        incoming.quarantine.column("source_path").to_pylist())
-    kept_q = quarantine.filter(pc.invert(pc.is_in(quarantine.column("source_path"),
-                                                  value_set=pa.array(sorted(reread), pa.string()))))
+    reread = (
+        set(incoming.paths)
+        | set(incoming.sources.column("source_path").to_pylist())
+        | set(incoming.quarantine.column("source_path").to_pylist())
+    )
+    kept_q = quarantine.filter(
+        pc.invert(pc.is_in(quarantine.column("source_path"), value_set=pa.array(sorted(reread), pa.string())))
+    )
     merged_q = pa.concat_tables([kept_q, _conform(incoming.quarantine, tables.QUARANTINE)]).sort_by(
-        [("source_path", "ascending")])
+        [("source_path", "ascending")]
+    )
     return _finish(chunks, merged_sources, merged_q, incoming.chunks, added, updated, [], unchanged)
 
 
@@ -199,8 +238,9 @@ class NothingToDeleteError(HxdError):
         self.missing_sources = tuple(missing_sources)
 
 
-def matching_sources(sources: pa.Table, doc_ids: Sequence[str], source_paths: Sequence[str],
-                     quarantined: Sequence[str] = ()) -> set[str]:
+def matching_sources(
+    sources: pa.Table, doc_ids: Sequence[str], source_paths: Sequence[str], quarantined: Sequence[str] = ()
+) -> set[str]:
     """Source ids named by ``doc_ids`` or read from one of ``source_paths`` (a file, or a folder: every file
     under it; a path that only ``quarantined`` files match is a match with no document). Raises
     :class:`HxdError` naming what matched nothing, so a typo deletes nothing."""
@@ -219,15 +259,20 @@ def matching_sources(sources: pa.Table, doc_ids: Sequence[str], source_paths: Se
     if unknown or missing_paths:
         what = [f"document id {d!r}" for d in unknown[:5]] + [f"source {p!r}" for p in missing_paths[:5]]
         more = len(unknown) + len(missing_paths) - len(what)
-        raise NothingToDeleteError(f"nothing was deleted: no document matches {', '.join(what)}"
-                                   + (f" (and {more} more)" if more > 0 else "")
-                                   + "; document ids are the records' id field or the file path (see the index's "
-                                     "sources)", unknown_ids=unknown, missing_sources=missing_paths)
+        raise NothingToDeleteError(
+            f"nothing was deleted: no document matches {', '.join(what)}"
+            + (f" (and {more} more)" if more > 0 else "")
+            + "; document ids are the records' id field or the file path (see the index's "
+            "sources)",
+            unknown_ids=unknown,
+            missing_sources=missing_paths,
+        )
     return matched
 
 
-def delete(sources: pa.Table, quarantine: pa.Table, chunks: pa.Table, doc_ids: Sequence[str],
-           source_paths: Sequence[str]) -> CorpusChange:
+def delete(
+    sources: pa.Table, quarantine: pa.Table, chunks: pa.Table, doc_ids: Sequence[str], source_paths: Sequence[str]
+) -> CorpusChange:
     """Remove the documents named by id or read from ``source_paths`` (and those paths' quarantine rows)."""
     doomed = matching_sources(sources, doc_ids, source_paths, quarantine.column("source_path").to_pylist())
     keep = pc.invert(pc.is_in(sources.column("source_id"), value_set=pa.array(sorted(doomed), pa.string())))
@@ -236,5 +281,6 @@ def delete(sources: pa.Table, quarantine: pa.Table, chunks: pa.Table, doc_ids: S
     q_keep = [not (sp in source_paths or sp.startswith(folders)) for sp in q_paths]
     kept_q = quarantine.filter(pa.array(q_keep, pa.bool_())) if q_paths else quarantine
     remaining = sources.filter(keep)
-    return _finish(chunks, remaining, kept_q, None, [], [], sorted(doomed),
-                   len(set(remaining.column("source_id").to_pylist())))
+    return _finish(
+        chunks, remaining, kept_q, None, [], [], sorted(doomed), len(set(remaining.column("source_id").to_pylist()))
+    )

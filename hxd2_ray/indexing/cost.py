@@ -59,15 +59,17 @@ class PriceBook:
         if price is None:
             return 0.0
         tokens_in = usage.prompt_tokens + usage.embedding_tokens
-        return (tokens_in * price.input_usd_per_million + usage.completion_tokens * price.output_usd_per_million
-                ) / 1e6 + usage.gpu_seconds / 3600.0 * price.gpu_hour_usd
+        return (
+            tokens_in * price.input_usd_per_million + usage.completion_tokens * price.output_usd_per_million
+        ) / 1e6 + usage.gpu_seconds / 3600.0 * price.gpu_hour_usd
 
     def priced(self, model_id: str) -> bool:
         return model_id in self.prices
 
 
-def llm_payload(by_tag: Mapping[str, Any], seconds: float, hits: Mapping[str, int], model_id: str,
-                gpus_per_actor: float) -> list[dict[str, Any]]:
+def llm_payload(
+    by_tag: Mapping[str, Any], seconds: float, hits: Mapping[str, int], model_id: str, gpus_per_actor: float
+) -> list[dict[str, Any]]:
     """Ledger rows (one per stage) from a batch's metered calls (``MeteredLLM.take``: usage by tag, seconds in
     the backend) and its cache hits by tag.
 
@@ -91,11 +93,20 @@ def llm_payload(by_tag: Mapping[str, Any], seconds: float, hits: Mapping[str, in
     return rows
 
 
-def embedding_payload(model_id: str, texts: int, tokens: int, seconds: float, gpus_per_actor: float
-                      ) -> list[dict[str, Any]]:
+def embedding_payload(
+    model_id: str, texts: int, tokens: int, seconds: float, gpus_per_actor: float
+) -> list[dict[str, Any]]:
     """The ledger row of one embedded batch."""
-    return [{"stage": "embedding", **asdict(StageUsage(model_id=model_id, texts=texts, embedding_tokens=tokens,
-                                                       gpu_seconds=seconds * gpus_per_actor))}]
+    return [
+        {
+            "stage": "embedding",
+            **asdict(
+                StageUsage(
+                    model_id=model_id, texts=texts, embedding_tokens=tokens, gpu_seconds=seconds * gpus_per_actor
+                )
+            ),
+        }
+    ]
 
 
 class UsageLedger:
@@ -105,8 +116,9 @@ class UsageLedger:
     are lists of dicts with a ``stage`` key and :class:`StageUsage` fields.
     """
 
-    def __init__(self, cost: CostConfig | None = None, budget_tokens: int | None = None,
-                 budget_usd: float | None = None) -> None:
+    def __init__(
+        self, cost: CostConfig | None = None, budget_tokens: int | None = None, budget_usd: float | None = None
+    ) -> None:
         if budget_tokens is not None and budget_tokens <= 0:
             raise ValueError(f"budget_tokens must be positive, got {budget_tokens}")
         if budget_usd is not None and budget_usd <= 0:
@@ -145,9 +157,15 @@ class UsageLedger:
         stages = {}
         for name in sorted(self.stages, key=lambda s: (STAGES.index(s) if s in STAGES else len(STAGES), s)):
             u = self.stages[name]
-            row: dict[str, Any] = {"model": u.model_id, "calls": u.calls, "prompt_tokens": u.prompt_tokens,
-                                   "completion_tokens": u.completion_tokens, "cache_hits": u.cache_hits,
-                                   "gpu_seconds": round(u.gpu_seconds, 3), "usd": round(self.prices.usd(u), 6)}
+            row: dict[str, Any] = {
+                "model": u.model_id,
+                "calls": u.calls,
+                "prompt_tokens": u.prompt_tokens,
+                "completion_tokens": u.completion_tokens,
+                "cache_hits": u.cache_hits,
+                "gpu_seconds": round(u.gpu_seconds, 3),
+                "usd": round(self.prices.usd(u), 6),
+            }
             if name == "embedding":
                 row.update(texts=u.texts, embedding_tokens=u.embedding_tokens)
             stages[name] = row
@@ -161,16 +179,32 @@ class UsageLedger:
             "completion_tokens": sum(u.completion_tokens for u in llm),
             "embedding_tokens": sum(u.embedding_tokens for u in self.stages.values()),
             "usd": round(self.usd(), 6),
-            "unpriced_models": sorted({u.model_id for u in self.stages.values()
-                                       if u.model_id and not self.prices.priced(u.model_id)}),
-            "budget": {"tokens": self.budget_tokens, "usd": self.budget_usd, "reached": self.exhausted(),
-                       "batches_not_started": self.skipped_batches},
+            "unpriced_models": sorted(
+                {u.model_id for u in self.stages.values() if u.model_id and not self.prices.priced(u.model_id)}
+            ),
+            "budget": {
+                "tokens": self.budget_tokens,
+                "usd": self.budget_usd,
+                "reached": self.exhausted(),
+                "batches_not_started": self.skipped_batches,
+            },
         }
 
 
-def estimate_run(sample: Mapping[str, Any], sample_chunks: int, pending_chunks: int, *, seconds_per_chunk: float,
-                 actors: int, embed_texts: int, embed_tokens: int, prices: PriceBook, llm_model: str,
-                 embedding_model: str, gpus_per_actor: float) -> dict[str, Any]:
+def estimate_run(
+    sample: Mapping[str, Any],
+    sample_chunks: int,
+    pending_chunks: int,
+    *,
+    seconds_per_chunk: float,
+    actors: int,
+    embed_texts: int,
+    embed_tokens: int,
+    prices: PriceBook,
+    llm_model: str,
+    embedding_model: str,
+    gpus_per_actor: float,
+) -> dict[str, Any]:
     """Scale what ``sample_chunks`` chunks cost (``sample``: :meth:`UsageLedger.totals`) to ``pending_chunks``.
 
     Extraction, gleaning and judge scale with the chunks; the summaries of long merged descriptions depend on the
@@ -182,18 +216,28 @@ def estimate_run(sample: Mapping[str, Any], sample_chunks: int, pending_chunks: 
         row = sample.get("stages", {}).get(name)
         if not row:
             continue
-        est = StageUsage(model_id=llm_model, calls=round(row["calls"] * factor),
-                         prompt_tokens=round(row["prompt_tokens"] * factor),
-                         completion_tokens=round(row["completion_tokens"] * factor))
+        est = StageUsage(
+            model_id=llm_model,
+            calls=round(row["calls"] * factor),
+            prompt_tokens=round(row["prompt_tokens"] * factor),
+            completion_tokens=round(row["completion_tokens"] * factor),
+        )
         stages[name] = est
     seconds = seconds_per_chunk * pending_chunks / max(1, actors)
     total_tokens = sum(u.llm_tokens for u in stages.values())
     for u in stages.values():
         u.gpu_seconds = seconds * gpus_per_actor * actors * (u.llm_tokens / total_tokens if total_tokens else 0)
     stages["embedding"] = StageUsage(model_id=embedding_model, texts=embed_texts, embedding_tokens=embed_tokens)
-    out_stages = {name: {"calls": u.calls, "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
-                         **({"texts": u.texts, "embedding_tokens": u.embedding_tokens} if name == "embedding" else {}),
-                         "usd": round(prices.usd(u), 6)} for name, u in stages.items()}
+    out_stages = {
+        name: {
+            "calls": u.calls,
+            "prompt_tokens": u.prompt_tokens,
+            "completion_tokens": u.completion_tokens,
+            **({"texts": u.texts, "embedding_tokens": u.embedding_tokens} if name == "embedding" else {}),
+            "usd": round(prices.usd(u), 6),
+        }
+        for name, u in stages.items()
+    }
     return {
         "sample_chunks": sample_chunks,
         "chunks_to_extract": pending_chunks,

@@ -127,7 +127,8 @@ class WriteSeam:
         if free is not None and free < needed:
             raise OutputFullError(
                 f"not enough space at {folder} to write {what}: it needs about {_mb(needed)}, {_mb(free)} are free; "
-                f"{self._advice()}")
+                f"{self._advice()}"
+            )
 
     @contextmanager
     def writing(self, what: str, path: str, discard: str | None = None) -> Iterator[None]:
@@ -146,16 +147,17 @@ class WriteSeam:
                 free = "" if self.free_at_start is None else f", {_mb(self.free_at_start)} were free when it began"
                 raise OutputFullError(
                     f"no space left on the disk of {where} while writing {what}: this generation needs about "
-                    f"{_mb(self.needed_bytes)}{free}; {self._advice()}") from exc
+                    f"{_mb(self.needed_bytes)}{free}; {self._advice()}"
+                ) from exc
             raise OutputReadOnlyError(
                 f"the output turned read-only: writing {what} to {where} failed "
                 f"({getattr(exc, 'strerror', None) or 'read-only'}); make {self.output} writable, then "
-                f"{self._rerun()}") from exc
+                f"{self._rerun()}"
+            ) from exc
 
     def _advice(self) -> str:
         return f"free space there (or choose another --output), then {self._rerun()}"
 
     @staticmethod
     def _rerun() -> str:
-        return ("run the same command again: the previous generation is still served and the staged work is "
-                "reused")
+        return "run the same command again: the previous generation is still served and the staged work is reused"

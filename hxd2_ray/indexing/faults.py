@@ -64,8 +64,11 @@ def crash_point(point: str) -> None:
         return
     driver_pid = int(os.environ.get(DRIVER_PID_ENV) or os.getpid())
     if point.startswith("driver:") and driver_pid != os.getpid():
-        print(f"[hxd2 fault injection] pid {os.getpid()} kills the driver (pid {driver_pid}) at {point}",
-              file=sys.stderr, flush=True)
+        print(
+            f"[hxd2 fault injection] pid {os.getpid()} kills the driver (pid {driver_pid}) at {point}",
+            file=sys.stderr,
+            flush=True,
+        )
         os.kill(driver_pid, signal.SIGKILL)
         return
     print(f"[hxd2 fault injection] pid {os.getpid()} dies at {point}", file=sys.stderr, flush=True)
@@ -94,8 +97,10 @@ def disk_fault(point: str, path: str) -> None:
     armed = dict(item.strip().split(":", 1) for item in spec.split(",") if ":" in item)
     bad = {p: k for p, k in armed.items() if p not in DISK_FAULT_POINTS or k not in DISK_FAULT_ERRNOS}
     if bad or not armed:
-        raise ValueError(f"{DISK_FAULT_ENV}={spec!r}: use POINT:KIND with POINT one of {', '.join(DISK_FAULT_POINTS)} "
-                         f"and KIND one of {', '.join(DISK_FAULT_ERRNOS)}")
+        raise ValueError(
+            f"{DISK_FAULT_ENV}={spec!r}: use POINT:KIND with POINT one of {', '.join(DISK_FAULT_POINTS)} "
+            f"and KIND one of {', '.join(DISK_FAULT_ERRNOS)}"
+        )
     if point not in armed or point in _disk_faults_fired:
         return
     _disk_faults_fired.add(point)

@@ -72,10 +72,22 @@ def history(current: IndexManifest | None, new_id: str, kind: str, change: Mappi
     """The manifest's generation history with the new generation appended (oldest dropped past a limit)."""
     past = list(current.generations) if current is not None else []
     if current is not None and not past:
-        past = [{"id": current.generation, "parent": current.parent_generation, "created_at": current.created_at,
-                 "kind": "build", "change": {}}]
-    entry = {"id": new_id, "parent": current.generation if current is not None else "", "created_at": utc_now_iso(),
-             "kind": kind, "change": dict(change)}
+        past = [
+            {
+                "id": current.generation,
+                "parent": current.parent_generation,
+                "created_at": current.created_at,
+                "kind": "build",
+                "change": {},
+            }
+        ]
+    entry = {
+        "id": new_id,
+        "parent": current.generation if current is not None else "",
+        "created_at": utc_now_iso(),
+        "kind": kind,
+        "change": dict(change),
+    }
     return (past + [entry])[-HISTORY_LIMIT:]
 
 
@@ -108,8 +120,10 @@ def write_state(folder: str, state: CorpusState) -> None:
     os.makedirs(target, exist_ok=True)
     for name, schema in STATE_SCHEMAS.items():
         table = state.table(name)
-        pq.write_table(table.select(schema.names).cast(schema) if table.num_rows else schema.empty_table(),
-                       os.path.join(target, f"{name}.parquet"))
+        pq.write_table(
+            table.select(schema.names).cast(schema) if table.num_rows else schema.empty_table(),
+            os.path.join(target, f"{name}.parquet"),
+        )
 
 
 def read_state(fs: pafs.FileSystem, root: str, manifest: IndexManifest) -> CorpusState:
@@ -124,7 +138,8 @@ def read_state(fs: pafs.FileSystem, root: str, manifest: IndexManifest) -> Corpu
             except (OSError, pa.ArrowInvalid) as exc:
                 raise IndexNotFoundError(
                     f"generation {manifest.generation} of {root} lacks its table {name} ({exc}); the index cannot "
-                    "be changed incrementally: rebuild it with --overwrite") from None
+                    "be changed incrementally: rebuild it with --overwrite"
+                ) from None
         return CorpusState(**read)
     return _legacy_state(fs, root)
 
@@ -134,12 +149,18 @@ def _legacy_state(fs: pafs.FileSystem, root: str) -> CorpusState:
     for name in ("documents", "chunks", "quarantine", "entities", "relations"):
         folder = posixpath.join(root, "_staging", name)
         infos = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-        files = sorted(i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet")
-                       and not posixpath.basename(i.path).startswith("."))
+        files = sorted(
+            i.path
+            for i in infos
+            if i.type == pafs.FileType.File
+            and i.path.endswith(".parquet")
+            and not posixpath.basename(i.path).startswith(".")
+        )
         if not files and name != "quarantine":
             raise IndexNotFoundError(
                 f"{root} was built before index generations and its build's staging ({folder}) is gone; it cannot be "
-                "changed incrementally: rebuild it with --overwrite")
+                "changed incrementally: rebuild it with --overwrite"
+            )
         schema = STATE_SCHEMAS[name]
         parts = [pq.read_table(f, filesystem=fs, schema=schema) for f in files]
         staged[name] = pa.concat_tables(parts) if parts else schema.empty_table()
@@ -148,9 +169,15 @@ def _legacy_state(fs: pafs.FileSystem, root: str) -> CorpusState:
     for name in ("entities", "relations"):
         col = staged[name].column("source_chunk_ids")
         provenance.update(pc.list_flatten(col).to_pylist() if staged[name].num_rows else [])
-    return CorpusState(sources=sources, documents=derive_documents(sources), chunks=staged["chunks"],
-                       quarantine=staged["quarantine"], entities=staged["entities"], relations=staged["relations"],
-                       merged_chunks=pa.table({"chunk_id": sorted(provenance)}, schema=tables.MERGED_CHUNKS))
+    return CorpusState(
+        sources=sources,
+        documents=derive_documents(sources),
+        chunks=staged["chunks"],
+        quarantine=staged["quarantine"],
+        entities=staged["entities"],
+        relations=staged["relations"],
+        merged_chunks=pa.table({"chunk_id": sorted(provenance)}, schema=tables.MERGED_CHUNKS),
+    )
 
 
 # --------------------------------------------------------------------------------------------- publishing
@@ -174,8 +201,9 @@ def publish(fs: pafs.FileSystem, root: str, build_dir: str, generation: str) -> 
     return target
 
 
-def prune(fs: pafs.FileSystem, root: str, manifest: IndexManifest, keep: int,
-          held: set[str] | None = None) -> list[str]:
+def prune(
+    fs: pafs.FileSystem, root: str, manifest: IndexManifest, keep: int, held: set[str] | None = None
+) -> list[str]:
     """Remove the generations older than the ``keep`` newest of the manifest's history (the current one is always
     kept), the flat-layout files once they fall out of that window, and folders of changes that never became
     current; never a generation a live reader holds a lease on (``held``; default: the leases under ``root``,
@@ -184,7 +212,7 @@ def prune(fs: pafs.FileSystem, root: str, manifest: IndexManifest, keep: int,
     if manifest.generation not in order:
         order.append(manifest.generation)
     pos = order.index(manifest.generation)
-    kept = set(order[max(0, pos - keep + 1): pos + 1])
+    kept = set(order[max(0, pos - keep + 1) : pos + 1])
     kept |= held_generations(fs, root) if held is None else held
     removed = []
     folder = posixpath.join(root, GENERATIONS_DIR)
@@ -204,4 +232,3 @@ def prune(fs: pafs.FileSystem, root: str, manifest: IndexManifest, keep: int,
                 fs.delete_file(path)
                 removed.append(name)
     return removed
-

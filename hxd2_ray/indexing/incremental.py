@@ -77,8 +77,17 @@ def relation_mentions(row: dict[str, Any], cfg: ExtractionConfig) -> Iterable[tu
     for rel in row["relations"] or ():
         a, b = relation_pair_key(rel["source"], rel["target"], cfg)
         if a and b and a != b:
-            yield (a, b), RelationMention(rel["source"], rel["target"], rel["description"],
-                                          tuple(rel["keywords"] or ()), rel["strength"], row["chunk_id"])
+            yield (
+                (a, b),
+                RelationMention(
+                    rel["source"],
+                    rel["target"],
+                    rel["description"],
+                    tuple(rel["keywords"] or ()),
+                    rel["strength"],
+                    row["chunk_id"],
+                ),
+            )
 
 
 def _touching(table: pa.Table, removed: set[str]) -> list[int]:
@@ -104,13 +113,21 @@ class Remerged:
     stats: dict[str, int] = field(default_factory=dict)
 
 
-def remerge(entities: pa.Table, relations: pa.Table, removed: set[str], added: set[str],
-            extractions: ExtractionIndex, cfg: ExtractionConfig, count_tokens: TokenCounter) -> Remerged:
+def remerge(
+    entities: pa.Table,
+    relations: pa.Table,
+    removed: set[str],
+    added: set[str],
+    extractions: ExtractionIndex,
+    cfg: ExtractionConfig,
+    count_tokens: TokenCounter,
+) -> Remerged:
     """Recompute every entity and relation that ``removed`` / ``added`` chunks can change (see the module doc)."""
     ent_keys = entities.column("key").to_pylist()
     ent_prov = entities.column("source_chunk_ids")
-    rel_pairs = list(zip(relations.column("source_key").to_pylist(), relations.column("target_key").to_pylist(),
-                         strict=True))
+    rel_pairs = list(
+        zip(relations.column("source_key").to_pylist(), relations.column("target_key").to_pylist(), strict=True)
+    )
     rel_prov = relations.column("source_chunk_ids")
 
     added_rows = extractions.rows(added)
@@ -150,15 +167,15 @@ def remerge(entities: pa.Table, relations: pa.Table, removed: set[str], added: s
             if key in affected_keys:
                 by_key[key].append(em)
     read |= ent_chunks
-    new_entities: list[MergedEntity] = [merge_entity_mentions(k, by_key[k], cfg, count_tokens)
-                                        for k in sorted(by_key)]
+    new_entities: list[MergedEntity] = [merge_entity_mentions(k, by_key[k], cfg, count_tokens) for k in sorted(by_key)]
 
     # Affected keys without an entity mention: endpoint-only entities if a relation of the new corpus names them.
     orphans = affected_keys - set(by_key)
     if orphans:
         incident: set[str] = set()
-        kept_rel = [i for i, p in enumerate(rel_pairs)
-                    if p not in affected_pairs and (p[0] in orphans or p[1] in orphans)]
+        kept_rel = [
+            i for i, p in enumerate(rel_pairs) if p not in affected_pairs and (p[0] in orphans or p[1] in orphans)
+        ]
         incident |= old_chunks(kept_rel, rel_prov)
         for r in new_relations:
             if r.source_key in orphans or r.target_key in orphans:
@@ -178,15 +195,24 @@ def remerge(entities: pa.Table, relations: pa.Table, removed: set[str], added: s
         entity_keys=frozenset(affected_keys),
         relation_pairs=frozenset(affected_pairs),
         chunks_read=len(read),
-        stats={"entities_affected": len(affected_keys), "relations_affected": len(affected_pairs),
-               "entities_recomputed": len(new_entities), "relations_recomputed": len(new_relations),
-               "entities_removed": len(affected_keys) - len(new_entities),
-               "relations_removed": len(affected_pairs) - len(new_relations)},
+        stats={
+            "entities_affected": len(affected_keys),
+            "relations_affected": len(affected_pairs),
+            "entities_recomputed": len(new_entities),
+            "relations_recomputed": len(new_relations),
+            "entities_removed": len(affected_keys) - len(new_entities),
+            "relations_removed": len(affected_pairs) - len(new_relations),
+        },
     )
 
 
-def apply(entities: pa.Table, relations: pa.Table, remerged: Remerged, summarized_entities: pa.Table,
-          summarized_relations: pa.Table) -> tuple[pa.Table, pa.Table]:
+def apply(
+    entities: pa.Table,
+    relations: pa.Table,
+    remerged: Remerged,
+    summarized_entities: pa.Table,
+    summarized_relations: pa.Table,
+) -> tuple[pa.Table, pa.Table]:
     """The new entity and relation tables: untouched rows as they were, affected ones replaced (their summaries
     done by the caller: ``summarized_*`` are the ``remerged`` rows with final descriptions), sorted like a build's."""
     affected = pa.array(sorted(remerged.entity_keys), pa.string())
@@ -194,20 +220,29 @@ def apply(entities: pa.Table, relations: pa.Table, remerged: Remerged, summarize
     pair_ids = pc.binary_join_element_wise(relations.column("source_key"), relations.column("target_key"), "\x1f")
     gone = pa.array(sorted(f"{a}\x1f{b}" for a, b in remerged.relation_pairs), pa.string())
     keep_r = pc.invert(pc.is_in(pair_ids, value_set=gone))
-    ents = pa.concat_tables([_conform(entities.filter(keep_e), tables.ENTITIES),
-                             _conform(summarized_entities, tables.ENTITIES)]).sort_by("key")
-    rels = pa.concat_tables([_conform(relations.filter(keep_r), tables.RELATIONS),
-                             _conform(summarized_relations, tables.RELATIONS)]).sort_by(
-        [("source_key", "ascending"), ("target_key", "ascending")])
+    ents = pa.concat_tables(
+        [_conform(entities.filter(keep_e), tables.ENTITIES), _conform(summarized_entities, tables.ENTITIES)]
+    ).sort_by("key")
+    rels = pa.concat_tables(
+        [_conform(relations.filter(keep_r), tables.RELATIONS), _conform(summarized_relations, tables.RELATIONS)]
+    ).sort_by([("source_key", "ascending"), ("target_key", "ascending")])
     return ents, rels
 
 
 def changed_entity_keys(old: pa.Table, new: pa.Table, remerged: Remerged) -> set[str]:
     """Affected keys whose row differs (or appeared, or went): what derived per-entity data must be redone for."""
-    before = {r["key"]: r for r in old.filter(pc.is_in(old.column("key"), value_set=pa.array(
-        sorted(remerged.entity_keys), pa.string()))).to_pylist()}
-    after = {r["key"]: r for r in new.filter(pc.is_in(new.column("key"), value_set=pa.array(
-        sorted(remerged.entity_keys), pa.string()))).to_pylist()}
+    before = {
+        r["key"]: r
+        for r in old.filter(
+            pc.is_in(old.column("key"), value_set=pa.array(sorted(remerged.entity_keys), pa.string()))
+        ).to_pylist()
+    }
+    after = {
+        r["key"]: r
+        for r in new.filter(
+            pc.is_in(new.column("key"), value_set=pa.array(sorted(remerged.entity_keys), pa.string()))
+        ).to_pylist()
+    }
     return {k for k in remerged.entity_keys if before.get(k) != after.get(k)}
 
 
@@ -219,15 +254,37 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def _entities_table(entities: list[MergedEntity]) -> pa.Table:
     return pa.Table.from_pylist(
-        [{"key": e.key, "name": e.name, "type": e.type, "description": e.description,
-          "source_chunk_ids": list(e.source_chunk_ids), "mention_count": e.mention_count,
-          "name_truncated": e.name_truncated, "needs_summary": e.needs_summary} for e in entities],
-        schema=MERGED_ENTITIES)
+        [
+            {
+                "key": e.key,
+                "name": e.name,
+                "type": e.type,
+                "description": e.description,
+                "source_chunk_ids": list(e.source_chunk_ids),
+                "mention_count": e.mention_count,
+                "name_truncated": e.name_truncated,
+                "needs_summary": e.needs_summary,
+            }
+            for e in entities
+        ],
+        schema=MERGED_ENTITIES,
+    )
 
 
 def _relations_table(relations: list[MergedRelation]) -> pa.Table:
     return pa.Table.from_pylist(
-        [{"source_key": r.source_key, "target_key": r.target_key, "description": r.description,
-          "keywords": list(r.keywords), "weight": r.weight, "source_chunk_ids": list(r.source_chunk_ids),
-          "mention_count": r.mention_count, "needs_summary": r.needs_summary} for r in relations],
-        schema=MERGED_RELATIONS)
+        [
+            {
+                "source_key": r.source_key,
+                "target_key": r.target_key,
+                "description": r.description,
+                "keywords": list(r.keywords),
+                "weight": r.weight,
+                "source_chunk_ids": list(r.source_chunk_ids),
+                "mention_count": r.mention_count,
+                "needs_summary": r.needs_summary,
+            }
+            for r in relations
+        ],
+        schema=MERGED_RELATIONS,
+    )

@@ -105,7 +105,7 @@ def embed_texts(
     n_batches = (len(texts) + batch_size - 1) // batch_size
     started = time.perf_counter()
     for b in range(n_batches):
-        idx = order[b * batch_size:(b + 1) * batch_size]
+        idx = order[b * batch_size : (b + 1) * batch_size]
         batch = [texts[i] for i in idx]
         for attempt in range(max_retries + 1):
             try:
@@ -115,8 +115,10 @@ def embed_texts(
                 break
             except Exception as exc:
                 if attempt == max_retries:
-                    raise HxdError(f"embedding batch {b + 1}/{n_batches} failed after {max_retries + 1} "
-                                   f"attempts: {type(exc).__name__}: {exc}") from exc
+                    raise HxdError(
+                        f"embedding batch {b + 1}/{n_batches} failed after {max_retries + 1} "
+                        f"attempts: {type(exc).__name__}: {exc}"
+                    ) from exc
         out[idx] = vectors
         counter.add(done=len(batch))
         done = b + 1
@@ -125,8 +127,10 @@ def embed_texts(
             elapsed = time.perf_counter() - started
             rate = n / elapsed if elapsed > 0 else float("inf")
             eta = (len(texts) - n) / rate if rate > 0 else 0.0
-            progress(f"embedded {n:,}/{len(texts):,} texts (batch {done}/{n_batches}, {rate:,.0f} texts/s, "
-                     f"{elapsed:,.0f}s elapsed, ~{eta:,.0f}s left)")
+            progress(
+                f"embedded {n:,}/{len(texts):,} texts (batch {done}/{n_batches}, {rate:,.0f} texts/s, "
+                f"{elapsed:,.0f}s elapsed, ~{eta:,.0f}s left)"
+            )
     return out
 
 
@@ -136,11 +140,15 @@ def _check_output(output: Path, overwrite: bool) -> None:
     if not output.is_dir() or overwrite:
         return
     if (output / "manifest.json").exists():
-        raise HxdError(f"{output} already holds an index (manifest.json present); pass --overwrite to replace it "
-                       "or choose another --output")
+        raise HxdError(
+            f"{output} already holds an index (manifest.json present); pass --overwrite to replace it "
+            "or choose another --output"
+        )
     if any(output.iterdir()):
-        raise HxdError(f"{output} exists and is not empty (no manifest.json: a partial or unrelated folder); "
-                       "pass --overwrite to replace it or choose another --output")
+        raise HxdError(
+            f"{output} exists and is not empty (no manifest.json: a partial or unrelated folder); "
+            "pass --overwrite to replace it or choose another --output"
+        )
 
 
 def _swap_into_place(build_dir: Path, output: Path) -> None:
@@ -210,8 +218,10 @@ def build_kb_index(
     seconds["read"] = round(time.perf_counter() - t0, 3)
     board.add("read", done=len(triples), malformed=len(malformed))
     board.end("read", f"{entities.num_rows:,} entities, {relations.num_rows:,} edges")
-    say(f"read {len(triples):,} triples ({len(malformed):,} malformed lines skipped) -> "
-        f"{entities.num_rows:,} entities, {relations.num_rows:,} edges in {seconds['read']:.1f}s")
+    say(
+        f"read {len(triples):,} triples ({len(malformed):,} malformed lines skipped) -> "
+        f"{entities.num_rows:,} entities, {relations.num_rows:,} edges in {seconds['read']:.1f}s"
+    )
     if entities.num_rows == 0:
         raise HxdError(f"no usable triple in {triples_path} ({len(malformed)} malformed lines); no index written")
     edge_facts = int(pc.sum(relations.column("mention_count")).as_py() or 0)
@@ -221,15 +231,24 @@ def build_kb_index(
     inputs = embedding_inputs(entities, relations, empty_chunks())
     all_texts = inputs.column("text").to_pylist()
     position: dict[str, int] = {}
-    row_of = np.fromiter((position.setdefault(t, len(position)) for t in all_texts), dtype=np.int64,
-                         count=len(all_texts))
+    row_of = np.fromiter(
+        (position.setdefault(t, len(position)) for t in all_texts), dtype=np.int64, count=len(all_texts)
+    )
     distinct = list(position)
     del position
-    say(f"embedding {len(distinct):,} distinct texts for {len(all_texts):,} vectors "
-        f"({embedding_model_id(cfg.embedding)}, dim {cfg.embedding.dim})")
+    say(
+        f"embedding {len(distinct):,} distinct texts for {len(all_texts):,} vectors "
+        f"({embedding_model_id(cfg.embedding)}, dim {cfg.embedding.dim})"
+    )
     board.begin("embed", total=len(distinct), unit="texts")
-    vectors = embed_texts(embedder, distinct, batch_size=batch_size, log_every=log_every, progress=progress,
-                          counter=BoardCounter(board, "embed"))
+    vectors = embed_texts(
+        embedder,
+        distinct,
+        batch_size=batch_size,
+        log_every=log_every,
+        progress=progress,
+        counter=BoardCounter(board, "embed"),
+    )
     seconds["embed"] = round(time.perf_counter() - t0, 3)
     board.end("embed", f"for {len(all_texts):,} vectors")
 
@@ -267,15 +286,14 @@ def build_kb_index(
 
         t0 = time.perf_counter()
         board.begin("graph")
-        counts = load_graph(build_dir / "graph.kuzu", empty_documents(), empty_chunks(), entities, relations,
-                            synonyms=synonyms)
+        counts = load_graph(
+            build_dir / "graph.kuzu", empty_documents(), empty_chunks(), entities, relations, synonyms=synonyms
+        )
         board.end("graph", f"{counts['entities']:,} entities, {counts['relations']:,} edges")
         seconds["graph"] = round(time.perf_counter() - t0, 3)
-        say(f"graph loaded: {counts['entities']:,} entities, {counts['relations']:,} edges "
-            f"in {seconds['graph']:.1f}s")
+        say(f"graph loaded: {counts['entities']:,} entities, {counts['relations']:,} edges in {seconds['graph']:.1f}s")
         # A KB has no chunks: its questions are made from the edge descriptions ("S --rel--> O").
-        refusal = calibrate_build(build_dir, cfg, relations.column("description"), embedder=embedder,
-                                  progress=progress)
+        refusal = calibrate_build(build_dir, cfg, relations.column("description"), embedder=embedder, progress=progress)
 
         fingerprint = kb_fingerprint(cfg, digest, limit_entities)
         summary: dict[str, Any] = {
@@ -306,8 +324,9 @@ def build_kb_index(
             "seconds_per_stage": seconds,
         }
         summary["seconds_total"] = round(time.perf_counter() - started, 3)
-        (build_dir / "index_summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n",
-                                                      encoding="utf-8")
+        (build_dir / "index_summary.json").write_text(
+            json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         manifest = IndexManifest.create(
             fingerprint=fingerprint,
             prompt_version=KB_PROMPT_VERSION,

@@ -48,8 +48,9 @@ class Lease:
     path: str
 
     def renew(self) -> None:
-        body = json.dumps({"generation": self.generation, "host": socket.gethostname(), "pid": os.getpid(),
-                           "renewed_at": time.time()}).encode()
+        body = json.dumps(
+            {"generation": self.generation, "host": socket.gethostname(), "pid": os.getpid(), "renewed_at": time.time()}
+        ).encode()
         with self.fs.open_output_stream(self.path) as out:
             out.write(body)
 
@@ -70,8 +71,9 @@ def take_lease(fs: pafs.FileSystem, root: str, generation: str) -> Lease:
     return lease
 
 
-def held_generations(fs: pafs.FileSystem, root: str, ttl_s: float = TTL_S,
-                     now: Callable[[], float] = time.time) -> set[str]:
+def held_generations(
+    fs: pafs.FileSystem, root: str, ttl_s: float = TTL_S, now: Callable[[], float] = time.time
+) -> set[str]:
     """The generations some reader holds a fresh lease on; stale leases (dead readers) are removed on the way."""
     folder = posixpath.join(root, LEASES_DIR)
     held: set[str] = set()
@@ -107,8 +109,12 @@ class LeaseKeeper:
         try:
             lease = take_lease(fs, root, generation)
         except OSError as exc:
-            log.warning("no reader lease on %s generation %s (%s): a change published meanwhile may prune it",
-                        root, generation or FLAT, exc)
+            log.warning(
+                "no reader lease on %s generation %s (%s): a change published meanwhile may prune it",
+                root,
+                generation or FLAT,
+                exc,
+            )
             return None
         with self._lock:
             self._leases.add(lease)

@@ -195,11 +195,10 @@ def read_manifest(path: str | os.PathLike[str], filesystem: pafs.FileSystem | No
         folder = os.path.dirname(where) if fs is None else posixpath.dirname(where)
         local = fs is None or isinstance(fs, pafs.LocalFileSystem)  # object stores have no folders to check
         if local and not os.path.isdir(folder):
-            raise IndexNotFoundError(f"no index at {folder}: the folder does not exist (the index is missing or "
-                                     "was never completed)") from None
-        raise IndexNotFoundError(
-            f"no manifest.json at {where}: the index is missing or was never completed"
-        ) from None
+            raise IndexNotFoundError(
+                f"no index at {folder}: the folder does not exist (the index is missing or was never completed)"
+            ) from None
+        raise IndexNotFoundError(f"no manifest.json at {where}: the index is missing or was never completed") from None
     except OSError as exc:
         # pyarrow reports a missing S3 key as OSError ("Path does not exist").
         if "does not exist" in str(exc) or "NoSuchKey" in str(exc) or "not found" in str(exc).lower():
@@ -267,8 +266,14 @@ class FileDamage:
     problem: str
 
 
-def find_damage(root: str | os.PathLike[str], manifest: IndexManifest, *, checksums: bool = False,
-                filesystem: pafs.FileSystem | None = None, only: tuple[str, ...] | None = None) -> list[FileDamage]:
+def find_damage(
+    root: str | os.PathLike[str],
+    manifest: IndexManifest,
+    *,
+    checksums: bool = False,
+    filesystem: pafs.FileSystem | None = None,
+    only: tuple[str, ...] | None = None,
+) -> list[FileDamage]:
     """Files whose presence, size (always) or sha256 (with ``checksums``) differ from the manifest's record.
 
     ``root`` is the index root; the files are those of the manifest's current generation. ``only``: check just the
@@ -285,22 +290,39 @@ def find_damage(root: str | os.PathLike[str], manifest: IndexManifest, *, checks
         if info.type != pafs.FileType.File:
             damage.append(FileDamage(name, f"{name} is missing"))
         elif info.size != want.get("size"):
-            damage.append(FileDamage(name, f"{name} has {info.size} bytes, the manifest recorded {want.get('size')}"
-                                           + (" (truncated)" if (info.size or 0) < (want.get("size") or 0) else "")))
+            damage.append(
+                FileDamage(
+                    name,
+                    f"{name} has {info.size} bytes, the manifest recorded {want.get('size')}"
+                    + (" (truncated)" if (info.size or 0) < (want.get("size") or 0) else ""),
+                )
+            )
         elif checksums and want.get("sha256"):
             with fs.open_input_stream(info.path) as fh:
                 got = _sha256(fh)
             if got != want["sha256"]:
-                damage.append(FileDamage(name, f"{name} has sha256 {got[:16]}…, the manifest recorded "
-                                               f"{str(want['sha256'])[:16]}…"))
+                damage.append(
+                    FileDamage(
+                        name, f"{name} has sha256 {got[:16]}…, the manifest recorded {str(want['sha256'])[:16]}…"
+                    )
+                )
     return damage
 
 
-def check_files(root: str | os.PathLike[str], manifest: IndexManifest, *, location: str, checksums: bool = False,
-                filesystem: pafs.FileSystem | None = None, only: tuple[str, ...] | None = None) -> None:
+def check_files(
+    root: str | os.PathLike[str],
+    manifest: IndexManifest,
+    *,
+    location: str,
+    checksums: bool = False,
+    filesystem: pafs.FileSystem | None = None,
+    only: tuple[str, ...] | None = None,
+) -> None:
     """Raise :class:`IndexDamagedError` naming the damaged files (sizes always; sha256 with ``checksums``)."""
     damage = find_damage(root, manifest, checksums=checksums, filesystem=filesystem, only=only)
     if damage:
         more = f" (and {len(damage) - 1} more damaged files)" if len(damage) > 1 else ""
-        raise IndexDamagedError(f"index at {location} is damaged: {damage[0].problem}{more}; rebuild the index or "
-                                f"copy it again whole (hxd2 index verify --index {location} lists every file)")
+        raise IndexDamagedError(
+            f"index at {location} is damaged: {damage[0].problem}{more}; rebuild the index or "
+            f"copy it again whole (hxd2 index verify --index {location} lists every file)"
+        )

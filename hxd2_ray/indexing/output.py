@@ -53,8 +53,10 @@ def _open_local(path: str, uri: str) -> None:
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
         where = "" if existing == path else f" ({existing}, on its path)"
-        raise OutputError(f"the output {uri} cannot be a folder: {existing if where else 'it'} is a file{where}; "
-                          "choose another --output")
+        raise OutputError(
+            f"the output {uri} cannot be a folder: {existing if where else 'it'} is a file{where}; "
+            "choose another --output"
+        )
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
@@ -93,12 +95,14 @@ def check_input_outside(input_uri: str, output_uri: str, s3: S3Config) -> None:
         return
     glob_at = GLOB_CHARS.search(in_path)
     if glob_at:
-        in_path = in_path[:glob_at.start()].rsplit("/", 1)[0] or "/"
+        in_path = in_path[: glob_at.start()].rsplit("/", 1)[0] or "/"
     if isinstance(in_fs, pafs.LocalFileSystem):
         in_path, out_path = os.path.realpath(in_path), os.path.realpath(out_path)
     if _same_or_inside(in_path, out_path):
-        raise OutputError(f"--overwrite would delete the input {input_uri}, which is inside the output folder "
-                          f"{output_uri}; choose an output outside the input")
+        raise OutputError(
+            f"--overwrite would delete the input {input_uri}, which is inside the output folder "
+            f"{output_uri}; choose an output outside the input"
+        )
 
 
 def clear_output(fs: pafs.FileSystem, root: str, keep: tuple[str, ...] = (LOCK_NAME,)) -> None:
@@ -145,9 +149,16 @@ class BuildOutput:
 
 
 @contextmanager
-def build_output(uri: str, s3: S3Config, *, overwrite: bool = False, input_uri: str | None = None,
-                 command: str = "", keep_on_overwrite: tuple[str, ...] = (),
-                 **lock_options: Any) -> Iterator[BuildOutput]:
+def build_output(
+    uri: str,
+    s3: S3Config,
+    *,
+    overwrite: bool = False,
+    input_uri: str | None = None,
+    command: str = "",
+    keep_on_overwrite: tuple[str, ...] = (),
+    **lock_options: Any,
+) -> Iterator[BuildOutput]:
     """Open ``uri`` for an index build: checked, created, locked (released on exit), emptied with ``overwrite``
     (but for ``keep_on_overwrite``: the run's own open log folder) and swept of a killed build's leftovers."""
     if overwrite and input_uri is not None:

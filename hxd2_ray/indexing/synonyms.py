@@ -41,13 +41,15 @@ Progress = Callable[[str], None]
 
 def _grams(key: str) -> set[str]:
     n = 3 if len(key) >= 3 else 2
-    return {key[i:i + n] for i in range(max(1, len(key) - n + 1))}
+    return {key[i : i + n] for i in range(max(1, len(key) - n + 1))}
 
 
 def share_text(a: str, b: str) -> bool:
     """Whether two entity keys share a character trigram (a bigram when either is shorter than 3 characters)."""
     if min(len(a), len(b)) < 3:
-        return bool({a[i:i + 2] for i in range(max(1, len(a) - 1))} & {b[i:i + 2] for i in range(max(1, len(b) - 1))})
+        return bool(
+            {a[i : i + 2] for i in range(max(1, len(a) - 1))} & {b[i : i + 2] for i in range(max(1, len(b) - 1))}
+        )
     return bool(_grams(a) & _grams(b))
 
 
@@ -71,8 +73,8 @@ def synonym_edges(
     started = last = time.perf_counter()
     vectors = np.asarray(vectors, dtype=np.float32)
     for start in range(0, len(keys), cfg.batch_size):
-        batch_keys = keys[start:start + cfg.batch_size]
-        hits = family.search(vectors[start:start + cfg.batch_size], k)
+        batch_keys = keys[start : start + cfg.batch_size]
+        hits = family.search(vectors[start : start + cfg.batch_size], k)
         for key, row in zip(batch_keys, hits):
             for other, score in row:
                 if score < threshold:
@@ -87,9 +89,13 @@ def synonym_edges(
         now = time.perf_counter()
         if progress is not None and now - last >= log_every_s:
             done = min(start + cfg.batch_size, len(keys))
-            progress(f"synonym edges: searched {done:,}/{len(keys):,} entity names, {len(best):,} pairs so far "
-                     f"({now - started:,.0f}s)")
+            progress(
+                f"synonym edges: searched {done:,}/{len(keys):,} entity names, {len(best):,} pairs so far "
+                f"({now - started:,.0f}s)"
+            )
             last = now
     pairs = sorted(best)
-    return pa.table({"source_key": [a for a, _ in pairs], "target_key": [b for _, b in pairs],
-                     "score": [best[p] for p in pairs]}, schema=SYNONYMS)
+    return pa.table(
+        {"source_key": [a for a, _ in pairs], "target_key": [b for _, b in pairs], "score": [best[p] for p in pairs]},
+        schema=SYNONYMS,
+    )

@@ -76,8 +76,8 @@ class _Titles:
             for n in self.lengths.get(keys[i], ()):  # longest first
                 if i + n > len(words):
                     continue
-                span = words[i:i + n]
-                key = keys[i] if n == 1 else normalize_name(text[span[0].start():span[-1].end()])
+                span = words[i : i + n]
+                key = keys[i] if n == 1 else normalize_name(text[span[0].start() : span[-1].end()])
                 if key in self.docs and _written_as_name(span):
                     found.add(key)
                     step = n
@@ -123,6 +123,14 @@ def title_mention_edges(
         if progress is not None and now - last >= log_every_s:
             progress(f"title mentions: read {done:,}/{len(ids):,} chunks ({now - started:,.0f}s)")
             last = now
-    rows = sorted({(cid, named_doc) for key, found in naming.items() if len(found) <= cfg.max_naming_chunks
-                   for cid, doc in found for named_doc in titles.docs[key] if named_doc != doc})
+    rows = sorted(
+        {
+            (cid, named_doc)
+            for key, found in naming.items()
+            if len(found) <= cfg.max_naming_chunks
+            for cid, doc in found
+            for named_doc in titles.docs[key]
+            if named_doc != doc
+        }
+    )
     return pa.table({"chunk_id": [c for c, _ in rows], "doc_id": [d for _, d in rows]}, schema=TITLE_MENTIONS)

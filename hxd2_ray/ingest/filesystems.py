@@ -23,9 +23,9 @@ def resolve_filesystem(uri: str, s3: S3Config) -> tuple[pafs.FileSystem, str]:
     ``AWS_SESSION_TOKEN``, profile, instance role). Glob characters are kept in the returned path.
     """
     if uri.startswith(S3_SCHEME):
-        return _s3_filesystem(s3), uri[len(S3_SCHEME):].rstrip("/")
+        return _s3_filesystem(s3), uri[len(S3_SCHEME) :].rstrip("/")
     if uri.startswith("file://"):
-        uri = uri[len("file://"):]
+        uri = uri[len("file://") :]
     return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(uri))
 
 

@@ -33,8 +33,20 @@ GLOB_CHARS = re.compile(r"[*?\[]")
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 STAGING_FOLDER = "_staging"
 # What an index build writes into its output folder; never read back as input (other files there are).
-INDEX_ENTRIES = frozenset({STAGING_FOLDER, "vectors", "graph.kuzu", "graph.kuzu.wal", "manifest.json",
-                           "index_summary.json", "generations", "_leases", "_logs", "_llm_cache"})
+INDEX_ENTRIES = frozenset(
+    {
+        STAGING_FOLDER,
+        "vectors",
+        "graph.kuzu",
+        "graph.kuzu.wal",
+        "manifest.json",
+        "index_summary.json",
+        "generations",
+        "_leases",
+        "_logs",
+        "_llm_cache",
+    }
+)
 
 
 @dataclass
@@ -58,8 +70,9 @@ def is_index_folder(names: set[str], has_staging_build: bool) -> bool:
     return has_staging_build or ("manifest.json" in names and "graph.kuzu" in names)
 
 
-def walk_inputs(uri: str, s3: S3Config, exclude: tuple[str, ...] = (), *,
-                follow_external_links: bool = False) -> InputListing:
+def walk_inputs(
+    uri: str, s3: S3Config, exclude: tuple[str, ...] = (), *, follow_external_links: bool = False
+) -> InputListing:
     """Files under ``uri`` (a file, a folder searched recursively, or a glob with ``*``/``**``/``?``).
 
     ``exclude``: folders (local paths or ``s3://`` URIs) never read, e.g. the job's output when it sits inside
@@ -99,8 +112,9 @@ def walk_inputs(uri: str, s3: S3Config, exclude: tuple[str, ...] = (), *,
         listing.quarantined = [q for q in listing.quarantined if regex.fullmatch(_relative(q.source_path, base))]
     if not local:
         listing.files = [S3_SCHEME + p for p in listing.files]
-        listing.quarantined = [QuarantinedFile(S3_SCHEME + q.source_path, q.reason, q.detail)
-                               for q in listing.quarantined]
+        listing.quarantined = [
+            QuarantinedFile(S3_SCHEME + q.source_path, q.reason, q.detail) for q in listing.quarantined
+        ]
         listing.excluded = [S3_SCHEME + e for e in listing.excluded]
     return listing
 
@@ -154,7 +168,8 @@ def _walk_local(root: str, excluded_roots: tuple[str, ...], inside: str | None =
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
             listing.quarantined.append(
-                QuarantinedFile(_printable(folder), "unreadable", f"folder cannot be listed: {exc.strerror}"))
+                QuarantinedFile(_printable(folder), "unreadable", f"folder cannot be listed: {exc.strerror}")
+            )
             continue
         names = {e.name for e in entries}
         staging_build = STAGING_FOLDER in names and os.path.isfile(os.path.join(folder, STAGING_FOLDER, "build.json"))
@@ -175,9 +190,16 @@ def _walk_local(root: str, excluded_roots: tuple[str, ...], inside: str | None =
             if is_link and inside is not None:
                 real = os.path.realpath(path)
                 if os.path.exists(real) and not _is_under(real, (inside,)):
-                    listing.quarantined.append(QuarantinedFile(_printable(path), "link_outside_input", (
-                        f"a link to {_printable(real)}, outside the input folder; not read (set "
-                        "ingest.follow_external_links: true to read what links point to)")))
+                    listing.quarantined.append(
+                        QuarantinedFile(
+                            _printable(path),
+                            "link_outside_input",
+                            (
+                                f"a link to {_printable(real)}, outside the input folder; not read (set "
+                                "ingest.follow_external_links: true to read what links point to)"
+                            ),
+                        )
+                    )
                     continue
             try:
                 target = os.stat(path)  # follows links
@@ -192,8 +214,11 @@ def _walk_local(root: str, excluded_roots: tuple[str, ...], inside: str | None =
             elif stat.S_ISREG(target.st_mode):
                 candidates.append((path, is_link, (target.st_dev, target.st_ino)))
             else:
-                listing.quarantined.append(QuarantinedFile(path, "not_a_file", f"a {_kind(target.st_mode)}, not a "
-                                                                               "regular file; it was not opened"))
+                listing.quarantined.append(
+                    QuarantinedFile(
+                        path, "not_a_file", f"a {_kind(target.st_mode)}, not a regular file; it was not opened"
+                    )
+                )
         # Reverse order on the stack so folders come off it sorted.
         plain.extend(reversed(subfolders))
     # A file reached both plainly and through a link keeps its plain path; among equals the first path in order.
@@ -289,7 +314,7 @@ def _walk_object_store(fs: pafs.FileSystem, root: str, excluded_roots: tuple[str
 
 
 def _relative(path: str, root: str) -> str:
-    return path[len(root):].lstrip("/") if root and path.startswith(root) else path
+    return path[len(root) :].lstrip("/") if root and path.startswith(root) else path
 
 
 def _glob_regex(parts: list[str]) -> re.Pattern[str]:
@@ -312,7 +337,7 @@ def _glob_regex(parts: list[str]) -> re.Pattern[str]:
                 if k < 0:
                     piece.append(re.escape(c))
                 else:
-                    body = part[j + 1:k]
+                    body = part[j + 1 : k]
                     if body.startswith("!"):
                         body = "^" + body[1:]
                     piece.append(f"[{body}]")

@@ -97,7 +97,8 @@ def select_inputs(uri: str, cfg: IngestConfig, s3: S3Config, exclude: tuple[str,
         reasons = Counter(q.reason for q in rejected)
         raise EmptyCorpusError(
             f"no readable input file under {uri}: {len(rejected)} rejected "
-            f"({', '.join(f'{k}: {v}' for k, v in sorted(reasons.items()))}); no index was written")
+            f"({', '.join(f'{k}: {v}' for k, v in sorted(reasons.items()))}); no index was written"
+        )
     return InputSelection(files=listing.files, infos=infos, readable=readable, rejected=rejected, listing=listing)
 
 

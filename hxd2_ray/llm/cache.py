@@ -83,8 +83,13 @@ class ResponseStore:
 
     def _part_files(self) -> list[str]:
         infos = self._fs.get_file_info(pafs.FileSelector(self._folder, allow_not_found=True))
-        return sorted(i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet")
-                      and not posixpath.basename(i.path).startswith("."))
+        return sorted(
+            i.path
+            for i in infos
+            if i.type == pafs.FileType.File
+            and i.path.endswith(".parquet")
+            and not posixpath.basename(i.path).startswith(".")
+        )
 
     def _index(self) -> dict[str, str]:
         if self._where is None:
@@ -107,9 +112,12 @@ class ResponseStore:
             except (OSError, pa.ArrowInvalid):
                 table = CACHE_SCHEMA.empty_table()
             for r in table.to_pylist():
-                rows[r["key"]] = LLMResponse(text=r["text"], prompt_tokens=int(r["prompt_tokens"]),
-                                             completion_tokens=int(r["completion_tokens"]),
-                                             finish_reason=r["finish_reason"] or "stop")
+                rows[r["key"]] = LLMResponse(
+                    text=r["text"],
+                    prompt_tokens=int(r["prompt_tokens"]),
+                    completion_tokens=int(r["completion_tokens"]),
+                    finish_reason=r["finish_reason"] or "stop",
+                )
             self._parts[path] = rows
         return self._parts[path]
 
@@ -141,9 +149,17 @@ class ResponseStore:
             return None
         digest = hashlib.sha256("\n".join(sorted(fresh)).encode()).hexdigest()[:20]
         path = posixpath.join(self._folder, f"part-{digest}.parquet")
-        rows = [{"key": key, "text": resp.text, "prompt_tokens": resp.prompt_tokens,
-                 "completion_tokens": resp.completion_tokens, "finish_reason": resp.finish_reason, "tag": req.tag}
-                for key, (req, resp) in fresh.items()]
+        rows = [
+            {
+                "key": key,
+                "text": resp.text,
+                "prompt_tokens": resp.prompt_tokens,
+                "completion_tokens": resp.completion_tokens,
+                "finish_reason": resp.finish_reason,
+                "tag": req.tag,
+            }
+            for key, (req, resp) in fresh.items()
+        ]
         _write_atomic(self._fs, path, pa.Table.from_pylist(rows, schema=CACHE_SCHEMA))
         for key in fresh:
             where[key] = path

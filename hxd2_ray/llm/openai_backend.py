@@ -305,7 +305,7 @@ class OpenAILLM:
             return
         try:
             self._run(self.engine.aclose()).result(timeout=10)
-        except Exception:  # noqa: BLE001 - best effort at teardown
+        except Exception:
             log.debug("closing the HTTP client failed", exc_info=True)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)

@@ -101,8 +101,13 @@ class ScriptedLLM:
 
     @classmethod
     def from_config(cls, cfg: ScriptedLLMConfig, **kwargs: Any) -> "ScriptedLLM":
-        return cls(model_id=cfg.model_id, tokens_per_word=cfg.tokens_per_word, fail_when=cfg.fail_when,
-                   reject_when=cfg.reject_when, **kwargs)
+        return cls(
+            model_id=cfg.model_id,
+            tokens_per_word=cfg.tokens_per_word,
+            fail_when=cfg.fail_when,
+            reject_when=cfg.reject_when,
+            **kwargs,
+        )
 
     # ----------------------------------------------------------------- protocol
 
@@ -188,9 +193,13 @@ class ScriptedLLM:
         if kind in ("logic_plan", "logic_repair"):
             if not names:
                 return json.dumps({"steps": []})
-            steps = [{"step": question[:200], "action": {"op": "retrieval", "alias": "found",
-                                                         "args": {"s": names[0], "p": None, "o": None}}},
-                     {"step": "Answer.", "action": {"op": "output", "args": {"aliases": ["$found"]}}}]
+            steps = [
+                {
+                    "step": question[:200],
+                    "action": {"op": "retrieval", "alias": "found", "args": {"s": names[0], "p": None, "o": None}},
+                },
+                {"step": "Answer.", "action": {"op": "output", "args": {"aliases": ["$found"]}}},
+            ]
             return json.dumps({"steps": steps}, ensure_ascii=False)
         if kind.startswith("logic_verify"):
             return "no" if any(marker in question for marker in self.reject_when) else "yes"
@@ -252,8 +261,13 @@ class ScriptedLLM:
         rels: list[dict[str, Any]] = []
         if relations:
             rels = [
-                {"source": a, "target": b, "description": f"{a} appears together with {b}.",
-                 "keywords": ["co-occurrence"], "strength": 1.0}
+                {
+                    "source": a,
+                    "target": b,
+                    "description": f"{a} appears together with {b}.",
+                    "keywords": ["co-occurrence"],
+                    "strength": 1.0,
+                }
                 for a, b in zip(names, names[1:])
             ]
         keywords = names[:3] if relations else []
@@ -263,7 +277,7 @@ class ScriptedLLM:
         records = [f'("entity"<|>{e["name"]}<|>{e["type"]}<|>{e["description"]})' for e in entities]
         records += [
             f'("relationship"<|>{r["source"]}<|>{r["target"]}<|>{r["description"]}<|>{", ".join(r["keywords"])}'
-            f'<|>{r["strength"]})'
+            f"<|>{r['strength']})"
             for r in rels
         ]
         if keywords:
@@ -271,13 +285,24 @@ class ScriptedLLM:
         return "##\n".join(records) + "<|COMPLETE|>"
 
 
-QUERY_TAGS = frozenset({"keywords", "logic_plan", "logic_repair", "logic_verify_pre", "logic_verify_post",
-                        "logic_answer", "answer", "logic_deduce"})
+QUERY_TAGS = frozenset(
+    {
+        "keywords",
+        "logic_plan",
+        "logic_repair",
+        "logic_verify_pre",
+        "logic_verify_post",
+        "logic_answer",
+        "answer",
+        "logic_deduce",
+    }
+)
 # Where the question starts in a user message (prompts put it last): the last of these markers wins.
 _QUESTION_MARKERS = ("## Question\n", "## 问题\n", "Sub-question:", "Question:", "问题：", "问题:", "Message:")
-_QUESTION_WORDS = frozenset("A An And As At But By For From How If In Is It Of On Or The What When Where Which Who "
-                            "Whom Whose Why With Does Did Do Are Was Were Tell Give List Name Can Could Should Would"
-                            .split())
+_QUESTION_WORDS = frozenset(
+    "A An And As At But By For From How If In Is It Of On Or The What When Where Which Who "
+    "Whom Whose Why With Does Did Do Are Was Were Tell Give List Name Can Could Should Would".split()
+)
 _QUESTION_NAME_RE = re.compile(r"[A-Z][\w'’-]*(?:\s+[A-Z][\w'’-]*)*|[\u4e00-\u9fff]{2,}")
 
 
@@ -291,7 +316,7 @@ def question_of(req: LLMRequest) -> str:
     cut = max(((last.rfind(m), m) for m in _QUESTION_MARKERS), key=lambda x: x[0])
     if cut[0] < 0:
         return last.strip()
-    return last[cut[0] + len(cut[1]):].strip()
+    return last[cut[0] + len(cut[1]) :].strip()
 
 
 def question_names(question: str, limit: int = 8) -> list[str]:

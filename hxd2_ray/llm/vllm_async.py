@@ -65,8 +65,12 @@ class EngineStats:
     def to_dict(self) -> dict[str, Any]:
         ttft = sorted(self.ttft_ms)
         return {
-            "started": self.started, "finished": self.finished, "aborted": self.aborted, "failed": self.failed,
-            "truncated_prompts": self.truncated_prompts, "prompt_tokens": self.prompt_tokens,
+            "started": self.started,
+            "finished": self.finished,
+            "aborted": self.aborted,
+            "failed": self.failed,
+            "truncated_prompts": self.truncated_prompts,
+            "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "ttft_ms_p50": ttft[len(ttft) // 2] if ttft else None,
         }
@@ -110,7 +114,7 @@ class AsyncVllmEngine:
         if engine is not None:
             try:
                 engine.shutdown()
-            except Exception:  # noqa: BLE001 - best effort at teardown
+            except Exception:
                 log.debug("engine shutdown failed", exc_info=True)
 
     async def check_health(self) -> None:
@@ -123,8 +127,13 @@ class AsyncVllmEngine:
 
     def snapshot(self) -> dict[str, Any]:
         """Counters for the deployment's ``stats`` call."""
-        return {**self.stats.to_dict(), "backend": "vllm", "model_id": self.model_id,
-                "unfinished": self.num_unfinished(), "max_model_len": self.max_model_len}
+        return {
+            **self.stats.to_dict(),
+            "backend": "vllm",
+            "model_id": self.model_id,
+            "unfinished": self.num_unfinished(),
+            "max_model_len": self.max_model_len,
+        }
 
     # ---------------------------------------------------------------- tokens
 
@@ -150,7 +159,7 @@ class AsyncVllmEngine:
         room = max(2, limit - floor)
         head = int(room * _HEAD_SHARE)
         tail = room - head
-        return ids[:head] + ids[len(ids) - tail:], floor, True
+        return ids[:head] + ids[len(ids) - tail :], floor, True
 
     def _prepare(self, req: LLMRequest, delta: bool) -> tuple[dict[str, Any], Any]:
         ids, max_tokens, truncated = self._fit(self.prompt_ids(req.messages), req.max_tokens)
@@ -183,8 +192,9 @@ class AsyncVllmEngine:
         except (asyncio.CancelledError, GeneratorExit):
             raise
         except Exception as exc:  # noqa: BLE001 - one failing request must not sink the others
-            return LLMResponse("", len(prompt["prompt_token_ids"]), 0, "error",
-                               error=f"{type(exc).__name__}: {exc}"[:2000])
+            return LLMResponse(
+                "", len(prompt["prompt_token_ids"]), 0, "error", error=f"{type(exc).__name__}: {exc}"[:2000]
+            )
         if final is None:
             return LLMResponse("", len(prompt["prompt_token_ids"]), 0, "error", error="the engine returned nothing")
         comp = final.outputs[0]
@@ -267,7 +277,7 @@ class AsyncVllmEngine:
             return
         try:
             await asyncio.shield(self.engine.abort(request_id))
-        except BaseException:  # noqa: BLE001 - cancellation while aborting, or a dead engine
+        except BaseException:
             log.debug("abort of %s failed", request_id, exc_info=True)
 
 

@@ -88,8 +88,10 @@ class VllmEngineLLM:
 
         try:
             with caller_ld_preload():
-                return LLM(**engine_kwargs(self.cfg, self.model_path, self.model_id),
-                           structured_outputs_config=structured_outputs_kwargs(self.compact_json) or None)
+                return LLM(
+                    **engine_kwargs(self.cfg, self.model_path, self.model_id),
+                    structured_outputs_config=structured_outputs_kwargs(self.compact_json) or None,
+                )
         except BaseException:
             self._restore_torch_threads()
             raise
@@ -102,7 +104,7 @@ class VllmEngineLLM:
             return
         try:
             llm.llm_engine.engine_core.shutdown()
-        except Exception:  # noqa: BLE001 - best effort: the engine may already be dead
+        except Exception:
             log.debug("engine core shutdown failed", exc_info=True)
         del llm
         gc.collect()
@@ -113,7 +115,7 @@ class VllmEngineLLM:
 
             destroy_model_parallel()
             destroy_distributed_environment()
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.debug("distributed teardown failed", exc_info=True)
         gc.collect()
         self._restore_torch_threads()
@@ -200,7 +202,7 @@ class VllmEngineLLM:
                 if not engine.has_unfinished_requests():
                     break
                 engine.step()
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.debug("draining the engine failed", exc_info=True)
 
     # ---------------------------------------------------------- truncation
@@ -250,8 +252,10 @@ class VllmEngineLLM:
             keep = max(0, keep - over - self.count_tokens(TRUNCATION_MARKER) - 4)
             tail = min(keep // 4, 200)
             head = keep - tail
-            text = self._tokenizer.decode(ids[:head]) + TRUNCATION_MARKER + (
-                self._tokenizer.decode(ids[len(ids) - tail:]) if tail else ""
+            text = (
+                self._tokenizer.decode(ids[:head])
+                + TRUNCATION_MARKER
+                + (self._tokenizer.decode(ids[len(ids) - tail :]) if tail else "")
             )
             messages = _with_content(messages, idx, text)
         return messages

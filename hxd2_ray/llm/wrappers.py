@@ -101,6 +101,6 @@ class ErrorTally(LLMWrapper):
     def _stream(self, request: LLMRequest) -> Iterator[str]:
         try:
             yield from super()._stream(request)
-        except Exception as exc:  # noqa: BLE001 - recorded, then re-raised
+        except Exception as exc:
             self._record(f"{type(exc).__name__}: {exc}")
             raise

@@ -28,12 +28,17 @@ class Value:
     details: Mapping[str, str] = field(default_factory=dict)  # key -> annotation (sort attribute…)
 
     @staticmethod
-    def entities(pairs: Iterable[tuple[str, str]], *, ordered: bool = False, details: Mapping[str, str] | None = None
-                 ) -> "Value":
+    def entities(
+        pairs: Iterable[tuple[str, str]], *, ordered: bool = False, details: Mapping[str, str] | None = None
+    ) -> "Value":
         uniq = dict(pairs)
         items = list(uniq.items()) if ordered else sorted(uniq.items(), key=lambda kv: (kv[1].casefold(), kv[0]))
-        return Value(KIND_ENTITIES, tuple(k for k, _ in items), tuple(n for _, n in items),
-                     details=MappingProxyType(dict(details or {})))
+        return Value(
+            KIND_ENTITIES,
+            tuple(k for k, _ in items),
+            tuple(n for _, n in items),
+            details=MappingProxyType(dict(details or {})),
+        )
 
     def items(self) -> list[str]:
         """What this value says, as display strings."""
@@ -89,10 +94,17 @@ class StepTrace:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "index": self.index, "question": self.question, "op": self.op, "alias": self.alias, "args": self.args,
+            "index": self.index,
+            "question": self.question,
+            "op": self.op,
+            "alias": self.alias,
+            "args": self.args,
             "queries": [{"template": q.template, "params": dict(q.params), "rows": q.rows} for q in self.queries],
             "value": self.value.to_dict() if self.value is not None else None,
-            "facts": list(self.facts), "sub_answer": self.sub_answer, "error": self.error, "notes": list(self.notes),
+            "facts": list(self.facts),
+            "sub_answer": self.sub_answer,
+            "error": self.error,
+            "notes": list(self.notes),
         }
 
 
@@ -135,10 +147,16 @@ class LogicFormEvidence:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "question": self.question, "plan": self.plan.to_json(), "steps": [s.to_dict() for s in self.steps],
-            "answers": list(self.answers), "failed": self.failed, "failure": self.failure,
-            "llm_calls": self.llm_calls, "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens, "seconds": self.seconds,
+            "question": self.question,
+            "plan": self.plan.to_json(),
+            "steps": [s.to_dict() for s in self.steps],
+            "answers": list(self.answers),
+            "failed": self.failed,
+            "failure": self.failure,
+            "llm_calls": self.llm_calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "seconds": self.seconds,
         }
 
 

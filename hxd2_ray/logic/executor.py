@@ -292,16 +292,18 @@ class LogicFormExecutor:
         trace.facts.extend(dict.fromkeys(texts))
         return Value.entities(out.items())
 
-    def _relations_between(self, s_keys: Mapping[str, str], o_keys: Mapping[str, str], p: str | None, hops: int,
-                           trace: StepTrace) -> Value:
+    def _relations_between(
+        self, s_keys: Mapping[str, str], o_keys: Mapping[str, str], p: str | None, hops: int, trace: StepTrace
+    ) -> Value:
         pairs = [{"s": s, "t": o} for s in s_keys for o in o_keys if s != o][: self.max_pairs]
         strict: list[str] = []
         reverse: list[str] = []
         texts: list[str] = []
         if pairs:
             for r in self.queries.run_template(LF_EDGES_BETWEEN, {"pairs": pairs}):
-                for f in self.matcher.select(p, edge_facts(r["a_key"], r["a_name"], r["b_key"], r["b_name"],
-                                                           r["description"], r["keywords"])):
+                for f in self.matcher.select(
+                    p, edge_facts(r["a_key"], r["a_name"], r["b_key"], r["b_name"], r["description"], r["keywords"])
+                ):
                     label = f.predicate or "related"
                     if not f.directed or f.subject_key in s_keys:
                         strict.append(label)
@@ -359,8 +361,9 @@ class LogicFormExecutor:
             if target is None:
                 hit = bool(objs)
             elif cmp in ("eq", "ne"):
-                hit = any(k in target_keys or (target_num is not None and parse_number(n) == target_num)
-                          for k, n in objs)
+                hit = any(
+                    k in target_keys or (target_num is not None and parse_number(n) == target_num) for k, n in objs
+                )
                 hit = hit if cmp == "eq" else not hit
             elif cmp == "contains":
                 hit = any(target_text and target_text in normalize_name(n) for _, n in objs)
@@ -405,8 +408,9 @@ class LogicFormExecutor:
         scored.sort(key=lambda t: (-t[0] if desc else t[0], t[2].casefold(), t[1]))
         if a["limit"] is not None:
             scored = scored[: a["limit"]]
-        return Value.entities([(k, n) for _, k, n in scored], ordered=True,
-                              details={k: format_number(v) for v, k, _ in scored})
+        return Value.entities(
+            [(k, n) for _, k, n in scored], ordered=True, details={k: format_number(v) for v, k, _ in scored}
+        )
 
     def _count(self, step: Step, values: Mapping[str, Value], trace: StepTrace, ev: LogicFormEvidence) -> Value:
         value = values[step.args["items"].alias]
@@ -474,7 +478,10 @@ class LogicFormExecutor:
             result = {
                 "equal": math.isclose(ln, rn, rel_tol=1e-9, abs_tol=1e-12),
                 "not_equal": not math.isclose(ln, rn, rel_tol=1e-9, abs_tol=1e-12),
-                "greater": ln > rn, "less": ln < rn, "greater_equal": ln >= rn, "less_equal": ln <= rn,
+                "greater": ln > rn,
+                "less": ln < rn,
+                "greater_equal": ln >= rn,
+                "less_equal": ln <= rn,
             }[op]
             trace.facts.append(f"{format_number(ln)} {op} {format_number(rn)}: {'yes' if result else 'no'}")
             return Value(KIND_BOOLEAN, flag=result)
@@ -505,8 +512,9 @@ class LogicFormExecutor:
             raise StepError("deduce needs an LLM and none was given")
         question = step.args["question"] or step.question or ev.question
         wanted = {r.alias for r in step.args["inputs"]}
-        partial = LogicFormEvidence(question=ev.question, plan=ev.plan,
-                                    steps=[s for s in ev.steps[:-1] if not wanted or s.alias in wanted])
+        partial = LogicFormEvidence(
+            question=ev.question, plan=ev.plan, steps=[s for s in ev.steps[:-1] if not wanted or s.alias in wanted]
+        )
         language = self.language
         if language == "auto":
             language = detect_language(ev.question or question)

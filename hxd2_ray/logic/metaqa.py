@@ -198,30 +198,36 @@ def triples_to_tables(
     ent_rows = []
     for key in sorted(names):
         typ = _most_common(types[key])
-        ent_rows.append({
-            "key": key,
-            "name": _most_common(names[key]),
-            "type": typ,
-            "description": f"{typ} in the {source_label}",
-            "source_chunk_ids": [],
-            "mention_count": int(mentions[key]),
-            "name_truncated": truncated[key],
-        })
+        ent_rows.append(
+            {
+                "key": key,
+                "name": _most_common(names[key]),
+                "type": typ,
+                "description": f"{typ} in the {source_label}",
+                "source_chunk_ids": [],
+                "mention_count": int(mentions[key]),
+                "name_truncated": truncated[key],
+            }
+        )
     rel_rows = []
-    for (a, b) in sorted(pairs):
+    for a, b in sorted(pairs):
         slot = pairs[(a, b)]
         n = len(slot["lines"])
-        rel_rows.append({
-            "source_key": a,
-            "target_key": b,
-            "description": "\n".join(sorted(slot["lines"])),
-            "keywords": sorted(slot["keywords"]),
-            "weight": float(n),
-            "source_chunk_ids": [],
-            "mention_count": n,
-        })
-    return (pa.Table.from_pylist(ent_rows, schema=tables.ENTITIES),
-            pa.Table.from_pylist(rel_rows, schema=tables.RELATIONS))
+        rel_rows.append(
+            {
+                "source_key": a,
+                "target_key": b,
+                "description": "\n".join(sorted(slot["lines"])),
+                "keywords": sorted(slot["keywords"]),
+                "weight": float(n),
+                "source_chunk_ids": [],
+                "mention_count": n,
+            }
+        )
+    return (
+        pa.Table.from_pylist(ent_rows, schema=tables.ENTITIES),
+        pa.Table.from_pylist(rel_rows, schema=tables.RELATIONS),
+    )
 
 
 def load_kb_triples(

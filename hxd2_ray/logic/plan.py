@@ -109,7 +109,8 @@ class Step:
 
     def to_json(self) -> dict[str, Any]:
         args = {
-            k: _to_json_value(v, escape=(self.op, k) in _TERM_ARGS) for k, v in self.args.items()
+            k: _to_json_value(v, escape=(self.op, k) in _TERM_ARGS)
+            for k, v in self.args.items()
             if (v is not None or (self.op, k) in _KEEP_NULL) and _DEFAULTS.get((self.op, k), _NO_DEFAULT) != v
         }
         action: dict[str, Any] = {"op": self.op, "args": args}
@@ -175,13 +176,23 @@ def _iter_refs(value: Any) -> Iterable[str]:
 
 
 # Arguments whose strings may be references; a literal there that starts with "$" is written escaped ("$$").
-_TERM_ARGS = frozenset({("retrieval", "s"), ("retrieval", "o"), ("retrieval", "exclude"), ("filter", "value"),
-                        ("compare", "left"), ("compare", "right")})
+_TERM_ARGS = frozenset(
+    {
+        ("retrieval", "s"),
+        ("retrieval", "o"),
+        ("retrieval", "exclude"),
+        ("filter", "value"),
+        ("compare", "left"),
+        ("compare", "right"),
+    }
+)
 
 
 _NO_DEFAULT = object()
 _DEFAULTS: dict[tuple[str, str], Any] = {
-    ("retrieval", "hops"): 1, ("retrieval", "exclude"): (), ("deduce", "inputs"): (),
+    ("retrieval", "hops"): 1,
+    ("retrieval", "exclude"): (),
+    ("deduce", "inputs"): (),
 }
 _KEEP_NULL = frozenset({("retrieval", "s"), ("retrieval", "p"), ("retrieval", "o"), ("filter", "value")})
 
@@ -406,8 +417,9 @@ def _parse_args(op: str, raw: Any) -> dict[str, Any]:
     spec = _SPECS[op]
     unknown = sorted(set(raw) - set(spec))
     if unknown:
-        raise _Invalid(f"{op}: unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
-                       f"(allowed: {', '.join(spec)})")
+        raise _Invalid(
+            f"{op}: unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} (allowed: {', '.join(spec)})"
+        )
     out: dict[str, Any] = {}
     for name, (required, parse) in spec.items():
         if name not in raw:
@@ -457,7 +469,7 @@ def _validate(raw: Any, max_steps: int) -> Plan:
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         parsed = parse_plan_json(text)
         if parsed is None:
-            raise _Invalid("the reply is not JSON: a plan is {\"steps\": [...]} or a JSON list of steps")
+            raise _Invalid('the reply is not JSON: a plan is {"steps": [...]} or a JSON list of steps')
         raw = parsed
     if isinstance(raw, Mapping):
         if "steps" not in raw:
@@ -546,7 +558,7 @@ def _check_cycles(steps: list[Step], defined: Mapping[str, int]) -> None:
         state[node] = 1
         for nxt in deps[node]:
             if state.get(nxt) == 1:
-                loop = path[path.index(nxt):] + [nxt] if nxt in path else [node, nxt]
+                loop = path[path.index(nxt) :] + [nxt] if nxt in path else [node, nxt]
                 names = " -> ".join("$" + (steps[n].alias or "?") for n in loop)
                 raise _Invalid(f"cycle between aliases: {names}", node)
             if state.get(nxt) is None:
@@ -583,8 +595,13 @@ def _produces(step: Step) -> str | None:
     if op == "retrieval":
         return KIND_STRINGS if step.args["s"] is not None and step.args["o"] is not None else KIND_ENTITIES
     return {
-        "filter": KIND_ENTITIES, "sort": KIND_ENTITIES, "count": KIND_NUMBER, "sum": KIND_NUMBER,
-        "compare": KIND_BOOLEAN, "math": KIND_NUMBER, "deduce": KIND_TEXT,
+        "filter": KIND_ENTITIES,
+        "sort": KIND_ENTITIES,
+        "count": KIND_NUMBER,
+        "sum": KIND_NUMBER,
+        "compare": KIND_BOOLEAN,
+        "math": KIND_NUMBER,
+        "deduce": KIND_TEXT,
     }.get(op)
 
 
@@ -633,26 +650,40 @@ def plan_json_schema(max_steps: int = MAX_STEPS, max_text_chars: int = MAX_TEXT_
 
     args = {
         "retrieval": obj(
-            {"s": nullable_name, "p": nullable_name, "o": nullable_name,
-             "hops": {"type": "integer", "enum": [1, 2]},
-             "exclude": {"type": "array", "items": name, "maxItems": MAX_LIST_ITEMS}},
+            {
+                "s": nullable_name,
+                "p": nullable_name,
+                "o": nullable_name,
+                "hops": {"type": "integer", "enum": [1, 2]},
+                "exclude": {"type": "array", "items": name, "maxItems": MAX_LIST_ITEMS},
+            },
             ["s", "p", "o"],
         ),
         "filter": obj(
-            {"items": ref, "p": name, "value": {"anyOf": [name, {"type": "number"}, {"type": "null"}]},
-             "cmp": {"type": "string", "enum": list(FILTER_CMPS)}},
+            {
+                "items": ref,
+                "p": name,
+                "value": {"anyOf": [name, {"type": "number"}, {"type": "null"}]},
+                "cmp": {"type": "string", "enum": list(FILTER_CMPS)},
+            },
             ["items", "p", "value"],
         ),
         "sort": obj(
-            {"items": ref, "p": nullable_name, "order": {"type": "string", "enum": list(SORT_ORDERS)},
-             "limit": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]}},
+            {
+                "items": ref,
+                "p": nullable_name,
+                "order": {"type": "string", "enum": list(SORT_ORDERS)},
+                "limit": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]},
+            },
             ["items", "order"],
         ),
         "count": obj({"items": ref}, ["items"]),
         "sum": {
             "anyOf": [
-                obj({"values": {"type": "array", "items": name_or_number, "minItems": 1,
-                                "maxItems": MAX_LIST_ITEMS}}, ["values"]),
+                obj(
+                    {"values": {"type": "array", "items": name_or_number, "minItems": 1, "maxItems": MAX_LIST_ITEMS}},
+                    ["values"],
+                ),
                 obj({"items": ref, "p": nullable_name}, ["items"]),
             ]
         },
@@ -661,11 +692,10 @@ def plan_json_schema(max_steps: int = MAX_STEPS, max_text_chars: int = MAX_TEXT_
             ["left", "right", "op"],
         ),
         "math": obj({"expr": {"type": "string", "maxLength": MAX_EXPR_CHARS}}, ["expr"]),
-        "deduce": obj(
-            {"question": name, "inputs": {"type": "array", "items": ref, "maxItems": MAX_LIST_ITEMS}}, []
+        "deduce": obj({"question": name, "inputs": {"type": "array", "items": ref, "maxItems": MAX_LIST_ITEMS}}, []),
+        "output": obj(
+            {"aliases": {"type": "array", "items": ref, "minItems": 1, "maxItems": MAX_LIST_ITEMS}}, ["aliases"]
         ),
-        "output": obj({"aliases": {"type": "array", "items": ref, "minItems": 1, "maxItems": MAX_LIST_ITEMS}},
-                      ["aliases"]),
     }
     actions = []
     for op in OPERATORS:
@@ -675,6 +705,5 @@ def plan_json_schema(max_steps: int = MAX_STEPS, max_text_chars: int = MAX_TEXT_
             props["alias"] = alias
             required.append("alias")
         actions.append(obj(props, required))
-    step = obj({"step": {"type": "string", "maxLength": text_cap}, "action": {"anyOf": actions}},
-               ["step", "action"])
+    step = obj({"step": {"type": "string", "maxLength": text_cap}, "action": {"anyOf": actions}}, ["step", "action"])
     return obj({"steps": {"type": "array", "items": step, "minItems": 1, "maxItems": max_steps}}, ["steps"])

@@ -81,8 +81,11 @@ def load_logic_prompts_file(path: str | Path, version: str | None = None) -> Log
 
 
 def parse_logic_prompts(raw: bytes, version: str) -> LogicPromptSet:
-    return LogicPromptSet(version=version, version_hash=prompt_version_hash(raw, version),
-                          languages=parse_languages(raw, "logic", _language))
+    return LogicPromptSet(
+        version=version,
+        version_hash=prompt_version_hash(raw, version),
+        languages=parse_languages(raw, "logic", _language),
+    )
 
 
 def _language(lang: str, section: Any) -> LogicLanguagePrompts:
@@ -120,9 +123,15 @@ def _language(lang: str, section: Any) -> LogicLanguagePrompts:
     for field_name in ("plan_user", "deduce_user", "verify_pre_user", "verify_post_user"):
         if not getattr(prompts, field_name).endswith("{question}"):
             raise ValueError(f"logic prompt file: {lang}.{field_name} must end with {{question}}")
-    for field_name, needed in (("deduce_user", "evidence"), ("verify_pre_user", "evidence"),
-                               ("verify_post_user", "evidence"), ("verify_post_user", "answer"),
-                               ("repair", "reason"), ("relations_hint", "relations"), ("plan_user", "relations")):
+    for field_name, needed in (
+        ("deduce_user", "evidence"),
+        ("verify_pre_user", "evidence"),
+        ("verify_post_user", "evidence"),
+        ("verify_post_user", "answer"),
+        ("repair", "reason"),
+        ("relations_hint", "relations"),
+        ("plan_user", "relations"),
+    ):
         if "{" + needed + "}" not in getattr(prompts, field_name):
             raise ValueError(f"logic prompt file: {lang}.{field_name} must contain {{{needed}}}")
     return prompts
@@ -150,10 +159,17 @@ class PlanResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "ok": self.ok, "plan": self.plan.to_json() if self.plan else None, "error": self.error,
-            "replies": list(self.replies), "calls": self.calls, "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens, "repaired": self.repaired, "first_error": self.first_error,
-            "language": self.language, "prompt_version": self.prompt_version,
+            "ok": self.ok,
+            "plan": self.plan.to_json() if self.plan else None,
+            "error": self.error,
+            "replies": list(self.replies),
+            "calls": self.calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "repaired": self.repaired,
+            "first_error": self.first_error,
+            "language": self.language,
+            "prompt_version": self.prompt_version,
         }
 
 
@@ -177,8 +193,9 @@ class LogicFormPlanner:
         self.temperature = temperature
         self.max_steps = max_steps
         self.max_relations_in_prompt = max_relations_in_prompt
-        self._schema = (plan_json_schema(max_steps, max_text_chars)
-                        if getattr(llm, "supports_json_schema", False) else None)
+        self._schema = (
+            plan_json_schema(max_steps, max_text_chars) if getattr(llm, "supports_json_schema", False) else None
+        )
 
     def messages(self, question: str, language: str, relations: Sequence[str] = ()) -> list[dict[str, str]]:
         lp = self.prompts.for_language(language)
@@ -199,8 +216,11 @@ class LogicFormPlanner:
 
         def call(msgs: list[dict[str, str]], tag: str) -> tuple[str, str]:
             req = LLMRequest(
-                messages=tuple(msgs), max_tokens=self.max_tokens, temperature=self.temperature,
-                json_schema=self._schema, tag=tag,
+                messages=tuple(msgs),
+                max_tokens=self.max_tokens,
+                temperature=self.temperature,
+                json_schema=self._schema,
+                tag=tag,
             )
             resp = self.llm.complete([req])[0]
             tokens[0] += resp.prompt_tokens
@@ -210,8 +230,15 @@ class LogicFormPlanner:
 
         def result(plan: Plan | None, error: str = "", **extra: Any) -> PlanResult:
             return PlanResult(
-                plan=plan, error=error, replies=tuple(replies), calls=len(replies), prompt_tokens=tokens[0],
-                completion_tokens=tokens[1], language=lang, prompt_version=self.prompts.version_hash, **extra,
+                plan=plan,
+                error=error,
+                replies=tuple(replies),
+                calls=len(replies),
+                prompt_tokens=tokens[0],
+                completion_tokens=tokens[1],
+                language=lang,
+                prompt_version=self.prompts.version_hash,
+                **extra,
             )
 
         text, err = call(messages, "logic_plan")

@@ -113,8 +113,9 @@ class EvidenceVerifier:
         self.max_tokens = max_tokens
         self.max_evidence_chars = max_evidence_chars
 
-    def request(self, question: str, evidence: Any, answer: str | None = None, language: str | None = None
-                ) -> LLMRequest:
+    def request(
+        self, question: str, evidence: Any, answer: str | None = None, language: str | None = None
+    ) -> LLMRequest:
         if self.mode == "post" and answer is None:
             raise ValueError("a post-check needs the answer")
         text = evidence.format() if hasattr(evidence, "format") and not isinstance(evidence, str) else str(evidence)
@@ -135,13 +136,15 @@ class EvidenceVerifier:
             tag=f"logic_verify_{self.mode}",
         )
 
-    def verify(self, question: str, evidence: Any, answer: str | None = None, *, language: str | None = None
-               ) -> Verdict:
+    def verify(
+        self, question: str, evidence: Any, answer: str | None = None, *, language: str | None = None
+    ) -> Verdict:
         """One LLM call; ``evidence`` is text or a LogicFormEvidence (rendered with ``format()``)."""
         resp = self.llm.complete([self.request(question, evidence, answer, language)])[0]
         if resp.error:
-            return Verdict(False, resp.text, f"LLM error: {resp.error}", self.mode, resp.prompt_tokens,
-                           resp.completion_tokens)
+            return Verdict(
+                False, resp.text, f"LLM error: {resp.error}", self.mode, resp.prompt_tokens, resp.completion_tokens
+            )
         verdict = parse_verdict(resp.text)
         reason = "unclear reply" if verdict is None else ("yes" if verdict else "no")
         return Verdict(bool(verdict), resp.text, reason, self.mode, resp.prompt_tokens, resp.completion_tokens)

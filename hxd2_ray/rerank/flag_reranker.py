@@ -32,9 +32,11 @@ def reranker_model_id(cfg: FlagRerankerConfig) -> str:
 def check_model_folder(model: str) -> Path:
     """The local folder of a reranker, or ConfigError naming what is missing and how to turn reranking off."""
     path = Path(model).expanduser()
-    hint = ("rerank.model must be a local folder holding a cross-encoder (e.g. bge-reranker-v2-m3: config.json, "
-            "tokenizer files and model.safetensors); models are never downloaded at run time. Without one, set "
-            "rerank.backend=none")
+    hint = (
+        "rerank.model must be a local folder holding a cross-encoder (e.g. bge-reranker-v2-m3: config.json, "
+        "tokenizer files and model.safetensors); models are never downloaded at run time. Without one, set "
+        "rerank.backend=none"
+    )
     if not path.is_dir():
         raise ConfigError(f"reranker model folder not found: {model!r}. {hint}")
     missing = [f for f in _REQUIRED if not (path / f).is_file()]
@@ -60,8 +62,14 @@ class FlagRerankerBackend:
 
             device = cfg.device or ("cuda:0" if torch.cuda.is_available() else "cpu")
             # A single-element device list: FlagEmbedding starts a multi-process pool for several devices.
-            model = FlagReranker(str(path), use_fp16=cfg.use_fp16, devices=[device], batch_size=cfg.batch_size,
-                                 max_length=cfg.max_length, normalize=cfg.normalize)
+            model = FlagReranker(
+                str(path),
+                use_fp16=cfg.use_fp16,
+                devices=[device],
+                batch_size=cfg.batch_size,
+                max_length=cfg.max_length,
+                normalize=cfg.normalize,
+            )
             self.device = device
         else:
             self.device = cfg.device or "cpu"
@@ -75,8 +83,9 @@ class FlagRerankerBackend:
         if not passages:
             return []
         pairs = [(query, p if isinstance(p, str) and p.strip() else " ") for p in passages]
-        raw = self._model.compute_score(pairs, batch_size=self.cfg.batch_size, max_length=self.cfg.max_length,
-                                        normalize=self.cfg.normalize)
+        raw = self._model.compute_score(
+            pairs, batch_size=self.cfg.batch_size, max_length=self.cfg.max_length, normalize=self.cfg.normalize
+        )
         # FlagReranker returns a bare float for a single pair and a list otherwise.
         values = [raw] if isinstance(raw, (int, float)) else list(raw)
         if len(values) != len(passages):
@@ -92,7 +101,7 @@ class FlagRerankerBackend:
             return
         try:
             model.stop_self_pool()
-        except Exception:  # noqa: BLE001 - no pool with one device
+        except Exception:
             log.debug("stop_self_pool failed", exc_info=True)
         del model
         gc.collect()

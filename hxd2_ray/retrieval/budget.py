@@ -28,9 +28,7 @@ class ContextLimits:
     notice: str = ""  # set when the reserve had to be clamped
 
 
-def context_limits(
-    context_length: int, answer_reserve_tokens: int, answer_max_tokens: int
-) -> ContextLimits:
+def context_limits(context_length: int, answer_reserve_tokens: int, answer_max_tokens: int) -> ContextLimits:
     """Split the context between prompt and answer.
 
     The paper's 32k model keeps 4096 for the answer (28k input). A small model (2048 context) cannot, so
@@ -40,8 +38,9 @@ def context_limits(
     notice = ""
     if reserve > context_length // 2:
         reserve = max(1, context_length // 2)
-        notice = (f"answer reserve clamped from {answer_reserve_tokens} to {reserve} tokens "
-                  f"(context length {context_length})")
+        notice = (
+            f"answer reserve clamped from {answer_reserve_tokens} to {reserve} tokens (context length {context_length})"
+        )
     max_tokens = max(1, min(answer_max_tokens, reserve))
     cap = max(0, context_length - reserve - TEMPLATE_OVERHEAD_TOKENS)
     return ContextLimits(context_length, reserve, max_tokens, cap, notice)
@@ -59,7 +58,7 @@ def cut_to_tokens(text: str, budget: int, count: TokenCounter, marker: str = " [
     def shortened(keep: int) -> str:
         tail = keep // 4
         head = keep - tail
-        return text[:head].rstrip() + marker + (text[len(text) - tail:].lstrip() if tail else "")
+        return text[:head].rstrip() + marker + (text[len(text) - tail :].lstrip() if tail else "")
 
     lo, hi = 0, len(text) - 1
     while lo < hi:
@@ -89,7 +88,9 @@ def table_tokens(row_tokens: Sequence[int], header_tokens: int, kept: int) -> in
 
 
 def fit_total(
-    row_tokens: Mapping[str, Sequence[int]], header_tokens: Mapping[str, int], kept: Mapping[str, int],
+    row_tokens: Mapping[str, Sequence[int]],
+    header_tokens: Mapping[str, int],
+    kept: Mapping[str, int],
     available: int,
 ) -> dict[str, int]:
     """Shrink the sections until together they fit ``available`` tokens.

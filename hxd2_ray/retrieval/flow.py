@@ -87,8 +87,18 @@ __all__ = ["MODES", "PATHS", "RETRIEVAL_ONLY_MODES", "ModeUnavailableError", "Qu
 
 MODES = ("auto", "auto_post", "logic", "dual", "llm_only", "chunk_vector", "dual_retrieval", "graphflow")
 RETRIEVAL_ONLY_MODES = ("chunk_vector", "dual_retrieval")
-PATHS = ("direct", "refused", "logic_form", "dual_level", "logic_form_failed", "llm_only", "chunk_vector",
-         "dual_retrieval", "graphflow", "graphflow_failed")
+PATHS = (
+    "direct",
+    "refused",
+    "logic_form",
+    "dual_level",
+    "logic_form_failed",
+    "llm_only",
+    "chunk_vector",
+    "dual_retrieval",
+    "graphflow",
+    "graphflow_failed",
+)
 CHUNK_VECTOR_K = 20  # chunks a chunk_vector query returns: enough for recall@k up to ~10 distinct passages
 
 
@@ -135,7 +145,8 @@ class QueryFlow:
         self.clock = clock
         # Overlapping steps pays only when their LLM calls can run at once; behind one lock they would just queue.
         self.overlap = self.cfg.overlap_steps == "on" or (
-            self.cfg.overlap_steps == "auto" and llm is not None and llm.thread_safe)
+            self.cfg.overlap_steps == "auto" and llm is not None and llm.thread_safe
+        )
         self._side: ThreadPoolExecutor | None = None
         self._side_lock = threading.Lock()
         self.modes = tuple(m for m in MODES if not self._missing(m))
@@ -165,9 +176,14 @@ class QueryFlow:
             "logic": [("an index", self.dual), ("the logic-form parts", self.logic)],
             "auto": [("an index", self.dual), ("the logic-form parts", self.logic)],
             "auto_post": [("an index", self.dual), ("the logic-form parts", self.logic)],
-            "graphflow": [("an index", self.index),
-                          ("a GraphFlow policy for the index (--policy DIR, or graphflow.policy in the config; "
-                           "train one with hxd2 graphflow train)", self.walk)],
+            "graphflow": [
+                ("an index", self.index),
+                (
+                    "a GraphFlow policy for the index (--policy DIR, or graphflow.policy in the config; "
+                    "train one with hxd2 graphflow train)",
+                    self.walk,
+                ),
+            ],
         }
         missing = [what for what, part in parts[mode] if part is None]
         if mode in ("auto", "auto_post", "logic") and self.logic is not None:
@@ -182,14 +198,22 @@ class QueryFlow:
             raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
         missing = self._missing(mode)
         if missing:
-            raise ModeUnavailableError(f"mode {mode!r} needs {missing}; this pipeline answers "
-                                       f"{', '.join(self.modes) or 'nothing'}")
+            raise ModeUnavailableError(
+                f"mode {mode!r} needs {missing}; this pipeline answers {', '.join(self.modes) or 'nothing'}"
+            )
         return mode
 
     # ------------------------------------------------------------------------------------------ public
 
-    def answer(self, question: str, *, mode: str | None = None, generation_question: str | None = None,
-               on_delta: Callable[[str], None] | None = None, topic: str | None = None) -> Answer:
+    def answer(
+        self,
+        question: str,
+        *,
+        mode: str | None = None,
+        generation_question: str | None = None,
+        on_delta: Callable[[str], None] | None = None,
+        topic: str | None = None,
+    ) -> Answer:
         final: Answer | None = None
         for event in self.answer_stream(question, mode=mode, generation_question=generation_question, topic=topic):
             if event.kind == "delta" and on_delta is not None:
@@ -199,8 +223,14 @@ class QueryFlow:
         assert final is not None
         return final
 
-    def answer_stream(self, question: str, *, mode: str | None = None, generation_question: str | None = None,
-                      topic: str | None = None) -> Iterator[QueryEvent]:
+    def answer_stream(
+        self,
+        question: str,
+        *,
+        mode: str | None = None,
+        generation_question: str | None = None,
+        topic: str | None = None,
+    ) -> Iterator[QueryEvent]:
         """``progress`` and ``delta`` events, then exactly one ``final`` with the :class:`Answer`.
 
         ``question`` drives intent, the gate, retrieval and planning; ``generation_question`` (default: the
@@ -236,8 +266,7 @@ class QueryFlow:
 
     # ---------------------------------------------------------------------------------------- auto
 
-    def _auto(self, trace: RunTrace, q: str, gen_q: str, language: str, verifier_mode: str
-              ) -> Iterator[QueryEvent]:
+    def _auto(self, trace: RunTrace, q: str, gen_q: str, language: str, verifier_mode: str) -> Iterator[QueryEvent]:
         cfg = self.cfg
         assert self.dual is not None and self.logic is not None
         # overlap_steps: the plan and the gate's retrieval depend on the question alone, so they start now and the
@@ -250,8 +279,9 @@ class QueryFlow:
         if self.overlap:
             pending = self.logic.start(q, language)
             if cfg.refusal_enabled and self.refusal_gate is not None:
-                early_retrieval = self._side_pool().submit(contextvars.copy_context().run, self._retrieve,
-                                                           retrieval_trace, q)
+                early_retrieval = self._side_pool().submit(
+                    contextvars.copy_context().run, self._retrieve, retrieval_trace, q
+                )
         if cfg.intent_enabled and self.intent is not None:
             with trace.timed("intent"):
                 intent = self.intent.classify(q, language)
@@ -285,8 +315,11 @@ class QueryFlow:
                 trace.notice(f"the refusal gate was skipped ({why})")
             if score is not None:
                 trace["refusal"] = score.to_dict()
-                yield QueryEvent("progress", step="refusal", detail={
-                    "score": round(score.score, 4), "threshold": score.threshold, "refused": score.refused})
+                yield QueryEvent(
+                    "progress",
+                    step="refusal",
+                    detail={"score": round(score.score, 4), "threshold": score.threshold, "refused": score.refused},
+                )
                 if score.refused:
                     assert retrieval is not None
                     if pending is not None:
@@ -298,8 +331,11 @@ class QueryFlow:
 
         logic = self.logic.finish(trace, pending) if pending is not None else self.logic.run(trace, q, language)
         failure = logic.failure(cfg.max_plan_steps)
-        yield QueryEvent("progress", step="logic_form",
-                         detail={"ok": not failure, "failure": failure, "seconds": round(logic.seconds, 3)})
+        yield QueryEvent(
+            "progress",
+            step="logic_form",
+            detail={"ok": not failure, "failure": failure, "seconds": round(logic.seconds, 3)},
+        )
         if failure:
             trace["verifier"] = {"mode": verifier_mode, "ran": False}
             yield from self._after_logic(trace, q, gen_q, language, retrieval, failure)
@@ -316,8 +352,10 @@ class QueryFlow:
                 # The answer is generated while the verifier decides; it is sent only after YES. Its own trace
                 # keeps an abandoned answer's records out of the fallback's.
                 answer_trace = trace.scratch()
-                ahead = BackgroundGenerator(self._side_pool(), functools.partial(
-                    self.logic.answer_stream, answer_trace, gen_q, language, evidence))
+                ahead = BackgroundGenerator(
+                    self._side_pool(),
+                    functools.partial(self.logic.answer_stream, answer_trace, gen_q, language, evidence),
+                )
             verdict, why = self.logic.verify(trace, "pre", q, evidence, None, language, gating=True)
             yield QueryEvent("progress", step="verifier", detail={"supported": verdict, "reason": why})
             if not verdict:
@@ -339,8 +377,9 @@ class QueryFlow:
             yield from self._dual_path(trace, q, gen_q, retrieval, f"fallback: {empty}", fallback=empty)
             return
         trace["path_reason"] = why
-        answer = self._plain(gen_q, language, text, notices=notices, outcome=outcome,
-                             references=self.logic.references(evidence))
+        answer = self._plain(
+            gen_q, language, text, notices=notices, outcome=outcome, references=self.logic.references(evidence)
+        )
         yield self._final(trace, answer, "logic_form")
 
     def _retrieve(self, trace: RunTrace, q: str) -> RetrievalResult:
@@ -354,12 +393,14 @@ class QueryFlow:
         with self._side_lock:
             if self._side is None:
                 # Each query in flight holds at most two (its retrieval, its answer), mostly waiting on a remote call.
-                self._side = ThreadPoolExecutor(max_workers=max(8, 8 * self.cfg.logic_workers),
-                                                thread_name_prefix="hxd2-side")
+                self._side = ThreadPoolExecutor(
+                    max_workers=max(8, 8 * self.cfg.logic_workers), thread_name_prefix="hxd2-side"
+                )
             return self._side
 
-    def _post_checked(self, trace: RunTrace, q: str, gen_q: str, language: str, evidence: Any,
-                      retrieval: RetrievalResult | None) -> Iterator[QueryEvent]:
+    def _post_checked(
+        self, trace: RunTrace, q: str, gen_q: str, language: str, evidence: Any, retrieval: RetrievalResult | None
+    ) -> Iterator[QueryEvent]:
         assert self.logic is not None
         try:
             with trace.timed("generate_logic"):
@@ -384,27 +425,35 @@ class QueryFlow:
         answer = self._plain(gen_q, language, text, outcome=outcome, references=self.logic.references(evidence))
         yield self._final(trace, answer, "logic_form")
 
-    def _after_logic(self, trace: RunTrace, q: str, gen_q: str, language: str, retrieval: RetrievalResult | None,
-                     failure: str) -> Iterator[QueryEvent]:
+    def _after_logic(
+        self, trace: RunTrace, q: str, gen_q: str, language: str, retrieval: RetrievalResult | None, failure: str
+    ) -> Iterator[QueryEvent]:
         """The logic form could not answer: the graph walk when configured, else (or then) dual-level."""
         if self.cfg.graph_walk and self.walk is not None:
             assert self.logic is not None
             outcome = self.walk.run(trace, q)
-            yield QueryEvent("progress", step="graph_walk",
-                             detail={"ok": not outcome.failure, "failure": outcome.failure})
+            yield QueryEvent(
+                "progress", step="graph_walk", detail={"ok": not outcome.failure, "failure": outcome.failure}
+            )
             if not outcome.failure and outcome.entity_names:
                 evidence = outcome.evidence(self.walk.evidence_targets)
                 verdict, why = self.logic.verify(trace, "pre", q, evidence, None, language, gating=True)
-                yield QueryEvent("progress", step="verifier", detail={"supported": verdict, "reason": why,
-                                                                      "checked": "graph_walk"})
+                yield QueryEvent(
+                    "progress", step="verifier", detail={"supported": verdict, "reason": why, "checked": "graph_walk"}
+                )
                 if verdict:
-                    text, outcome_llm, notices = yield from self.logic.answer_stream(trace, gen_q, language,
-                                                                                      evidence)
+                    text, outcome_llm, notices = yield from self.logic.answer_stream(trace, gen_q, language, evidence)
                     if text:
                         trace["path_reason"] = f"the logic form failed ({failure}); the graph walk's paths: {why}"
-                        answer = self._plain(gen_q, language, text, notices=notices, outcome=outcome_llm,
-                                             candidates=outcome.entity_names, references=self.walk.references(
-                                                 [t.key for t in evidence.targets if t.kind == "chunk"]))
+                        answer = self._plain(
+                            gen_q,
+                            language,
+                            text,
+                            notices=notices,
+                            outcome=outcome_llm,
+                            candidates=outcome.entity_names,
+                            references=self.walk.references([t.key for t in evidence.targets if t.kind == "chunk"]),
+                        )
                         yield self._final(trace, answer, "graphflow")
                         return
                     why = "the answer from the graph walk's paths was empty"
@@ -422,22 +471,31 @@ class QueryFlow:
         verifier_mode = self.cfg.verifier_mode
         logic = self.logic.run(trace, q, language)
         failure = logic.failure(self.cfg.max_plan_steps)
-        yield QueryEvent("progress", step="logic_form",
-                         detail={"ok": not failure, "failure": failure, "seconds": round(logic.seconds, 3)})
+        yield QueryEvent(
+            "progress",
+            step="logic_form",
+            detail={"ok": not failure, "failure": failure, "seconds": round(logic.seconds, 3)},
+        )
         if not failure and verifier_mode == "pre":
             verdict, why = self.logic.verify(trace, "pre", q, logic.evidence, None, language, gating=False)
-            yield QueryEvent("progress", step="verifier", detail={"supported": verdict, "reason": why,
-                                                                  "gating": False})
+            yield QueryEvent("progress", step="verifier", detail={"supported": verdict, "reason": why, "gating": False})
         if not failure:
             text, outcome, notices = yield from self.logic.answer_stream(trace, gen_q, language, logic.evidence)
             if text:
                 if verifier_mode == "post":
                     verdict, why = self.logic.verify(trace, "post", q, logic.evidence, text, language, gating=False)
-                    yield QueryEvent("progress", step="verifier", detail={"supported": verdict, "reason": why,
-                                                                          "gating": False})
+                    yield QueryEvent(
+                        "progress", step="verifier", detail={"supported": verdict, "reason": why, "gating": False}
+                    )
                 trace["path_reason"] = "mode logic: the plan executed"
-                answer = self._plain(gen_q, language, text, notices=notices, outcome=outcome,
-                                     references=self.logic.references(logic.evidence))
+                answer = self._plain(
+                    gen_q,
+                    language,
+                    text,
+                    notices=notices,
+                    outcome=outcome,
+                    references=self.logic.references(logic.evidence),
+                )
                 yield self._final(trace, answer, "logic_form")
                 return
             failure = "the logic-form answer was empty"
@@ -456,9 +514,13 @@ class QueryFlow:
         lp = self.prompts.for_language(language)
         kb = lp.kb_line(self.cfg.knowledge_base_description)
         request = LLMRequest(
-            messages=({"role": "system", "content": system_text(lp.direct_system, kb)},
-                      {"role": "user", "content": fill(lp.direct_user, question=q)}),
-            max_tokens=self.cfg.direct_max_tokens, temperature=self.temperature, tag="direct",
+            messages=(
+                {"role": "system", "content": system_text(lp.direct_system, kb)},
+                {"role": "user", "content": fill(lp.direct_user, question=q)},
+            ),
+            max_tokens=self.cfg.direct_max_tokens,
+            temperature=self.temperature,
+            tag="direct",
         )
         outcome = StreamOutcome()
         notices: list[str] = []
@@ -482,18 +544,30 @@ class QueryFlow:
         trace["path_reason"] = f"intent {intent.label} ({intent.source}): answered without retrieval"
         yield self._final(trace, self._plain(q, language, text, notices=tuple(notices), outcome=outcome), "direct")
 
-    def _refused(self, trace: RunTrace, q: str, language: str, retrieval: RetrievalResult,
-                 score: RefusalScore) -> Iterator[QueryEvent]:
+    def _refused(
+        self, trace: RunTrace, q: str, language: str, retrieval: RetrievalResult, score: RefusalScore
+    ) -> Iterator[QueryEvent]:
         text = self.prompts.for_language(language).refusal
         trace["path_reason"] = f"refusal score {score.score:.4f} < threshold {score.threshold:.4f} ({score.basis})"
         yield QueryEvent("delta", text=text)
-        answer = self._plain(q, language, text, retrieval.keywords,
-                             notices=(f"refused: the question scored {score.score:.3f}, below the threshold "
-                                      f"{score.threshold:.3f}",))
+        answer = self._plain(
+            q,
+            language,
+            text,
+            retrieval.keywords,
+            notices=(f"refused: the question scored {score.score:.3f}, below the threshold {score.threshold:.3f}",),
+        )
         yield self._final(trace, replace(answer, refused=True), "refused")
 
-    def _dual_path(self, trace: RunTrace, q: str, gen_q: str, retrieval: RetrievalResult | None, reason: str,
-                   fallback: str | None = None) -> Iterator[QueryEvent]:
+    def _dual_path(
+        self,
+        trace: RunTrace,
+        q: str,
+        gen_q: str,
+        retrieval: RetrievalResult | None,
+        reason: str,
+        fallback: str | None = None,
+    ) -> Iterator[QueryEvent]:
         assert self.dual is not None
         if fallback is not None:
             trace["fallback_reason"] = fallback
@@ -514,8 +588,9 @@ class QueryFlow:
         if not final.text.strip():
             text = self.prompts.for_language(final.language).empty_answer
             yield QueryEvent("delta", text=text)
-            final = replace(final, text=text, notices=(*final.notices, "the generated answer was empty; "
-                                                       "a fixed reply was used"))
+            final = replace(
+                final, text=text, notices=(*final.notices, "the generated answer was empty; a fixed reply was used")
+            )
         trace["retrieval"] = final.retrieval.trace()
         trace["path_reason"] = reason
         yield self._final(trace, replace(final, fallback_reason=fallback), "dual_level")
@@ -529,8 +604,11 @@ class QueryFlow:
             trace["failure_reason"] = outcome.failure
             trace["path_reason"] = f"mode graphflow: the walk found nothing ({outcome.failure})"
             yield QueryEvent("delta", text=text)
-            yield self._final(trace, self._plain(gen_q, language, text, notices=(f"graph walk: {outcome.failure}",)),
-                              "graphflow_failed")
+            yield self._final(
+                trace,
+                self._plain(gen_q, language, text, notices=(f"graph walk: {outcome.failure}",)),
+                "graphflow_failed",
+            )
             return
         # The policy's ranking is the answer (MetaQA style: "first | second | ..."); chunks are the references.
         names = outcome.entity_names
@@ -538,14 +616,17 @@ class QueryFlow:
         if text:
             yield QueryEvent("delta", text=text)
         trace["path_reason"] = "mode graphflow: the ranked targets of the policy's trajectories"
-        answer = self._plain(q, language, text, references=self.walk.references(outcome.chunk_ids),
-                             candidates=names)
+        answer = self._plain(q, language, text, references=self.walk.references(outcome.chunk_ids), candidates=names)
         yield self._final(trace, answer, "graphflow")
 
     def _llm_only(self, trace: RunTrace, q: str, gen_q: str, language: str) -> Iterator[QueryEvent]:
         assert self.llm is not None
-        request = LLMRequest(messages=({"role": "user", "content": gen_q},),
-                             max_tokens=self.limits.answer_max_tokens, temperature=self.temperature, tag="answer")
+        request = LLMRequest(
+            messages=({"role": "user", "content": gen_q},),
+            max_tokens=self.limits.answer_max_tokens,
+            temperature=self.temperature,
+            tag="answer",
+        )
         outcome = StreamOutcome()
         with trace.timed("generate"):
             for delta in stream_completion(self.llm, request, outcome):
@@ -560,10 +641,22 @@ class QueryFlow:
             vector = self.embedder.embed([q])
             hits = self.index.family("chunk").search(vector, CHUNK_VECTOR_K)[0]
             rows = {c["id"]: c for c in self.index.graph.get_chunks([key for key, _ in hits])}
-        chunks = tuple(ContextChunk(
-            id=c["id"], doc_id=c["doc_id"], text=c["text"], header_path=c["header_path"], doc_title=c["doc_title"],
-            doc_source_id=c["doc_source_id"], doc_source_path=c["doc_source_path"], mentions=0,
-            first_entity_rank=None, score=float(score)) for key, score in hits if (c := rows.get(key)) is not None)
+        chunks = tuple(
+            ContextChunk(
+                id=c["id"],
+                doc_id=c["doc_id"],
+                text=c["text"],
+                header_path=c["header_path"],
+                doc_title=c["doc_title"],
+                doc_source_id=c["doc_source_id"],
+                doc_source_path=c["doc_source_path"],
+                mentions=0,
+                first_entity_rank=None,
+                score=float(score),
+            )
+            for key, score in hits
+            if (c := rows.get(key)) is not None
+        )
         trace["path_reason"] = "mode chunk_vector: the question's embedding against the chunk vectors"
         context = self._empty_context(q, language, None, chunks=chunks)
         answer = self._plain(q, language, "", references=references_of(chunks), context=context)
@@ -576,36 +669,80 @@ class QueryFlow:
         trace.keywords(context.keywords)
         trace["retrieval"] = context.trace()
         trace["path_reason"] = "mode dual_retrieval: the budgeted chunks of dual-level retrieval, no generation"
-        answer = self._plain(q, context.language, "", context.keywords, notices=context.notices,
-                             references=references_of(context.chunks), context=context)
+        answer = self._plain(
+            q,
+            context.language,
+            "",
+            context.keywords,
+            notices=context.notices,
+            references=references_of(context.chunks),
+            context=context,
+        )
         return self._final(trace, answer, "dual_retrieval")
 
     # -------------------------------------------------------------------------------------- records
 
-    def _empty_context(self, question: str, language: str, keywords: Keywords | None,
-                       chunks: tuple[ContextChunk, ...] = (), notices: tuple[str, ...] = ()) -> RetrievalResult:
+    def _empty_context(
+        self,
+        question: str,
+        language: str,
+        keywords: Keywords | None,
+        chunks: tuple[ContextChunk, ...] = (),
+        notices: tuple[str, ...] = (),
+    ) -> RetrievalResult:
         return RetrievalResult(
-            question=question, language=language, keywords=keywords or Keywords(parsed=False), entities=(),
-            relations=(), chunks=chunks, tokens=SectionTokens(), input_cap=self.limits.input_cap,
-            answer_max_tokens=self.limits.answer_max_tokens, notices=notices,
+            question=question,
+            language=language,
+            keywords=keywords or Keywords(parsed=False),
+            entities=(),
+            relations=(),
+            chunks=chunks,
+            tokens=SectionTokens(),
+            input_cap=self.limits.input_cap,
+            answer_max_tokens=self.limits.answer_max_tokens,
+            notices=notices,
         )
 
-    def _plain(self, question: str, language: str, text: str, keywords: Keywords | None = None, *,
-               notices: tuple[str, ...] = (), outcome: StreamOutcome | None = None,
-               references: tuple[Reference, ...] = (), context: RetrievalResult | None = None,
-               candidates: tuple[str, ...] = ()) -> Answer:
+    def _plain(
+        self,
+        question: str,
+        language: str,
+        text: str,
+        keywords: Keywords | None = None,
+        *,
+        notices: tuple[str, ...] = (),
+        outcome: StreamOutcome | None = None,
+        references: tuple[Reference, ...] = (),
+        context: RetrievalResult | None = None,
+        candidates: tuple[str, ...] = (),
+    ) -> Answer:
         """An Answer for a path that did not generate from dual-level context."""
         outcome = outcome or StreamOutcome()
-        return Answer(question=question, text=text, language=language, references=references,
-                      retrieval=context or self._empty_context(question, language, keywords, notices=notices),
-                      prompt_tokens=outcome.prompt_tokens, completion_tokens=outcome.completion_tokens,
-                      finish_reason=outcome.finish_reason, notices=notices, candidates=candidates)
+        return Answer(
+            question=question,
+            text=text,
+            language=language,
+            references=references,
+            retrieval=context or self._empty_context(question, language, keywords, notices=notices),
+            prompt_tokens=outcome.prompt_tokens,
+            completion_tokens=outcome.completion_tokens,
+            finish_reason=outcome.finish_reason,
+            notices=notices,
+            candidates=candidates,
+        )
 
     def _final(self, trace: RunTrace, answer: Answer, path: str) -> QueryEvent:
         """The answer with its path and trace; its usage is the whole query's (every LLM call it made)."""
         data = trace.finish(path, self.prompt_versions)
         totals = data["tokens_total"]
-        answer = replace(answer, path=path, mode=data["mode"], fallback_reason=data["fallback_reason"],
-                         trace=data, notices=(*answer.notices, *data["notices"]), prompt_tokens=totals["prompt"],
-                         completion_tokens=totals["completion"])
+        answer = replace(
+            answer,
+            path=path,
+            mode=data["mode"],
+            fallback_reason=data["fallback_reason"],
+            trace=data,
+            notices=(*answer.notices, *data["notices"]),
+            prompt_tokens=totals["prompt"],
+            completion_tokens=totals["completion"],
+        )
         return QueryEvent("final", answer=answer)

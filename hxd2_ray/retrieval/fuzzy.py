@@ -144,8 +144,9 @@ class FuzzyNameIndex:
         # Terms: (bigram, 0) from the first occurrences, (bigram, k) from the repeats; postings per term in
         # (bigram, occurrence) order, each bigram's later occurrences right after its first ones.
         first = np.flatnonzero(np.concatenate(([True], grams[1:] != grams[:-1])))
-        rep_first = np.flatnonzero(np.concatenate(
-            ([True], (rep_grams[1:] != rep_grams[:-1]) | (occurrence[1:] != occurrence[:-1]))))[: len(repeat)]
+        rep_first = np.flatnonzero(
+            np.concatenate(([True], (rep_grams[1:] != rep_grams[:-1]) | (occurrence[1:] != occurrence[:-1])))
+        )[: len(repeat)]
         term_gram = np.concatenate((grams[first], rep_grams[rep_first]))
         term_occ = np.concatenate((np.zeros(len(first), np.int64), occurrence[rep_first]))
         term_size = np.concatenate((np.diff(np.append(first, len(grams))), np.diff(np.append(rep_first, len(repeat)))))
@@ -170,10 +171,10 @@ class FuzzyNameIndex:
         if len(candidates) == 0:
             return []
         folded = self._folded[candidates]
-        found = process.extract(q, folded.tolist(), scorer=fuzz.ratio, processor=None,
-                                score_cutoff=score_cutoff, limit=None)
-        scored = sorted(((score, folded[pos], candidates[pos]) for _, score, pos in found),
-                        key=lambda t: (-t[0], t[1]))
+        found = process.extract(
+            q, folded.tolist(), scorer=fuzz.ratio, processor=None, score_cutoff=score_cutoff, limit=None
+        )
+        scored = sorted(((score, folded[pos], candidates[pos]) for _, score, pos in found), key=lambda t: (-t[0], t[1]))
         out: list[tuple[str, float]] = []
         for score, _, idx in scored:
             keys = self._keys[idx]

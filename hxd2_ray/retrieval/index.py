@@ -86,7 +86,9 @@ class OpenIndex:
 
 
 def open_index(
-    path_or_s3: str | os.PathLike[str], cfg: HxdConfig, families: Sequence[str] = VECTOR_FAMILIES,
+    path_or_s3: str | os.PathLike[str],
+    cfg: HxdConfig,
+    families: Sequence[str] = VECTOR_FAMILIES,
     generation: str | None = None,
 ) -> OpenIndex:
     """Open the index at a local path or ``s3://bucket/prefix`` for querying with ``cfg``'s embedding model: the
@@ -108,9 +110,17 @@ def open_index(
         root = _cached_copy(fs, path, location, manifest, _cache_root(cfg))
     check_compatible(manifest, embedding_model_id(cfg.embedding), cfg.embedding.dim)
     # Sizes always (a stat per file), checksums on request: a damaged file is named before Kùzu or Faiss reads it.
-    check_files(root, manifest, location=location, checksums=cfg.retrieval.verify_checksums,
-                only=(GRAPH_NAME, *(f"vectors/{f}/" for f in families), *(f"vectors/{f}/{IDMAP_PARQUET}"
-                                                                         for f in ("entity_name", "entity_mix"))))
+    check_files(
+        root,
+        manifest,
+        location=location,
+        checksums=cfg.retrieval.verify_checksums,
+        only=(
+            GRAPH_NAME,
+            *(f"vectors/{f}/" for f in families),
+            *(f"vectors/{f}/{IDMAP_PARQUET}" for f in ("entity_name", "entity_mix")),
+        ),
+    )
     if cfg.retrieval.search_threads is not None:
         _set_search_threads(cfg.retrieval.search_threads)
     return _open_local(location, root, manifest, families, cfg.retrieval)
@@ -122,8 +132,9 @@ def _pinned(manifest: IndexManifest, generation: str | None) -> IndexManifest:
     if generation is None or generation == manifest.generation:
         return manifest
     if generation not in [g.get("id") for g in manifest.generations]:
-        raise IndexNotFoundError(f"generation {generation!r} is not in the index's history (current: "
-                                 f"{manifest.generation!r})")
+        raise IndexNotFoundError(
+            f"generation {generation!r} is not in the index's history (current: {manifest.generation!r})"
+        )
     return manifest.model_copy(update={"generation": generation, "files": {}})
 
 
@@ -135,8 +146,10 @@ def _set_search_threads(threads: int) -> None:
 
 
 def _no_manifest(location: str) -> str:
-    return (f"no {MANIFEST_NAME} in {location}: the index is missing or half-written (the index job writes the "
-            "manifest last); finish or rerun the build, or point at a complete index")
+    return (
+        f"no {MANIFEST_NAME} in {location}: the index is missing or half-written (the index job writes the "
+        "manifest last); finish or rerun the build, or point at a complete index"
+    )
 
 
 def _open_local(
@@ -172,8 +185,16 @@ def _open_local(
             ix.close()
         raise
     closers = (graph.close, *(ix.close for ix in opened.values()))
-    return OpenIndex(location=location, root=root, manifest=manifest, graph=graph, families=opened, names=names,
-                     lexical=lexical, _closers=closers)
+    return OpenIndex(
+        location=location,
+        root=root,
+        manifest=manifest,
+        graph=graph,
+        families=opened,
+        names=names,
+        lexical=lexical,
+        _closers=closers,
+    )
 
 
 @contextmanager
@@ -185,8 +206,10 @@ def _unreadable_as_damage(location: str, what: str) -> Iterator[None]:
     except HxdError:
         raise
     except (RuntimeError, OSError, pa.ArrowException) as exc:
-        raise IndexDamagedError(f"index at {location}: cannot read {what} ({str(exc)[:300]}); run hxd2 index verify "
-                                f"--index {location} --checksums, then rebuild or copy the index again") from None
+        raise IndexDamagedError(
+            f"index at {location}: cannot read {what} ({str(exc)[:300]}); run hxd2 index verify "
+            f"--index {location} --checksums, then rebuild or copy the index again"
+        ) from None
 
 
 def _entity_keys(root: Path) -> list[str]:
@@ -239,8 +262,12 @@ def _cached_copy(fs: pafs.FileSystem, path: str, location: str, manifest: IndexM
                 (tmp / name).mkdir()
                 pafs.copy_files(src, str(tmp / name), source_filesystem=fs, destination_filesystem=local)
         # The manifest last: a cache entry with a manifest is complete.
-        pafs.copy_files(f"{path.rstrip('/')}/{MANIFEST_NAME}", str(tmp / MANIFEST_NAME), source_filesystem=fs,
-                        destination_filesystem=local)
+        pafs.copy_files(
+            f"{path.rstrip('/')}/{MANIFEST_NAME}",
+            str(tmp / MANIFEST_NAME),
+            source_filesystem=fs,
+            destination_filesystem=local,
+        )
         try:
             os.replace(tmp, target)
         except OSError:

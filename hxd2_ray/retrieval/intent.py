@@ -106,8 +106,11 @@ def load_multistage_prompts_file(path: str | Path, version: str | None = None) -
 
 
 def parse_multistage_prompts(raw: bytes, version: str) -> MultiStagePromptSet:
-    return MultiStagePromptSet(version=version, version_hash=prompt_version_hash(raw, version),
-                               languages=parse_languages(raw, "multi-stage", _language))
+    return MultiStagePromptSet(
+        version=version,
+        version_hash=prompt_version_hash(raw, version),
+        languages=parse_languages(raw, "multi-stage", _language),
+    )
 
 
 def _language(lang: str, section: Any) -> MultiStageLanguagePrompts:
@@ -144,9 +147,14 @@ def _language(lang: str, section: Any) -> MultiStageLanguagePrompts:
     for field_name in ("intent_user", "direct_user", "logic_answer_user"):
         if not getattr(prompts, field_name).endswith("{question}"):
             raise ValueError(f"multi-stage prompt file: {lang}.{field_name} must end with {{question}}")
-    for field_name, needed in (("logic_answer_user", "evidence"), ("logic_failed", "reason"),
-                               ("graph_walk_failed", "reason"), ("kb_hint", "kb"), ("intent_system", "kb"),
-                               ("direct_system", "kb")):
+    for field_name, needed in (
+        ("logic_answer_user", "evidence"),
+        ("logic_failed", "reason"),
+        ("graph_walk_failed", "reason"),
+        ("kb_hint", "kb"),
+        ("intent_system", "kb"),
+        ("direct_system", "kb"),
+    ):
         if "{" + needed + "}" not in getattr(prompts, field_name):
             raise ValueError(f"multi-stage prompt file: {lang}.{field_name} must contain {{{needed}}}")
     return prompts
@@ -178,23 +186,99 @@ def _fold(text: str) -> str:
     return " ".join("".join(out).split())
 
 
-_GREETINGS = frozenset(_fold(g) for g in (
-    "hi", "hello", "hey", "hiya", "howdy", "yo", "hi there", "hello there", "hey there", "greetings",
-    "good morning", "good afternoon", "good evening", "morning", "thanks", "thank you", "thank you very much",
-    "thanks a lot", "many thanks", "thx", "ty", "cheers", "bye", "goodbye", "good bye", "see you", "ok thanks",
-    "ok thank you",
-    "你好", "您好", "你好呀", "你好啊", "大家好", "嗨", "哈喽", "哈啰", "嗨喽", "在吗", "在么", "早",
-    "早上好", "上午好", "中午好", "下午好", "晚上好", "早安", "晚安", "谢谢", "谢谢你", "谢谢您", "多谢",
-    "感谢", "非常感谢", "谢啦", "再见", "拜拜", "好的谢谢", "好的 谢谢",
-))
+_GREETINGS = frozenset(
+    _fold(g)
+    for g in (
+        "hi",
+        "hello",
+        "hey",
+        "hiya",
+        "howdy",
+        "yo",
+        "hi there",
+        "hello there",
+        "hey there",
+        "greetings",
+        "good morning",
+        "good afternoon",
+        "good evening",
+        "morning",
+        "thanks",
+        "thank you",
+        "thank you very much",
+        "thanks a lot",
+        "many thanks",
+        "thx",
+        "ty",
+        "cheers",
+        "bye",
+        "goodbye",
+        "good bye",
+        "see you",
+        "ok thanks",
+        "ok thank you",
+        "你好",
+        "您好",
+        "你好呀",
+        "你好啊",
+        "大家好",
+        "嗨",
+        "哈喽",
+        "哈啰",
+        "嗨喽",
+        "在吗",
+        "在么",
+        "早",
+        "早上好",
+        "上午好",
+        "中午好",
+        "下午好",
+        "晚上好",
+        "早安",
+        "晚安",
+        "谢谢",
+        "谢谢你",
+        "谢谢您",
+        "多谢",
+        "感谢",
+        "非常感谢",
+        "谢啦",
+        "再见",
+        "拜拜",
+        "好的谢谢",
+        "好的 谢谢",
+    )
+)
 # An identity phrase, alone or with a greeting around it ("hi, who are you?").
-_IDENTITY = tuple(_fold(p) for p in (
-    "who are you", "what are you", "who am i talking to", "who am i speaking with", "what is your name",
-    "what's your name", "whats your name", "introduce yourself", "tell me about yourself", "are you a bot",
-    "are you a robot", "are you human", "are you an ai",
-    "你是谁", "你是什么", "你叫什么", "你叫什么名字", "你的名字", "介绍一下你自己", "介绍下你自己", "自我介绍",
-    "你是机器人吗", "你是人吗", "你是ai吗",
-))
+_IDENTITY = tuple(
+    _fold(p)
+    for p in (
+        "who are you",
+        "what are you",
+        "who am i talking to",
+        "who am i speaking with",
+        "what is your name",
+        "what's your name",
+        "whats your name",
+        "introduce yourself",
+        "tell me about yourself",
+        "are you a bot",
+        "are you a robot",
+        "are you human",
+        "are you an ai",
+        "你是谁",
+        "你是什么",
+        "你叫什么",
+        "你叫什么名字",
+        "你的名字",
+        "介绍一下你自己",
+        "介绍下你自己",
+        "自我介绍",
+        "你是机器人吗",
+        "你是人吗",
+        "你是ai吗",
+    )
+)
 _IDENTITY_SLACK = 12  # characters of greeting/filler allowed around an identity phrase
 
 
@@ -272,8 +356,14 @@ class Intent:
         return self.label == "question"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "source": self.source, "raw": self.raw, "reason": self.reason,
-                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
+        return {
+            "label": self.label,
+            "source": self.source,
+            "raw": self.raw,
+            "reason": self.reason,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
 
 
 class IntentClassifier:
@@ -321,10 +411,22 @@ class IntentClassifier:
         except Exception as exc:  # noqa: BLE001 - a gate must never take the query down
             return Intent("question", "fallback", reason=f"intent call failed ({type(exc).__name__}: {exc})")
         if resp.error:
-            return Intent("question", "fallback", resp.text, f"intent call failed ({resp.error})",
-                          resp.prompt_tokens, resp.completion_tokens)
+            return Intent(
+                "question",
+                "fallback",
+                resp.text,
+                f"intent call failed ({resp.error})",
+                resp.prompt_tokens,
+                resp.completion_tokens,
+            )
         parsed = parse_intent(resp.text, self.prompts.for_language(lang).intent_labels)
         if parsed is None:
-            return Intent("question", "fallback", resp.text, "unreadable reply; treated as a question",
-                          resp.prompt_tokens, resp.completion_tokens)
+            return Intent(
+                "question",
+                "fallback",
+                resp.text,
+                "unreadable reply; treated as a question",
+                resp.prompt_tokens,
+                resp.completion_tokens,
+            )
         return Intent(parsed, "llm", resp.text, "llm", resp.prompt_tokens, resp.completion_tokens)

@@ -199,8 +199,9 @@ def _balanced_span(text: str) -> str | None:
 def _from_labelled_segments(text: str) -> tuple[bool, list[str], list[str]]:
     """Text after each "high/low level keywords:" label up to the next label: quoted strings, else a list."""
     marks = [(m.start(), m.end(), m.group(1).lower()) for m in _KEY_RE.finditer(text)]
-    marks += [(m.start(), m.end(), "high" if m.group(1) in ("高层", "高级") else "low")
-              for m in _ZH_KEY_RE.finditer(text)]
+    marks += [
+        (m.start(), m.end(), "high" if m.group(1) in ("高层", "高级") else "low") for m in _ZH_KEY_RE.finditer(text)
+    ]
     marks.sort()
     high: list[str] = []
     low: list[str] = []

@@ -60,9 +60,17 @@ class _Switch:
 class LiveIndex(Generic[T]):
     """The index at ``location``, following its current generation (see the module docstring)."""
 
-    def __init__(self, location: str, cfg: HxdConfig, attach: Callable[[OpenIndex], T], *,
-                 poll_s: float = DEFAULT_POLL_S, keeper: LeaseKeeper | None = None,
-                 opener: Callable[..., OpenIndex] = open_index, detach: Callable[[T], None] | None = None):
+    def __init__(
+        self,
+        location: str,
+        cfg: HxdConfig,
+        attach: Callable[[OpenIndex], T],
+        *,
+        poll_s: float = DEFAULT_POLL_S,
+        keeper: LeaseKeeper | None = None,
+        opener: Callable[..., OpenIndex] = open_index,
+        detach: Callable[[T], None] | None = None,
+    ):
         self.location = location
         self.cfg = cfg
         self.poll_s = poll_s
@@ -142,8 +150,9 @@ class LiveIndex(Generic[T]):
             retire = old is not None and old.pins == 0 and old.generation != fresh.generation
             if retire and old is not None:
                 self._held.pop(old.generation, None)
-        log.info("index %s: serving generation %s (was %s)", self.location, fresh.generation,
-                 old.generation if old else "-")
+        log.info(
+            "index %s: serving generation %s (was %s)", self.location, fresh.generation, old.generation if old else "-"
+        )
         self.switch.generation, self.switch.error = fresh.generation, ""
         for listener in list(self.switch.listeners):
             listener(fresh.generation)
@@ -174,8 +183,12 @@ class LiveIndex(Generic[T]):
             except BaseException:
                 index.close()
                 raise
-            held = _Held(index.manifest.generation, index, value,
-                         self._keeper.hold(self._fs, self._root, index.manifest.generation))
+            held = _Held(
+                index.manifest.generation,
+                index,
+                value,
+                self._keeper.hold(self._fs, self._root, index.manifest.generation),
+            )
             with self._lock:
                 self._held[held.generation] = held
             return held

@@ -93,10 +93,22 @@ class PendingLogic:
 class LogicFormStep:
     """Plan → execute → verify → answer from the evidence, over the flow's seams (see the module docstring)."""
 
-    def __init__(self, planner: Planner, executor: PlanExecutor, verifiers: Mapping[str, Verifier],
-                 llm: LLMClient, graph: GraphStore, limits: ContextLimits, cfg: MultiStageConfig,
-                 prompts: MultiStagePromptSet, *, relations: Sequence[str] = (), temperature: float = 0.0,
-                 guards: Sequence[SerializedLLM] = (), clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        planner: Planner,
+        executor: PlanExecutor,
+        verifiers: Mapping[str, Verifier],
+        llm: LLMClient,
+        graph: GraphStore,
+        limits: ContextLimits,
+        cfg: MultiStageConfig,
+        prompts: MultiStagePromptSet,
+        *,
+        relations: Sequence[str] = (),
+        temperature: float = 0.0,
+        guards: Sequence[SerializedLLM] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.planner = planner
         self.executor = executor
         self.verifiers = dict(verifiers)
@@ -171,8 +183,15 @@ class LogicFormStep:
         except Exception as exc:  # noqa: BLE001 - any failure falls back
             box.error = exc
         box.seconds = clock() - pending.started
-        snap = LogicRun(plan=box.plan, evidence=box.evidence if not box.timed_out else None, plan_s=box.plan_s,
-                        execute_s=box.execute_s, error=box.error, timed_out=box.timed_out, seconds=box.seconds)
+        snap = LogicRun(
+            plan=box.plan,
+            evidence=box.evidence if not box.timed_out else None,
+            plan_s=box.plan_s,
+            execute_s=box.execute_s,
+            error=box.error,
+            timed_out=box.timed_out,
+            seconds=box.seconds,
+        )
         trace["logic"] = snap.to_dict()
         trace["timings_ms"]["logic_plan"] = round(snap.plan_s * 1000, 2)
         trace["timings_ms"]["logic_execute"] = round(snap.execute_s * 1000, 2)
@@ -180,26 +199,40 @@ class LogicFormStep:
         if snap.plan is not None:
             trace.tokens("plan", snap.plan.prompt_tokens, snap.plan.completion_tokens, snap.plan.calls)
         if snap.evidence is not None:
-            trace.tokens("execute", snap.evidence.prompt_tokens, snap.evidence.completion_tokens,
-                         snap.evidence.llm_calls)
+            trace.tokens(
+                "execute", snap.evidence.prompt_tokens, snap.evidence.completion_tokens, snap.evidence.llm_calls
+            )
         return snap
 
     # ----------------------------------------------------------------------------------------- verify
 
-    def verify(self, trace: RunTrace, mode: str, q: str, evidence: Any, answer: str | None, language: str,
-               gating: bool) -> tuple[bool, str]:
+    def verify(
+        self, trace: RunTrace, mode: str, q: str, evidence: Any, answer: str | None, language: str, gating: bool
+    ) -> tuple[bool, str]:
         """(supported, why); an exception or an unclear reply is NO."""
         try:
             with trace.timed("verify"):
                 verdict = self.verifiers[mode].verify(q, evidence, answer, language=language)
         except Exception as exc:  # noqa: BLE001
             why = f"exception in the {mode}-check verifier: {type(exc).__name__}: {exc}"
-            trace["verifier"] = {"mode": mode, "ran": True, "gating": gating, "supported": False, "raw": "",
-                                 "reason": why}
+            trace["verifier"] = {
+                "mode": mode,
+                "ran": True,
+                "gating": gating,
+                "supported": False,
+                "raw": "",
+                "reason": why,
+            }
             return False, why
         trace.tokens("verify", verdict.prompt_tokens, verdict.completion_tokens)
-        trace["verifier"] = {"mode": mode, "ran": True, "gating": gating, "supported": verdict.supported,
-                             "raw": verdict.raw, "reason": verdict.reason}
+        trace["verifier"] = {
+            "mode": mode,
+            "ran": True,
+            "gating": gating,
+            "supported": verdict.supported,
+            "raw": verdict.raw,
+            "reason": verdict.reason,
+        }
         if verdict.supported:
             return True, f"{mode}-check verifier said yes"
         if verdict.reason == "no":
@@ -222,7 +255,9 @@ class LogicFormStep:
         max_tokens = min(self.cfg.logic_answer_max_tokens or limits.answer_max_tokens, limits.answer_max_tokens)
         return LLMRequest(
             messages=({"role": "system", "content": lp.logic_answer_system}, {"role": "user", "content": user}),
-            max_tokens=max_tokens, temperature=self.temperature, tag="logic_answer",
+            max_tokens=max_tokens,
+            temperature=self.temperature,
+            tag="logic_answer",
         )
 
     def answer_text(self, gen_q: str, language: str, evidence: Any) -> tuple[str, StreamOutcome]:
@@ -231,8 +266,9 @@ class LogicFormStep:
             pass
         return outcome.text.strip(), outcome
 
-    def answer_stream(self, trace: RunTrace, gen_q: str, language: str, evidence: Any
-                      ) -> Generator[QueryEvent, None, tuple[str, StreamOutcome, tuple[str, ...]]]:
+    def answer_stream(
+        self, trace: RunTrace, gen_q: str, language: str, evidence: Any
+    ) -> Generator[QueryEvent, None, tuple[str, StreamOutcome, tuple[str, ...]]]:
         """Yields the deltas of the answer from the evidence; returns ``(text, outcome, notices)``, where the text
         is "" when nothing was produced (an empty reply, or a failure before any text): the caller falls back."""
         outcome = StreamOutcome()
@@ -272,8 +308,19 @@ class LogicFormStep:
             rows = self.graph.get_chunks(chunk_ids)
         except Exception:  # noqa: BLE001 - references are a courtesy; never fail an answer for them
             return ()
-        chunks = [ContextChunk(id=c["id"], doc_id=c["doc_id"], text="", header_path=c["header_path"],
-                               doc_title=c["doc_title"], doc_source_id=c["doc_source_id"],
-                               doc_source_path=c["doc_source_path"], mentions=0, first_entity_rank=None, score=0.0)
-                  for c in rows]
+        chunks = [
+            ContextChunk(
+                id=c["id"],
+                doc_id=c["doc_id"],
+                text="",
+                header_path=c["header_path"],
+                doc_title=c["doc_title"],
+                doc_source_id=c["doc_source_id"],
+                doc_source_path=c["doc_source_path"],
+                mentions=0,
+                first_entity_rank=None,
+                score=0.0,
+            )
+            for c in rows
+        ]
         return references_of(chunks)

@@ -28,23 +28,34 @@ from typing import Any
 from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.extraction.merge import normalize_name
 
-__all__ = ["STOPWORDS", "WORD", "NamedEntity", "TitleIndex", "candidate_ngrams", "named_entities", "title_index",
-           "title_key"]
+__all__ = [
+    "STOPWORDS",
+    "WORD",
+    "NamedEntity",
+    "TitleIndex",
+    "candidate_ngrams",
+    "named_entities",
+    "title_index",
+    "title_key",
+]
 
 # Function and question words: an n-gram may hold them inside ("Bank of America") but not at its ends.
-STOPWORDS = frozenset("""
+STOPWORDS = frozenset(
+    """
 a an the and or but nor of in on at to for from by with about as into onto over under than then that this these
 those is are was were be been being am do does did done has have had having will would shall should can could may
 might must not no yes it its it's he she they them their his her him we us our you your i me my mine what which
 who whom whose when where why how whether if so such there here any some all each every both either neither
 more most less least much many few other another same own very just also only too again ever even still yet
 one two first second much long tall old new
-""".split())
+""".split()
+)
 
 FUZZY_MIN_CHARS = 6
 _JOINERS = re.compile(r"[-_/·]")
-ZH_STOPWORDS = frozenset(("的 了 是 在 和 与 及 或 比 它 他 她 们 这 那 哪 "
-                          "什么 多少 怎么 为什么 吗 呢 吧 有 个 请 问 谁 哪个").split())
+ZH_STOPWORDS = frozenset(
+    ("的 了 是 在 和 与 及 或 比 它 他 她 们 这 那 哪 什么 多少 怎么 为什么 吗 呢 吧 有 个 请 问 谁 哪个").split()
+)
 
 WORD = re.compile(r"[^\W_](?:[\w'’&.-]*[^\W_])?")
 
@@ -70,7 +81,7 @@ def _en_ngrams(question: str, max_words: int) -> list[_Gram]:
     out: list[_Gram] = []
     for n in range(min(max_words, len(words)), 0, -1):
         for i in range(len(words) - n + 1):
-            span = words[i:i + n]
+            span = words[i : i + n]
             first, last = span[0][0].lower(), span[-1][0].lower()
             if first in STOPWORDS or last in STOPWORDS:
                 continue
@@ -79,7 +90,7 @@ def _en_ngrams(question: str, max_words: int) -> list[_Gram]:
             digit = any(ch.isdigit() for w, _ in span for ch in w) and any(ch.isalpha() for w, _ in span for ch in w)
             if not (n >= 2 or capital or digit):
                 continue
-            text = question[span[0][1]:span[-1][1] + len(span[-1][0])]
+            text = question[span[0][1] : span[-1][1] + len(span[-1][0])]
             out.append(_Gram(text, i, i + n, len(text) >= FUZZY_MIN_CHARS))
     return out
 
@@ -93,7 +104,7 @@ def _zh_ngrams(question: str, max_words: int) -> list[_Gram]:
         for i in range(len(words) - n + 1):
             if words[i] in ZH_STOPWORDS or words[i + n - 1] in ZH_STOPWORDS:
                 continue
-            text = "".join(words[i:i + n])
+            text = "".join(words[i : i + n])
             if len(text) >= 2 and not text.isdigit():
                 out.append(_Gram(text, i, i + n, len(text) >= FUZZY_MIN_CHARS // 2))  # a CJK character ~ 2 letters
     return out

@@ -32,11 +32,12 @@ class PlanExecutor(Protocol):
 class Verifier(Protocol):
     @property
     def mode(self) -> str:
-        """"pre": question + evidence; "post": question + evidence + answer."""
+        """ "pre": question + evidence; "post": question + evidence + answer."""
         ...
 
-    def verify(self, question: str, evidence: Any, answer: str | None = None, *,
-               language: str | None = None) -> "Verdict":
+    def verify(
+        self, question: str, evidence: Any, answer: str | None = None, *, language: str | None = None
+    ) -> "Verdict":
         """Whether the evidence supports answering (pre) or the answer (post); an unclear reply is no."""
         ...
 

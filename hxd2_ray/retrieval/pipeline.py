@@ -112,8 +112,9 @@ class _Fitted:
     messages: tuple[Message, ...]
 
 
-def drop_copied_keywords(keywords: Keywords, question: str, prompts: QueryLanguagePrompts
-                         ) -> tuple[Keywords, list[str]]:
+def drop_copied_keywords(
+    keywords: Keywords, question: str, prompts: QueryLanguagePrompts
+) -> tuple[Keywords, list[str]]:
     """Keywords the model copied from the keyword prompt's own example: in the prompt, not in the question.
 
     A small model often answers with the example's keywords ("Rachel Osei", "Bergen", "Halden Institute") for an
@@ -121,13 +122,19 @@ def drop_copied_keywords(keywords: Keywords, question: str, prompts: QueryLangua
     """
     prompt = normalize_name(prompts.keywords_system + "\n" + prompts.keywords_user)
     asked = normalize_name(question)
-    copied = [k for k in (*keywords.low_level, *keywords.high_level)
-              if (n := normalize_name(k)) and n in prompt and n not in asked]
+    copied = [
+        k
+        for k in (*keywords.low_level, *keywords.high_level)
+        if (n := normalize_name(k)) and n in prompt and n not in asked
+    ]
     if not copied:
         return keywords, []
     keep = set(copied)
-    return replace(keywords, low_level=tuple(k for k in keywords.low_level if k not in keep),
-                   high_level=tuple(k for k in keywords.high_level if k not in keep)), copied
+    return replace(
+        keywords,
+        low_level=tuple(k for k in keywords.low_level if k not in keep),
+        high_level=tuple(k for k in keywords.high_level if k not in keep),
+    ), copied
 
 
 class QueryPipeline:
@@ -157,21 +164,29 @@ class QueryPipeline:
         self.cfg = cfg
         self.prompts = prompts or load_query_prompts()
         context_length = cfg.context_length or llm.max_model_len or DEFAULT_CONTEXT_LENGTH
-        self.limits: ContextLimits = context_limits(int(context_length), cfg.answer_reserve_tokens,
-                                                    cfg.answer_max_tokens)
+        self.limits: ContextLimits = context_limits(
+            int(context_length), cfg.answer_reserve_tokens, cfg.answer_max_tokens
+        )
         self._instruction_tokens: dict[str, int] = {}
         self.reranker = reranker
         # The walk graph of the ``ppr`` ranking, built once per open index (shared by every pipeline over it).
         self._walk: PropagationGraph | None = None
         if cfg.chunk_ranking == "ppr":
-            self._walk = graph_for(index.graph, EdgeWeights(mention=cfg.ppr_mention_weight,
-                                                            related=cfg.ppr_related_weight,
-                                                            synonym=cfg.ppr_synonym_weight,
-                                                            title=cfg.ppr_title_weight,
-                                                            mention_idf=cfg.ppr_mention_idf))
+            self._walk = graph_for(
+                index.graph,
+                EdgeWeights(
+                    mention=cfg.ppr_mention_weight,
+                    related=cfg.ppr_related_weight,
+                    synonym=cfg.ppr_synonym_weight,
+                    title=cfg.ppr_title_weight,
+                    mention_idf=cfg.ppr_mention_idf,
+                ),
+            )
             if self._walk is None:
-                log.warning("retrieval.chunk_ranking=ppr needs the graph held in memory (retrieval.resident_graph); "
-                            "this index's graph is read through Kùzu, so chunks are ranked 'fused'")
+                log.warning(
+                    "retrieval.chunk_ranking=ppr needs the graph held in memory (retrieval.resident_graph); "
+                    "this index's graph is read through Kùzu, so chunks are ranked 'fused'"
+                )
 
     # ------------------------------------------------------------------------------------ public
 
@@ -206,14 +221,28 @@ class QueryPipeline:
             notices.append(self.limits.notice)
         timings["total"] = (time.perf_counter() - started) * 1000
         return RetrievalResult(
-            question=q, language=language, keywords=keywords, entities=fitted.entities,
-            relations=fitted.relations, chunks=fitted.chunks, tokens=fitted.tokens,
-            input_cap=self.limits.input_cap, answer_max_tokens=self.limits.answer_max_tokens,
-            dropped=fitted.dropped, notices=tuple(notices), timings_ms=timings, ranking=ranking,
+            question=q,
+            language=language,
+            keywords=keywords,
+            entities=fitted.entities,
+            relations=fitted.relations,
+            chunks=fitted.chunks,
+            tokens=fitted.tokens,
+            input_cap=self.limits.input_cap,
+            answer_max_tokens=self.limits.answer_max_tokens,
+            dropped=fitted.dropped,
+            notices=tuple(notices),
+            timings_ms=timings,
+            ranking=ranking,
         )
 
-    def generate(self, question: str | None, context: RetrievalResult, stream: bool = False,
-                 on_delta: Callable[[str], None] | None = None) -> Answer:
+    def generate(
+        self,
+        question: str | None,
+        context: RetrievalResult,
+        stream: bool = False,
+        on_delta: Callable[[str], None] | None = None,
+    ) -> Answer:
         """Answer ``question`` (default: the retrieval question) from ``context``.
 
         With ``stream`` the reply is produced through the streaming path and each delta handed to ``on_delta``.
@@ -237,16 +266,18 @@ class QueryPipeline:
             response = complete_one(self.llm, request)
         except BackendError as exc:
             return Keywords(parsed=False), [f"keyword extraction failed ({exc}); searched with the question only"]
-        keywords = replace(parse_keywords(response.text, cfg.max_keywords), prompt_tokens=response.prompt_tokens,
-                           completion_tokens=response.completion_tokens)
+        keywords = replace(
+            parse_keywords(response.text, cfg.max_keywords),
+            prompt_tokens=response.prompt_tokens,
+            completion_tokens=response.completion_tokens,
+        )
         if not keywords.parsed:
             return keywords, ["the keyword reply could not be read; searched with the question only"]
         notices = []
         if cfg.drop_prompt_keywords:
             keywords, copied = drop_copied_keywords(keywords, question, prompts)
             if copied:
-                notices.append(f"dropped {len(copied)} keywords copied from the prompt's example: "
-                               + ", ".join(copied))
+                notices.append(f"dropped {len(copied)} keywords copied from the prompt's example: " + ", ".join(copied))
         if keywords.empty:
             return keywords, [*notices, "the keyword reply held no keywords; searched with the question only"]
         return keywords, notices
@@ -266,8 +297,10 @@ class QueryPipeline:
         cut, was_cut = cut_to_tokens(text, budget, count, prompts.question_cut_marker)
         notices = []
         if was_cut:
-            notices.append(f"the question was cut from {len(text):,} characters ({count(text):,} tokens) to "
-                           f"{count(cut):,} tokens (question budget {budget})")
+            notices.append(
+                f"the question was cut from {len(text):,} characters ({count(text):,} tokens) to "
+                f"{count(cut):,} tokens (question budget {budget})"
+            )
         return cut, language, notices
 
     def _instructions(self, language: str, prompts: QueryLanguagePrompts) -> int:
@@ -279,8 +312,9 @@ class QueryPipeline:
 
     # ---------------------------------------------------------------------------------- matching
 
-    def _match(self, keywords: Keywords, question: str, timings: dict[str, float], topic: str | None = None
-               ) -> _Matches:
+    def _match(
+        self, keywords: Keywords, question: str, timings: dict[str, float], topic: str | None = None
+    ) -> _Matches:
         cfg = self.cfg
         low, high = list(keywords.low_level), list(keywords.high_level)
         use_question = cfg.question_channel or keywords.empty
@@ -302,12 +336,12 @@ class QueryPipeline:
         mix_queries = [*low, *([question] if use_question else [])]
         mix = search("entity_mix", mix_queries)
         entity_hits += vector_hits(mix[: len(low)], low, "entity_mix", thr)
-        entity_hits += vector_hits(mix[len(low):], mix_queries[len(low):], "question:entity_mix", thr)
+        entity_hits += vector_hits(mix[len(low) :], mix_queries[len(low) :], "question:entity_mix", thr)
 
         rel_queries = [*high, *([question] if use_question else [])]
         rel = search("relation_mix", rel_queries)
         rel_hits = vector_hits(rel[: len(high)], high, "relation_mix", thr)
-        rel_hits += vector_hits(rel[len(high):], rel_queries[len(high):], "question:relation_mix", thr)
+        rel_hits += vector_hits(rel[len(high) :], rel_queries[len(high) :], "question:relation_mix", thr)
         relation_hits = [(pair, hit) for key, hit in rel_hits if (pair := relation_pair_of_key(key)) is not None]
 
         chunk_scores: dict[str, float] = {}
@@ -331,15 +365,20 @@ class QueryPipeline:
             # Exact names only (a dictionary read per n-gram when the graph is resident); fuzzy n-gram matching
             # costs ~1-3 ms per n-gram at a million names, so it is left to the refusal gate.
             for named in named_entities(question, self.index.graph, None):
-                entity_hits.append((named.key, ChannelHit(channel="question:name", query=named.text,
-                                                          score=named.score)))
+                entity_hits.append(
+                    (named.key, ChannelHit(channel="question:name", query=named.text, score=named.score))
+                )
         if topic:
             # A given topic is an exact match when the index has it, with the same weight as a name the question spells.
             for found in self.index.graph.get_entities([normalize_name(topic)]):
                 entity_hits.append((str(found["key"]), ChannelHit(channel="topic", query=topic, score=1.0)))
         timings["fuzzy"] = (time.perf_counter() - t2) * 1000
-        return _Matches(rank_matches(entity_hits, cfg.top_k_entities), rank_matches(relation_hits, cfg.top_k_relations),
-                        chunk_scores, dense_hits)
+        return _Matches(
+            rank_matches(entity_hits, cfg.top_k_entities),
+            rank_matches(relation_hits, cfg.top_k_relations),
+            chunk_scores,
+            dense_hits,
+        )
 
     # --------------------------------------------------------------------------------- expansion
 
@@ -353,13 +392,13 @@ class QueryPipeline:
         pairs = [m.key for m in relation_matches]
         edges = graph.get_relations(pairs)  # type: ignore[arg-type]
         matched_edges = {(e["source_key"], e["target_key"]): e for e in edges}
-        neighbor_edges = (graph.neighbors(entity_keys, limit_per_entity=cfg.max_neighbors_per_entity)
-                          if entity_keys else [])
-        endpoint_keys = unique_in_order(
-            k for m in relation_matches if m.key in matched_edges for k in m.key
+        neighbor_edges = (
+            graph.neighbors(entity_keys, limit_per_entity=cfg.max_neighbors_per_entity) if entity_keys else []
         )
-        wanted = unique_in_order([*entity_keys, *endpoint_keys,
-                                  *(k for e in neighbor_edges for k in (e["source_key"], e["target_key"]))])
+        endpoint_keys = unique_in_order(k for m in relation_matches if m.key in matched_edges for k in m.key)
+        wanted = unique_in_order(
+            [*entity_keys, *endpoint_keys, *(k for e in neighbor_edges for k in (e["source_key"], e["target_key"]))]
+        )
         rows = {r["key"]: r for r in graph.get_entities(wanted)}
         entities = assemble_entities(entity_matches, rows, endpoint_keys, rows)
         names = {k: r["name"] for k, r in rows.items()}
@@ -370,16 +409,16 @@ class QueryPipeline:
         chosen = cfg.chunk_ranking
         if chosen == "ppr" and self._walk is None:
             chosen = "fused"
-            ranking["notice"] = ("chunk ranking ppr needs the graph held in memory (retrieval.resident_graph); "
-                                 "ranked 'fused' instead")
+            ranking["notice"] = (
+                "chunk ranking ppr needs the graph held in memory (retrieval.resident_graph); ranked 'fused' instead"
+            )
         ranking["chunk_ranking"] = chosen
         if chosen == "ppr":
             t0 = time.perf_counter()
             candidates = self._walk_rank(matches, question, context_keys, by_entity, ranking)
             timings["walk"] = (time.perf_counter() - t0) * 1000
         else:
-            candidates = rank_chunks(context_keys, by_entity, matches.chunk_scores, cfg.max_chunk_candidates,
-                                     chosen)
+            candidates = rank_chunks(context_keys, by_entity, matches.chunk_scores, cfg.max_chunk_candidates, chosen)
             if cfg.dense_keep:
                 candidates = dense_first(candidates, matches.chunk_scores, cfg.dense_keep)
                 ranking["dense_keep"] = cfg.dense_keep
@@ -389,20 +428,37 @@ class QueryPipeline:
             c = fetched.get(cand.id)
             if c is None:
                 continue
-            chunks.append(ContextChunk(
-                id=c["id"], doc_id=c["doc_id"], text=c["text"], header_path=c["header_path"],
-                doc_title=c["doc_title"], doc_source_id=c["doc_source_id"], doc_source_path=c["doc_source_path"],
-                mentions=cand.mentions, first_entity_rank=cand.first_entity_rank, score=cand.score,
-                graph_score=cand.graph_score, dense_score=cand.dense_score, rank_score=cand.rank_score,
-            ))
+            chunks.append(
+                ContextChunk(
+                    id=c["id"],
+                    doc_id=c["doc_id"],
+                    text=c["text"],
+                    header_path=c["header_path"],
+                    doc_title=c["doc_title"],
+                    doc_source_id=c["doc_source_id"],
+                    doc_source_path=c["doc_source_path"],
+                    mentions=cand.mentions,
+                    first_entity_rank=cand.first_entity_rank,
+                    score=cand.score,
+                    graph_score=cand.graph_score,
+                    dense_score=cand.dense_score,
+                    rank_score=cand.rank_score,
+                )
+            )
         if self.reranker is not None and cfg.rerank_top_n and chunks:
             t0 = time.perf_counter()
             chunks = self._rerank(self.reranker, question, chunks, ranking)
             timings["rerank"] = (time.perf_counter() - t0) * 1000
         return entities, relations, chunks
 
-    def _walk_rank(self, matches: _Matches, question: str, context_keys: list[str],
-                   by_entity: dict[str, list[str]], ranking: dict[str, Any]) -> list[ChunkCandidate]:
+    def _walk_rank(
+        self,
+        matches: _Matches,
+        question: str,
+        context_keys: list[str],
+        by_entity: dict[str, list[str]],
+        ranking: dict[str, Any],
+    ) -> list[ChunkCandidate]:
         """Chunks by personalized PageRank, on the dense floor's calibrated scale (:func:`calibrated_chunks`)."""
         cfg, walk, graph = self.cfg, self._walk, self.index.graph
         assert walk is not None
@@ -415,8 +471,9 @@ class QueryPipeline:
             seed_probs = mix_channels(seed_probs, lexical, cfg.ppr_lexical_weight)
             seed_dense = {**seed_dense, **{c: 0.0 for c in lexical if c not in seed_dense}}
             ranking["lexical"] = {c: round(p, 6) for c, p in lexical.items()}
-        entity_keys = unique_in_order([*(str(m.key) for m in matches.entities),
-                                       *(k for m in matches.relations for k in m.key)])  # type: ignore[attr-defined]
+        entity_keys = unique_in_order(
+            [*(str(m.key) for m in matches.entities), *(k for m in matches.relations for k in m.key)]  # type: ignore[attr-defined]
+        )
         entity_offsets = dict(zip(entity_keys, graph.entity_offsets(entity_keys)))  # type: ignore[attr-defined]
         counts = None
         if cfg.ppr_specificity:
@@ -428,9 +485,15 @@ class QueryPipeline:
                 offsets = titles.chunks[named.key]
                 for cid in graph.chunk_ids_at(offsets):  # type: ignore[attr-defined]
                     titled[cid] = (named.score, len(offsets))
-        seeds = walk_seeds(matches.entities, matches.relations, seed_probs,
-                           dense_share=cfg.ppr_dense_share, chunk_counts=counts,
-                           temperature=cfg.dense_temperature if cfg.ppr_seed_softmax else None, titled=titled)
+        seeds = walk_seeds(
+            matches.entities,
+            matches.relations,
+            seed_probs,
+            dense_share=cfg.ppr_dense_share,
+            chunk_counts=counts,
+            temperature=cfg.dense_temperature if cfg.ppr_seed_softmax else None,
+            titled=titled,
+        )
         seed_chunks = [*seed_dense, *titled]
         chunk_offsets = dict(zip(seed_chunks, graph.chunk_offsets(seed_chunks)))  # type: ignore[attr-defined]
         nodes, weights = [], []
@@ -439,8 +502,14 @@ class QueryPipeline:
             if off is not None:
                 nodes.append(off if s.kind == "entity" else walk.n_entities + off)
                 weights.append(s.weight)
-        result = walk.personalized_pagerank(nodes, weights, damping=cfg.ppr_damping, radius=cfg.ppr_radius,
-                                            max_nodes=cfg.ppr_max_nodes, max_fanout=cfg.ppr_max_fanout)
+        result = walk.personalized_pagerank(
+            nodes,
+            weights,
+            damping=cfg.ppr_damping,
+            radius=cfg.ppr_radius,
+            max_nodes=cfg.ppr_max_nodes,
+            max_fanout=cfg.ppr_max_fanout,
+        )
         is_chunk = walk.is_chunk(result.nodes)
         mass = result.scores[is_chunk]
         total = float(mass.sum())
@@ -448,27 +517,54 @@ class QueryPipeline:
         chunk_ids = graph.chunk_ids_at(chunk_offsets_found)  # type: ignore[attr-defined]
         graph_share = {c: float(m) / total for c, m in zip(chunk_ids, mass.tolist()) if m > 0} if total > 0 else {}
         ranked = calibrated_chunks(graph_share, dense, cfg.max_chunk_candidates, cfg.dense_floor)
-        mention_info = {c.id: c for c in rank_chunks(context_keys, by_entity, {},
-                                                     sum(len(ids) for ids in by_entity.values()))}
+        mention_info = {
+            c.id: c for c in rank_chunks(context_keys, by_entity, {}, sum(len(ids) for ids in by_entity.values()))
+        }
         out = []
         for pos, (cid, g, d, r) in enumerate(ranked):
             info = mention_info.get(cid)
-            out.append(ChunkCandidate(
-                id=cid, mentions=info.mentions if info else 0,
-                first_entity_rank=info.first_entity_rank if info else None,
-                score=float(matches.dense_hits.get(cid, 0.0)), seen=pos, graph_score=g, dense_score=d, rank_score=r))
-        ranking.update({
-            "seeds": [{"kind": s.kind, "key": s.key, "weight": round(s.weight, 6), "score": round(s.score, 6),
-                       "channels": list(s.channels)} for s in seeds],
-            "walk": {"nodes": int(len(result.nodes)), "iterations": result.iterations,
-                     "residual": float(f"{result.residual:.3g}"), "mass_kept": round(float(result.scores.sum()), 6),
-                     "damping": cfg.ppr_damping, "dense_share": cfg.ppr_dense_share, "dense_floor": cfg.dense_floor,
-                     "synonym_edges": walk.n_synonym_edges, "title_edges": walk.n_title_edges},
-        })
+            out.append(
+                ChunkCandidate(
+                    id=cid,
+                    mentions=info.mentions if info else 0,
+                    first_entity_rank=info.first_entity_rank if info else None,
+                    score=float(matches.dense_hits.get(cid, 0.0)),
+                    seen=pos,
+                    graph_score=g,
+                    dense_score=d,
+                    rank_score=r,
+                )
+            )
+        ranking.update(
+            {
+                "seeds": [
+                    {
+                        "kind": s.kind,
+                        "key": s.key,
+                        "weight": round(s.weight, 6),
+                        "score": round(s.score, 6),
+                        "channels": list(s.channels),
+                    }
+                    for s in seeds
+                ],
+                "walk": {
+                    "nodes": int(len(result.nodes)),
+                    "iterations": result.iterations,
+                    "residual": float(f"{result.residual:.3g}"),
+                    "mass_kept": round(float(result.scores.sum()), 6),
+                    "damping": cfg.ppr_damping,
+                    "dense_share": cfg.ppr_dense_share,
+                    "dense_floor": cfg.dense_floor,
+                    "synonym_edges": walk.n_synonym_edges,
+                    "title_edges": walk.n_title_edges,
+                },
+            }
+        )
         return out
 
-    def _rerank(self, reranker: Reranker, question: str, chunks: list[ContextChunk],
-                ranking: dict[str, Any]) -> list[ContextChunk]:
+    def _rerank(
+        self, reranker: Reranker, question: str, chunks: list[ContextChunk], ranking: dict[str, Any]
+    ) -> list[ContextChunk]:
         """The first ``rerank_top_n`` chunks reordered by the reranker's score (stable on ties); the rest follow."""
         n = min(self.cfg.rerank_top_n, len(chunks))
         head, tail = chunks[:n], chunks[n:]
@@ -492,22 +588,32 @@ class QueryPipeline:
         cfg = self.cfg
         prompts = self.prompts.for_language(language)
         available = {"entities": len(entities), "relations": len(relations), "chunks": len(chunks)}
-        rendered = {"entities": entity_rows(entities), "relations": relation_rows(relations),
-                    "chunks": chunk_rows(chunks)}
+        rendered = {
+            "entities": entity_rows(entities),
+            "relations": relation_rows(relations),
+            "chunks": chunk_rows(chunks),
+        }
         # +1 per line for the newline that joins it to the table.
         row_tokens = {s: [count(r) + 1 for r in rendered[s]] for s in SECTIONS}
         header_tokens = {s: count(HEADERS[s]) + 1 for s in SECTIONS}
-        budgets = {"entities": cfg.entity_budget_tokens, "relations": cfg.relation_budget_tokens,
-                   "chunks": cfg.chunk_budget_tokens}
+        budgets = {
+            "entities": cfg.entity_budget_tokens,
+            "relations": cfg.relation_budget_tokens,
+            "chunks": cfg.chunk_budget_tokens,
+        }
         kept = {s: fit_rows(row_tokens[s], header_tokens[s], budgets[s]) for s in SECTIONS}
         instructions = self._instructions(language, prompts)
         question_tokens = count(question)
         kept = fit_total(row_tokens, header_tokens, kept, self.limits.input_cap - instructions - question_tokens)
 
         def messages_for(k: dict[str, int]) -> tuple[Message, ...]:
-            return answer_messages(prompts, rendered["entities"][: k["entities"]],
-                                   rendered["relations"][: k["relations"]], rendered["chunks"][: k["chunks"]],
-                                   question)
+            return answer_messages(
+                prompts,
+                rendered["entities"][: k["entities"]],
+                rendered["relations"][: k["relations"]],
+                rendered["chunks"][: k["chunks"]],
+                question,
+            )
 
         messages = messages_for(kept)
         # Row counts are summed per line; the joined prompt can tokenize a little differently. Check the
@@ -518,7 +624,8 @@ class QueryPipeline:
             kept[largest] -= 1
             messages = messages_for(kept)
         tokens = SectionTokens(
-            instructions=instructions, question=question_tokens,
+            instructions=instructions,
+            question=question_tokens,
             **{s: table_tokens(row_tokens[s], header_tokens[s], kept[s]) for s in SECTIONS},
         )
         dropped = SectionCounts(**{s: available[s] - kept[s] for s in SECTIONS})
@@ -526,7 +633,9 @@ class QueryPipeline:
             entities=tuple(entities[: kept["entities"]]),
             relations=tuple(relations[: kept["relations"]]),
             chunks=tuple(chunks[: kept["chunks"]]),
-            tokens=tokens, dropped=dropped, messages=messages,
+            tokens=tokens,
+            dropped=dropped,
+            messages=messages,
         )
 
     # -------------------------------------------------------------------------------- generation
@@ -540,8 +649,15 @@ class QueryPipeline:
             notices += q_notices
         fitted = self._fit(q, language, context.entities, context.relations, context.chunks)
         dropped = SectionCounts(**{s: getattr(context.dropped, s) + getattr(fitted.dropped, s) for s in SECTIONS})
-        final_context = replace(context, entities=fitted.entities, relations=fitted.relations, chunks=fitted.chunks,
-                                tokens=fitted.tokens, dropped=dropped, notices=tuple(notices))
+        final_context = replace(
+            context,
+            entities=fitted.entities,
+            relations=fitted.relations,
+            chunks=fitted.chunks,
+            tokens=fitted.tokens,
+            dropped=dropped,
+            notices=tuple(notices),
+        )
         request: LLMRequest = answer_request(fitted.messages, self.limits.answer_max_tokens, self.cfg.temperature)
         outcome = StreamOutcome()
         if stream:
@@ -552,9 +668,14 @@ class QueryPipeline:
             outcome.text, outcome.finish_reason = response.text, response.finish_reason
             outcome.prompt_tokens, outcome.completion_tokens = response.prompt_tokens, response.completion_tokens
         answer = Answer(
-            question=q, text=outcome.text.strip(), language=language, references=references_of(fitted.chunks),
-            retrieval=final_context, prompt_tokens=outcome.prompt_tokens or fitted.tokens.total,
-            completion_tokens=outcome.completion_tokens, finish_reason=outcome.finish_reason,
+            question=q,
+            text=outcome.text.strip(),
+            language=language,
+            references=references_of(fitted.chunks),
+            retrieval=final_context,
+            prompt_tokens=outcome.prompt_tokens or fitted.tokens.total,
+            completion_tokens=outcome.completion_tokens,
+            finish_reason=outcome.finish_reason,
             notices=tuple(notices),
         )
         yield QueryEvent(kind="final", answer=answer)

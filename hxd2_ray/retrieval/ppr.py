@@ -133,8 +133,11 @@ class PropagationGraph:
             title_nodes = np.asarray(titles[1], dtype=np.int64)
             if title_nodes.min() < 0 or title_nodes.max() >= self.n_titles:
                 raise ValueError(f"title node ids must be in [0, {self.n_titles})")
-            add(np.asarray(titles[0], dtype=np.int64) + self.n_entities,
-                title_nodes + self.n_entities + self.n_chunks, weights.title)
+            add(
+                np.asarray(titles[0], dtype=np.int64) + self.n_entities,
+                title_nodes + self.n_entities + self.n_chunks,
+                weights.title,
+            )
             self.n_title_edges = int(len(titles[0]))
         r = np.concatenate(rows) if rows else np.zeros(0, np.int64)
         c = np.concatenate(cols) if cols else np.zeros(0, np.int64)
@@ -223,7 +226,7 @@ class PropagationGraph:
         inv = self._inv_strength[nodes]  # whole-graph degree: mass sent outside is lost
         x = reset.copy()
         residual, steps = 0.0, 0
-        for steps in range(1, max_iter + 1):  # noqa: B007 - the count is reported
+        for steps in range(1, max_iter + 1):
             nxt = reset + damping * (sub @ (x * inv))
             residual = float(np.abs(nxt - x).sum())
             x = nxt
@@ -247,7 +250,15 @@ def graph_for(resident: object, weights: EdgeWeights) -> PropagationGraph | None
         graph = cache.get(weights)
         if graph is None:
             e = edges()
-            graph = PropagationGraph(e.n_entities, e.n_chunks, related=e.related, mentions=e.mentions,
-                                     synonyms=e.synonyms, titles=e.titles, n_titles=e.n_titles, weights=weights)
+            graph = PropagationGraph(
+                e.n_entities,
+                e.n_chunks,
+                related=e.related,
+                mentions=e.mentions,
+                synonyms=e.synonyms,
+                titles=e.titles,
+                n_titles=e.n_titles,
+                weights=weights,
+            )
             cache[weights] = graph
     return graph

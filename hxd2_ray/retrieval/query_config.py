@@ -16,8 +16,9 @@ from hxd2_ray.indexing.manifest import read_manifest
 from hxd2_ray.ingest.sources import resolve_filesystem
 
 
-def load_query_config(index_location: str, config_path: str | None = None,
-                      overrides: list[str] | tuple[str, ...] = ()) -> HxdConfig:
+def load_query_config(
+    index_location: str, config_path: str | None = None, overrides: list[str] | tuple[str, ...] = ()
+) -> HxdConfig:
     """``config_path`` + overrides when a config is given; otherwise the index's recorded config + overrides.
 
     The overrides are applied first on their own, so that an ``s3.*`` override can reach an index on S3 to read
@@ -32,8 +33,10 @@ def load_query_config(index_location: str, config_path: str | None = None,
     try:
         return config_from_data(recorded, overrides, source=f"the config recorded in {index_location}/manifest.json")
     except ConfigError as exc:
-        raise ConfigError(f"{exc}\n  (no --config was given, so the index's own config was used; pass --config "
-                          "to query with another one)") from None
+        raise ConfigError(
+            f"{exc}\n  (no --config was given, so the index's own config was used; pass --config "
+            "to query with another one)"
+        ) from None
 
 
 def recorded_config(data: dict[str, Any]) -> dict[str, Any]:

@@ -57,8 +57,11 @@ def load_query_prompts_file(path: str | Path, version: str | None = None) -> Que
 
 
 def parse_query_prompts(raw: bytes, version: str) -> QueryPromptSet:
-    return QueryPromptSet(version=version, version_hash=prompt_version_hash(raw, version),
-                          languages=parse_languages(raw, "query", _language))
+    return QueryPromptSet(
+        version=version,
+        version_hash=prompt_version_hash(raw, version),
+        languages=parse_languages(raw, "query", _language),
+    )
 
 
 def _language(lang: str, section: Any) -> QueryLanguagePrompts:

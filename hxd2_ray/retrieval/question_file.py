@@ -26,15 +26,16 @@ def read_questions(path: str | os.PathLike[str]) -> list[str]:
             except RecursionError:
                 raise ValueError(f"line {n} is not valid JSON (nested too deeply)") from None
             if not isinstance(record, dict):
-                raise ValueError(f"line {n} is not a JSON object with a \"question\"")  # noqa: TRY004 - bad input
+                raise ValueError(f'line {n} is not a JSON object with a "question"')
             question = record.get("question")
             if question is None or (isinstance(question, str) and not question.strip()):
                 raise ValueError(f"line {n} has no question")
             if not isinstance(question, str):
-                raise ValueError(f"line {n}: the question is not text (a {type(question).__name__})")  # noqa: TRY004
+                raise ValueError(f"line {n}: the question is not text (a {type(question).__name__})")
             where = lone_surrogate(question)
             if where:
-                raise ValueError(f"line {n}: the question holds a lone surrogate ({where}), which is not valid "
-                                 "Unicode text")
+                raise ValueError(
+                    f"line {n}: the question holds a lone surrogate ({where}), which is not valid Unicode text"
+                )
             questions.append(question)
     return questions

@@ -100,7 +100,9 @@ def rank_matches(pairs: Iterable[tuple[K, ChannelHit]], limit: int) -> list[Rank
 
 
 def assemble_entities(
-    matched: Sequence[RankedMatch], matched_rows: Mapping[str, EntityRow], endpoint_keys: Sequence[str],
+    matched: Sequence[RankedMatch],
+    matched_rows: Mapping[str, EntityRow],
+    endpoint_keys: Sequence[str],
     endpoint_rows: Mapping[str, EntityRow],
 ) -> list[ContextEntity]:
     """Matched entities first (their rank order), then endpoints of matched relations; deduplicated by key."""
@@ -117,13 +119,23 @@ def assemble_entities(
 
 
 def _entity(row: EntityRow, origin: str, score: float, hits: tuple[ChannelHit, ...]) -> ContextEntity:
-    return ContextEntity(key=row["key"], name=row["name"], type=row["type"], description=row["description"],
-                         degree=int(row["degree"]), origin=origin, score=score, hits=hits)  # type: ignore[arg-type]
+    return ContextEntity(
+        key=row["key"],
+        name=row["name"],
+        type=row["type"],
+        description=row["description"],
+        degree=int(row["degree"]),
+        origin=origin,  # type: ignore[arg-type]
+        score=score,
+        hits=hits,
+    )
 
 
 def assemble_relations(
-    matched: Sequence[RankedMatch], matched_edges: Mapping[tuple[str, str], EdgeRow],
-    neighbor_edges: Sequence[EdgeRow], names: Mapping[str, str],
+    matched: Sequence[RankedMatch],
+    matched_edges: Mapping[tuple[str, str], EdgeRow],
+    neighbor_edges: Sequence[EdgeRow],
+    names: Mapping[str, str],
 ) -> list[ContextRelation]:
     """Matched relations first (their rank order), then 1-hop edges in the order given; deduplicated by pair."""
     out: dict[tuple[str, str], ContextRelation] = {}
@@ -138,13 +150,22 @@ def assemble_relations(
     return list(out.values())
 
 
-def _relation(edge: EdgeRow, names: Mapping[str, str], origin: str, score: float,
-              hits: tuple[ChannelHit, ...]) -> ContextRelation:
+def _relation(
+    edge: EdgeRow, names: Mapping[str, str], origin: str, score: float, hits: tuple[ChannelHit, ...]
+) -> ContextRelation:
     s, t = edge["source_key"], edge["target_key"]
     return ContextRelation(
-        source_key=s, target_key=t, source_name=names.get(s, s), target_name=names.get(t, t),
-        description=edge["description"], keywords=tuple(edge["keywords"]), weight=float(edge["weight"]),
-        degree=int(edge["degree"]), origin=origin, score=score, hits=hits,  # type: ignore[arg-type]
+        source_key=s,
+        target_key=t,
+        source_name=names.get(s, s),
+        target_name=names.get(t, t),
+        description=edge["description"],
+        keywords=tuple(edge["keywords"]),
+        weight=float(edge["weight"]),
+        degree=int(edge["degree"]),
+        origin=origin,  # type: ignore[arg-type]
+        score=score,
+        hits=hits,
         source_chunk_ids=tuple(edge["source_chunk_ids"]),
     )
 
@@ -166,8 +187,11 @@ RRF_K = 60  # the usual reciprocal-rank-fusion constant: damps the weight of the
 
 
 def rank_chunks(
-    entity_keys: Sequence[str], chunks_by_entity: Mapping[str, Sequence[str]], chunk_scores: Mapping[str, float],
-    limit: int, ranking: str = "mentions",
+    entity_keys: Sequence[str],
+    chunks_by_entity: Mapping[str, Sequence[str]],
+    chunk_scores: Mapping[str, float],
+    limit: int,
+    ranking: str = "mentions",
 ) -> list[ChunkCandidate]:
     """Chunks of the context entities plus the question's chunk hits, in context order (module docstring)."""
     if ranking not in ("mentions", "fused"):
@@ -183,17 +207,24 @@ def rank_chunks(
     for cid in chunk_scores:
         seen.setdefault(cid, len(seen))
     cands = [
-        ChunkCandidate(id=cid, mentions=mentions.get(cid, 0), first_entity_rank=first_rank.get(cid),
-                       score=float(chunk_scores.get(cid, 0.0)), seen=pos)
+        ChunkCandidate(
+            id=cid,
+            mentions=mentions.get(cid, 0),
+            first_entity_rank=first_rank.get(cid),
+            score=float(chunk_scores.get(cid, 0.0)),
+            seen=pos,
+        )
         for cid, pos in seen.items()
     ]
     never = len(entity_keys)  # sorts after every real rank
-    cands.sort(key=lambda c: (-c.mentions, c.first_entity_rank if c.first_entity_rank is not None else never,
-                              -c.score, c.seen))
+    cands.sort(
+        key=lambda c: (-c.mentions, c.first_entity_rank if c.first_entity_rank is not None else never, -c.score, c.seen)
+    )
     if ranking == "fused":
         by_mentions = {c.id: rank for rank, c in enumerate(c for c in cands if c.mentions)}
-        by_question = {cid: rank for rank, cid in enumerate(
-            sorted(chunk_scores, key=lambda cid: (-chunk_scores[cid], seen[cid])))}
+        by_question = {
+            cid: rank for rank, cid in enumerate(sorted(chunk_scores, key=lambda cid: (-chunk_scores[cid], seen[cid])))
+        }
 
         def fused(c: ChunkCandidate) -> float:
             return sum(1.0 / (RRF_K + 1 + ranks[c.id]) for ranks in (by_mentions, by_question) if c.id in ranks)
@@ -242,9 +273,14 @@ class WalkSeed:
 
 
 def walk_seeds(
-    entity_matches: Sequence[RankedMatch], relation_matches: Sequence[RankedMatch],
-    dense: Mapping[str, float], *, dense_share: float, chunk_counts: Mapping[str, int] | None = None,
-    temperature: float | None = None, titled: Mapping[str, tuple[float, int]] | None = None,
+    entity_matches: Sequence[RankedMatch],
+    relation_matches: Sequence[RankedMatch],
+    dense: Mapping[str, float],
+    *,
+    dense_share: float,
+    chunk_counts: Mapping[str, int] | None = None,
+    temperature: float | None = None,
+    titled: Mapping[str, tuple[float, int]] | None = None,
 ) -> list[WalkSeed]:
     """The reset vector of the walk, as :class:`WalkSeed` rows (weights sum to 1).
 
@@ -292,18 +328,28 @@ def walk_seeds(
     share_d = dense_share if entity_total > 0 else 1.0
     seeds = []
     if entity_total > 0:
-        seeds += [WalkSeed(kind, k, share_e * w / entity_total,
-                           entity[k][0] if kind == "entity" else titled[k][0],
-                           tuple(entity[k][1]) if kind == "entity" else ("question:title",))
-                  for (kind, k), w in raw.items()]
+        seeds += [
+            WalkSeed(
+                kind,
+                k,
+                share_e * w / entity_total,
+                entity[k][0] if kind == "entity" else titled[k][0],
+                tuple(entity[k][1]) if kind == "entity" else ("question:title",),
+            )
+            for (kind, k), w in raw.items()
+        ]
     if dense_total > 0:
-        seeds += [WalkSeed("chunk", c, share_d * p / dense_total, p, ("question:chunk",))
-                  for c, p in dense.items() if p > 0]
+        seeds += [
+            WalkSeed("chunk", c, share_d * p / dense_total, p, ("question:chunk",)) for c, p in dense.items() if p > 0
+        ]
     return sorted((s for s in seeds if s.weight > 0), key=lambda s: (-s.weight, s.kind, s.key))
 
 
 def calibrated_chunks(
-    graph: Mapping[str, float], dense: Mapping[str, float], limit: int, floor: float = 1.0,
+    graph: Mapping[str, float],
+    dense: Mapping[str, float],
+    limit: int,
+    floor: float = 1.0,
 ) -> list[tuple[str, float, float, float]]:
     """Chunks by the dense floor's calibrated scale: ``max(graph share, floor * dense probability)``, best first.
 

@@ -99,15 +99,24 @@ class RefusalScore:
             return None if x is None else round(x, 6)
 
         return {
-            "score": round(self.score, 6), "threshold": self.threshold, "refused": self.refused, "rule": self.rule,
-            "basis": self.basis, "keyword_score": r(self.keyword_score), "question_score": r(self.question_score),
-            "low_best": r(self.low_best), "high_best": r(self.high_best),
+            "score": round(self.score, 6),
+            "threshold": self.threshold,
+            "refused": self.refused,
+            "rule": self.rule,
+            "basis": self.basis,
+            "keyword_score": r(self.keyword_score),
+            "question_score": r(self.question_score),
+            "low_best": r(self.low_best),
+            "high_best": r(self.high_best),
             "low_match": list(self.low_match) if self.low_match else None,
             "high_match": list(self.high_match) if self.high_match else None,
-            "named": ({"text": self.named[0], "key": self.named[1], "score": round(self.named[2], 4)}
-                      if self.named else None),
+            "named": (
+                {"text": self.named[0], "key": self.named[1], "score": round(self.named[2], 4)} if self.named else None
+            ),
             "threshold_source": self.threshold_source,
-            "lexical": r(self.lexical), "lexical_level": r(self.lexical_level), "lexical_match": self.lexical_match,
+            "lexical": r(self.lexical),
+            "lexical_level": r(self.lexical_level),
+            "lexical_match": self.lexical_match,
             "ms": round(self.seconds * 1000, 2),
         }
 
@@ -169,9 +178,16 @@ class RefusalGate:
         calibrated = index_threshold(manifest, cfg.refusal_rule)
         if cfg.refusal_index_threshold and calibrated is not None:
             threshold, source = calibrated, "index"
-        return cls(index, embedder, threshold, rule=cfg.refusal_rule, names=cfg.refusal_names,
-                   name_cutoff=cfg.refusal_name_cutoff, threshold_source=source,
-                   lexical_level=index_lexical_level(manifest) if cfg.refusal_lexical else None)
+        return cls(
+            index,
+            embedder,
+            threshold,
+            rule=cfg.refusal_rule,
+            names=cfg.refusal_names,
+            name_cutoff=cfg.refusal_name_cutoff,
+            threshold_source=source,
+            lexical_level=index_lexical_level(manifest) if cfg.refusal_lexical else None,
+        )
 
     def score(self, question: str, keywords: Keywords | None = None, topic: str | None = None) -> RefusalScore:
         """``topic``: the question's topic entity when the caller gave one; an entity of the index is a name the
@@ -231,22 +247,34 @@ class RefusalGate:
                 score = q_score
             else:
                 score = min(kw_score, q_score)
-            out.append(RefusalScore(
-                score=float(score), threshold=self.threshold, basis=level if use_keywords else "question",
-                low_best=None if lo is None else lo[1], high_best=None if hi is None else hi[1],
-                low_match=None if lo is None else (lo[0], lo[2]), high_match=None if hi is None else (hi[0], hi[2]),
-                seconds=elapsed, rule=self.rule, keyword_score=kw_score if use_keywords else None,
-                question_score=q_score, named=name, threshold_source=self.threshold_source,
-                lexical=lex, lexical_level=self.lexical_level,
-            ))
+            out.append(
+                RefusalScore(
+                    score=float(score),
+                    threshold=self.threshold,
+                    basis=level if use_keywords else "question",
+                    low_best=None if lo is None else lo[1],
+                    high_best=None if hi is None else hi[1],
+                    low_match=None if lo is None else (lo[0], lo[2]),
+                    high_match=None if hi is None else (hi[0], hi[2]),
+                    seconds=elapsed,
+                    rule=self.rule,
+                    keyword_score=kw_score if use_keywords else None,
+                    question_score=q_score,
+                    named=name,
+                    threshold_source=self.threshold_source,
+                    lexical=lex,
+                    lexical_level=self.lexical_level,
+                )
+            )
         return out
 
     def _named(self, question: str) -> tuple[str, str, float] | None:
         """The best entity the question names (n-gram, key, score), or None."""
         if not self.names:
             return None
-        found = named_entities(question, self.index.graph, getattr(self.index, "names", None),
-                               fuzzy_cutoff=self.name_cutoff)
+        found = named_entities(
+            question, self.index.graph, getattr(self.index, "names", None), fuzzy_cutoff=self.name_cutoff
+        )
         if not found:  # a document's title is a name of the corpus too ("Qinghe 17" heading its own page) ...
             titles = title_index(self.index.graph)
             found = named_entities(question, titles, None) or named_entities(question, self._title_starts(titles), None)
@@ -258,8 +286,9 @@ class RefusalGate:
             self._starts = (titles, _TitleStarts(titles.chunks))
         return self._starts[1]
 
-    def _best(self, family: str, texts: list[str], vectors: np.ndarray | None, row: dict[str, int]
-              ) -> dict[str, tuple[float, str]]:
+    def _best(
+        self, family: str, texts: list[str], vectors: np.ndarray | None, row: dict[str, int]
+    ) -> dict[str, tuple[float, str]]:
         """text -> (best cosine, key) in ``family``; texts with no hit (empty family) are left out."""
         if not texts or vectors is None:
             return {}
@@ -345,9 +374,17 @@ class Calibration:
     curve: list[dict[str, float]] = field(default_factory=list)  # one point per candidate threshold, ascending
 
     def to_dict(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, "precision": self.precision, "recall": self.recall, "f1": self.f1,
-                "cut_score": self.cut_score, "n_good": self.n_good, "n_bad": self.n_bad,
-                "counts": dict(self.counts), "curve": list(self.curve)}
+        return {
+            "threshold": self.threshold,
+            "precision": self.precision,
+            "recall": self.recall,
+            "f1": self.f1,
+            "cut_score": self.cut_score,
+            "n_good": self.n_good,
+            "n_bad": self.n_bad,
+            "counts": dict(self.counts),
+            "curve": list(self.curve),
+        }
 
 
 def calibrate_threshold(good_scores: Sequence[float], bad_scores: Sequence[float]) -> Calibration:
@@ -376,14 +413,24 @@ def calibrate_threshold(good_scores: Sequence[float], bad_scores: Sequence[float
     cut = float(thresholds[best])
     below = scores[scores < cut]
     threshold = (cut + float(below.max())) / 2 if below.size else cut
-    curve = [{"threshold": float(t), "precision": float(pp), "recall": float(rr), "f1": float(ff)}
-             for t, pp, rr, ff in zip(thresholds, p, r, f1)]
+    curve = [
+        {"threshold": float(t), "precision": float(pp), "recall": float(rr), "f1": float(ff)}
+        for t, pp, rr, ff in zip(thresholds, p, r, f1)
+    ]
     tp = sum(s >= threshold for s in good)
     fp = sum(s >= threshold for s in bad)
     counts = {"tp": tp, "fn": len(good) - tp, "fp": fp, "tn": len(bad) - fp}
-    return Calibration(threshold=float(threshold), precision=float(p[best]), recall=float(r[best]),
-                       f1=float(f1[best]), cut_score=cut, n_good=len(good), n_bad=len(bad), counts=counts,
-                       curve=curve)
+    return Calibration(
+        threshold=float(threshold),
+        precision=float(p[best]),
+        recall=float(r[best]),
+        f1=float(f1[best]),
+        cut_score=cut,
+        n_good=len(good),
+        n_bad=len(bad),
+        counts=counts,
+        curve=curve,
+    )
 
 
 def plot_calibration(cal: Calibration, path: str | Path, title: str = "Refusal gate calibration") -> Path:
@@ -398,10 +445,17 @@ def plot_calibration(cal: Calibration, path: str | Path, title: str = "Refusal g
     thr = [c["threshold"] for c in cal.curve]
     fig, (ax_pr, ax_t) = plt.subplots(1, 2, figsize=(10, 4.2))
     try:
-        ax_pr.plot([c["recall"] for c in cal.curve], [c["precision"] for c in cal.curve], marker=".",
-                   label="precision-recall")
-        ax_pr.scatter([cal.recall], [cal.precision], s=90, color="tab:red", zorder=3,
-                      label=f"chosen: thr {cal.threshold:.3f}, F1 {cal.f1:.3f}")
+        ax_pr.plot(
+            [c["recall"] for c in cal.curve], [c["precision"] for c in cal.curve], marker=".", label="precision-recall"
+        )
+        ax_pr.scatter(
+            [cal.recall],
+            [cal.precision],
+            s=90,
+            color="tab:red",
+            zorder=3,
+            label=f"chosen: thr {cal.threshold:.3f}, F1 {cal.f1:.3f}",
+        )
         ax_pr.set_xlabel("recall (good questions answered)")
         ax_pr.set_ylabel("precision")
         ax_pr.set_xlim(-0.02, 1.02)

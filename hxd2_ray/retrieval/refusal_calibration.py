@@ -42,8 +42,14 @@ from hxd2_ray.retrieval.lexical import LEXICAL_DIR, LexicalIndex
 from hxd2_ray.retrieval.refusal import RefusalGate, calibrate_threshold
 from hxd2_ray.vectors.base import IDMAP_PARQUET, family_dir
 
-__all__ = ["MIN_POSITIVES", "OFF_TOPIC_FILE", "calibrate_index", "chunk_questions", "lexical_level",
-           "off_topic_questions"]
+__all__ = [
+    "MIN_POSITIVES",
+    "OFF_TOPIC_FILE",
+    "calibrate_index",
+    "chunk_questions",
+    "lexical_level",
+    "off_topic_questions",
+]
 
 OFF_TOPIC_FILE = "off_topic_questions.jsonl"
 DEFAULT_POSITIVES = 64
@@ -101,12 +107,24 @@ def _f1(good: Sequence[bool], bad: Sequence[bool]) -> dict[str, float]:
     precision = tp / (tp + fp) if tp + fp else 0.0
     recall = tp / len(good) if good else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": round(precision, 4), "recall": round(recall, 4), "f1": round(f1, 4),
-            "good_answered": tp, "bad_answered": fp}
+    return {
+        "precision": round(precision, 4),
+        "recall": round(recall, 4),
+        "f1": round(f1, 4),
+        "good_answered": tp,
+        "bad_answered": fp,
+    }
 
 
-def calibrate_index(index: Any, embedder: Any, texts: Sequence[str], *, n: int = DEFAULT_POSITIVES,
-                    seed: int = 0, negatives: Sequence[str] | None = None) -> dict[str, Any] | None:
+def calibrate_index(
+    index: Any,
+    embedder: Any,
+    texts: Sequence[str],
+    *,
+    n: int = DEFAULT_POSITIVES,
+    seed: int = 0,
+    negatives: Sequence[str] | None = None,
+) -> dict[str, Any] | None:
     """The manifest's ``refusal`` record for an index (``index``: ``.family(name)``, and ``.graph`` /
     ``.names`` for the names rule), or None when there is nothing to calibrate on (no text, empty families)."""
     good = chunk_questions(texts, n, seed)
@@ -116,16 +134,20 @@ def calibrate_index(index: Any, embedder: Any, texts: Sequence[str], *, n: int =
         return None
     gate = RefusalGate(index, embedder, 0.0, rule="question", names=getattr(index, "graph", None) is not None)
     scores = gate.scores([*good, *bad], [None] * (len(good) + len(bad)))
-    good_scores, bad_scores = [s.score for s in scores[: len(good)]], [s.score for s in scores[len(good):]]
+    good_scores, bad_scores = [s.score for s in scores[: len(good)]], [s.score for s in scores[len(good) :]]
     cal = calibrate_threshold(good_scores, bad_scores)
     threshold, notice = cal.threshold, ""
     if len(good) < MIN_POSITIVES:
         threshold = min(cal.threshold, float(np.quantile(bad_scores, CONSERVATIVE_QUANTILE)))
-        notice = (f"refusal: only {len(good)} questions could be made from this index's chunks (< {MIN_POSITIVES}); "
-                  f"a conservative threshold {threshold:.4f} refuses only what scores like off-topic questions")
-    level = lexical_level([s.lexical for s in scores[: len(good)]], [s.lexical for s in scores[len(good):]])
-    answered = [s.score >= threshold or s.named is not None or (level is not None and (s.lexical or 0.0) >= level)
-                for s in scores]
+        notice = (
+            f"refusal: only {len(good)} questions could be made from this index's chunks (< {MIN_POSITIVES}); "
+            f"a conservative threshold {threshold:.4f} refuses only what scores like off-topic questions"
+        )
+    level = lexical_level([s.lexical for s in scores[: len(good)]], [s.lexical for s in scores[len(good) :]])
+    answered = [
+        s.score >= threshold or s.named is not None or (level is not None and (s.lexical or 0.0) >= level)
+        for s in scores
+    ]
     return {
         "rule": "question",
         "threshold": round(threshold, 6),
@@ -133,9 +155,13 @@ def calibrate_index(index: Any, embedder: Any, texts: Sequence[str], *, n: int =
         "conservative": len(good) < MIN_POSITIVES,
         "notice": notice,
         "lexical_level": None if level is None else round(level, 6),
-        "precision": round(cal.precision, 4), "recall": round(cal.recall, 4), "f1": round(cal.f1, 4),
-        "n_good": len(good), "n_bad": len(bad), "seed": seed,
-        "with_names": _f1(answered[: len(good)], answered[len(good):]),
+        "precision": round(cal.precision, 4),
+        "recall": round(cal.recall, 4),
+        "f1": round(cal.f1, 4),
+        "n_good": len(good),
+        "n_bad": len(bad),
+        "seed": seed,
+        "with_names": _f1(answered[: len(good)], answered[len(good) :]),
         "positives": f"questions made from {len(good)} sampled chunks of this index",
         "negatives": f"hxd2_ray/sample_data/{OFF_TOPIC_FILE}" if negatives is None else "given",
         "embedding_model": getattr(embedder, "model_id", ""),
@@ -158,8 +184,8 @@ class _BuiltIndex:
 
     def __init__(self, root: Path) -> None:
         # the backends' modules load Kùzu and Faiss: imported when a build folder is opened
-        from hxd2_ray.graph.kuzu_store import KuzuGraphStore  # noqa: PLC0415
-        from hxd2_ray.vectors.faiss_index import FaissFamilyIndex  # noqa: PLC0415
+        from hxd2_ray.graph.kuzu_store import KuzuGraphStore
+        from hxd2_ray.vectors.faiss_index import FaissFamilyIndex
 
         self.families = {f: FaissFamilyIndex.open(root, f) for f in ("entity_mix", "relation_mix")}
         self.graph = KuzuGraphStore(root / "graph.kuzu", read_only=True)
@@ -176,8 +202,9 @@ class _BuiltIndex:
             f.close()
 
 
-def calibrate_build(root: str | Path, cfg: Any, texts: Sequence[str], *, embedder: Any = None,
-                    progress: Any = None) -> dict[str, Any] | None:
+def calibrate_build(
+    root: str | Path, cfg: Any, texts: Sequence[str], *, embedder: Any = None, progress: Any = None
+) -> dict[str, Any] | None:
     """:func:`calibrate_index` on a build folder (graph and vector families written, manifest not yet), with
     ``embedder`` or one built from ``cfg.embedding``. A failure is reported in the record, never raised: the
     index stays usable with the configured threshold."""
@@ -207,9 +234,11 @@ def calibrate_build(root: str | Path, cfg: Any, texts: Sequence[str], *, embedde
         elif "error" in record:
             progress(f"refusal threshold not calibrated: {record['error']}")
         else:
-            progress(f"refusal threshold {record['threshold']:.4f} (rule question, F1 {record['f1']:.3f} on "
-                     f"{record['n_good']} own / {record['n_bad']} off-topic questions; with names "
-                     f"F1 {record['with_names']['f1']:.3f})")
+            progress(
+                f"refusal threshold {record['threshold']:.4f} (rule question, F1 {record['f1']:.3f} on "
+                f"{record['n_good']} own / {record['n_bad']} off-topic questions; with names "
+                f"F1 {record['with_names']['f1']:.3f})"
+            )
             if record.get("notice"):
                 progress(record["notice"])
     return record

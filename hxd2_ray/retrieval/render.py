@@ -65,7 +65,10 @@ def render_table(section: str, rows: Sequence[str], empty: str) -> str:
 
 
 def answer_messages(
-    prompts: QueryLanguagePrompts, entities: Sequence[str], relations: Sequence[str], chunks: Sequence[str],
+    prompts: QueryLanguagePrompts,
+    entities: Sequence[str],
+    relations: Sequence[str],
+    chunks: Sequence[str],
     question: str,
 ) -> tuple[Message, ...]:
     """System: the instructions only. User: the three tables, then the question, last."""

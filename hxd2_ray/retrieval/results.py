@@ -129,8 +129,13 @@ class Reference:
     chunk_ids: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"doc_id": self.doc_id, "source_id": self.source_id, "title": self.title,
-                "source_path": self.source_path, "chunk_ids": list(self.chunk_ids)}
+        return {
+            "doc_id": self.doc_id,
+            "source_id": self.source_id,
+            "title": self.title,
+            "source_path": self.source_path,
+            "chunk_ids": list(self.chunk_ids),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,33 +163,75 @@ class RetrievalResult:
         return {
             "question": self.question,
             "language": self.language,
-            "keywords": {"low_level": list(self.keywords.low_level), "high_level": list(self.keywords.high_level),
-                         "parsed": self.keywords.parsed, "raw": self.keywords.raw},
+            "keywords": {
+                "low_level": list(self.keywords.low_level),
+                "high_level": list(self.keywords.high_level),
+                "parsed": self.keywords.parsed,
+                "raw": self.keywords.raw,
+            },
             "entities": [
-                {"key": e.key, "name": e.name, "type": e.type, "degree": e.degree, "origin": e.origin,
-                 "score": round(e.score, 4), "hits": [_hit(h) for h in e.hits]}
+                {
+                    "key": e.key,
+                    "name": e.name,
+                    "type": e.type,
+                    "degree": e.degree,
+                    "origin": e.origin,
+                    "score": round(e.score, 4),
+                    "hits": [_hit(h) for h in e.hits],
+                }
                 for e in self.entities
             ],
             "relations": [
-                {"source": r.source_key, "target": r.target_key, "source_name": r.source_name,
-                 "target_name": r.target_name, "weight": r.weight, "degree": r.degree,
-                 "origin": r.origin, "score": round(r.score, 4), "hits": [_hit(h) for h in r.hits]}
+                {
+                    "source": r.source_key,
+                    "target": r.target_key,
+                    "source_name": r.source_name,
+                    "target_name": r.target_name,
+                    "weight": r.weight,
+                    "degree": r.degree,
+                    "origin": r.origin,
+                    "score": round(r.score, 4),
+                    "hits": [_hit(h) for h in r.hits],
+                }
                 for r in self.relations
             ],
             "chunks": [
-                {"rank": rank, "id": c.id, "doc_source_id": c.doc_source_id, "title": c.doc_title,
-                 "mentions": c.mentions, "first_entity_rank": c.first_entity_rank, "score": round(c.score, 4),
-                 **{name: round(v, 6) for name, v in (("graph_score", c.graph_score), ("dense_score", c.dense_score),
-                                                      ("rank_score", c.rank_score), ("rerank_score", c.rerank_score))
-                    if v is not None}}
+                {
+                    "rank": rank,
+                    "id": c.id,
+                    "doc_source_id": c.doc_source_id,
+                    "title": c.doc_title,
+                    "mentions": c.mentions,
+                    "first_entity_rank": c.first_entity_rank,
+                    "score": round(c.score, 4),
+                    **{
+                        name: round(v, 6)
+                        for name, v in (
+                            ("graph_score", c.graph_score),
+                            ("dense_score", c.dense_score),
+                            ("rank_score", c.rank_score),
+                            ("rerank_score", c.rerank_score),
+                        )
+                        if v is not None
+                    },
+                }
                 for rank, c in enumerate(self.chunks, 1)
             ],
             "ranking": self.ranking,
-            "tokens": {"instructions": self.tokens.instructions, "question": self.tokens.question,
-                       "entities": self.tokens.entities, "relations": self.tokens.relations,
-                       "chunks": self.tokens.chunks, "total": self.tokens.total, "input_cap": self.input_cap},
-            "dropped": {"entities": self.dropped.entities, "relations": self.dropped.relations,
-                        "chunks": self.dropped.chunks},
+            "tokens": {
+                "instructions": self.tokens.instructions,
+                "question": self.tokens.question,
+                "entities": self.tokens.entities,
+                "relations": self.tokens.relations,
+                "chunks": self.tokens.chunks,
+                "total": self.tokens.total,
+                "input_cap": self.input_cap,
+            },
+            "dropped": {
+                "entities": self.dropped.entities,
+                "relations": self.dropped.relations,
+                "chunks": self.dropped.chunks,
+            },
             "notices": list(self.notices),
             "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
         }
@@ -228,8 +275,11 @@ class Answer:
             **({"candidates": list(self.candidates)} if self.candidates else {}),
             "references": [r.to_dict() for r in self.references],
             "notices": list(self.notices),
-            "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                      "finish_reason": self.finish_reason},
+            "usage": {
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens,
+                "finish_reason": self.finish_reason,
+            },
         }
         if trace:
             out["trace"] = dict(self.trace) if self.trace else {"retrieval": self.retrieval.trace()}
@@ -261,8 +311,15 @@ def references_of(chunks: tuple[ContextChunk, ...] | list[ContextChunk]) -> tupl
     refs = []
     for doc in order:
         first = by_doc[doc][0]
-        refs.append(Reference(doc_id=first.doc_id, source_id=first.doc_source_id, title=first.doc_title,
-                              source_path=first.doc_source_path, chunk_ids=tuple(c.id for c in by_doc[doc])))
+        refs.append(
+            Reference(
+                doc_id=first.doc_id,
+                source_id=first.doc_source_id,
+                title=first.doc_title,
+                source_path=first.doc_source_path,
+                chunk_ids=tuple(c.id for c in by_doc[doc]),
+            )
+        )
     return tuple(refs)
 
 

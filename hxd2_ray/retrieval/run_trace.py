@@ -16,8 +16,15 @@ class RunTrace:
     """Mutable trace of one query under construction (one per query). Under ``overlap_steps`` two threads write
     into it at once, each its own keys (a dict item set is atomic in CPython); nothing reads it until they joined."""
 
-    def __init__(self, question: str, mode: str, language: str, generation_question: str,
-                 clock: Callable[[], float] = time.perf_counter, topic: str | None = None):
+    def __init__(
+        self,
+        question: str,
+        mode: str,
+        language: str,
+        generation_question: str,
+        clock: Callable[[], float] = time.perf_counter,
+        topic: str | None = None,
+    ):
         self.clock = clock
         # The question's topic entity when the caller gave one (a benchmark's, --topic, the API's): retrieval and
         # the graph walk start from it instead of linking a start from the text.
@@ -65,8 +72,14 @@ class RunTrace:
     def scratch(self) -> "RunTrace":
         """A trace of the same query for a step whose records may be thrown away (work started ahead)."""
         data = self.data
-        return RunTrace(data["question"], data["mode"], data["language"], data["generation_question"],
-                        clock=self.clock, topic=self.topic)
+        return RunTrace(
+            data["question"],
+            data["mode"],
+            data["language"],
+            data["generation_question"],
+            clock=self.clock,
+            topic=self.topic,
+        )
 
     def adopt(self, other: "RunTrace") -> None:
         """Take a scratch trace's timings, tokens, LLM calls and notices: its step was wanted after all."""
@@ -76,8 +89,12 @@ class RunTrace:
 
     def keywords(self, kw: Keywords) -> None:
         """The keyword call of dual-level retrieval (one per query: the fallback reuses the gate's)."""
-        self.data["keywords"] = {"low_level": list(kw.low_level), "high_level": list(kw.high_level),
-                                 "parsed": kw.parsed, "raw": kw.raw}
+        self.data["keywords"] = {
+            "low_level": list(kw.low_level),
+            "high_level": list(kw.high_level),
+            "parsed": kw.parsed,
+            "raw": kw.raw,
+        }
         self.tokens("keywords", kw.prompt_tokens, kw.completion_tokens)
 
     def notice(self, text: str) -> None:
@@ -88,6 +105,8 @@ class RunTrace:
         data["path"] = path
         data["timings_ms"]["total"] = round((self.clock() - self.started) * 1000, 2)
         data["prompt_versions"] = prompt_versions
-        data["tokens_total"] = {"prompt": sum(t["prompt"] for t in data["tokens"].values()),
-                                "completion": sum(t["completion"] for t in data["tokens"].values())}
+        data["tokens_total"] = {
+            "prompt": sum(t["prompt"] for t in data["tokens"].values()),
+            "completion": sum(t["completion"] for t in data["tokens"].values()),
+        }
         return data

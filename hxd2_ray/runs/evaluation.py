@@ -104,8 +104,13 @@ def run_config(req: EvalRunRequest | EvalGridRequest, index: str | None) -> HxdC
 # ------------------------------------------------------------------------------------------------ run
 
 
-def run_evaluation(req: EvalRunRequest, answer_shards: ShardRunner, log: Log = lambda _: None,
-                   cfg: HxdConfig | None = None, label: str = "") -> dict[str, Any]:
+def run_evaluation(
+    req: EvalRunRequest,
+    answer_shards: ShardRunner,
+    log: Log = lambda _: None,
+    cfg: HxdConfig | None = None,
+    label: str = "",
+) -> dict[str, Any]:
     """Answer, score and report one benchmark; a rerun answers only the shards that have no trace file.
 
     ``cfg``: the config already resolved from the request (a grid resolves each cell's); None resolves it here.
@@ -121,8 +126,10 @@ def run_evaluation(req: EvalRunRequest, answer_shards: ShardRunner, log: Log = l
     report = spec.load(req.data_root, questions=req.questions, corpus=req.corpus)
     items = report.items[: req.limit] if req.limit is not None else list(report.items)
     if not items:
-        raise HxdError(f"benchmark {spec.name!r} has no questions to evaluate" + "".join(
-            f" ({len(report.skipped)} rows skipped; {where}: {why})" for where, why in report.skipped[:1]))
+        raise HxdError(
+            f"benchmark {spec.name!r} has no questions to evaluate"
+            + "".join(f" ({len(report.skipped)} rows skipped; {where}: {why})" for where, why in report.skipped[:1])
+        )
     fs, root = open_run_folder(req.output, cfg)
     n_shards = req.shards or min(len(items), 4 * req.workers)
     bounds = make_shards(len(items), n_shards)
@@ -131,17 +138,24 @@ def run_evaluation(req: EvalRunRequest, answer_shards: ShardRunner, log: Log = l
     previous = st.read_json(fs, run_path)
     # Answers depend on everything but the Ray section (actors, CPUs): a changed setting needs a new output.
     answer_cfg = {k: v for k, v in cfg.model_dump(mode="json").items() if k != "ray"}
-    identity = {"benchmark": spec.name, "items_hash": items_hash(ids), "shards": len(bounds),
-                "config_hash": items_hash([json.dumps(answer_cfg, sort_keys=True, default=str)])}
+    identity = {
+        "benchmark": spec.name,
+        "items_hash": items_hash(ids),
+        "shards": len(bounds),
+        "config_hash": items_hash([json.dumps(answer_cfg, sort_keys=True, default=str)]),
+    }
     if previous and {k: previous.get(k) for k in identity} != identity:
-        raise HxdError(f"{req.output} holds a run with another benchmark, question set, shard count or config "
-                       f"({ {k: previous.get(k) for k in identity} }); use a new --output")
+        raise HxdError(
+            f"{req.output} holds a run with another benchmark, question set, shard count or config "
+            f"({ {k: previous.get(k) for k in identity} }); use a new --output"
+        )
 
     shard_rows: list[dict[str, Any]] = []
     for s, (a, b) in enumerate(bounds):
         dicts = [{**items[i].to_dict(), "position": i} for i in range(a, b)]
-        shard_rows.append({"shard": s, "benchmark": spec.name,
-                           "items_json": json.dumps(dicts, ensure_ascii=False, default=str)})
+        shard_rows.append(
+            {"shard": s, "benchmark": spec.name, "items_json": json.dumps(dicts, ensure_ascii=False, default=str)}
+        )
     shards_run: dict[str, list[int]] = {}
     shards_skipped: dict[str, list[int]] = {}
     answered = 0
@@ -158,28 +172,60 @@ def run_evaluation(req: EvalRunRequest, answer_shards: ShardRunner, log: Log = l
         log(f"mode {mode}: {len(pending)} of {len(bounds)} shards, {workers} worker(s)")
         t0 = time.perf_counter()
         n_questions = sum(bounds[r["shard"]][1] - bounds[r["shard"]][0] for r in pending)
-        stats = answer_shards(ShardJob(cfg=cfg, index=req.index or "", mode=mode, fs=fs, root=root, rows=pending,
-                                       workers=workers, concurrency=req.concurrency,
-                                       cpus_per_worker=req.cpus_per_worker, gpus_per_worker=req.gpus_per_worker,
-                                       questions=n_questions, label=label))
+        stats = answer_shards(
+            ShardJob(
+                cfg=cfg,
+                index=req.index or "",
+                mode=mode,
+                fs=fs,
+                root=root,
+                rows=pending,
+                workers=workers,
+                concurrency=req.concurrency,
+                cpus_per_worker=req.cpus_per_worker,
+                gpus_per_worker=req.gpus_per_worker,
+                questions=n_questions,
+                label=label,
+            )
+        )
         answer_seconds += time.perf_counter() - t0
         if stats.num_rows:
             stats = stats.select(SHARD_STATS.names)
             # Every shard a worker answered must be readable here: a worker on another node with a local --output
             # writes its traces where this process never looks.
-            check_reported_files(fs, [ReportedFile(shard_path(root, m, int(s)), int(q)) for m, s, q in zip(
-                stats.column("mode").to_pylist(), stats.column("shard").to_pylist(),
-                stats.column("questions").to_pylist(), strict=True)], "evaluation", req.output)
+            check_reported_files(
+                fs,
+                [
+                    ReportedFile(shard_path(root, m, int(s)), int(q))
+                    for m, s, q in zip(
+                        stats.column("mode").to_pylist(),
+                        stats.column("shard").to_pylist(),
+                        stats.column("questions").to_pylist(),
+                        strict=True,
+                    )
+                ],
+                "evaluation",
+                req.output,
+            )
             answered += int(pc.sum(stats.column("questions")).as_py() or 0)
 
     traces = load_traces(fs, root, modes)
     counts = {m: sum(1 for t in traces if t["mode"] == m) for m in modes}
-    run = {**identity, "questions": len(items), "modes": modes, "index": req.index, "config": req.config,
-           "overrides": list(req.overrides), "workers": req.workers, "concurrency": req.concurrency,
-           "limit": req.limit,
-           "metrics": list(spec.metrics), "primary_metric": spec.primary_metric,
-           "skipped_rows": [list(s) for s in report.skipped],
-           "loader": {"items": len(report.items), "skipped": len(report.skipped), "filtered": dict(report.filtered)}}
+    run = {
+        **identity,
+        "questions": len(items),
+        "modes": modes,
+        "index": req.index,
+        "config": req.config,
+        "overrides": list(req.overrides),
+        "workers": req.workers,
+        "concurrency": req.concurrency,
+        "limit": req.limit,
+        "metrics": list(spec.metrics),
+        "primary_metric": spec.primary_metric,
+        "skipped_rows": [list(s) for s in report.skipped],
+        "loader": {"items": len(report.items), "skipped": len(report.skipped), "filtered": dict(report.filtered)},
+    }
     if req.index and cfg.multistage.refusal_enabled and any(m in GATED_MODES for m in modes):
         run["off_topic_refusals"] = off_topic_refusals(req.index, cfg)
     st.write_json_atomic(fs, run_path, run)
@@ -187,16 +233,33 @@ def run_evaluation(req: EvalRunRequest, answer_shards: ShardRunner, log: Log = l
     paths = write_run_report(fs, root, traces, run)
     agg = aggregate(traces, list(spec.metrics), spec.primary_metric)
     summary = {
-        "benchmark": spec.name, "output": req.output, "questions": len(items), "modes": modes,
-        "shards": len(bounds), "shards_run": shards_run, "shards_skipped": shards_skipped,
-        "traces": counts, "answered_this_run": answered, "answer_seconds": round(answer_seconds, 3),
+        "benchmark": spec.name,
+        "output": req.output,
+        "questions": len(items),
+        "modes": modes,
+        "shards": len(bounds),
+        "shards_run": shards_run,
+        "shards_skipped": shards_skipped,
+        "traces": counts,
+        "answered_this_run": answered,
+        "answer_seconds": round(answer_seconds, 3),
         "questions_per_s": round(answered / answer_seconds, 3) if answer_seconds > 0 else None,
-        "skipped_rows": len(report.skipped), "primary_metric": spec.primary_metric,
-        "per_mode": {m: {"n": v["n"], "errors": v["errors"], "correct": v["correct"], "metrics": v["metrics"],
-                         "latency_s": v["latency_s"], "prompt_tokens_mean": v["prompt_tokens_mean"],
-                         "completion_tokens_mean": v["completion_tokens_mean"], "paths": v["paths"],
-                         "refused": v["refused"]}
-                     for m, v in agg.items()},
+        "skipped_rows": len(report.skipped),
+        "primary_metric": spec.primary_metric,
+        "per_mode": {
+            m: {
+                "n": v["n"],
+                "errors": v["errors"],
+                "correct": v["correct"],
+                "metrics": v["metrics"],
+                "latency_s": v["latency_s"],
+                "prompt_tokens_mean": v["prompt_tokens_mean"],
+                "completion_tokens_mean": v["completion_tokens_mean"],
+                "paths": v["paths"],
+                "refused": v["refused"],
+            }
+            for m, v in agg.items()
+        },
         "report": paths,
         "off_topic_refusals": run.get("off_topic_refusals"),
     }
@@ -242,7 +305,8 @@ def run_grid(req: EvalGridRequest, answer_shards: ShardRunner, log: Log = lambda
     for cell in cells:
         # Without --config every cell answers with the first variant's recorded config (llm_only included).
         cell_cfg = cell_cfgs[cell.name] = run_config(
-            req.model_copy(update={"overrides": (*req.overrides, *cell.overrides)}), first_index)
+            req.model_copy(update={"overrides": (*req.overrides, *cell.overrides)}), first_index
+        )
         ix = cell.index
         if ix is None:
             continue
@@ -261,20 +325,48 @@ def run_grid(req: EvalGridRequest, answer_shards: ShardRunner, log: Log = lambda
     cell_reports = []
     for i, cell in enumerate(cells, 1):
         log(f"grid cell {i}/{len(cells)}: {cell.name} ({', '.join(cell.modes)})")
-        cell_req = req.cell_run(tuple(cell.modes), cell.index.location if cell.index else None,
-                                f"{base}/cells/{cell.name}", tuple(cell.overrides))
+        cell_req = req.cell_run(
+            tuple(cell.modes),
+            cell.index.location if cell.index else None,
+            f"{base}/cells/{cell.name}",
+            tuple(cell.overrides),
+        )
         summary = run_evaluation(cell_req, answer_shards, log, cfg=cell_cfgs[cell.name], label=cell.name)
         summaries[cell.name] = summary
-        cell_reports.append({"cell": cell.name, "output": summary["output"],
-                             "answered_this_run": summary["answered_this_run"],
-                             "answer_seconds": summary["answer_seconds"]})
+        cell_reports.append(
+            {
+                "cell": cell.name,
+                "output": summary["output"],
+                "answered_this_run": summary["answered_this_run"],
+                "answer_seconds": summary["answer_seconds"],
+            }
+        )
     questions = next(iter(summaries.values()))["questions"]
-    paths = publish(fs, root, lambda folder: write_grid(
-        folder, benchmark=spec.name, questions=questions, cells=cells, summaries=summaries, index_info=index_info,
-        axes=axes, metrics=list(spec.metrics), primary_metric=spec.primary_metric))
+    paths = publish(
+        fs,
+        root,
+        lambda folder: write_grid(
+            folder,
+            benchmark=spec.name,
+            questions=questions,
+            cells=cells,
+            summaries=summaries,
+            index_info=index_info,
+            axes=axes,
+            metrics=list(spec.metrics),
+            primary_metric=spec.primary_metric,
+        ),
+    )
     rows = grid_rows(cells, summaries, index_info)
-    return {"benchmark": spec.name, "output": req.output, "questions": questions, "cells": cell_reports,
-            "primary_metric": spec.primary_metric, "rows": rows, "report": paths}
+    return {
+        "benchmark": spec.name,
+        "output": req.output,
+        "questions": questions,
+        "cells": cell_reports,
+        "primary_metric": spec.primary_metric,
+        "rows": rows,
+        "report": paths,
+    }
 
 
 # ------------------------------------------------------------------------------------- report / compare
@@ -283,10 +375,15 @@ def run_grid(req: EvalGridRequest, answer_shards: ShardRunner, log: Log = lambda
 def write_run_report(fs: Any, root: str, traces: list[dict[str, Any]], run: dict[str, Any]) -> dict[str, str]:
     """The report of a run (markdown, JSON, plots) into its folder."""
     saved = st.read_json(fs, posixpath.join(root, QUESTIONS_FILE)) or []
-    kwargs = dict(title=f"Evaluation: {run['benchmark']}", metrics=run.get("metrics"),
-                  primary_metric=run.get("primary_metric"), skipped_rows=run.get("skipped_rows", []),
-                  run_info={k: v for k, v in run.items() if k not in ("skipped_rows", "metrics", "off_topic_refusals")},
-                  questions={str(q["id"]): q for q in saved}, off_topic=run.get("off_topic_refusals"))
+    kwargs = dict(
+        title=f"Evaluation: {run['benchmark']}",
+        metrics=run.get("metrics"),
+        primary_metric=run.get("primary_metric"),
+        skipped_rows=run.get("skipped_rows", []),
+        run_info={k: v for k, v in run.items() if k not in ("skipped_rows", "metrics", "off_topic_refusals")},
+        questions={str(q["id"]): q for q in saved},
+        off_topic=run.get("off_topic_refusals"),
+    )
     return publish(fs, root, lambda folder: write_report(traces, folder, **kwargs))
 
 
@@ -333,14 +430,32 @@ def compare_dirs(a: str, b: str, metric: str | None = None, config: str | None =
 
 def write_questions(fs: Any, root: str, items: list[Any]) -> None:
     """The evaluated questions (text, gold answers, options) beside the traces, for ``hxd2 eval judge``."""
-    st.write_json_atomic(fs, posixpath.join(root, QUESTIONS_FILE), [
-        {"id": it.id, "position": i, "question": it.question, "answers": list(it.answers),
-         "choices": [list(c) for c in it.choices], "task": it.task} for i, it in enumerate(items)])
+    st.write_json_atomic(
+        fs,
+        posixpath.join(root, QUESTIONS_FILE),
+        [
+            {
+                "id": it.id,
+                "position": i,
+                "question": it.question,
+                "answers": list(it.answers),
+                "choices": [list(c) for c in it.choices],
+                "task": it.task,
+            }
+            for i, it in enumerate(items)
+        ],
+    )
 
 
-def load_questions(fs: Any, root: str, run: dict[str, Any], data_root: str | None = None,
-                   questions: str | None = None, corpus: str | None = None,
-                   log: Log = lambda _: None) -> dict[str, dict[str, Any]]:
+def load_questions(
+    fs: Any,
+    root: str,
+    run: dict[str, Any],
+    data_root: str | None = None,
+    questions: str | None = None,
+    corpus: str | None = None,
+    log: Log = lambda _: None,
+) -> dict[str, dict[str, Any]]:
     """id -> question dict of a run: its questions.json, else the benchmark reloaded (runs written before
     questions.json existed; --data-root/--questions/--corpus as given to ``hxd2 eval run``)."""
     saved = st.read_json(fs, posixpath.join(root, QUESTIONS_FILE))
@@ -350,11 +465,20 @@ def load_questions(fs: Any, root: str, run: dict[str, Any], data_root: str | Non
     try:
         items = spec.load(data_root, questions=questions, corpus=corpus).items
     except (OSError, ValueError) as exc:
-        raise HxdError(f"{root} has no {QUESTIONS_FILE} and benchmark {spec.name!r} could not be reloaded "
-                       f"({exc}); pass --data-root / --questions as given to hxd2 eval run") from exc
+        raise HxdError(
+            f"{root} has no {QUESTIONS_FILE} and benchmark {spec.name!r} could not be reloaded "
+            f"({exc}); pass --data-root / --questions as given to hxd2 eval run"
+        ) from exc
     if run.get("limit") is not None:
         items = items[: run["limit"]]
     if run.get("items_hash") and items_hash([it.id for it in items]) != run["items_hash"]:
         log(f"warning: the reloaded questions of {spec.name} differ from the run's; pairing by id")
-    return {it.id: {"id": it.id, "question": it.question, "answers": list(it.answers),
-                    "choices": [list(c) for c in it.choices]} for it in items}
+    return {
+        it.id: {
+            "id": it.id,
+            "question": it.question,
+            "answers": list(it.answers),
+            "choices": [list(c) for c in it.choices],
+        }
+        for it in items
+    }

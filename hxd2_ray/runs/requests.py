@@ -56,8 +56,10 @@ class EvalRunRequest(_Request):
     cpus_per_worker: float = Field(1.0, ge=0)
     gpus_per_worker: float = Field(0.0, ge=0)
     policy: str | None = Field(
-        None, description="GraphFlow policy folder for mode graphflow / multistage.graph_walk; added to the "
-                          "overrides as graphflow.policy (so the run records it)")
+        None,
+        description="GraphFlow policy folder for mode graphflow / multistage.graph_walk; added to the "
+        "overrides as graphflow.policy (so the run records it)",
+    )
 
     _modes = field_validator("modes")(_check_modes)
 
@@ -102,14 +104,27 @@ class EvalGridRequest(_Request):
     def _some_mode(cls, modes: tuple[str, ...]) -> tuple[str, ...]:
         return modes or GRID_DEFAULT_MODES
 
-    def cell_run(self, modes: tuple[str, ...], index: str | None, output: str,
-                 overrides: tuple[str, ...]) -> EvalRunRequest:
+    def cell_run(
+        self, modes: tuple[str, ...], index: str | None, output: str, overrides: tuple[str, ...]
+    ) -> EvalRunRequest:
         """The ordinary run of one cell."""
         return EvalRunRequest(
-            benchmark=self.benchmark, output=output, index=index, modes=modes, limit=self.limit,
-            data_root=self.data_root, questions=self.questions, corpus=self.corpus, workers=self.workers,
-            concurrency=self.concurrency, shards=self.shards, cpus_per_worker=self.cpus_per_worker,
-            gpus_per_worker=self.gpus_per_worker, config=self.config, overrides=(*self.overrides, *overrides))
+            benchmark=self.benchmark,
+            output=output,
+            index=index,
+            modes=modes,
+            limit=self.limit,
+            data_root=self.data_root,
+            questions=self.questions,
+            corpus=self.corpus,
+            workers=self.workers,
+            concurrency=self.concurrency,
+            shards=self.shards,
+            cpus_per_worker=self.cpus_per_worker,
+            gpus_per_worker=self.gpus_per_worker,
+            config=self.config,
+            overrides=(*self.overrides, *overrides),
+        )
 
 
 class JudgeRequest(_Request):

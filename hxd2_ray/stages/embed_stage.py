@@ -26,15 +26,35 @@ from hxd2_ray.stages.stage_run import StageRun, current_node
 from hxd2_ray.stages.staging import batch_file_name, write_table_atomic
 from hxd2_ray.wiring import build_embedder
 
-__all__ = ["EMBED_INPUTS", "EMBED_STATS", "TEXTS_TO_EMBED", "TEXT_VECTORS_FOLDER", "EmbedAndPersist",
-           "count_embedding_tokens", "embedding_inputs", "relation_key", "text_key"]
+__all__ = [
+    "EMBED_INPUTS",
+    "EMBED_STATS",
+    "TEXTS_TO_EMBED",
+    "TEXT_VECTORS_FOLDER",
+    "EmbedAndPersist",
+    "count_embedding_tokens",
+    "embedding_inputs",
+    "relation_key",
+    "text_key",
+]
 
 TEXT_VECTORS_FOLDER = "text_vectors"
 TEXTS_TO_EMBED = pa.schema([("text_key", pa.string()), ("text", pa.string())])
-EMBED_STATS = pa.schema([("file", pa.string()), ("vectors", pa.int64()), ("failed", pa.int64()),
-                         ("error", pa.string()), ("chars", pa.int64()), ("seconds", pa.float64()),
-                         ("path", pa.string()), ("rows", pa.int64()), ("node", pa.string()),
-                         ("tokens", pa.int64()), ("skipped", pa.int64())])
+EMBED_STATS = pa.schema(
+    [
+        ("file", pa.string()),
+        ("vectors", pa.int64()),
+        ("failed", pa.int64()),
+        ("error", pa.string()),
+        ("chars", pa.int64()),
+        ("seconds", pa.float64()),
+        ("path", pa.string()),
+        ("rows", pa.int64()),
+        ("node", pa.string()),
+        ("tokens", pa.int64()),
+        ("skipped", pa.int64()),
+    ]
+)
 # Words -> tokens where the embedder has no tokenizer to ask (the hashing fake): a typical English ratio.
 TOKENS_PER_WORD_ESTIMATE = 1.3
 
@@ -51,9 +71,15 @@ class EmbedAndPersist:
     """Embeds a batch of distinct texts (``text_key``, ``text``) and writes ``text_vectors/part-<hash>.parquet``
     (``text_key``, ``vector``); returns one stats row naming the file, its rows and the node that wrote it."""
 
-    def __init__(self, cfg: HxdConfig, staging_fs: pafs.FileSystem, staging_root: str,
-                 embedder: Embedder | None = None, run: StageRun | None = None,
-                 counter: StageCounter = NO_COUNTER) -> None:
+    def __init__(
+        self,
+        cfg: HxdConfig,
+        staging_fs: pafs.FileSystem,
+        staging_root: str,
+        embedder: Embedder | None = None,
+        run: StageRun | None = None,
+        counter: StageCounter = NO_COUNTER,
+    ) -> None:
         self._max_retries = cfg.ray.max_batch_retries
         self._fs = staging_fs
         self._folder = posixpath.join(staging_root, TEXT_VECTORS_FOLDER)
@@ -64,8 +90,20 @@ class EmbedAndPersist:
         self._gpus = cfg.ray.gpus_per_embed_actor
 
     def _stats(self, **values: Any) -> pa.Table:
-        row = {"file": "", "vectors": 0, "failed": 0, "error": "", "chars": 0, "seconds": 0.0, "path": "",
-               "rows": 0, "node": current_node(), "tokens": 0, "skipped": 0, **values}
+        row = {
+            "file": "",
+            "vectors": 0,
+            "failed": 0,
+            "error": "",
+            "chars": 0,
+            "seconds": 0.0,
+            "path": "",
+            "rows": 0,
+            "node": current_node(),
+            "tokens": 0,
+            "skipped": 0,
+            **values,
+        }
         return pa.Table.from_pylist([row], schema=EMBED_STATS)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -81,18 +119,21 @@ class EmbedAndPersist:
                 vectors = np.ascontiguousarray(self._embedder.embed(texts), dtype=np.float32)
                 if vectors.shape != (len(texts), self._embedder.dim):
                     raise ValueError(
-                        f"embedder returned {vectors.shape}, expected ({len(texts)}, {self._embedder.dim})")
+                        f"embedder returned {vectors.shape}, expected ({len(texts)}, {self._embedder.dim})"
+                    )
                 break
             except Exception as exc:  # noqa: BLE001 - recorded below; the rerun embeds what is missing
                 error = f"{type(exc).__name__}: {exc}"
         else:
             self._counter.add(failed=len(keys))
-            return self._stats(failed=len(keys), error=error, chars=sum(map(len, texts)),
-                               seconds=time.perf_counter() - started)
+            return self._stats(
+                failed=len(keys), error=error, chars=sum(map(len, texts)), seconds=time.perf_counter() - started
+            )
         flat = pa.array(vectors.reshape(-1), type=pa.float32())
         offsets = pa.array(np.arange(0, vectors.size + 1, vectors.shape[1], dtype=np.int32))
-        table = pa.table({"text_key": keys, "vector": pa.ListArray.from_arrays(offsets, flat)},
-                         schema=tables.TEXT_VECTORS)
+        table = pa.table(
+            {"text_key": keys, "vector": pa.ListArray.from_arrays(offsets, flat)}, schema=tables.TEXT_VECTORS
+        )
         name = batch_file_name(keys)
         path = posixpath.join(self._folder, name)
         crash_point("worker:embed")  # crash tests: a worker dies with its batch in flight
@@ -102,5 +143,12 @@ class EmbedAndPersist:
         self._run.charge(embedding_payload(self._model_id, len(texts), tokens, seconds, self._gpus))
         crash_point("driver:embed")  # crash tests: the driver dies with the stage half done
         self._counter.add(done=len(keys))
-        return self._stats(file=name, vectors=len(keys), chars=sum(map(len, texts)), seconds=seconds, path=path,
-                           rows=table.num_rows, tokens=tokens)
+        return self._stats(
+            file=name,
+            vectors=len(keys),
+            chars=sum(map(len, texts)),
+            seconds=seconds,
+            path=path,
+            rows=table.num_rows,
+            tokens=tokens,
+        )

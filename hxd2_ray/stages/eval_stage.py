@@ -38,29 +38,53 @@ from hxd2_ray.stages import staging as st
 from hxd2_ray.stages.eval_traces import SHARD_STATS, TRACES, shard_path
 from hxd2_ray.wiring import build_embedder, build_llm, build_pipeline
 
-__all__ = ["EVAL_MODES", "RETRIEVAL_ONLY_MODES", "SHARD_STATS", "TRACES", "AnswerQuestions", "answer_in_process",
-           "shard_path"]
+__all__ = [
+    "EVAL_MODES",
+    "RETRIEVAL_ONLY_MODES",
+    "SHARD_STATS",
+    "TRACES",
+    "AnswerQuestions",
+    "answer_in_process",
+    "shard_path",
+]
+
 
 def item_from_dict(d: dict[str, Any]) -> EvalItem:
-    return EvalItem(id=str(d["id"]), question=d["question"], answers=tuple(d.get("answers") or ()),
-                    gold_passages=tuple(d.get("gold_passages") or ()),
-                    choices=tuple(tuple(c) for c in d.get("choices") or ()), task=d.get("task", "generic"),
-                    meta=dict(d.get("meta") or {}), topic=str(d.get("topic") or ""))
+    return EvalItem(
+        id=str(d["id"]),
+        question=d["question"],
+        answers=tuple(d.get("answers") or ()),
+        gold_passages=tuple(d.get("gold_passages") or ()),
+        choices=tuple(tuple(c) for c in d.get("choices") or ()),
+        task=d.get("task", "generic"),
+        meta=dict(d.get("meta") or {}),
+        topic=str(d.get("topic") or ""),
+    )
 
 
 class AnswerQuestions:
     """Answer, score and persist whole shards; returns one stats row per shard."""
 
-    def __init__(self, cfg: Any, index_location: str, mode: str, staging_fs: pafs.FileSystem, out_root: str,
-                 label: str | None = None, concurrency: int = 1, counter: StageCounter = NO_COUNTER) -> None:
+    def __init__(
+        self,
+        cfg: Any,
+        index_location: str,
+        mode: str,
+        staging_fs: pafs.FileSystem,
+        out_root: str,
+        label: str | None = None,
+        concurrency: int = 1,
+        counter: StageCounter = NO_COUNTER,
+    ) -> None:
         if mode not in EVAL_MODES:
             raise ValueError(f"unknown eval mode {mode!r}; valid: {', '.join(EVAL_MODES)}")
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         # Every concurrent question may be in its logic-form step at once; none should queue for a worker.
         ms = cfg.multistage
-        cfg = cfg.model_copy(update={"multistage": ms.model_copy(update={"logic_workers": max(ms.logic_workers,
-                                                                                             concurrency)})})
+        cfg = cfg.model_copy(
+            update={"multistage": ms.model_copy(update={"logic_workers": max(ms.logic_workers, concurrency)})}
+        )
         self.cfg = cfg
         self.mode = mode
         self.label = label or mode
@@ -80,17 +104,25 @@ class AnswerQuestions:
     # ------------------------------------------------------------------ one question
 
     def _answer(self, item: Any) -> dict[str, Any]:
-        ans = self.pipeline.answer(item.retrieval_query, generation_question=item.generation_prompt,
-                                   topic=item.topic or None)
+        ans = self.pipeline.answer(
+            item.retrieval_query, generation_question=item.generation_prompt, topic=item.topic or None
+        )
         trace = ans.trace
         totals = trace.get("tokens_total") or {}
         ver = trace.get("verifier") or {}
         verifier = ("yes" if ver.get("supported") else "no") if ver.get("ran") else ""
         evidence = list(dict.fromkeys(r.source_id for r in ans.references if r.source_id))
-        return {"path": ans.path, "answer": ans.text or "", "prompt_tokens": int(totals.get("prompt", 0)),
-                "completion_tokens": int(totals.get("completion", 0)), "verifier": verifier,
-                "evidence_ids": evidence, "error": "", "path_reason": str(trace.get("path_reason") or ""),
-                "candidates": list(ans.candidates)}
+        return {
+            "path": ans.path,
+            "answer": ans.text or "",
+            "prompt_tokens": int(totals.get("prompt", 0)),
+            "completion_tokens": int(totals.get("completion", 0)),
+            "verifier": verifier,
+            "evidence_ids": evidence,
+            "error": "",
+            "path_reason": str(trace.get("path_reason") or ""),
+            "candidates": list(ans.candidates),
+        }
 
     def answer_item(self, spec: Any, item: Any, position: int, shard: int) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -98,29 +130,57 @@ class AnswerQuestions:
             try:
                 row = self._answer(item)
             except Exception as exc:  # noqa: BLE001 - one question's failure is recorded, not fatal
-                row = {"path": "error", "answer": "", "prompt_tokens": 0, "completion_tokens": 0, "verifier": "",
-                       "evidence_ids": [], "error": f"{type(exc).__name__}: {exc}"}
+                row = {
+                    "path": "error",
+                    "answer": "",
+                    "prompt_tokens": 0,
+                    "completion_tokens": 0,
+                    "verifier": "",
+                    "evidence_ids": [],
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
         latency = time.perf_counter() - t0
         if not row["error"] and llm_errors:
             row["error"] = f"LLM error ({len(llm_errors)} call(s)): {llm_errors[0]}"
         row.setdefault("candidates", [])
-        pred = Prediction(answer_text=row["answer"], retrieved_passage_ids=tuple(row["evidence_ids"]),
-                          answers=tuple(row["candidates"]), error=row["error"])
+        pred = Prediction(
+            answer_text=row["answer"],
+            retrieved_passage_ids=tuple(row["evidence_ids"]),
+            answers=tuple(row["candidates"]),
+            error=row["error"],
+        )
         scores = score_item(spec, item, pred)
         primary = scores.get(spec.primary_metric)
-        self.counter.add(done=1, correct=int(primary is not None and primary >= 0.5), failed=int(bool(row["error"])),
-                         prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"])
+        self.counter.add(
+            done=1,
+            correct=int(primary is not None and primary >= 0.5),
+            failed=int(bool(row["error"])),
+            prompt_tokens=row["prompt_tokens"],
+            completion_tokens=row["completion_tokens"],
+        )
         row.setdefault("path_reason", "")
-        return {"id": item.id, "position": position, "shard": shard, "mode": self.label, **row,
-                "scores": json.dumps(scores, sort_keys=True), "correct": bool(primary is not None and primary >= 0.5),
-                "latency_s": latency, "llm_errors": len(llm_errors)}
+        return {
+            "id": item.id,
+            "position": position,
+            "shard": shard,
+            "mode": self.label,
+            **row,
+            "scores": json.dumps(scores, sort_keys=True),
+            "correct": bool(primary is not None and primary >= 0.5),
+            "latency_s": latency,
+            "llm_errors": len(llm_errors),
+        }
 
     # ------------------------------------------------------------------ one batch of shards
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         stats = []
-        for shard, bench, items_json in zip(batch.column("shard").to_pylist(), batch.column("benchmark").to_pylist(),
-                                            batch.column("items_json").to_pylist(), strict=True):
+        for shard, bench, items_json in zip(
+            batch.column("shard").to_pylist(),
+            batch.column("benchmark").to_pylist(),
+            batch.column("items_json").to_pylist(),
+            strict=True,
+        ):
             t0 = time.perf_counter()
             spec = get_benchmark(bench)
             items = json.loads(items_json)
@@ -129,15 +189,23 @@ class AnswerQuestions:
                 return self.answer_item(spec, item_from_dict(d), int(d["position"]), shard)
 
             if self.concurrency > 1 and len(items) > 1:
-                with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items)),
-                                        thread_name_prefix="hxd2-eval") as pool:
+                with ThreadPoolExecutor(
+                    max_workers=min(self.concurrency, len(items)), thread_name_prefix="hxd2-eval"
+                ) as pool:
                     rows = list(pool.map(answer, items))  # in input order
             else:
                 rows = [answer(d) for d in items]
             table = pa.Table.from_pylist(rows, schema=TRACES) if rows else TRACES.empty_table()
             st.write_table_atomic(self.fs, shard_path(self.out_root, self.label, int(shard)), table)
-            stats.append({"mode": self.label, "shard": int(shard), "questions": len(rows),
-                          "errors": sum(1 for r in rows if r["error"]), "seconds": time.perf_counter() - t0})
+            stats.append(
+                {
+                    "mode": self.label,
+                    "shard": int(shard),
+                    "questions": len(rows),
+                    "errors": sum(1 for r in rows if r["error"]),
+                    "seconds": time.perf_counter() - t0,
+                }
+            )
         return pa.Table.from_pylist(stats, schema=SHARD_STATS)
 
     def close(self) -> None:

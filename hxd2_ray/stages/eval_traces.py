@@ -15,35 +15,39 @@ import pyarrow.fs as pafs
 
 from hxd2_ray.stages import staging as st
 
-TRACES = pa.schema([
-    ("id", pa.string()),
-    ("position", pa.int64()),
-    ("shard", pa.int64()),
-    ("mode", pa.string()),
-    ("path", pa.string()),
-    ("answer", pa.string()),
-    ("scores", pa.string()),  # JSON {metric: float}
-    ("correct", pa.bool_()),
-    ("latency_s", pa.float64()),
-    ("prompt_tokens", pa.int64()),
-    ("completion_tokens", pa.int64()),
-    ("verifier", pa.string()),  # "yes" / "no" / "" (did not run)
-    ("evidence_ids", pa.list_(pa.string())),  # source ids of the referenced documents, in order
-    ("llm_errors", pa.int64()),
-    ("error", pa.string()),
-    # Why the answer took its path (e.g. "fallback: invalid plan: ..."); null in shards written before it existed.
-    ("path_reason", pa.string()),
-    # Ranked candidate answers where the path ranks them (the graph walk); null in older shards.
-    ("candidates", pa.list_(pa.string())),
-])
+TRACES = pa.schema(
+    [
+        ("id", pa.string()),
+        ("position", pa.int64()),
+        ("shard", pa.int64()),
+        ("mode", pa.string()),
+        ("path", pa.string()),
+        ("answer", pa.string()),
+        ("scores", pa.string()),  # JSON {metric: float}
+        ("correct", pa.bool_()),
+        ("latency_s", pa.float64()),
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("verifier", pa.string()),  # "yes" / "no" / "" (did not run)
+        ("evidence_ids", pa.list_(pa.string())),  # source ids of the referenced documents, in order
+        ("llm_errors", pa.int64()),
+        ("error", pa.string()),
+        # Why the answer took its path (e.g. "fallback: invalid plan: ..."); null in shards written before it existed.
+        ("path_reason", pa.string()),
+        # Ranked candidate answers where the path ranks them (the graph walk); null in older shards.
+        ("candidates", pa.list_(pa.string())),
+    ]
+)
 
-SHARD_STATS = pa.schema([
-    ("mode", pa.string()),
-    ("shard", pa.int64()),
-    ("questions", pa.int64()),
-    ("errors", pa.int64()),
-    ("seconds", pa.float64()),
-])
+SHARD_STATS = pa.schema(
+    [
+        ("mode", pa.string()),
+        ("shard", pa.int64()),
+        ("questions", pa.int64()),
+        ("errors", pa.int64()),
+        ("seconds", pa.float64()),
+    ]
+)
 
 
 def shard_path(out_root: str, mode: str, shard: int) -> str:

@@ -46,8 +46,15 @@ class ExtractAndPersist:
     rerun extracts only the chunks with no successful extraction on disk.
     """
 
-    def __init__(self, cfg: HxdConfig, staging_fs: pafs.FileSystem, staging_root: str, llm: LLMClient | None = None,
-                 run: StageRun | None = None, counter: StageCounter = NO_COUNTER) -> None:
+    def __init__(
+        self,
+        cfg: HxdConfig,
+        staging_fs: pafs.FileSystem,
+        staging_root: str,
+        llm: LLMClient | None = None,
+        run: StageRun | None = None,
+        counter: StageCounter = NO_COUNTER,
+    ) -> None:
         self._fs = staging_fs
         self._folder = posixpath.join(staging_root, "extractions")
         self._run = run or StageRun()
@@ -57,16 +64,30 @@ class ExtractAndPersist:
         self._llm = IndexingLLM(CountingLLM(backend, counter), self._run)
         self._counter = counter
         self._gpus = cfg.ray.gpus_per_ner_actor
-        self._extractor = Extractor(self._llm.client, cfg.extraction, load_prompts(),
-                                    max_retries=cfg.ray.max_batch_retries)
+        self._extractor = Extractor(
+            self._llm.client, cfg.extraction, load_prompts(), max_retries=cfg.ray.max_batch_retries
+        )
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         started = time.perf_counter()
         if self._run.exhausted():
             self._run.skipped()
-            row = {"file": "", "chunks": 0, "entities": 0, "relations": 0, "malformed_records": 0,
-                   "failed_chunks": 0, "llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0,
-                   "path": "", "rows": 0, "node": current_node(), "skipped": batch.num_rows}
+            row = {
+                "file": "",
+                "chunks": 0,
+                "entities": 0,
+                "relations": 0,
+                "malformed_records": 0,
+                "failed_chunks": 0,
+                "llm_calls": 0,
+                "prompt_tokens": 0,
+                "completion_tokens": 0,
+                "seconds": 0.0,
+                "path": "",
+                "rows": 0,
+                "node": current_node(),
+                "skipped": batch.num_rows,
+            }
             return pa.Table.from_pylist([row], schema=EXTRACT_STATS)
         chunks = chunks_from_table(batch)
         extractions = self._extractor.extract(chunks)

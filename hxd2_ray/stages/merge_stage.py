@@ -31,13 +31,26 @@ from hxd2_ray.types import EntityMention, MergedEntity, MergedRelation, Relation
 from hxd2_ray.wiring import build_llm
 
 ENTITY_MENTIONS = pa.schema(
-    [("partition", pa.int64()), ("key", pa.string()), ("name", pa.string()), ("type", pa.string()),
-     ("description", pa.string()), ("chunk_id", pa.string())]
+    [
+        ("partition", pa.int64()),
+        ("key", pa.string()),
+        ("name", pa.string()),
+        ("type", pa.string()),
+        ("description", pa.string()),
+        ("chunk_id", pa.string()),
+    ]
 )
 RELATION_MENTIONS = pa.schema(
-    [("partition", pa.int64()), ("pair", pa.string()), ("source", pa.string()), ("target", pa.string()),
-     ("description", pa.string()), ("keywords", pa.list_(pa.string())), ("strength", pa.float64()),
-     ("chunk_id", pa.string())]
+    [
+        ("partition", pa.int64()),
+        ("pair", pa.string()),
+        ("source", pa.string()),
+        ("target", pa.string()),
+        ("description", pa.string()),
+        ("keywords", pa.list_(pa.string())),
+        ("strength", pa.float64()),
+        ("chunk_id", pa.string()),
+    ]
 )
 MERGED_ENTITIES = tables.ENTITIES.append(pa.field("needs_summary", pa.bool_()))
 MERGED_RELATIONS = tables.RELATIONS.append(pa.field("needs_summary", pa.bool_()))
@@ -65,8 +78,14 @@ class ExplodeEntityMentions:
             for ent in ext["entities"]:
                 key = entity_key(ent["name"], self._cfg)
                 if key:
-                    rows.append({**ent, "key": key, "chunk_id": ext["chunk_id"],
-                                 "partition": partition_of(key, self._partitions)})
+                    rows.append(
+                        {
+                            **ent,
+                            "key": key,
+                            "chunk_id": ext["chunk_id"],
+                            "partition": partition_of(key, self._partitions),
+                        }
+                    )
         return pa.Table.from_pylist(rows, schema=ENTITY_MENTIONS)
 
 
@@ -82,8 +101,14 @@ class ExplodeRelationMentions:
                 a, b = relation_pair_key(rel["source"], rel["target"], self._cfg)
                 if a and b and a != b:
                     pair = f"{a}{_PAIR_SEP}{b}"
-                    rows.append({**rel, "pair": pair, "chunk_id": ext["chunk_id"],
-                                 "partition": partition_of(pair, self._partitions)})
+                    rows.append(
+                        {
+                            **rel,
+                            "pair": pair,
+                            "chunk_id": ext["chunk_id"],
+                            "partition": partition_of(pair, self._partitions),
+                        }
+                    )
         return pa.Table.from_pylist(rows, schema=RELATION_MENTIONS)
 
 
@@ -155,9 +180,11 @@ class MergeRelationGroups:
     def __call__(self, group: pa.Table) -> pa.Table:
         by_pair: dict[str, list[RelationMention]] = defaultdict(list)
         for r in group.to_pylist():
-            by_pair[r["pair"]].append(RelationMention(
-                r["source"], r["target"], r["description"], tuple(r["keywords"] or ()), r["strength"], r["chunk_id"]
-            ))
+            by_pair[r["pair"]].append(
+                RelationMention(
+                    r["source"], r["target"], r["description"], tuple(r["keywords"] or ()), r["strength"], r["chunk_id"]
+                )
+            )
         return relations_to_table(
             [merge_relation_mentions(mentions, self._cfg, self._count_tokens) for mentions in by_pair.values()]
         )
@@ -169,15 +196,21 @@ class SummarizeLongDescriptions:
     Once the run's budget is spent a batch is not started and comes back empty: the caller sees fewer rows than it
     sent and stops before publishing (the summaries done so far are in the LLM cache for the rerun)."""
 
-    def __init__(self, cfg: HxdConfig, llm: LLMClient | None = None, run: StageRun | None = None,
-                 counter: StageCounter = NO_COUNTER) -> None:
+    def __init__(
+        self,
+        cfg: HxdConfig,
+        llm: LLMClient | None = None,
+        run: StageRun | None = None,
+        counter: StageCounter = NO_COUNTER,
+    ) -> None:
         self._run = run or StageRun()
         # Progress counts the backend's calls and tokens (below the cache: a hit costs none).
         backend = llm if llm is not None else build_llm(cfg.llm)
         self._llm = IndexingLLM(CountingLLM(backend, counter), self._run)
         self._gpus = cfg.ray.gpus_per_ner_actor
-        self._extractor = Extractor(self._llm.client, cfg.extraction, load_prompts(),
-                                    max_retries=cfg.ray.max_batch_retries)
+        self._extractor = Extractor(
+            self._llm.client, cfg.extraction, load_prompts(), max_retries=cfg.ray.max_batch_retries
+        )
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         if self._run.exhausted():

@@ -71,8 +71,11 @@ class IndexingLLM:
 
     def __init__(self, backend: LLMClient, run: StageRun) -> None:
         self.meter = MeteredLLM(backend)
-        self.cached = (CachedLLM(self.meter, ResponseStore(run.cache, backend.model_id), run.prompt_version)
-                       if run.cache is not None else None)
+        self.cached = (
+            CachedLLM(self.meter, ResponseStore(run.cache, backend.model_id), run.prompt_version)
+            if run.cache is not None
+            else None
+        )
         self.client: LLMClient = self.cached if self.cached is not None else self.meter
         self.model_id = backend.model_id
 

@@ -81,9 +81,7 @@ class StagedRead:
     unreadable: list[str] = field(default_factory=list)
 
 
-def read_staged(
-    fs: pafs.FileSystem, folder: str, schema: pa.Schema, columns: list[str] | None = None
-) -> StagedRead:
+def read_staged(fs: pafs.FileSystem, folder: str, schema: pa.Schema, columns: list[str] | None = None) -> StagedRead:
     files = list_parquet(fs, folder)
     tables, good, bad = [], [], []
     for path in files:

@@ -190,11 +190,24 @@ def plan_family(
         trained = train_ivf(normalized(vecs[sample_rows], copy=False), dim, nlist, cfg.ivf_nprobe, seed)
         params.update(nlist=nlist, nprobe=cfg.ivf_nprobe, train_size=int(len(sample_rows)), seed=seed)
     info = FamilyInfo(
-        family=family, dim=dim, count=n, index_type=kind, num_shards=num_shards, params=params,
+        family=family,
+        dim=dim,
+        count=n,
+        index_type=kind,
+        num_shards=num_shards,
+        params=params,
         shard_counts=tuple(int(c) for c in shard_counts) if n else (),
     )
-    return FamilyPlan(info=info, spec=ShardSpec(kind=kind, dim=dim, params=params, trained=trained), keys=keys,
-                      ids=ids, shards=shards, order=order, bounds=bounds, vectors=vecs)
+    return FamilyPlan(
+        info=info,
+        spec=ShardSpec(kind=kind, dim=dim, params=params, trained=trained),
+        keys=keys,
+        ids=ids,
+        shards=shards,
+        order=order,
+        bounds=bounds,
+        vectors=vecs,
+    )
 
 
 def commit_family(root: str | Path, plan: FamilyPlan, shard_blobs: Sequence[bytes | np.ndarray]) -> FamilyInfo:

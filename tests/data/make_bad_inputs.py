@@ -33,8 +33,11 @@ FILES: dict[str, tuple[bytes, tuple[str, ...], int]] = {
         ("malformed_json",),
         1,
     ),
-    "no_text.json": (json.dumps({"id": "x1", "title": "No text", "body": "the text is under the wrong key"}).encode(),
-                     ("missing_text_field",), 0),
+    "no_text.json": (
+        json.dumps({"id": "x1", "title": "No text", "body": "the text is under the wrong key"}).encode(),
+        ("missing_text_field",),
+        0,
+    ),
     "junk.pdf": (b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\njunk that is not a real pdf\n", ("unsupported_type",), 0),
 }
 
@@ -53,29 +56,51 @@ _HALF_BROKEN_LINES = [
 
 # The hostile corpus: file name -> (bytes, ((reason, detail fragment), ...), document titles that come out).
 HOSTILE_FILES: dict[str, tuple[bytes, tuple[tuple[str, str], ...], tuple[str, ...]]] = {
-    "utf16_le_bom.txt": ("\ufeffUTF-16 little-endian text with a byte order mark reads as a document.\n"
-                         .encode("utf-16-le"), (), ("utf16_le_bom.txt",)),
-    "utf16_be_bom.md": ("# UTF-16 big-endian\n\nWith a byte order mark, this markdown is a document too.\n"
-                        .encode("utf-16"), (), ("UTF-16 big-endian",)),
-    "utf16_no_bom.txt": ("Without a byte order mark UTF-16 is full of NUL bytes.\n".encode("utf-16-le"),
-                         (("binary", "NUL byte at offset 1"),), ()),
-    "nul_in_text.md": (b"# Looks like text\n\nuntil a NUL byte \x00 appears in the middle.\n",
-                       (("binary", "NUL byte at offset 36"),), ()),
-    "crlf_windows.md": (b"# Windows line endings\r\n\r\nCRLF text is folded to LF and kept.\r\n", (),
-                        ("Windows line endings",)),
+    "utf16_le_bom.txt": (
+        "\ufeffUTF-16 little-endian text with a byte order mark reads as a document.\n".encode("utf-16-le"),
+        (),
+        ("utf16_le_bom.txt",),
+    ),
+    "utf16_be_bom.md": (
+        "# UTF-16 big-endian\n\nWith a byte order mark, this markdown is a document too.\n".encode("utf-16"),
+        (),
+        ("UTF-16 big-endian",),
+    ),
+    "utf16_no_bom.txt": (
+        "Without a byte order mark UTF-16 is full of NUL bytes.\n".encode("utf-16-le"),
+        (("binary", "NUL byte at offset 1"),),
+        (),
+    ),
+    "nul_in_text.md": (
+        b"# Looks like text\n\nuntil a NUL byte \x00 appears in the middle.\n",
+        (("binary", "NUL byte at offset 36"),),
+        (),
+    ),
+    "crlf_windows.md": (
+        b"# Windows line endings\r\n\r\nCRLF text is folded to LF and kept.\r\n",
+        (),
+        ("Windows line endings",),
+    ),
     "bom_only.txt": (codecs.BOM_UTF8, (("empty", "no text after removing the byte order mark"),), ()),
-    "half_broken.jsonl": ("\n".join(_HALF_BROKEN_LINES).encode(), (
-        ("malformed_json", "line 2 column"),
-        ("malformed_json", "line 3: a list, not an object"),
-        ("missing_text_field", "line 4: field 'text' is missing"),
-        ("undecodable", "line 5: lone surrogate U+D800"),
-        ("whitespace_only", "line 6: field 'text' is blank"),
-        ("malformed_json", "line 8: a str, not an object"),
-        ("missing_text_field", "line 9: field 'text' is a int"),
-    ), ("First good line", "Last good line")),
+    "half_broken.jsonl": (
+        "\n".join(_HALF_BROKEN_LINES).encode(),
+        (
+            ("malformed_json", "line 2 column"),
+            ("malformed_json", "line 3: a list, not an object"),
+            ("missing_text_field", "line 4: field 'text' is missing"),
+            ("undecodable", "line 5: lone surrogate U+D800"),
+            ("whitespace_only", "line 6: field 'text' is blank"),
+            ("malformed_json", "line 8: a str, not an object"),
+            ("missing_text_field", "line 9: field 'text' is a int"),
+        ),
+        ("First good line", "Last good line"),
+    ),
     "deeply_nested.json": (b"[" * 20_000 + b"]" * 20_000, (("malformed_json", "RecursionError"),), ()),
-    "huge_integer.json": (b'{"text": "a number too long to convert", "n": ' + b"7" * 5000 + b"}",
-                          (("malformed_json", "ValueError"),), ()),
+    "huge_integer.json": (
+        b'{"text": "a number too long to convert", "n": ' + b"7" * 5000 + b"}",
+        (("malformed_json", "ValueError"),),
+        (),
+    ),
 }
 
 BIG_FILE_BYTES = 3 * 1024 * 1024
@@ -102,8 +127,15 @@ def add_generated_hostiles(root: Path) -> tuple[list[tuple[str, str]], list[str]
     (root / "deep-alias").symlink_to(deep)  # the same folder again through a link: read once
     (root / "big.txt").write_bytes(b"A line of a very big file.\n" * (BIG_FILE_BYTES // 27 + 1))
     rows.append(("big.txt", "too_large"))
-    for name in ("spaces and ünïcödé 文件.md", "question?.txt", "star*.txt", "brackets[1].txt", "100% #1 &amp;.txt",
-                 "-starts-with-dash.txt", "ends with space .txt"):
+    for name in (
+        "spaces and ünïcödé 文件.md",
+        "question?.txt",
+        "star*.txt",
+        "brackets[1].txt",
+        "100% #1 &amp;.txt",
+        "-starts-with-dash.txt",
+        "ends with space .txt",
+    ):
         (root / name).write_text(f"A document whose file name is {name!r}.\n", encoding="utf-8")
         docs.append(name)
     (root / "tab\tin name.txt").write_text("Ray's path handling would drop the tab.\n")

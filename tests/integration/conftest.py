@@ -117,9 +117,14 @@ def ray_local() -> Iterator[None]:
             num_cpus=2,
             include_dashboard=False,
             _metrics_export_port=port,
-            runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                                      "TOKENIZERS_PARALLELISM": "false",
-                                      "VLLM_LOGGING_STREAM": "ext://sys.stderr"}},
+            runtime_env={
+                "env_vars": {
+                    "HF_HUB_OFFLINE": "1",
+                    "TRANSFORMERS_OFFLINE": "1",
+                    "TOKENIZERS_PARALLELISM": "false",
+                    "VLLM_LOGGING_STREAM": "ext://sys.stderr",
+                }
+            },
         )
         _RAY_METRICS_PORT.append(port)
     yield

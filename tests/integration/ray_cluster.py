@@ -26,14 +26,30 @@ from typing import Sequence
 from tests.integration.servers import free_port
 
 # Token auth (Ray 2.60's default when a token exists in ~/.ray) is off for this private, loopback-only cluster.
-ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1",
-       "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+ENV = {
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 
 
 def _ports() -> list[str]:
-    return ["--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
-            "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
-            "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port())]
+    return [
+        "--node-manager-port",
+        str(free_port()),
+        "--object-manager-port",
+        str(free_port()),
+        "--dashboard-agent-listen-port",
+        str(free_port()),
+        "--dashboard-agent-grpc-port",
+        str(free_port()),
+        "--runtime-env-agent-port",
+        str(free_port()),
+        "--metrics-export-port",
+        str(free_port()),
+    ]
 
 
 def can_unshare_mounts() -> bool:
@@ -43,8 +59,9 @@ def can_unshare_mounts() -> bool:
         return False
     probe = tempfile.mkdtemp(prefix="hxd2-ns-")
     try:
-        done = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind {probe} {probe}"], capture_output=True,
-                              timeout=30)
+        done = subprocess.run(
+            ["unshare", "-m", "sh", "-c", f"mount --bind {probe} {probe}"], capture_output=True, timeout=30
+        )
         return done.returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
@@ -71,12 +88,34 @@ class TwoNodeCluster:
     def start(self, timeout: float = 300) -> "TwoNodeCluster":
         port = free_port()
         common = ["--temp-dir", self.temp_dir, "--disable-usage-stats", "--node-ip-address", "127.0.0.1"]
-        head = [self._ray(), "start", "--head", "--port", str(port), "--num-cpus", str(self.head_cpus),
-                "--ray-client-server-port", str(free_port()), "--include-dashboard=false", *common, *_ports()]
+        head = [
+            self._ray(),
+            "start",
+            "--head",
+            "--port",
+            str(port),
+            "--num-cpus",
+            str(self.head_cpus),
+            "--ray-client-server-port",
+            str(free_port()),
+            "--include-dashboard=false",
+            *common,
+            *_ports(),
+        ]
         self._run(head, timeout)
         self.address = f"127.0.0.1:{port}"
-        second = [self._ray(), "start", "--address", self.address, "--num-cpus", str(self.second_cpus),
-                  "--resources", json.dumps(self.second_node_resources), *common, *_ports()]
+        second = [
+            self._ray(),
+            "start",
+            "--address",
+            self.address,
+            "--num-cpus",
+            str(self.second_cpus),
+            "--resources",
+            json.dumps(self.second_node_resources),
+            *common,
+            *_ports(),
+        ]
         if self.node_local:
             binds = []
             for path in self.node_local:

@@ -30,8 +30,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until_served(url: str, proc: subprocess.Popen, log: Path, *, said: str | None = None,
-                      timeout_s: float = 600) -> None:
+def wait_until_served(
+    url: str, proc: subprocess.Popen, log: Path, *, said: str | None = None, timeout_s: float = 600
+) -> None:
     """Until ``url`` answers 200 and, where ``said`` is given, the server's output (``log``) holds it: an hxd2
     serve's health route can answer while other deployments still start, so a caller waits for its "serving"
     line, as a user does."""

@@ -18,12 +18,27 @@ pytestmark = pytest.mark.integration
 
 BRIDGE = Path(__file__).resolve().parents[1] / "data" / "bridge"
 # configs/local.yaml (MiniLM, the ppr ranking) with the scripted extractor instead of the small model.
-SETTINGS = ["--config", str(Path(__file__).resolve().parents[2] / "configs" / "local.yaml"),
-            "--set", "llm={backend: scripted}", "--set", "ray.ner_batch_size=4", "--set", "ray.embed_batch_size=64",
-            "--set", "extraction.max_gleaning=0"]
+SETTINGS = [
+    "--config",
+    str(Path(__file__).resolve().parents[2] / "configs" / "local.yaml"),
+    "--set",
+    "llm={backend: scripted}",
+    "--set",
+    "ray.ner_batch_size=4",
+    "--set",
+    "ray.embed_batch_size=64",
+    "--set",
+    "extraction.max_gleaning=0",
+]
 GRAPH = ["--set", "retrieval.chunk_ranking=ppr"]
-DATA = ["--benchmark", "generic", "--questions", str(BRIDGE / "questions.jsonl"), "--corpus",
-        str(BRIDGE / "corpus.jsonl")]
+DATA = [
+    "--benchmark",
+    "generic",
+    "--questions",
+    str(BRIDGE / "questions.jsonl"),
+    "--corpus",
+    str(BRIDGE / "corpus.jsonl"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +50,20 @@ def bridge_index(tmp_path_factory, ray_local) -> Path:
 
 
 def _evaluate(capsys, index: Path, out: Path, *extra: str, modes=("chunk_vector", "dual_retrieval")) -> dict:
-    code = eval_job.main(["run", *DATA, "--index", str(index), "--output", str(out),
-                          *(a for m in modes for a in ("--mode", m)), *SETTINGS, *extra, "--json"])
+    code = eval_job.main(
+        [
+            "run",
+            *DATA,
+            "--index",
+            str(index),
+            "--output",
+            str(out),
+            *(a for m in modes for a in ("--mode", m)),
+            *SETTINGS,
+            *extra,
+            "--json",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err[-3000:]
     return json.loads(captured.out)
@@ -48,8 +75,10 @@ def test_dense_misses_the_bridge_passage_and_the_graph_walk_finds_it(bridge_inde
     graph = summary["per_mode"]["dual_retrieval"]["metrics"]
     assert dense["recall@2"] == pytest.approx(0.5)  # the named passage only: an "advice" passage beats the bridge
     assert graph["recall@2"] == pytest.approx(1.0)
-    traces = {(t["mode"], t["id"]): t for t in load_traces(pafs.LocalFileSystem(), str(tmp_path / "ppr"),
-                                                                    ["chunk_vector", "dual_retrieval"])}
+    traces = {
+        (t["mode"], t["id"]): t
+        for t in load_traces(pafs.LocalFileSystem(), str(tmp_path / "ppr"), ["chunk_vector", "dual_retrieval"])
+    }
     for qid, bridge in (("q1", "osterberg"), ("q2", "rieger"), ("q3", "korhonen")):
         assert bridge not in traces[("chunk_vector", qid)]["evidence_ids"][:2]
         assert bridge in traces[("dual_retrieval", qid)]["evidence_ids"][:2]
@@ -57,8 +86,9 @@ def test_dense_misses_the_bridge_passage_and_the_graph_walk_finds_it(bridge_inde
 
 def test_the_fused_mention_order_does_not_reach_it(bridge_index, tmp_path, capsys):
     # The same retrieval with the chunk ranking configs/local.yaml had before: the graph is there, the order misses it.
-    summary = _evaluate(capsys, bridge_index, tmp_path / "fused", "--set", "retrieval.chunk_ranking=fused",
-                        modes=("dual_retrieval",))
+    summary = _evaluate(
+        capsys, bridge_index, tmp_path / "fused", "--set", "retrieval.chunk_ranking=fused", modes=("dual_retrieval",)
+    )
     assert summary["per_mode"]["dual_retrieval"]["metrics"]["recall@2"] < 1.0
 
 

@@ -30,8 +30,16 @@ class Clock:
 def _acquire(uri: str, s3: S3Config, clock: Clock, log=None):
     fs, root = resolve_filesystem(uri, s3)
     # heartbeat_s: the thread stays quiet during a test; beat_now() beats on demand.
-    return acquire_build_lock(fs, root, uri, s3, command="hxd2 index --output " + uri, clock=clock,
-                              log=log or (lambda _m: None), heartbeat_s=3600)
+    return acquire_build_lock(
+        fs,
+        root,
+        uri,
+        s3,
+        command="hxd2 index --output " + uri,
+        clock=clock,
+        log=log or (lambda _m: None),
+        heartbeat_s=3600,
+    )
 
 
 def test_two_builds_one_lock_then_release(s3_server, s3_client, s3_bucket):
@@ -52,8 +60,7 @@ def test_two_builds_one_lock_then_release(s3_server, s3_client, s3_bucket):
     _acquire(uri, s3, clock).release()
 
 
-def test_a_lock_without_heartbeat_past_the_stale_age_is_taken_over_and_its_holder_notices(
-        s3_server, s3_bucket):
+def test_a_lock_without_heartbeat_past_the_stale_age_is_taken_over_and_its_holder_notices(s3_server, s3_bucket):
     s3 = S3Config(endpoint_url=s3_server, lock_stale_after_s=300)
     uri = f"s3://{s3_bucket}/index"
     clock = Clock(1_700_000_000.0)
@@ -84,8 +91,9 @@ def test_a_lock_left_by_a_dead_process_on_this_host_is_taken_over_at_once(s3_ser
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     clock = Clock(1_700_000_000.0)
-    dead = LockHolder(**{**json.loads(LockHolder.this_process("killed build", clock).to_json()), "pid": child.pid,
-                         "pid_started": ""})
+    dead = LockHolder(
+        **{**json.loads(LockHolder.this_process("killed build", clock).to_json()), "pid": child.pid, "pid_started": ""}
+    )
     s3_client.put_object(Bucket=s3_bucket, Key=f"index/{LOCK_NAME}", Body=dead.to_json())
     said: list[str] = []
     lock = _acquire(f"s3://{s3_bucket}/index", s3, clock, log=said.append)
@@ -110,12 +118,21 @@ def test_the_heartbeat_thread_records_a_lost_lock(s3_server, s3_client, s3_bucke
 def test_the_s3_walker_never_reads_an_index_or_the_output(s3_server, s3_client, s3_bucket):
     from hxd2_ray.ingest.listing import walk_inputs
 
-    for key in ("corpus/a.txt", "corpus/old/_staging/build.json", "corpus/old/_staging/chunks/part.jsonl",
-                "corpus/old/notes.txt", "corpus/done/manifest.json", "corpus/done/graph.kuzu",
-                "corpus/done/vectors/chunk/idmap.parquet", "corpus/out/leftover.txt"):
+    for key in (
+        "corpus/a.txt",
+        "corpus/old/_staging/build.json",
+        "corpus/old/_staging/chunks/part.jsonl",
+        "corpus/old/notes.txt",
+        "corpus/done/manifest.json",
+        "corpus/done/graph.kuzu",
+        "corpus/done/vectors/chunk/idmap.parquet",
+        "corpus/out/leftover.txt",
+    ):
         s3_client.put_object(Bucket=s3_bucket, Key=key, Body=b'{"text": "x"}')
     s3 = S3Config(endpoint_url=s3_server)
     listing = walk_inputs(f"s3://{s3_bucket}/corpus", s3, exclude=(f"s3://{s3_bucket}/corpus/out",))
     assert listing.files == [f"s3://{s3_bucket}/corpus/{k}" for k in ("a.txt", "old/notes.txt")]
-    assert sorted(listing.excluded) == sorted(f"s3://{s3_bucket}/corpus/{k}" for k in (
-        "old/_staging", "done/manifest.json", "done/graph.kuzu", "done/vectors", "out"))
+    assert sorted(listing.excluded) == sorted(
+        f"s3://{s3_bucket}/corpus/{k}"
+        for k in ("old/_staging", "done/manifest.json", "done/graph.kuzu", "done/vectors", "out")
+    )

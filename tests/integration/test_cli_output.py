@@ -32,15 +32,29 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _hxd2(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jobs.cli", *args], cwd=ROOT, env=_env(**env), capture_output=True,
-                          text=True, timeout=900, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.cli", *args],
+        cwd=ROOT,
+        env=_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
 
 
 def _hxd2_on_a_terminal(*args: str, timeout_s: float = 600) -> tuple[int, str]:
     """Run with stdout and stderr on a pseudo-terminal; returns the exit status and everything it drew."""
     main, child = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", *args], cwd=ROOT, env=_env(COLUMNS="120"),
-                            stdin=child, stdout=child, stderr=child, close_fds=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", *args],
+        cwd=ROOT,
+        env=_env(COLUMNS="120"),
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        close_fds=True,
+    )
     os.close(child)
     chunks = []
     deadline = time.monotonic() + timeout_s
@@ -71,8 +85,9 @@ def triples(tmp_path_factory) -> Path:
 
 def test_index_kb_on_a_terminal_draws_live_lines_and_a_table(triples, tmp_path):
     out = tmp_path / "kb"
-    code, drawn = _hxd2_on_a_terminal("index-kb", "--triples", str(triples), "--output", str(out),
-                                      "--batch-size", "128")
+    code, drawn = _hxd2_on_a_terminal(
+        "index-kb", "--triples", str(triples), "--output", str(out), "--batch-size", "128"
+    )
     assert code == 0, drawn[-3000:]
     assert "\x1b[" in drawn  # cursor and colour codes: a live display
     text = ANSI.sub("", drawn)
@@ -89,8 +104,17 @@ def test_index_kb_on_a_terminal_draws_live_lines_and_a_table(triples, tmp_path):
 
 def test_index_kb_on_a_pipe_prints_periodic_plain_lines_and_json_is_unchanged(triples, tmp_path):
     out = tmp_path / "kb"
-    proc = _hxd2("index-kb", "--triples", str(triples), "--output", str(out), "--batch-size", "128", "--json",
-                 HXD2_PROGRESS_INTERVAL_S="0")
+    proc = _hxd2(
+        "index-kb",
+        "--triples",
+        str(triples),
+        "--output",
+        str(out),
+        "--batch-size",
+        "128",
+        "--json",
+        HXD2_PROGRESS_INTERVAL_S="0",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)  # stdout holds the summary alone
     assert summary["triples"] == 3000 and summary["malformed_lines"] == 1
@@ -165,8 +189,9 @@ def test_graph_views_open_an_index_the_index_command_built(built_index, tmp_path
         shown = _hxd2("graph", "show", "--index", str(out), "--output", str(tmp_path / view))
         assert shown.returncode == 0, shown.stderr[-3000:]
         assert (tmp_path / view).stat().st_size > 0
-    exported = _hxd2("graph", "export", "--index", str(out), "--format", "graphml",
-                     "--output", str(tmp_path / "graph.graphml"))
+    exported = _hxd2(
+        "graph", "export", "--index", str(out), "--format", "graphml", "--output", str(tmp_path / "graph.graphml")
+    )
     assert exported.returncode == 0, exported.stderr[-3000:]
     assert "<graphml" in (tmp_path / "graph.graphml").read_text(encoding="utf-8")[:2000]
     missing = _hxd2("graph", "stats", "--index", str(tmp_path / "nowhere"))
@@ -206,11 +231,25 @@ def test_a_stop_signal_while_serve_starts_stops_it_cleanly(built_index, tmp_path
     logs = out / "_logs"
     before = set(logs.glob("serve-*.log"))
     said = tmp_path / "said.txt"
-    command = [sys.executable, "-m", "jobs.cli", "serve", "--index", f"demo={out}", "--port", str(free_port()),
-               "--no-auth", "--num-cpus", "2", "--set", "embedding.dim=64"]
+    command = [
+        sys.executable,
+        "-m",
+        "jobs.cli",
+        "serve",
+        "--index",
+        f"demo={out}",
+        "--port",
+        str(free_port()),
+        "--no-auth",
+        "--num-cpus",
+        "2",
+        "--set",
+        "embedding.dim=64",
+    ]
     with open(said, "w") as sink:
-        proc = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=sink, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            command, cwd=ROOT, env=_env(), stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         new = set(logs.glob("serve-*.log")) - before

@@ -36,17 +36,22 @@ SAMPLE = REPO / "hxd2_ray" / "sample_data" / "corpus"
 DOCS = ("brian_kobilka.txt", "thomas_sudhof.md", "TAC4.md")
 # Small chunks and batches: 10 chunks in 5 extraction batches, ~200 texts in 7 embedding batches, so a kill
 # after the first batch leaves a stage half done.
-SETTINGS = ["chunking.chunk_size_chars=300", "ray.ner_batch_size=2", "ray.embed_batch_size=32",
-            "ray.extraction_shards=4", "embedding.dim=32"]
+SETTINGS = [
+    "chunking.chunk_size_chars=300",
+    "ray.ner_batch_size=2",
+    "ray.embed_batch_size=32",
+    "ray.extraction_shards=4",
+    "embedding.dim=32",
+]
 
 # Each graph table as rows (module constants: the test reads fixed tables, nothing is pasted in).
 GRAPH_ROWS = {
     "Document": "MATCH (d:Document) RETURN d.id, d.source_id, d.source_path, d.title, d.n_chars",
     "Chunk": "MATCH (c:Chunk) RETURN c.id, c.doc_id, c.ord, c.start, c.text, c.header_path, c.language",
     "Entity": "MATCH (e:Entity) RETURN e.key, e.name, e.type, e.description, e.source_chunk_ids, e.mention_count, "
-              "e.name_truncated, e.degree",
+    "e.name_truncated, e.degree",
     "RELATED": "MATCH (a:Entity)-[r:RELATED]->(b:Entity) RETURN a.key, b.key, r.description, r.keywords, r.weight, "
-               "r.source_chunk_ids, r.mention_count",
+    "r.source_chunk_ids, r.mention_count",
     "MENTIONS": "MATCH (c:Chunk)-[:MENTIONS]->(e:Entity) RETURN c.id, e.key",
     "PART_OF": "MATCH (c:Chunk)-[:PART_OF]->(d:Document) RETURN c.id, d.id",
 }
@@ -71,17 +76,35 @@ def corpus(tmp_path_factory) -> Path:
     return folder
 
 
-def _start(cluster: str, corpus: Path, out: Path, crash: str = "", once_dir: Path | None = None,
-           extra: tuple[str, ...] = ()) -> subprocess.Popen:
+def _start(
+    cluster: str, corpus: Path, out: Path, crash: str = "", once_dir: Path | None = None, extra: tuple[str, ...] = ()
+) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k not in (CRASH_AT_ENV, CRASH_ONCE_DIR_ENV)}
     env.update({"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAY_DEDUP_LOGS": "1"})
     if crash:
         env[CRASH_AT_ENV] = crash
         env[CRASH_ONCE_DIR_ENV] = str(once_dir or out.parent / f".once-{out.name}")
     sets = [arg for s in [*SETTINGS, f"ray.address={cluster}"] for arg in ("--set", s)]
-    return subprocess.Popen([sys.executable, "-m", "jobs.cli", "index", "--input", str(corpus), "--output", str(out),
-                             "--json", *extra, *sets], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jobs.cli",
+            "index",
+            "--input",
+            str(corpus),
+            "--output",
+            str(out),
+            "--json",
+            *extra,
+            *sets,
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _finish(proc: subprocess.Popen) -> tuple[int, str, str]:
@@ -143,8 +166,10 @@ def _same_content(index: Path, clean: Path) -> None:
     for family in want_v:
         assert got_v[family].keys() == want_v[family].keys(), f"vector family {family}: other keys"
         assert got_v[family] == want_v[family], f"vector family {family}: other vectors"
-    assert json.loads((index / "manifest.json").read_text())["counts"] == json.loads(
-        (clean / "manifest.json").read_text())["counts"]
+    assert (
+        json.loads((index / "manifest.json").read_text())["counts"]
+        == json.loads((clean / "manifest.json").read_text())["counts"]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -182,8 +207,9 @@ def test_killed_everywhere_then_resumed_equals_a_clean_build(cluster, corpus, cl
     out = tmp_path / "index"
     for step, (points, survives) in enumerate(CHAIN):
         once = tmp_path / f"once-{step}"
-        code, stdout, err = _build(cluster, corpus, out, crash=points, once_dir=once,
-                                   extra=("--overwrite",) if points == OVERWRITE_AT else ())
+        code, stdout, err = _build(
+            cluster, corpus, out, crash=points, once_dir=once, extra=("--overwrite",) if points == OVERWRITE_AT else ()
+        )
         for point in points.split(","):  # each point fired (its marker), whoever it killed
             assert (once / f"{point.replace(':', '-')}.fired").exists(), f"{point} never fired:\n{err[-3000:]}"
         if survives:
@@ -214,9 +240,15 @@ def _change(cluster: str, args: list[str], crash: str = "", once_dir: Path | Non
         env[CRASH_ONCE_DIR_ENV] = str(once_dir)
     sets = [arg for s in [*SETTINGS, f"ray.address={cluster}"] for arg in ("--set", s)]
     delete = args[0] == "delete"
-    proc = subprocess.run([sys.executable, "-m", "jobs.cli", "index", *args, "--json",
-                           *(sets if not delete else sets[-2:])], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "index", *args, "--json", *(sets if not delete else sets[-2:])],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -258,5 +290,6 @@ def test_an_update_and_a_delete_killed_at_every_stage_equal_clean_builds(cluster
         _same_content(out, want)
 
     killed_then_finished(["--input", str(folder), "--output", str(out)], UPDATE_POINTS, clean_three)
-    killed_then_finished(["delete", "--output", str(out), "--source", str(folder / DOCS[2])], DELETE_POINTS,
-                         before_change)
+    killed_then_finished(
+        ["delete", "--output", str(out), "--source", str(folder / DOCS[2])], DELETE_POINTS, before_change
+    )

@@ -82,8 +82,9 @@ def _served_counts(out: Path) -> dict[str, int]:
         return dict(index.graph.counts())
 
 
-def _assert_refused(code: int, stdout: str, err: str, out: Path, says: str, published: str,
-                    counts: dict[str, int]) -> str:
+def _assert_refused(
+    code: int, stdout: str, err: str, out: Path, says: str, published: str, counts: dict[str, int]
+) -> str:
     """Exit 2 with one error line (returned) that says ``says`` and names a path in ``out``; nothing else changed."""
     assert code == 2 and stdout == "", f"exit {code}:\n{err[-3000:]}"
     errors = [line for line in err.splitlines() if line.startswith("error:")]
@@ -107,8 +108,9 @@ def _assert_resumed(cluster: str, folder: Path, out: Path, want: Path, published
     _same_content(out, want)
 
 
-def test_injected_full_and_read_only_writes_leave_the_index_served_and_resume(cluster, corpus, three_documents,
-                                                                              tmp_path):
+def test_injected_full_and_read_only_writes_leave_the_index_served_and_resume(
+    cluster, corpus, three_documents, tmp_path
+):
     out = tmp_path / "index"
     folder = _two_document_index(cluster, corpus, out)
     published = json.loads((out / "manifest.json").read_text())["generation"]
@@ -132,8 +134,12 @@ def small_tmpfs(tmp_path) -> Iterator[Path]:
     mount_point.mkdir()
     if os.geteuid() != 0 or not shutil.which("mount"):
         pytest.skip("mounting a tmpfs needs root")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True, check=False)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if mounted.returncode != 0:
         pytest.skip(f"mount -t tmpfs is not permitted here: {mounted.stderr.strip()}")
     try:
@@ -150,7 +156,7 @@ def _fill_leaving(folder: Path, free_bytes: int) -> Path:
         fh.truncate(0)
         chunk = b"\0" * MB
         while size > 0:
-            fh.write(chunk[:min(size, MB)])
+            fh.write(chunk[: min(size, MB)])
             size -= MB
     return filler
 

@@ -17,10 +17,24 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 HOTPOT = ROOT / "tests" / "data" / "eval" / "hotpotqa"
-FAST = ["--set", "ray.num_cpus=2", "--set", "ray.ner_batch_size=4", "--set", "ray.embed_batch_size=64",
-        "--set", "embedding.dim=64"]
-DATA = ["--benchmark", "hotpotqa", "--questions", str(HOTPOT / "questions.json"),
-        "--corpus", str(HOTPOT / "corpus.json")]
+FAST = [
+    "--set",
+    "ray.num_cpus=2",
+    "--set",
+    "ray.ner_batch_size=4",
+    "--set",
+    "ray.embed_batch_size=64",
+    "--set",
+    "embedding.dim=64",
+]
+DATA = [
+    "--benchmark",
+    "hotpotqa",
+    "--questions",
+    str(HOTPOT / "questions.json"),
+    "--corpus",
+    str(HOTPOT / "corpus.json"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +66,23 @@ def _stable(trace: dict) -> dict:
 
 def test_grid_exact_metrics_and_resume(hotpot_index, tmp_path, capsys):
     out = tmp_path / "run"
-    args = ["run", *DATA, "--index", str(hotpot_index), "--output", str(out), "--mode", "dual",
-            "--mode", "auto", "--workers", "2", "--shards", "3", *FAST]
+    args = [
+        "run",
+        *DATA,
+        "--index",
+        str(hotpot_index),
+        "--output",
+        str(out),
+        "--mode",
+        "dual",
+        "--mode",
+        "auto",
+        "--workers",
+        "2",
+        "--shards",
+        "3",
+        *FAST,
+    ]
     code, summary, err = _run(capsys, *args)
     assert code == 0, err
     assert summary["questions"] == 5 and summary["shards"] == 3
@@ -74,8 +103,10 @@ def test_grid_exact_metrics_and_resume(hotpot_index, tmp_path, capsys):
     report = json.loads((out / "report.json").read_text())
     for mode in ("dual", "auto"):
         rows = [t for t in traces if t["mode"] == mode]
-        scored = [spec.score(items[t["id"]], Prediction(t["answer"], tuple(t["evidence_ids"]), error=t["error"]))
-                  for t in rows]
+        scored = [
+            spec.score(items[t["id"]], Prediction(t["answer"], tuple(t["evidence_ids"]), error=t["error"]))
+            for t in rows
+        ]
         assert scored == [t["scores"] for t in rows]
         for metric in spec.metrics:
             expected = sum(s[metric] for s in scored) / len(scored)
@@ -94,9 +125,9 @@ def test_grid_exact_metrics_and_resume(hotpot_index, tmp_path, capsys):
     assert again["shards_skipped"] == {"dual": [0, 2], "auto": [0, 1, 2]}
     assert again["answered_this_run"] == 2
     assert [_stable(t) for t in _traces(out, ["dual", "auto"])] == [_stable(t) for t in traces]
-    assert again["per_mode"] == summary["per_mode"] | {m: {**summary["per_mode"][m],
-                                                           "latency_s": again["per_mode"][m]["latency_s"]}
-                                                       for m in ("dual", "auto")}
+    assert again["per_mode"] == summary["per_mode"] | {
+        m: {**summary["per_mode"][m], "latency_s": again["per_mode"][m]["latency_s"]} for m in ("dual", "auto")
+    }
 
     # report and compare subcommands
     (out / "report.md").unlink()
@@ -110,9 +141,24 @@ def test_grid_exact_metrics_and_resume(hotpot_index, tmp_path, capsys):
 
 def test_llm_failure_is_recorded_not_fatal(hotpot_index, tmp_path, capsys):
     out = tmp_path / "fail"
-    code, summary, err = _run(capsys, "run", *DATA, "--index", str(hotpot_index), "--output", str(out),
-                              "--mode", "llm_only", "--mode", "dual", "--workers", "2", *FAST,
-                              "--set", "llm.fail_when=[Gallu]")
+    code, summary, err = _run(
+        capsys,
+        "run",
+        *DATA,
+        "--index",
+        str(hotpot_index),
+        "--output",
+        str(out),
+        "--mode",
+        "llm_only",
+        "--mode",
+        "dual",
+        "--workers",
+        "2",
+        *FAST,
+        "--set",
+        "llm.fail_when=[Gallu]",
+    )
     assert code == 0, err
     traces = _traces(out, ["llm_only", "dual"])
     assert len(traces) == 10
@@ -124,8 +170,9 @@ def test_llm_failure_is_recorded_not_fatal(hotpot_index, tmp_path, capsys):
     assert llm_only[0]["scores"]["f1"] == 0.0
     assert summary["per_mode"]["llm_only"]["errors"] == 1
     # Resuming into the same output with another config would mix answers: refused.
-    code = eval_job.main(["run", *DATA, "--index", str(hotpot_index), "--output", str(out), "--mode", "llm_only",
-                          *FAST])
+    code = eval_job.main(
+        ["run", *DATA, "--index", str(hotpot_index), "--output", str(out), "--mode", "llm_only", *FAST]
+    )
     assert code == 2 and "config" in capsys.readouterr().err
 
 
@@ -146,8 +193,20 @@ def _exact_chunk_ranking(index: Path, question: str, dim: int = 64) -> list[str]
 
 def test_retrieval_only_modes(hotpot_index, tmp_path, capsys):
     out = tmp_path / "recall"
-    code, summary, err = _run(capsys, "run", *DATA, "--index", str(hotpot_index), "--output", str(out),
-                              "--mode", "chunk_vector", "--mode", "dual_retrieval", *FAST)
+    code, summary, err = _run(
+        capsys,
+        "run",
+        *DATA,
+        "--index",
+        str(hotpot_index),
+        "--output",
+        str(out),
+        "--mode",
+        "chunk_vector",
+        "--mode",
+        "dual_retrieval",
+        *FAST,
+    )
     assert code == 0, err
     spec = get_benchmark("hotpotqa")
     items = {it.id: it for it in spec.load(questions=HOTPOT / "questions.json", corpus=HOTPOT / "corpus.json")}
@@ -166,8 +225,9 @@ def test_retrieval_only_modes(hotpot_index, tmp_path, capsys):
     # recall@k is scored from the evidence order
     for mode in ("chunk_vector", "dual_retrieval"):
         rows = [t for t in traces if t["mode"] == mode]
-        expected = sum(spec.score(items[t["id"]], Prediction("", tuple(t["evidence_ids"])))["recall@2"]
-                       for t in rows) / len(rows)
+        expected = sum(
+            spec.score(items[t["id"]], Prediction("", tuple(t["evidence_ids"])))["recall@2"] for t in rows
+        ) / len(rows)
         assert summary["per_mode"][mode]["metrics"]["recall@2"] == expected
 
 
@@ -177,9 +237,26 @@ def test_concurrent_questions_match_sequential(hotpot_index, tmp_path, capsys):
     runs = {}
     for concurrency in (1, 4):
         out = tmp_path / f"c{concurrency}"
-        code, summary, err = _run(capsys, "run", *DATA, "--index", str(hotpot_index), "--output", str(out),
-                                  "--mode", "dual", "--mode", "auto", "--shards", "1",
-                                  "--concurrency", str(concurrency), *FAST, "--set", "llm.fail_when=[Gallu]")
+        code, summary, err = _run(
+            capsys,
+            "run",
+            *DATA,
+            "--index",
+            str(hotpot_index),
+            "--output",
+            str(out),
+            "--mode",
+            "dual",
+            "--mode",
+            "auto",
+            "--shards",
+            "1",
+            "--concurrency",
+            str(concurrency),
+            *FAST,
+            "--set",
+            "llm.fail_when=[Gallu]",
+        )
         assert code == 0, err
         runs[concurrency] = _traces(out, ["dual", "auto"])
     assert [_stable(t) for t in runs[4]] == [_stable(t) for t in runs[1]]
@@ -191,18 +268,39 @@ def test_grid_of_index_variants_budgets_and_modes(hotpot_index, tmp_path, capsys
     """Two labelled index variants x a context-budget axis x two modes: every cell is an ordinary run, the
     table's rows are those runs' own numbers, the axis reaches the answers, and a rerun answers nothing."""
     out = tmp_path / "grid"
-    args = ["grid", *DATA, "--index", f"a={hotpot_index}", "--index", f"b={hotpot_index}",
-            "--axis", "retrieval.chunk_budget_tokens=64,4000", "--mode", "llm_only", "--mode", "dual",
-            "--output", str(out), "--shards", "1", *FAST]
+    args = [
+        "grid",
+        *DATA,
+        "--index",
+        f"a={hotpot_index}",
+        "--index",
+        f"b={hotpot_index}",
+        "--axis",
+        "retrieval.chunk_budget_tokens=64,4000",
+        "--mode",
+        "llm_only",
+        "--mode",
+        "dual",
+        "--output",
+        str(out),
+        "--shards",
+        "1",
+        *FAST,
+    ]
     code, summary, err = _run(capsys, *args)
     assert code == 0, err
     assert [c["cell"] for c in summary["cells"]] == [
-        "llm_only", "a__chunk_budget_tokens=64", "a__chunk_budget_tokens=4000", "b__chunk_budget_tokens=64",
-        "b__chunk_budget_tokens=4000"]
+        "llm_only",
+        "a__chunk_budget_tokens=64",
+        "a__chunk_budget_tokens=4000",
+        "b__chunk_budget_tokens=64",
+        "b__chunk_budget_tokens=4000",
+    ]
     assert all(c["answered_this_run"] == 5 for c in summary["cells"])
     doc = json.loads((out / "grid.json").read_text())
     assert [(r["mode"], r["cell"]) for r in doc["rows"]] == [("llm_only", "llm_only")] + [
-        ("dual", c["cell"]) for c in summary["cells"][1:]]
+        ("dual", c["cell"]) for c in summary["cells"][1:]
+    ]
     for row in doc["rows"]:
         own = json.loads((out / "cells" / row["cell"] / "summary.json").read_text())["per_mode"][row["mode"]]
         assert row["metrics"] == own["metrics"] and row["n"] == own["n"] == 5
@@ -212,8 +310,9 @@ def test_grid_of_index_variants_budgets_and_modes(hotpot_index, tmp_path, capsys
     assert small["prompt_tokens_mean"] < large["prompt_tokens_mean"]  # the axis reached the prompts
     assert dual["b__chunk_budget_tokens=64"]["metrics"] == small["metrics"]  # same index, same answers
     ext = json.loads((hotpot_index / "manifest.json").read_text())["config"]["extraction"]
-    assert doc["indexes"] == {label: f"loop_ner={ext['loop_ner']}, max_gleaning={ext['max_gleaning']}"
-                              for label in ("a", "b")}
+    assert doc["indexes"] == {
+        label: f"loop_ner={ext['loop_ner']}, max_gleaning={ext['max_gleaning']}" for label in ("a", "b")
+    }
     md = (out / "grid.md").read_text()
     assert "| LLM only |" in md and "| Dual-level | a |" in md and "retrieval.chunk_budget_tokens" in md
     assert (out / "grid.png").read_bytes()[:4] == b"\x89PNG"
@@ -226,18 +325,55 @@ def test_grid_of_index_variants_budgets_and_modes(hotpot_index, tmp_path, capsys
 
 def test_grid_checks_every_cell_before_answering(hotpot_index, tmp_path, capsys):
     out = tmp_path / "grid"
-    code, _, err = _run(capsys, "grid", *DATA, "--index", str(hotpot_index), "--axis",
-                        "retrieval.chunk_budget_tokens=64,lots", "--mode", "dual", "--output", str(out), *FAST)
+    code, _, err = _run(
+        capsys,
+        "grid",
+        *DATA,
+        "--index",
+        str(hotpot_index),
+        "--axis",
+        "retrieval.chunk_budget_tokens=64,lots",
+        "--mode",
+        "dual",
+        "--output",
+        str(out),
+        *FAST,
+    )
     assert code == 2 and "chunk_budget_tokens" in err
-    code, _, err = _run(capsys, "grid", *DATA, "--index", str(hotpot_index), "--axis", "retrieval.no_such=1,2",
-                        "--mode", "dual", "--output", str(out), *FAST)
+    code, _, err = _run(
+        capsys,
+        "grid",
+        *DATA,
+        "--index",
+        str(hotpot_index),
+        "--axis",
+        "retrieval.no_such=1,2",
+        "--mode",
+        "dual",
+        "--output",
+        str(out),
+        *FAST,
+    )
     assert code == 2 and "no_such" in err and "chunk_budget_tokens" in err  # the valid keys are listed
-    code, _, err = _run(capsys, "grid", *DATA, "--index", f"gone={tmp_path / 'missing'}", "--mode", "dual",
-                        "--output", str(out), *FAST)
+    code, _, err = _run(
+        capsys, "grid", *DATA, "--index", f"gone={tmp_path / 'missing'}", "--mode", "dual", "--output", str(out), *FAST
+    )
     assert code == 2 and "index gone" in err
     # the index is 64-d (FAST): the second axis value could not open it, so nothing runs, not even the first cell
-    code, _, err = _run(capsys, "grid", *DATA, "--index", f"a={hotpot_index}", "--axis", "embedding.dim=64,32",
-                        "--mode", "dual", "--output", str(out), *FAST)
+    code, _, err = _run(
+        capsys,
+        "grid",
+        *DATA,
+        "--index",
+        f"a={hotpot_index}",
+        "--axis",
+        "embedding.dim=64,32",
+        "--mode",
+        "dual",
+        "--output",
+        str(out),
+        *FAST,
+    )
     assert code == 2 and "cell a__dim=32" in err and "dim 64" in err
     code, _, err = _run(capsys, "grid", *DATA, "--mode", "dual", "--output", str(out), *FAST)
     assert code == 2 and "--index" in err
@@ -263,11 +399,33 @@ def test_cli_errors(hotpot_index, tmp_path, capsys):
 def test_eval_with_the_real_small_model(hotpot_index, tmp_path, capsys):
     """The small model answers through the whole job; the index's hashing vectors are kept for retrieval."""
     out = tmp_path / "vllm"
-    code, summary, err = _run(capsys, "run", *DATA, "--config", str(ROOT / "configs" / "local.yaml"),
-                              "--set", "embedding={backend: hashing, dim: 64}", "--set", "ray.num_cpus=2",
-                              "--set", "retrieval.answer_max_tokens=32", "--set", "retrieval.keyword_max_tokens=48",
-                              "--index", str(hotpot_index), "--output", str(out), "--limit", "2",
-                              "--mode", "dual", "--workers", "1", "--concurrency", "2")
+    code, summary, err = _run(
+        capsys,
+        "run",
+        *DATA,
+        "--config",
+        str(ROOT / "configs" / "local.yaml"),
+        "--set",
+        "embedding={backend: hashing, dim: 64}",
+        "--set",
+        "ray.num_cpus=2",
+        "--set",
+        "retrieval.answer_max_tokens=32",
+        "--set",
+        "retrieval.keyword_max_tokens=48",
+        "--index",
+        str(hotpot_index),
+        "--output",
+        str(out),
+        "--limit",
+        "2",
+        "--mode",
+        "dual",
+        "--workers",
+        "1",
+        "--concurrency",
+        "2",
+    )
     assert code == 0, err
     traces = _traces(out, ["dual"])
     assert len(traces) == 2 and summary["traces"] == {"dual": 2}

@@ -39,16 +39,46 @@ def test_two_worker_training_then_evaluation(tmp_path, ray_local, capfd):
     questions.parent.mkdir()
     write_questions(questions)
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        **json.loads(kb_config().model_dump_json(include={"embedding", "vectors"})),
-        "ray": {"num_cpus": 2},
-        "graphflow": {"hidden_dim": 32, "max_steps": 2, "batch_questions": 8, "epochs": 2, "patience": 5,
-                      "learning_rate": 0.005, "trajectories": 16, "cache_dir": str(tmp_path / "cache"),
-                      "dev_fraction": 0.2, "test_fraction": 0.2},
-    }), encoding="utf-8")
+    config.write_text(
+        yaml.safe_dump(
+            {
+                **json.loads(kb_config().model_dump_json(include={"embedding", "vectors"})),
+                "ray": {"num_cpus": 2},
+                "graphflow": {
+                    "hidden_dim": 32,
+                    "max_steps": 2,
+                    "batch_questions": 8,
+                    "epochs": 2,
+                    "patience": 5,
+                    "learning_rate": 0.005,
+                    "trajectories": 16,
+                    "cache_dir": str(tmp_path / "cache"),
+                    "dev_fraction": 0.2,
+                    "test_fraction": 0.2,
+                },
+            }
+        ),
+        encoding="utf-8",
+    )
     policy = tmp_path / "policy"
-    code = graphflow.main(["train", "--config", str(config), "--index", str(index), "--benchmark", "metaqa-1hop",
-                           "--questions", str(questions), "--output", str(policy), "--workers", "2", "--json"])
+    code = graphflow.main(
+        [
+            "train",
+            "--config",
+            str(config),
+            "--index",
+            str(index),
+            "--benchmark",
+            "metaqa-1hop",
+            "--questions",
+            str(questions),
+            "--output",
+            str(policy),
+            "--workers",
+            "2",
+            "--json",
+        ]
+    )
     out = capfd.readouterr()
     assert code == 0, out.err[-3000:]
     summary = json.loads(out.out)
@@ -64,8 +94,24 @@ def test_two_worker_training_then_evaluation(tmp_path, ray_local, capfd):
     assert (policy / "policy.json").exists() and (policy / "training.png").exists()
     assert any((policy / "_ray").rglob("state.pt"))  # checkpoints went through Ray Train's storage
 
-    code = graphflow.main(["evaluate", "--config", str(config), "--index", str(index), "--policy", str(policy),
-                           "--benchmark", "metaqa-1hop", "--questions", str(questions), "--split", "test", "--json"])
+    code = graphflow.main(
+        [
+            "evaluate",
+            "--config",
+            str(config),
+            "--index",
+            str(index),
+            "--policy",
+            str(policy),
+            "--benchmark",
+            "metaqa-1hop",
+            "--questions",
+            str(questions),
+            "--split",
+            "test",
+            "--json",
+        ]
+    )
     out = capfd.readouterr()
     assert code == 0, out.err[-3000:]
     report = json.loads(out.out)

@@ -21,8 +21,18 @@ from jobs import index as index_job
 pytestmark = pytest.mark.integration
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-FAST = ["--set", "ray.num_cpus=2", "--set", "ray.ner_batch_size=8", "--set", "ray.embed_batch_size=128",
-        "--set", "embedding.dim=32", "--set", "ray.extraction_shards=4"]
+FAST = [
+    "--set",
+    "ray.num_cpus=2",
+    "--set",
+    "ray.ner_batch_size=8",
+    "--set",
+    "ray.embed_batch_size=128",
+    "--set",
+    "embedding.dim=32",
+    "--set",
+    "ray.extraction_shards=4",
+]
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +55,16 @@ def test_hostile_corpus_with_the_output_inside_the_input_twice(ray_for_jobs, tmp
     shutil.copytree(DATA / "hostile", root)
     generated_rows, generated_docs = spec.add_generated_hostiles(root)
     out = root / "index-output"
-    args = ["--input", str(root), "--output", str(out), *FAST, "--set",
-            f"ingest.max_file_bytes={spec.HOSTILE_MAX_FILE_BYTES}", "--json"]
+    args = [
+        "--input",
+        str(root),
+        "--output",
+        str(out),
+        *FAST,
+        "--set",
+        f"ingest.max_file_bytes={spec.HOSTILE_MAX_FILE_BYTES}",
+        "--json",
+    ]
 
     assert index_job.main(args) == 0
     first = json.loads(capsys.readouterr().out)

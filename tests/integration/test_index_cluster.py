@@ -26,8 +26,14 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "hxd2_ray" / "sample_data" / "corpus"
 FILES = ("brian_kobilka.txt", "david_eagleman.txt", "TAC4.md")
 SETTINGS = ["--set", "ray.ner_batch_size=2", "--set", "ray.embed_batch_size=64", "--set", "embedding.dim=64"]
-PINNED = ["--set", "ray.stage_resources={second_node: 1}", "--set", "ray.cpus_per_ner_actor=0.5",
-          "--set", "ray.cpus_per_embed_actor=0.5"]
+PINNED = [
+    "--set",
+    "ray.stage_resources={second_node: 1}",
+    "--set",
+    "ray.cpus_per_ner_actor=0.5",
+    "--set",
+    "ray.cpus_per_embed_actor=0.5",
+]
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +63,9 @@ def cluster(node_local_output):
 def _job(cluster: TwoNodeCluster, *args: str) -> tuple[int, dict | None, str]:
     """The index job as its own driver process, connected to the cluster."""
     cmd = [sys.executable, "-m", "jobs.index", *args, *SETTINGS, "--set", f"ray.address={cluster.address}", "--json"]
-    done = subprocess.run(cmd, cwd=ROOT, env={**cluster.env(), "PYTHONPATH": str(ROOT)}, capture_output=True,
-                          text=True, timeout=900)
+    done = subprocess.run(
+        cmd, cwd=ROOT, env={**cluster.env(), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=900
+    )
     summary = json.loads(done.stdout) if done.returncode == 0 and done.stdout.strip() else None
     return done.returncode, summary, done.stderr
 
@@ -80,12 +87,25 @@ def test_two_nodes_build_the_index_one_node_builds(ray_local, cluster, corpus, t
 
 @pytest.mark.skipif(not can_unshare_mounts(), reason="needs mount namespaces (unshare -m) to make a node-local path")
 def test_a_node_local_output_is_refused_before_any_work_and_the_index_there_is_untouched(
-        ray_local, cluster, corpus, node_local_output, capsys):
+    ray_local, cluster, corpus, node_local_output, capsys
+):
     from jobs import index as index_job
 
     # An index the driver's node holds at that path (built without the cluster).
-    assert index_job.main(["--input", str(corpus / "TAC4.md"), "--output", str(node_local_output), *SETTINGS,
-                           "--set", "ray.num_cpus=2"]) == 0
+    assert (
+        index_job.main(
+            [
+                "--input",
+                str(corpus / "TAC4.md"),
+                "--output",
+                str(node_local_output),
+                *SETTINGS,
+                "--set",
+                "ray.num_cpus=2",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     manifest = (node_local_output / "manifest.json").read_text()
 
@@ -98,8 +118,9 @@ def test_a_node_local_output_is_refused_before_any_work_and_the_index_there_is_u
 
     # Without the early check, the actors' files land on the second node's disk: the driver's check of what they
     # reported stops the job before anything is merged; their files are still there, the index is unchanged.
-    code, _, err = _job(cluster, "--input", str(corpus), "--output", str(node_local_output), *PINNED,
-                        "--set", "ray.check_nodes=false")
+    code, _, err = _job(
+        cluster, "--input", str(corpus), "--output", str(node_local_output), *PINNED, "--set", "ray.check_nodes=false"
+    )
     assert code == 2, err[-3000:]
     assert "files the extract actors reported writing are not readable" in err and "s3://" in err
     assert (node_local_output / "manifest.json").read_text() == manifest

@@ -21,8 +21,16 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "hxd2_ray" / "sample_data" / "corpus"
 BAD = ROOT / "tests" / "data" / "bad_inputs"
-FAST = ["--set", "ray.num_cpus=2", "--set", "ray.ner_batch_size=4", "--set", "ray.embed_batch_size=64",
-        "--set", "embedding.dim=64"]
+FAST = [
+    "--set",
+    "ray.num_cpus=2",
+    "--set",
+    "ray.ner_batch_size=4",
+    "--set",
+    "ray.embed_batch_size=64",
+    "--set",
+    "embedding.dim=64",
+]
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +80,9 @@ def built(ray_local, corpus, tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("index")
     # The distributed merge (shuffle by key partition on Ray); the other runs here merge in the driver, and the
     # tests comparing them with this build check that both ways give the same graph.
-    code = index_job.main(["--input", str(corpus), "--output", str(out), *FAST, "--json",
-                           "--set", "ray.merge_in_driver_below=0"])
+    code = index_job.main(
+        ["--input", str(corpus), "--output", str(out), *FAST, "--json", "--set", "ray.merge_in_driver_below=0"]
+    )
     assert code == 0
     summary = json.loads((out / "index_summary.json").read_text())
     assert summary["stage_status"]["merge"].endswith("on Ray in 1 partition")
@@ -88,8 +97,15 @@ def test_counts_match_the_in_process_oracle(built, corpus):
     assert summary["quarantine_reasons"] == expected["quarantine_reasons"]
     assert summary["entities"] > 50 and summary["relations"] > 50
     # Every bad file was quarantined with a reason, and the partly bad jsonl still gave its good line.
-    assert {"binary", "undecodable", "empty", "whitespace_only", "unsupported_type", "malformed_json",
-            "missing_text_field"} <= set(summary["quarantine_reasons"])
+    assert {
+        "binary",
+        "undecodable",
+        "empty",
+        "whitespace_only",
+        "unsupported_type",
+        "malformed_json",
+        "missing_text_field",
+    } <= set(summary["quarantine_reasons"])
     assert summary["failed_chunks"] == 0
 
 
@@ -108,7 +124,8 @@ def test_graph_vectors_and_manifest_agree_with_the_summary(built):
     with KuzuGraphStore(f"{files}/graph.kuzu", read_only=True) as graph:
         counts = graph.counts()
         assert {k: counts[k] for k in ("documents", "chunks", "entities", "relations")} == {
-            k: summary[k] for k in ("documents", "chunks", "entities", "relations")}
+            k: summary[k] for k in ("documents", "chunks", "entities", "relations")
+        }
         assert counts["mentions"] > 0
         # Provenance: every entity points at chunks that exist, and the chunks know their document.
         some = graph.get_entities([graph.find_entity_by_name("Stanford University")["key"]])[0]
@@ -155,8 +172,9 @@ def test_llm_failures_are_recorded_then_retried_by_the_next_run(ray_local, corpu
     _, clean = built
     out = tmp_path / "index"
     # Requests mentioning Kobilka fail on every attempt: their chunks are recorded, not dropped.
-    code, failed, _ = _run(capsys, "--input", str(corpus), "--output", str(out), *FAST,
-                           "--set", "llm.fail_when=[Kobilka]")
+    code, failed, _ = _run(
+        capsys, "--input", str(corpus), "--output", str(out), *FAST, "--set", "llm.fail_when=[Kobilka]"
+    )
     assert code == 0
     assert failed["failed_chunks"] >= 1 and failed["failed_chunk_errors"]
     assert failed["entities"] < clean["entities"]
@@ -200,8 +218,16 @@ def test_index_from_and_to_s3(ray_local, s3_server, s3_client, s3_bucket, capsys
 
     for path in sorted(SAMPLE.iterdir()):
         s3_client.put_object(Bucket=s3_bucket, Key=f"corpus/{path.name}", Body=path.read_bytes())
-    code, summary, err = _run(capsys, "--input", f"s3://{s3_bucket}/corpus", "--output",
-                              f"s3://{s3_bucket}/index", *FAST, "--set", f"s3.endpoint_url={s3_server}")
+    code, summary, err = _run(
+        capsys,
+        "--input",
+        f"s3://{s3_bucket}/corpus",
+        "--output",
+        f"s3://{s3_bucket}/index",
+        *FAST,
+        "--set",
+        f"s3.endpoint_url={s3_server}",
+    )
     assert code == 0, err
     assert summary["documents"] == 14 and summary["entities"] > 50
     listed = {o["Key"] for o in s3_client.list_objects_v2(Bucket=s3_bucket, Prefix="index/")["Contents"]}
@@ -219,9 +245,19 @@ def test_end_to_end_with_the_real_vllm_engine_and_minilm(ray_local, tmp_path, ca
     # (its actor in the Ray Data stage, constrained decoding, MiniLM vectors); the loop itself is unit-tested.
     shutil.copy(SAMPLE / "brian_kobilka.txt", corpus / "brian_kobilka.txt")
     out = tmp_path / "index"
-    code, summary, err = _run(capsys, "--config", str(ROOT / "configs" / "local.yaml"), "--input", str(corpus),
-                              "--output", str(out), "--set", "ray.ner_batch_size=8",
-                              "--set", "extraction.max_gleaning=0")
+    code, summary, err = _run(
+        capsys,
+        "--config",
+        str(ROOT / "configs" / "local.yaml"),
+        "--input",
+        str(corpus),
+        "--output",
+        str(out),
+        "--set",
+        "ray.ner_batch_size=8",
+        "--set",
+        "extraction.max_gleaning=0",
+    )
     assert code == 0, err[-3000:]
     assert summary["llm_model"] == "SmolLM2-135M-Instruct" and summary["embedding_model"] == "all-MiniLM-L6-v2"
     assert summary["documents"] == 1 and summary["failed_chunks"] == 0

@@ -25,10 +25,26 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "hxd2_ray" / "sample_data" / "corpus"
 # A description budget of 12 tokens makes every description of two mentions or more go through the LLM summary,
 # so the summaries (and their cache) are part of every comparison.
-FAST = ["--set", "ray.num_cpus=2", "--set", "ray.ner_batch_size=4", "--set", "ray.embed_batch_size=64",
-        "--set", "embedding.dim=64", "--set", "extraction.description_token_budget=12"]
-FILES = ("brian_kobilka.txt", "david_eagleman.txt", "robert_malenka.txt", "stanford_emeriti.json",
-         "stanford_neurobiology.jsonl", "TAC4.md")
+FAST = [
+    "--set",
+    "ray.num_cpus=2",
+    "--set",
+    "ray.ner_batch_size=4",
+    "--set",
+    "ray.embed_batch_size=64",
+    "--set",
+    "embedding.dim=64",
+    "--set",
+    "extraction.description_token_budget=12",
+]
+FILES = (
+    "brian_kobilka.txt",
+    "david_eagleman.txt",
+    "robert_malenka.txt",
+    "stanford_emeriti.json",
+    "stanford_neurobiology.jsonl",
+    "TAC4.md",
+)
 TABLES = ("sources", "documents", "chunks", "entities", "relations")
 
 
@@ -43,8 +59,13 @@ def _state(out: Path) -> dict[str, list[dict]]:
     """The current generation's corpus tables, each sorted by its key (what a build's result is made of)."""
     manifest = json.loads((out / "manifest.json").read_text())
     folder = out / "generations" / manifest["generation"] / "tables"
-    keys = {"sources": ("source_id", "source_path"), "documents": ("id",), "chunks": ("id",), "entities": ("key",),
-            "relations": ("source_key", "target_key")}
+    keys = {
+        "sources": ("source_id", "source_path"),
+        "documents": ("id",),
+        "chunks": ("id",),
+        "entities": ("key",),
+        "relations": ("source_key", "target_key"),
+    }
     state = {}
     for name in TABLES:
         rows = pq.read_table(folder / f"{name}.parquet").to_pylist()
@@ -140,7 +161,8 @@ def test_add_and_update_equal_a_build_of_the_final_corpus(index, corpus, tmp_pat
     # A new document whose title the unchanged documents' text names: their chunks gain title mentions.
     (corpus / "stanford.md").write_text("# Stanford University\n\nA private research university in California.\n")
     (corpus / "david_eagleman.txt").write_text(
-        "Neosensory was founded by DAVID EAGLEMAN in 2015.\n" + (SAMPLE / "david_eagleman.txt").read_text())
+        "Neosensory was founded by DAVID EAGLEMAN in 2015.\n" + (SAMPLE / "david_eagleman.txt").read_text()
+    )
     lines = (corpus / "stanford_neurobiology.jsonl").read_text().splitlines()
     record = json.loads(lines[0])
     record["text"] = record["text"].replace("Harvard", "Harvard University in Cambridge")
@@ -202,16 +224,29 @@ def test_a_changed_description_is_embedded_again_and_a_gone_key_has_no_vector(ra
     build.services = RunServices(cfg, build.options, build.fs, build.root, build.output_uri, "v")
 
     def entities(*rows: tuple[str, str]) -> pa.Table:
-        return pa.Table.from_pylist([{"key": k.lower(), "name": k, "type": "person", "description": d,
-                                      "source_chunk_ids": ["c"], "mention_count": 1, "name_truncated": False}
-                                     for k, d in rows], schema=tables.ENTITIES)
+        return pa.Table.from_pylist(
+            [
+                {
+                    "key": k.lower(),
+                    "name": k,
+                    "type": "person",
+                    "description": d,
+                    "source_chunk_ids": ["c"],
+                    "mention_count": 1,
+                    "name_truncated": False,
+                }
+                for k, d in rows
+            ],
+            schema=tables.ENTITIES,
+        )
 
     def mix(vectors: pa.Table) -> dict[str, list[float]]:
         return {r["key"]: r["vector"] for r in vectors.to_pylist() if r["family"] == "entity_mix"}
 
     no_rel, no_chunk = tables.RELATIONS.empty_table(), tables.CHUNKS.empty_table()
-    first = mix(build.embed(entities(("Ada Lovelace", "a mathematician"), ("Alan Turing", "broke Enigma")),
-                            no_rel, no_chunk))
+    first = mix(
+        build.embed(entities(("Ada Lovelace", "a mathematician"), ("Alan Turing", "broke Enigma")), no_rel, no_chunk)
+    )
     second = mix(build.embed(entities(("Ada Lovelace", "wrote the first program")), no_rel, no_chunk))
     want = build_embedder(cfg.embedding).embed(["Ada Lovelace: wrote the first program"])[0]
     np.testing.assert_allclose(second["ada lovelace"], want, atol=1e-6)
@@ -225,14 +260,16 @@ def test_delete_by_id_and_by_source_equals_a_build_without_them(index, corpus, t
     before = json.loads((out / "manifest.json").read_text())
     emeriti = json.loads((corpus / "stanford_emeriti.json").read_text())
     gone_id = emeriti[0]["id"]
-    code, deleted, err = _run(capsys, "delete", "--output", str(out), "--doc-id", gone_id,
-                              "--source", str(corpus / "brian_kobilka.txt"))
+    code, deleted, err = _run(
+        capsys, "delete", "--output", str(out), "--doc-id", gone_id, "--source", str(corpus / "brian_kobilka.txt")
+    )
     assert code == 0, err[-3000:]
     assert deleted["kind"] == "delete" and deleted["change"]["deleted"] == 2
     # A delete extracts nothing; only descriptions it changed are summarized again.
     assert "extraction" not in deleted["run"]["stages"]
-    assert deleted["run"]["llm_calls"] <= deleted["change"]["entities_affected"] + deleted["change"][
-        "relations_affected"]
+    assert (
+        deleted["run"]["llm_calls"] <= deleted["change"]["entities_affected"] + deleted["change"]["relations_affected"]
+    )
 
     # The same corpus without those two documents, from scratch.
     final = tmp_path / "final"
@@ -258,8 +295,9 @@ def test_delete_by_id_and_by_source_equals_a_build_without_them(index, corpus, t
         assert va[family].keys() == vb[family].keys(), family  # removed keys left Faiss
     from hxd2_ray.retrieval.lexical import LEXICAL_DIR, LexicalIndex
 
-    lexical = LexicalIndex.open(out / "generations" / json.loads((out / "manifest.json").read_text())["generation"]
-                                / LEXICAL_DIR)
+    lexical = LexicalIndex.open(
+        out / "generations" / json.loads((out / "manifest.json").read_text())["generation"] / LEXICAL_DIR
+    )
     assert lexical is not None and sorted(lexical.chunk_ids) == sorted(r["id"] for r in state["chunks"])
     assert not lexical.search("Kobilka", 3)  # the deleted document's words are gone from the lexical index
     # A third generation; with generations.keep=2 the first one is gone, the second kept for its readers.
@@ -270,8 +308,9 @@ def test_delete_by_id_and_by_source_equals_a_build_without_them(index, corpus, t
     code, _, err = _run(capsys, "delete", "--output", str(out), "--doc-id", "no-such-document")
     assert code == 2 and "no-such-document" in err and "nothing was deleted" in err
     # The same delete again (a script's retry) is a no-op that says so; a typo beside it is still an error.
-    code, again, err = _run(capsys, "delete", "--output", str(out), "--doc-id", gone_id,
-                            "--source", str(corpus / "brian_kobilka.txt"))
+    code, again, err = _run(
+        capsys, "delete", "--output", str(out), "--doc-id", gone_id, "--source", str(corpus / "brian_kobilka.txt")
+    )
     assert code == 0, err[-3000:]
     assert again["status"] == "unchanged" and "deleted already" in again["reason"]
     assert json.loads((out / "manifest.json").read_text())["generation"] == manifest["generation"]
@@ -288,12 +327,12 @@ def test_a_rebuild_with_a_warm_llm_cache_calls_no_llm(index, corpus, capsys):
     assert rebuilt["run"]["llm_cache_hits"] >= rebuilt["llm_calls"] > 0
 
 
-def test_a_token_budget_stops_cleanly_and_a_rerun_finishes_the_same_index(ray_local, corpus, index, tmp_path,
-                                                                          capsys):
+def test_a_token_budget_stops_cleanly_and_a_rerun_finishes_the_same_index(ray_local, corpus, index, tmp_path, capsys):
     out, _ = index
     budgeted = tmp_path / "budgeted"
-    code, stopped, _ = _run(capsys, "--input", str(corpus), "--output", str(budgeted), *FAST,
-                            "--no-llm-cache", "--budget-tokens", "12000")
+    code, stopped, _ = _run(
+        capsys, "--input", str(corpus), "--output", str(budgeted), *FAST, "--no-llm-cache", "--budget-tokens", "12000"
+    )
     assert code == index_job.EXIT_STOPPED
     assert stopped["status"] == "stopped" and "token budget" in stopped["reason"]
     assert stopped["index"] == "not written yet" and not (budgeted / "manifest.json").exists()

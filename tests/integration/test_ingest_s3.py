@@ -79,13 +79,15 @@ def test_read_through_resolved_filesystem(s3_server, seeded):
         docs += d
         bad += q
     by_source = {d.source_id: d for d in docs}
-    assert sorted(by_source) == sorted([
-        "c1",
-        "d1",
-        f"s3://{seeded}/corpus/a.txt",
-        f"s3://{seeded}/corpus/sub/b.md",
-        f"s3://{seeded}/corpus/sub/deep/c.jsonl#3",
-    ])
+    assert sorted(by_source) == sorted(
+        [
+            "c1",
+            "d1",
+            f"s3://{seeded}/corpus/a.txt",
+            f"s3://{seeded}/corpus/sub/b.md",
+            f"s3://{seeded}/corpus/sub/deep/c.jsonl#3",
+        ]
+    )
     alpha = by_source[f"s3://{seeded}/corpus/a.txt"]
     assert alpha.text == "Alpha passage about Stanford University.\n" and alpha.id == content_hash(alpha.text)
     assert by_source[f"s3://{seeded}/corpus/sub/b.md"].title == "Beta"

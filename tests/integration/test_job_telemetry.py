@@ -24,8 +24,16 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "hxd2_ray" / "sample_data"
-FAST = ["--set", "ray.num_cpus=2", "--set", "ray.ner_batch_size=4", "--set", "ray.embed_batch_size=64",
-        "--set", "embedding.dim=64"]
+FAST = [
+    "--set",
+    "ray.num_cpus=2",
+    "--set",
+    "ray.ner_batch_size=4",
+    "--set",
+    "ray.embed_batch_size=64",
+    "--set",
+    "embedding.dim=64",
+]
 
 
 def _scrape(url: str) -> dict:
@@ -58,9 +66,13 @@ def test_index_and_eval_metrics_equal_their_summaries(ray_metrics_url, tmp_path,
     def m(name: str, **labels) -> float:
         return metric_value(samples, name, run=run, **labels)
 
-    samples = _wait_for(ray_metrics_url, lambda s: metric_value(s, "ray_hxd2_texts_embedded_total", run=run)
-                        >= summary["embedded_texts"]
-                        and metric_value(s, "ray_hxd2_stage_duration_seconds_count", run=run, stage="write") >= 1)
+    samples = _wait_for(
+        ray_metrics_url,
+        lambda s: (
+            metric_value(s, "ray_hxd2_texts_embedded_total", run=run) >= summary["embedded_texts"]
+            and metric_value(s, "ray_hxd2_stage_duration_seconds_count", run=run, stage="write") >= 1
+        ),
+    )
     assert m("ray_hxd2_files_ingested_total", job="index", stage="ingest") == 2
     assert m("ray_hxd2_chunks_processed_total", stage="extract") == summary["chunks"]
     assert m("ray_hxd2_llm_calls_total", stage="extract") == summary["llm_calls"]
@@ -78,20 +90,43 @@ def test_index_and_eval_metrics_equal_their_summaries(ray_metrics_url, tmp_path,
     assert len(list((index / "_logs").glob("index-*.log"))) == 1
 
     evaluation = tmp_path / "eval"
-    assert eval_job.main(["run", "--benchmark", "generic", "--questions", str(SAMPLE / "questions.jsonl"),
-                          "--index", str(index), "--output", str(evaluation), "--mode", "dual", "--limit", "3",
-                          *FAST, "--json"]) == 0
+    assert (
+        eval_job.main(
+            [
+                "run",
+                "--benchmark",
+                "generic",
+                "--questions",
+                str(SAMPLE / "questions.jsonl"),
+                "--index",
+                str(index),
+                "--output",
+                str(evaluation),
+                "--mode",
+                "dual",
+                "--limit",
+                "3",
+                *FAST,
+                "--json",
+            ]
+        )
+        == 0
+    )
     esummary = json.loads(capsys.readouterr().out)
     import pyarrow.fs as pafs
 
     traces = load_traces(pafs.LocalFileSystem(), str(evaluation), ["dual"])
     run = str(evaluation)
-    samples = _wait_for(ray_metrics_url, lambda s: metric_value(s, "ray_hxd2_questions_answered_total", run=run)
-                        >= 3 and metric_value(s, "ray_hxd2_stage_duration_seconds_count", run=run) >= 1)
+    samples = _wait_for(
+        ray_metrics_url,
+        lambda s: (
+            metric_value(s, "ray_hxd2_questions_answered_total", run=run) >= 3
+            and metric_value(s, "ray_hxd2_stage_duration_seconds_count", run=run) >= 1
+        ),
+    )
     assert m("ray_hxd2_questions_answered_total", job="eval", mode="dual") == esummary["answered_this_run"] == 3
     assert m("ray_hxd2_questions_correct_total", mode="dual") == sum(t["correct"] for t in traces)
     assert m("ray_hxd2_llm_tokens_total", mode="dual", kind="prompt") == sum(t["prompt_tokens"] for t in traces)
-    assert m("ray_hxd2_llm_tokens_total", mode="dual", kind="completion") == sum(t["completion_tokens"]
-                                                                               for t in traces)
+    assert m("ray_hxd2_llm_tokens_total", mode="dual", kind="completion") == sum(t["completion_tokens"] for t in traces)
     assert m("ray_hxd2_failures_total", mode="dual") == sum(1 for t in traces if t["error"])
     assert m("ray_hxd2_stage_duration_seconds_count", stage="answer dual", mode="dual") == 1

@@ -52,8 +52,13 @@ def _run(pipeline, question, **kwargs):
 def test_multistage_end_to_end_with_vllm(tmp_path, engine):
     cfg, llm = engine
     tiny = build_tiny_index(tmp_path / "index")
-    ms_cfg = MultiStageConfig(refusal_threshold=0.0, logic_timeout_s=300, plan_max_tokens=256, direct_max_tokens=32,
-                              logic_answer_max_tokens=32)
+    ms_cfg = MultiStageConfig(
+        refusal_threshold=0.0,
+        logic_timeout_s=300,
+        plan_max_tokens=256,
+        direct_max_tokens=32,
+        logic_answer_max_tokens=32,
+    )
     run_cfg = tiny.cfg.model_copy(update={"retrieval": cfg.retrieval, "multistage": ms_cfg})
     embedder = HashingEmbedder(dim=DIM, model_id=tiny.cfg.embedding.model_id)
     with open_index(tiny.root, run_cfg) as index:
@@ -69,9 +74,12 @@ def test_multistage_end_to_end_with_vllm(tmp_path, engine):
                 assert answer.path in ("logic_form", "dual_level")
                 if answer.path == "dual_level":
                     assert trace["fallback_reason"]
-            print(f"\n[multistage vllm] path={answer.path} reason={trace['path_reason']!r} "
-                  f"seconds={seconds:.1f} timings_ms={trace['timings_ms']} calls={trace['llm_calls']} "
-                  f"tokens={trace['tokens_total']}\n  answer={answer.text[:200]!r}", file=sys.stderr)
+            print(
+                f"\n[multistage vllm] path={answer.path} reason={trace['path_reason']!r} "
+                f"seconds={seconds:.1f} timings_ms={trace['timings_ms']} calls={trace['llm_calls']} "
+                f"tokens={trace['tokens_total']}\n  answer={answer.text[:200]!r}",
+                file=sys.stderr,
+            )
 
             greeting, g_seconds = _run(pipeline, "hello")
             assert greeting.path == "direct" and greeting.trace["llm_calls"] == {"answer": 1}

@@ -83,13 +83,16 @@ def test_read_only_readers_share_the_index(minilm_index):
 def test_s3_index_is_cached_locally(tmp_path, s3_server, s3_bucket):
     tiny = build_tiny_index(tmp_path / "local")
     fs = pafs.S3FileSystem(endpoint_override=s3_server.removeprefix("http://"), scheme="http", region="us-east-1")
-    pafs.copy_files(str(tiny.root), f"{s3_bucket}/indexes/tiny", source_filesystem=pafs.LocalFileSystem(),
-                    destination_filesystem=fs)
+    pafs.copy_files(
+        str(tiny.root), f"{s3_bucket}/indexes/tiny", source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs
+    )
     cache = tmp_path / "cache"
-    cfg = tiny.cfg.model_copy(update={
-        "s3": S3Config(endpoint_url=s3_server),
-        "retrieval": RetrievalConfig(cache_dir=str(cache)),
-    })
+    cfg = tiny.cfg.model_copy(
+        update={
+            "s3": S3Config(endpoint_url=s3_server),
+            "retrieval": RetrievalConfig(cache_dir=str(cache)),
+        }
+    )
     uri = f"s3://{s3_bucket}/indexes/tiny"
     with open_index(uri, cfg) as index:
         assert index.location == uri and index.root.parent == cache
@@ -128,10 +131,31 @@ def test_hxd2_query_end_to_end_with_vllm_keeps_the_engine_logs_in_a_file(minilm_
 
     def hxd2_query(*extra: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "jobs.cli", "query", "--index", str(root), "--config", str(LOCAL_CONFIG),
-             "--set", "retrieval.answer_max_tokens=48", "--set", "retrieval.keyword_max_tokens=96", "--mode", "dual",
-             *extra, "Which prize did Thomas Südhof win?"],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
+            [
+                sys.executable,
+                "-m",
+                "jobs.cli",
+                "query",
+                "--index",
+                str(root),
+                "--config",
+                str(LOCAL_CONFIG),
+                "--set",
+                "retrieval.answer_max_tokens=48",
+                "--set",
+                "retrieval.keyword_max_tokens=96",
+                "--mode",
+                "dual",
+                *extra,
+                "Which prize did Thomas Südhof win?",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
 
     proc = hxd2_query("--json", "--trace")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -149,7 +173,6 @@ def test_hxd2_query_end_to_end_with_vllm_keeps_the_engine_logs_in_a_file(minilm_
     assert "vllm" in log.lower() and "\x1b[" not in log  # the engine's own lines, without colour codes
 
 
-
 def test_hxd2_query_without_config_uses_the_index_config(minilm_index, tmp_path, capsys):
     """An index built with configs/local.yaml (MiniLM) is queried without --config: the config its manifest
     records is used (no vLLM is loaded: chunk_vector needs no LLM); a config that contradicts the index still
@@ -162,7 +185,8 @@ def test_hxd2_query_without_config_uses_the_index_config(minilm_index, tmp_path,
     assert rc == 0, captured.err
     data = json.loads(captured.out)
     assert data["references"][0]["source_id"] == "thomas_sudhof.md"  # MiniLM matched by meaning
-    rc = query.main(["--index", str(root), "--set", "embedding={backend: hashing, dim: 384}", "--mode",
-                     "chunk_vector", "q?"])
+    rc = query.main(
+        ["--index", str(root), "--set", "embedding={backend: hashing, dim: 384}", "--mode", "chunk_vector", "q?"]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "all-MiniLM-L6-v2" in err and "hashing" in err

@@ -87,8 +87,9 @@ def test_quickstart_runs_as_written(tmp_path):
     env.update({"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
 
     def run(command: str) -> subprocess.CompletedProcess:
-        proc = subprocess.run(["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True,
-                              timeout=900, check=False)
+        proc = subprocess.run(
+            ["bash", "-c", command], cwd=work, env=env, capture_output=True, text=True, timeout=900, check=False
+        )
         assert proc.returncode == 0, f"{command}\n--- stdout\n{proc.stdout[-2000:]}\n--- stderr\n{proc.stderr[-3000:]}"
         return proc
 
@@ -102,8 +103,14 @@ def test_quickstart_runs_as_written(tmp_path):
     log = tmp_path / "serve.log"
     with open(log, "w") as out:
         # Its own process group: the stop signal reaches hxd2 serve whether or not bash execs it.
-        server = subprocess.Popen(["bash", "-c", serve.replace("8000", port).rstrip().rstrip("&")], cwd=work,
-                                  env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        server = subprocess.Popen(
+            ["bash", "-c", serve.replace("8000", port).rstrip().rstrip("&")],
+            cwd=work,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         wait_until_served(f"http://127.0.0.1:{port}/healthz", server, log, said="serving my-index at ")
         answer = run(sdk.replace("8000", port)).stdout.strip()

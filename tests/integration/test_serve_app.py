@@ -35,8 +35,11 @@ SLOW = "[slow]"
 SLOW_DELAY_S = 0.4
 # The scripted LLM's verifier says "no" to questions carrying REJECT: how a test makes the flow fall back.
 REJECT = "[no]"
-TINY_CONFIG = {"llm": {"backend": "scripted", "reject_when": [REJECT]}, "embedding": {"backend": "hashing", "dim": DIM},
-               "retrieval": {"context_length": 4096, "answer_reserve_tokens": 1024}}
+TINY_CONFIG = {
+    "llm": {"backend": "scripted", "reject_when": [REJECT]},
+    "embedding": {"backend": "hashing", "dim": DIM},
+    "retrieval": {"context_length": 4096, "answer_reserve_tokens": 1024},
+}
 RETRIEVER_ONGOING = 16
 RETRIEVER_QUEUED = 16
 
@@ -111,44 +114,71 @@ def served(ray_local, s3_server, tmp_path_factory) -> Served:
     bucket = f"serve-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1").create_bucket(Bucket=bucket)
     fs = pafs.S3FileSystem(endpoint_override=s3_server.removeprefix("http://"), scheme="http", region="us-east-1")
-    pafs.copy_files(str(root), f"{bucket}/indexes/tiny", source_filesystem=pafs.LocalFileSystem(),
-                    destination_filesystem=fs)
+    pafs.copy_files(
+        str(root), f"{bucket}/indexes/tiny", source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs
+    )
     keys = tmp / "api_keys"
     keys.write_text(f"# test keys\n{KEY}\n")
     movies, policy = _movies_with_policy(tmp / "graphflow")
     # The policy serves its own index (a GraphWalker deployment walks it); the tiny ones are served without it.
-    config = dict(TINY_CONFIG, s3={"endpoint_url": s3_server},
-                  retrieval=dict(TINY_CONFIG["retrieval"], cache_dir=str(tmp / "index-cache")),
-                  graphflow={"policy": str(policy), "cache_dir": str(tmp / "graphflow" / "cache")})
+    config = dict(
+        TINY_CONFIG,
+        s3={"endpoint_url": s3_server},
+        retrieval=dict(TINY_CONFIG["retrieval"], cache_dir=str(tmp / "index-cache")),
+        graphflow={"policy": str(policy), "cache_dir": str(tmp / "graphflow" / "cache")},
+    )
     # Dummy credentials of the local S3 server, for the replicas that open indexes (not secrets).
-    s3_env = {"runtime_env": {"env_vars": {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                                           "AWS_EC2_METADATA_DISABLED": "true"}}}
+    s3_env = {
+        "runtime_env": {
+            "env_vars": {
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_EC2_METADATA_DISABLED": "true",
+            }
+        }
+    }
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60})
-    app = build_app({
-        "indexes": {"tiny": str(root), "tiny-copy": str(root), "tiny-s3": f"s3://{bucket}/indexes/tiny",
-                    "movies": str(movies)},
-        "config_data": config,
-        "api_keys_file": str(keys),
-        "max_body_bytes": 64 * 1024,
-        "request_deadline_s": 30,
-        "pipeline_threads": RETRIEVER_ONGOING,
-        "scripted": {"slow_marker": SLOW, "slow_delay_s": SLOW_DELAY_S},
-        "deployment_options": {
-            "Ingress": _small(0.1, max_ongoing_requests=64, max_queued_requests=64),
-            "Retriever": _small(0.2, max_ongoing_requests=RETRIEVER_ONGOING, max_queued_requests=RETRIEVER_QUEUED,
-                                health_check_period_s=2, ray_actor_options={"num_cpus": 0.2, **s3_env}),
-            "LLM": _small(0.1, max_ongoing_requests=128),
-            "Embedder": _small(0.1),
-            "Planner": _small(0.05),
-            "PlanExecutor": {"ray_actor_options": {"num_cpus": 0.05, **s3_env}},
-            "Verifier": _small(0.05),
-            "GraphWalker": {"ray_actor_options": {"num_cpus": 0.05, **s3_env}},
-        },
-    })
+    app = build_app(
+        {
+            "indexes": {
+                "tiny": str(root),
+                "tiny-copy": str(root),
+                "tiny-s3": f"s3://{bucket}/indexes/tiny",
+                "movies": str(movies),
+            },
+            "config_data": config,
+            "api_keys_file": str(keys),
+            "max_body_bytes": 64 * 1024,
+            "request_deadline_s": 30,
+            "pipeline_threads": RETRIEVER_ONGOING,
+            "scripted": {"slow_marker": SLOW, "slow_delay_s": SLOW_DELAY_S},
+            "deployment_options": {
+                "Ingress": _small(0.1, max_ongoing_requests=64, max_queued_requests=64),
+                "Retriever": _small(
+                    0.2,
+                    max_ongoing_requests=RETRIEVER_ONGOING,
+                    max_queued_requests=RETRIEVER_QUEUED,
+                    health_check_period_s=2,
+                    ray_actor_options={"num_cpus": 0.2, **s3_env},
+                ),
+                "LLM": _small(0.1, max_ongoing_requests=128),
+                "Embedder": _small(0.1),
+                "Planner": _small(0.05),
+                "PlanExecutor": {"ray_actor_options": {"num_cpus": 0.05, **s3_env}},
+                "Verifier": _small(0.05),
+                "GraphWalker": {"ray_actor_options": {"num_cpus": 0.05, **s3_env}},
+            },
+        }
+    )
     serve.run(app, name=APP, route_prefix="/")
-    yield Served(base=f"http://127.0.0.1:{port}", index_root=root, cache_dir=tmp / "index-cache", movies_root=movies,
-                 config=config)
+    yield Served(
+        base=f"http://127.0.0.1:{port}",
+        index_root=root,
+        cache_dir=tmp / "index-cache",
+        movies_root=movies,
+        config=config,
+    )
     serve.shutdown()
 
 
@@ -168,14 +198,22 @@ def test_health_models_and_openai_chat(served):
     with served.client() as c:
         deep = c.get("/healthz", params={"deep": "true"})
         # each index and the generation it is served from ("": the flat layout of these indexes)
-        assert deep.status_code == 200 and deep.json()["indexes"] == {"tiny": "", "tiny-copy": "", "tiny-s3": "",
-                                                                      "movies": ""}
+        assert deep.status_code == 200 and deep.json()["indexes"] == {
+            "tiny": "",
+            "tiny-copy": "",
+            "tiny-s3": "",
+            "movies": "",
+        }
 
     client = served.openai()
     assert sorted(m.id for m in client.models.list()) == ["movies", "tiny", "tiny-copy", "tiny-s3"]
     completion = client.chat.completions.create(
-        model="tiny", messages=[{"role": "system", "content": "Be brief."},
-                                {"role": "user", "content": "Where does Robert Malenka work?"}])
+        model="tiny",
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Where does Robert Malenka work?"},
+        ],
+    )
     text = completion.choices[0].message.content
     # The default mode is the multi-stage flow: the scripted plan looks Malenka up, the verifier says yes.
     assert text.startswith("Scripted logic-form answer to: Where does Robert Malenka work?")
@@ -186,8 +224,10 @@ def test_health_models_and_openai_chat(served):
     assert extra["path"] == "logic_form" and extra["mode"] == "auto" and extra.get("fallback_reason") is None
     assert any(ref["source_id"] == "robert_malenka.txt" for ref in extra["references"])
     dual = client.chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "Where does Robert Malenka work?"}],
-        extra_body={"mode": "dual"})
+        model="tiny",
+        messages=[{"role": "user", "content": "Where does Robert Malenka work?"}],
+        extra_body={"mode": "dual"},
+    )
     assert dual.choices[0].message.content.startswith("Scripted answer to: Where does Robert Malenka work?")
     assert dual.model_extra["path"] == "dual_level" and dual.model_extra["mode"] == "dual"
 
@@ -197,8 +237,9 @@ def test_openai_streaming_matches_the_whole_answer(served):
     messages = [{"role": "user", "content": "Which prize did Thomas Südhof win?"}]
     whole = client.chat.completions.create(model="tiny-copy", messages=messages).choices[0].message.content
     deltas, finish, usage, references = [], None, None, None
-    stream = client.chat.completions.create(model="tiny-copy", messages=messages, stream=True,
-                                            stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model="tiny-copy", messages=messages, stream=True, stream_options={"include_usage": True}
+    )
     for chunk in stream:
         if chunk.usage is not None:
             usage = chunk.usage
@@ -247,13 +288,19 @@ def test_bad_input_statuses(served):
     import openai
 
     with served.client() as c:
-        r = c.post("/v1/chat/completions", content=b'{"model": "tiny", "messages": [{"role": ',
-                   headers={"Content-Type": "application/json"})
+        r = c.post(
+            "/v1/chat/completions",
+            content=b'{"model": "tiny", "messages": [{"role": ',
+            headers={"Content-Type": "application/json"},
+        )
         assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
         r = c.post("/v1/chat/completions", json={"model": "tiny", "messages": "hello"})
         assert r.status_code == 422 and r.json()["error"]["message"]
-        r = c.post("/v1/chat/completions", content=b"{" + b" " * (70 * 1024) + b"}",
-                   headers={"Content-Type": "application/json"})
+        r = c.post(
+            "/v1/chat/completions",
+            content=b"{" + b" " * (70 * 1024) + b"}",
+            headers={"Content-Type": "application/json"},
+        )
         assert r.status_code == 413
         r = c.post("/v1/query", json={"question": "q", "index": "missing"})
         assert r.status_code == 404
@@ -272,8 +319,11 @@ def test_bad_input_statuses(served):
 def test_per_request_deadline_gives_504(served):
     with served.client() as c:
         started = time.monotonic()
-        r = c.post("/v1/query", json={"question": f"{SLOW} Where does Robert Malenka work?"},
-                   headers={"x-hxd2-deadline-s": "0.3"})
+        r = c.post(
+            "/v1/query",
+            json={"question": f"{SLOW} Where does Robert Malenka work?"},
+            headers={"x-hxd2-deadline-s": "0.3"},
+        )
         assert r.status_code == 504, r.text
         assert time.monotonic() - started < SLOW_DELAY_S * 2 + 1.5
         assert c.post("/v1/query", json={"question": "Where does Robert Malenka work?"}).status_code == 200
@@ -282,12 +332,14 @@ def test_per_request_deadline_gives_504(served):
 # -------------------------------------------------------------------------------------------- load
 
 
-async def _fire(base: str, n: int, concurrency: int, payload_of, headers=None,
-                timeout: float = 60.0) -> list[tuple[int, float, dict[str, str]]]:
+async def _fire(
+    base: str, n: int, concurrency: int, payload_of, headers=None, timeout: float = 60.0
+) -> list[tuple[int, float, dict[str, str]]]:
     sem = asyncio.Semaphore(concurrency)
     headers = headers or {"Authorization": f"Bearer {KEY}"}
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=base, headers=headers, timeout=timeout, limits=limits) as client:
+
         async def one(i: int) -> tuple[int, float, dict[str, str]]:
             path, body = payload_of(i)
             async with sem:
@@ -298,8 +350,12 @@ async def _fire(base: str, n: int, concurrency: int, payload_of, headers=None,
         return await asyncio.gather(*(one(i) for i in range(n)))
 
 
-QUESTIONS = ["Where does Robert Malenka work?", "Which prize did Thomas Südhof win?",
-             "What does Brian Kobilka study?", "Who studies Synaptic Transmission?"]
+QUESTIONS = [
+    "Where does Robert Malenka work?",
+    "Which prize did Thomas Südhof win?",
+    "What does Brian Kobilka study?",
+    "Who studies Synaptic Transmission?",
+]
 
 
 def _mixed(i: int) -> tuple[str, dict[str, Any]]:
@@ -316,8 +372,10 @@ def test_concurrent_load_200_requests_16_at_a_time(served):
     statuses = [s for s, _, _ in results]
     assert statuses == [200] * 200, {s: statuses.count(s) for s in set(statuses)}
     latencies = sorted(t for _, t, _ in results)
-    print(f"\n200 requests in {seconds:.1f}s ({200 / seconds:.0f}/s), p50 {latencies[100] * 1000:.0f} ms, "
-          f"p95 {latencies[190] * 1000:.0f} ms")
+    print(
+        f"\n200 requests in {seconds:.1f}s ({200 / seconds:.0f}/s), p50 {latencies[100] * 1000:.0f} ms, "
+        f"p95 {latencies[190] * 1000:.0f} ms"
+    )
 
 
 def test_burst_beyond_capacity_gets_503_with_retry_after_then_recovers(served):
@@ -345,8 +403,12 @@ def test_burst_beyond_capacity_gets_503_with_retry_after_then_recovers(served):
 def test_client_disconnect_mid_stream_cancels_generation(served):
     llm = _handle("LLM")
     before = llm.stats.remote().result(timeout_s=10)
-    body = {"model": "tiny", "stream": True, "mode": "dual",
-            "messages": [{"role": "user", "content": f"{SLOW} Which prize did Thomas Südhof win?"}]}
+    body = {
+        "model": "tiny",
+        "stream": True,
+        "mode": "dual",
+        "messages": [{"role": "user", "content": f"{SLOW} Which prize did Thomas Südhof win?"}],
+    }
     got = []
     with served.client() as c:
         with c.stream("POST", "/v1/chat/completions", json=body) as r:
@@ -370,8 +432,7 @@ def test_retriever_replica_killed_mid_load_is_replaced(served):
     import ray
 
     def retriever_actors() -> set[str]:
-        return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                if f"{APP}#Retriever#" in a["name"]}
+        return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if f"{APP}#Retriever#" in a["name"]}
 
     victims = retriever_actors()
     assert len(victims) == 1
@@ -423,8 +484,10 @@ def test_auto_mode_calls_the_planner_executor_and_verifier_deployments(served):
     client = served.openai()
     before = _part_calls()
     completion = client.chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "Which prize did Thomas Südhof win?"}],
-        extra_body={"mode": "auto", "trace": True})
+        model="tiny",
+        messages=[{"role": "user", "content": "Which prize did Thomas Südhof win?"}],
+        extra_body={"mode": "auto", "trace": True},
+    )
     after = _part_calls()
     assert {name: after[name]["ok"] - before[name]["ok"] for name in PARTS} == {n: 1 for n in PARTS}
     assert all(after[n]["error"] == before[n]["error"] for n in PARTS)
@@ -441,8 +504,11 @@ def test_auto_mode_calls_the_planner_executor_and_verifier_deployments(served):
     # Streaming in auto mode: the same answer, word by word, and the last chunk carries the path and the trace.
     deltas, last = [], None
     for chunk in client.chat.completions.create(
-            model="tiny", stream=True, messages=[{"role": "user", "content": "Which prize did Thomas Südhof win?"}],
-            extra_body={"trace": True}):
+        model="tiny",
+        stream=True,
+        messages=[{"role": "user", "content": "Which prize did Thomas Südhof win?"}],
+        extra_body={"trace": True},
+    ):
         for choice in chunk.choices:
             deltas.append(choice.delta.content or "")
             if choice.finish_reason:
@@ -468,17 +534,26 @@ def test_a_verifier_no_falls_back_with_the_reason_in_the_response(served):
 def test_mode_dual_skips_the_parts_and_every_mode_streams(served):
     client = served.openai()
     before = _part_calls()
-    expected = {"dual": "dual_level", "llm_only": "llm_only", "chunk_vector": "chunk_vector",
-                "dual_retrieval": "dual_retrieval"}
+    expected = {
+        "dual": "dual_level",
+        "llm_only": "llm_only",
+        "chunk_vector": "chunk_vector",
+        "dual_retrieval": "dual_retrieval",
+    }
     for mode, path in expected.items():
         whole = client.chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": "Which prize did Thomas Südhof win?"}],
-            extra_body={"mode": mode})
+            model="tiny",
+            messages=[{"role": "user", "content": "Which prize did Thomas Südhof win?"}],
+            extra_body={"mode": mode},
+        )
         assert whole.model_extra["path"] == path and whole.model_extra["mode"] == mode, mode
         text, finish = "", None
         for chunk in client.chat.completions.create(
-                model="tiny", stream=True, messages=[{"role": "user", "content": "Which prize did Thomas Südhof win?"}],
-                extra_body={"mode": mode}):
+            model="tiny",
+            stream=True,
+            messages=[{"role": "user", "content": "Which prize did Thomas Südhof win?"}],
+            extra_body={"mode": mode},
+        ):
             for choice in chunk.choices:
                 text += choice.delta.content or ""
                 if choice.finish_reason:
@@ -517,8 +592,10 @@ def test_mode_graphflow_is_walked_by_the_graph_walker_deployment(served):
     assert body["answer"] == " | ".join(t["name"] for t in targets if t["kind"] == "entity")
     # The CLI's flow, in this process, with the same config and policy: the same walk.
     cfg = config_from_data(served.config)
-    with open_index(served.movies_root, cfg) as index, build_pipeline(
-            "graphflow", index, build_llm(cfg.llm), HashingEmbedder(dim=DIM), cfg) as flow:
+    with (
+        open_index(served.movies_root, cfg) as index,
+        build_pipeline("graphflow", index, build_llm(cfg.llm), HashingEmbedder(dim=DIM), cfg) as flow,
+    ):
         local = flow.answer(question)
     assert body["answer"] == local.text
     assert [t["key"] for t in targets] == [t["key"] for t in local.trace["graphflow"]["targets"]]
@@ -531,8 +608,11 @@ def test_cli_eval_and_serve_answer_alike(served, tmp_path, capsys):
 
     from jobs import evaluate, query
 
-    questions = ["Which prize did Thomas Südhof win?", "Where does Robert Malenka work?",
-                 f"What does Brian Kobilka study? {REJECT}"]
+    questions = [
+        "Which prize did Thomas Südhof win?",
+        "Where does Robert Malenka work?",
+        f"What does Brian Kobilka study? {REJECT}",
+    ]
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY_CONFIG, allow_unicode=True), encoding="utf-8")
     cli_answers = []
@@ -540,12 +620,34 @@ def test_cli_eval_and_serve_answer_alike(served, tmp_path, capsys):
         assert query.main(["--index", str(served.index_root), "--config", str(config), "--json", q]) == 0
         cli_answers.append(json.loads(capsys.readouterr().out))
     qfile = tmp_path / "questions.jsonl"
-    qfile.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answers": ["x"]}) + "\n"
-                             for i, q in enumerate(questions)), encoding="utf-8")
+    qfile.write_text(
+        "".join(json.dumps({"id": f"q{i}", "question": q, "answers": ["x"]}) + "\n" for i, q in enumerate(questions)),
+        encoding="utf-8",
+    )
     out = tmp_path / "eval"
-    assert evaluate.main(["run", "--benchmark", "generic", "--questions", str(qfile), "--index",
-                          str(served.index_root), "--config", str(config), "--output", str(out), "--mode", "auto",
-                          "--cpus-per-worker", "0.1", "--json"]) == 0
+    assert (
+        evaluate.main(
+            [
+                "run",
+                "--benchmark",
+                "generic",
+                "--questions",
+                str(qfile),
+                "--index",
+                str(served.index_root),
+                "--config",
+                str(config),
+                "--output",
+                str(out),
+                "--mode",
+                "auto",
+                "--cpus-per-worker",
+                "0.1",
+                "--json",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     traces = pq.read_table(out / "shards" / "auto").to_pylist()
     eval_answers = {t["id"]: t for t in traces}
@@ -575,11 +677,17 @@ def test_in_replica_embedder_and_parts_answer_like_the_deployments(served):
     from serve.app import build_app
 
     name, prefix = "hxd2-local-embed", "/local-embed"
-    app = build_app({
-        "indexes": {"tiny": str(served.index_root)}, "config_data": TINY_CONFIG, "auth": False,
-        "embedder": "in_replica", "parts": "in_replica", "transport": "actor",
-        "deployment_options": {"Ingress": _small(0.05), "Retriever": _small(0.05), "LLM": _small(0.05)},
-    })
+    app = build_app(
+        {
+            "indexes": {"tiny": str(served.index_root)},
+            "config_data": TINY_CONFIG,
+            "auth": False,
+            "embedder": "in_replica",
+            "parts": "in_replica",
+            "transport": "actor",
+            "deployment_options": {"Ingress": _small(0.05), "Retriever": _small(0.05), "LLM": _small(0.05)},
+        }
+    )
     serve.run(app, name=name, route_prefix=prefix)
     try:
         deployments = set(serve.status().applications[name].deployments)
@@ -609,21 +717,41 @@ def test_vllm_streamed_chat_returns_tokens_and_disconnect_aborts(served):
     from serve.app import build_app
 
     name, prefix = "hxd2-vllm", "/vllm"
-    config = dict(TINY_CONFIG, llm={"backend": "vllm", "model": "builtin:smollm2-135m-instruct",
-                                    "max_model_len": 2048, "cpu_kv_cache_gb": 1, "max_num_seqs": 8})
+    config = dict(
+        TINY_CONFIG,
+        llm={
+            "backend": "vllm",
+            "model": "builtin:smollm2-135m-instruct",
+            "max_model_len": 2048,
+            "cpu_kv_cache_gb": 1,
+            "max_num_seqs": 8,
+        },
+    )
     config["retrieval"] = {"keyword_max_tokens": 48, "answer_max_tokens": 128, "answer_reserve_tokens": 512}
-    app = build_app({
-        "indexes": {"tiny": str(served.index_root)}, "config_data": config, "auth": False, "parts": "in_replica",
-        "deployment_options": {"Ingress": _small(0.05), "Retriever": _small(0.05), "Embedder": _small(0.05),
-                               "LLM": _small(0.5)},
-    })
+    app = build_app(
+        {
+            "indexes": {"tiny": str(served.index_root)},
+            "config_data": config,
+            "auth": False,
+            "parts": "in_replica",
+            "deployment_options": {
+                "Ingress": _small(0.05),
+                "Retriever": _small(0.05),
+                "Embedder": _small(0.05),
+                "LLM": _small(0.5),
+            },
+        }
+    )
     serve.run(app, name=name, route_prefix=prefix)
     try:
         client = served.openai(key="unused", prefix=prefix)
         t0 = time.perf_counter()
         stream = client.chat.completions.create(
-            model="tiny", stream=True, messages=[{"role": "user", "content": "Which prize did Thomas Südhof win?"}],
-            extra_body={"mode": "dual"})
+            model="tiny",
+            stream=True,
+            messages=[{"role": "user", "content": "Which prize did Thomas Südhof win?"}],
+            extra_body={"mode": "dual"},
+        )
         tokens: list[str] = []
         first_token_s = None
         for chunk in stream:

@@ -41,8 +41,15 @@ HOLD_S = float(os.environ.get("HXD2_LIVE_UPDATE_SECONDS", "6"))
 def _hxd2(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
     env.update({"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-    proc = subprocess.run([sys.executable, "-m", "jobs.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, f"hxd2 {' '.join(args)}\n{proc.stderr[-3000:]}"
     return proc
 
@@ -69,16 +76,24 @@ class QueryLoop:
             while not self.stop.is_set():
                 question = QUESTIONS[i % len(QUESTIONS)]
                 i += 1
-                r = client.post("/v1/query", json={"question": question, "index": "live", "mode": "dual",
-                                                   "trace": True})
+                r = client.post(
+                    "/v1/query", json={"question": question, "index": "live", "mode": "dual", "trace": True}
+                )
                 if r.status_code != 200:
                     self.answers.append(Answered(time.time(), r.status_code))
                     continue
                 body = r.json()
                 refs = body.get("references") or []
-                self.answers.append(Answered(
-                    time.time(), 200, body.get("generation", ""), (body.get("trace") or {}).get("generation", ""),
-                    tuple(ref.get("source_id", "") for ref in refs), tuple(ref.get("source_path", "") for ref in refs)))
+                self.answers.append(
+                    Answered(
+                        time.time(),
+                        200,
+                        body.get("generation", ""),
+                        (body.get("trace") or {}).get("generation", ""),
+                        tuple(ref.get("source_id", "") for ref in refs),
+                        tuple(ref.get("source_path", "") for ref in refs),
+                    )
+                )
 
     def after(self, moment: float) -> list[Answered]:
         return [a for a in self.answers if a.at >= moment]
@@ -110,10 +125,20 @@ def test_answers_follow_updates_and_deletes_without_a_failed_request(ray_local, 
     keys = tmp_path / "keys"
     keys.write_text(KEY + "\n")
     small = {"ray_actor_options": {"num_cpus": 0.1}}
-    app = build_app({"indexes": {"live": str(index)}, "config_data": CONFIG, "api_keys_file": str(keys),
-                     "generation_poll_s": 0.5, "request_deadline_s": 30, "mode": "dual",
-                     "deployment_options": {name: small for name in (
-                         "Ingress", "Retriever", "LLM", "Embedder", "Planner", "PlanExecutor", "Verifier")}})
+    app = build_app(
+        {
+            "indexes": {"live": str(index)},
+            "config_data": CONFIG,
+            "api_keys_file": str(keys),
+            "generation_poll_s": 0.5,
+            "request_deadline_s": 30,
+            "mode": "dual",
+            "deployment_options": {
+                name: small
+                for name in ("Ingress", "Retriever", "LLM", "Embedder", "Planner", "PlanExecutor", "Verifier")
+            },
+        }
+    )
     serve.run(app, name="live-updates", route_prefix="/live")
     loop = QueryLoop(f"http://127.0.0.1:{port}/live")
     worker = threading.Thread(target=loop.run, daemon=True)
@@ -148,8 +173,10 @@ def test_answers_follow_updates_and_deletes_without_a_failed_request(ray_local, 
 
     answers = loop.answers
     failed = [a for a in answers if a.status != 200]
-    print(f"\nlive updates: {len(answers)} answers, {len(failed)} failed; publish -> first answer from the new "
-          f"generation: update {switch_add:.2f} s, delete {switch_delete:.2f} s")
+    print(
+        f"\nlive updates: {len(answers)} answers, {len(failed)} failed; publish -> first answer from the new "
+        f"generation: update {switch_add:.2f} s, delete {switch_delete:.2f} s"
+    )
     assert failed == []
     # one generation per request, named alike in the response and its trace
     assert all(a.generation and a.generation == a.trace_generation for a in answers)

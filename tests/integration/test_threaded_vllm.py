@@ -20,15 +20,25 @@ CITIES = ("Paris", "Rome", "Tokyo")
 def llm():
     from hxd2_ray.llm.threaded import ThreadedVllmLLM
 
-    cfg = VllmLLMConfig(backend="vllm", model="builtin:smollm2-135m-instruct", max_model_len=2048,
-                        enforce_eager=True, cpu_kv_cache_gb=1, max_num_seqs=16)
+    cfg = VllmLLMConfig(
+        backend="vllm",
+        model="builtin:smollm2-135m-instruct",
+        max_model_len=2048,
+        enforce_eager=True,
+        cpu_kv_cache_gb=1,
+        max_num_seqs=16,
+    )
     with ThreadedVllmLLM(cfg) as client:
         yield client
 
 
 def _ask(n: int, max_tokens: int = 16) -> LLMRequest:
-    return LLMRequest(messages=({"role": "user", "content": f"Name a city in country number {n}."},),
-                      max_tokens=max_tokens, choices=CITIES, tag=f"q{n}")
+    return LLMRequest(
+        messages=({"role": "user", "content": f"Name a city in country number {n}."},),
+        max_tokens=max_tokens,
+        choices=CITIES,
+        tag=f"q{n}",
+    )
 
 
 def test_threads_share_the_engine(llm):
@@ -45,8 +55,9 @@ def test_threads_share_the_engine(llm):
 
     def call(n: int) -> None:
         # long enough (dozens of decoding steps) that the six requests overlap however threads are scheduled
-        results[n] = llm.complete([LLMRequest(messages=({"role": "user", "content": f"Tell story number {n}."},),
-                                              max_tokens=48, tag=f"s{n}")])[0]
+        results[n] = llm.complete(
+            [LLMRequest(messages=({"role": "user", "content": f"Tell story number {n}."},), max_tokens=48, tag=f"s{n}")]
+        )[0]
 
     watcher = threading.Thread(target=watch)
     watcher.start()

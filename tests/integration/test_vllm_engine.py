@@ -148,8 +148,9 @@ def test_over_long_prompt_is_shortened_and_batch_survives(engine):
 def test_truncation_keeps_instructions_and_cuts_the_middle(engine):
     system = "SYSTEM-INSTRUCTIONS: extract entities."
     user = "TASK-HEAD keep this.\n" + " ".join(f"w{i}" for i in range(8_000)) + "\nTASK-TAIL answer now."
-    req = LLMRequest(messages=({"role": "system", "content": system}, {"role": "user", "content": user}),
-                     max_tokens=300)
+    req = LLMRequest(
+        messages=({"role": "system", "content": system}, {"role": "user", "content": user}), max_tokens=300
+    )
     prepared = engine._prepare(req)
     assert not prepared.error and prepared.truncated
     assert prepared.messages[0]["content"] == system
@@ -165,8 +166,9 @@ def test_unfittable_and_invalid_requests_fail_alone(engine):
     huge_system = LLMRequest(
         messages=({"role": "system", "content": "rule " * 5_000}, {"role": "user", "content": "hi"}), max_tokens=16
     )
-    bad_schema = LLMRequest(messages=({"role": "user", "content": "hi"},), max_tokens=16,
-                            json_schema={"type": "object", "properties": 5})
+    bad_schema = LLMRequest(
+        messages=({"role": "user", "content": "hi"},), max_tokens=16, json_schema={"type": "object", "properties": 5}
+    )
     responses = engine.complete([_judge_request(), huge_system, bad_schema, _extract_request(SENTENCES[1])])
     assert [bool(r.error) for r in responses] == [False, True, True, False], responses
     assert responses[0].text in {"yes", "no"}
@@ -193,18 +195,21 @@ def test_same_structure_as_scripted_llm(engine):
     from hxd2_ray.llm.scripted import ScriptedLLM
 
     schema = extraction_json_schema(DEFAULT_ENTITY_TYPES)
-    requests = [
-        LLMRequest(
-            messages=(
-                {"role": "system", "content": "Extract entities and relations as JSON."},
-                {"role": "user", "content": f"Extract from the text.{TEXT_MARKER}\n{s}"},
-            ),
-            max_tokens=192,  # structure only; a reply cut by the limit is allowed below
-            json_schema=schema,
-            tag="extract",
-        )
-        for s in SENTENCES[:2]
-    ] + [_judge_request()]
+    requests = (
+        [
+            LLMRequest(
+                messages=(
+                    {"role": "system", "content": "Extract entities and relations as JSON."},
+                    {"role": "user", "content": f"Extract from the text.{TEXT_MARKER}\n{s}"},
+                ),
+                max_tokens=192,  # structure only; a reply cut by the limit is allowed below
+                json_schema=schema,
+                tag="extract",
+            )
+            for s in SENTENCES[:2]
+        ]
+        + [_judge_request()]
+    )
     scripted = ScriptedLLM.from_config(ScriptedLLMConfig())
     for backend in (scripted, engine):
         responses = backend.complete(requests)
@@ -229,9 +234,12 @@ def test_pairwise_judge_on_the_real_model(engine):
     only: every reply parses (the schema forces a verdict), counts add up."""
     from hxd2_ray.evaluation.judge import TAG, JudgeItem, PairwiseJudge
 
-    items = [JudgeItem("q1", "What is the capital of France?", "Paris is the capital of France.", "Berlin.",
-                       reference="Paris"),
-             JudgeItem("q2", "水稻最常见的真菌病害是什么？", "稻瘟病。", "我不知道。")]
+    items = [
+        JudgeItem(
+            "q1", "What is the capital of France?", "Paris is the capital of France.", "Berlin.", reference="Paris"
+        ),
+        JudgeItem("q2", "水稻最常见的真菌病害是什么？", "稻瘟病。", "我不知道。"),
+    ]
     result = PairwiseJudge(engine, max_tokens=96).judge(items)
     t = result.totals["overall"]
     assert t["n"] == 2 and t["replies"] == 4

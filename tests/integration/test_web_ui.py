@@ -30,8 +30,16 @@ KEY = "sk-ui-test-4Rk9"
 QUESTION = "Where does Robert Malenka work?"
 CHROMIUM = "/usr/bin/chromium"
 # Playwright's own browser download cannot reach its host here: the test drives the system's Chromium.
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 TIMEOUT_MS = 30_000
 SVG_NAMESPACE = "http://www.w3.org/2000/svg"
 
@@ -52,19 +60,24 @@ def base_url(ray_local, tmp_path_factory) -> Iterator[str]:
     keys.write_text(f"{KEY}\n")
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60})
-    app = build_app({
-        "indexes": {"tiny": str(root)},
-        "config_data": {"llm": {"backend": "scripted"}, "embedding": {"backend": "hashing", "dim": DIM},
-                        "retrieval": {"context_length": 4096, "answer_reserve_tokens": 1024}},
-        "api_keys_file": str(keys),
-        # A word every 40 ms: the answer visibly grows for about a second.
-        "scripted": {"token_delay_s": 0.04},
-        # The smallest app: the parts and the embedder inside the Retriever (2 cores in CI).
-        "parts": "in_replica",
-        "embedder": "in_replica",
-        "pipeline_threads": 4,
-        "deployment_options": {"Ingress": _small(0.1), "Retriever": _small(0.2), "LLM": _small(0.1)},
-    })
+    app = build_app(
+        {
+            "indexes": {"tiny": str(root)},
+            "config_data": {
+                "llm": {"backend": "scripted"},
+                "embedding": {"backend": "hashing", "dim": DIM},
+                "retrieval": {"context_length": 4096, "answer_reserve_tokens": 1024},
+            },
+            "api_keys_file": str(keys),
+            # A word every 40 ms: the answer visibly grows for about a second.
+            "scripted": {"token_delay_s": 0.04},
+            # The smallest app: the parts and the embedder inside the Retriever (2 cores in CI).
+            "parts": "in_replica",
+            "embedder": "in_replica",
+            "pipeline_threads": 4,
+            "deployment_options": {"Ingress": _small(0.1), "Retriever": _small(0.2), "LLM": _small(0.1)},
+        }
+    )
     serve.run(app, name=APP, route_prefix="/")
     try:
         yield f"http://127.0.0.1:{port}"
@@ -119,8 +132,12 @@ def ui(base_url, browser) -> Iterator[Ui]:
     finally:
         context.close()
     assert out.requests, "the page made no request"
-    outside = [url for url in out.requests if urlsplit(url).scheme not in ("data",)
-               and (urlsplit(url).hostname, urlsplit(url).port) != ("127.0.0.1", int(base_url.rsplit(":", 1)[1]))]
+    outside = [
+        url
+        for url in out.requests
+        if urlsplit(url).scheme not in ("data",)
+        and (urlsplit(url).hostname, urlsplit(url).port) != ("127.0.0.1", int(base_url.rsplit(":", 1)[1]))
+    ]
     assert not outside, f"requests that left the app: {outside}"
     assert not errors, f"script errors on the page: {errors}"
 

@@ -41,11 +41,17 @@ def _check_report(load):
     return report
 
 
-generic_rows = st.one_of(json_values, st.fixed_dictionaries(
-    {"id": st.one_of(any_text(8), small_json), "question": st.one_of(any_text(40), small_json)},
-    optional={"answers": st.one_of(st.lists(any_text(10), max_size=3), small_json),
-              "gold_passages": st.one_of(st.lists(any_text(8), max_size=2), small_json),
-              "choices": small_json}))
+generic_rows = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {"id": st.one_of(any_text(8), small_json), "question": st.one_of(any_text(40), small_json)},
+        optional={
+            "answers": st.one_of(st.lists(any_text(10), max_size=3), small_json),
+            "gold_passages": st.one_of(st.lists(any_text(8), max_size=2), small_json),
+            "choices": small_json,
+        },
+    ),
+)
 
 
 @given(st.lists(generic_rows, max_size=6))
@@ -60,9 +66,17 @@ def test_generic_questions_any_bytes(data):
     _check_report(lambda: D.load_generic(None, path))
 
 
-@given(st.lists(st.one_of(json_values, st.fixed_dictionaries(
-    {"id": any_text(6), "text": st.one_of(any_text(30), small_json)}, optional={"title": small_json})),
-    max_size=6))
+@given(
+    st.lists(
+        st.one_of(
+            json_values,
+            st.fixed_dictionaries(
+                {"id": any_text(6), "text": st.one_of(any_text(30), small_json)}, optional={"title": small_json}
+            ),
+        ),
+        max_size=6,
+    )
+)
 def test_generic_corpus(rows):
     path = _write("c.jsonl", "\n".join(json.dumps(r) for r in rows).encode())
     skipped: list = []
@@ -74,9 +88,13 @@ def test_generic_corpus(rows):
     assert all(_valid(s) for s in skipped)
 
 
-seed_rows = st.one_of(json_values, st.fixed_dictionaries(
-    {"question": st.one_of(any_text(60), small_json), "answer": st.one_of(any_text(3), small_json)},
-    optional={"task_type": small_json, "rice": small_json}))
+seed_rows = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {"question": st.one_of(any_text(60), small_json), "answer": st.one_of(any_text(3), small_json)},
+        optional={"task_type": small_json, "rice": small_json},
+    ),
+)
 
 
 @given(st.one_of(st.lists(seed_rows, max_size=5), json_values))
@@ -85,14 +103,26 @@ def test_seedbench_file(rows):
     _check_report(lambda: D.load_seedbench(path))
 
 
-hotpot_rows = st.one_of(json_values, st.fixed_dictionaries(
-    {"_id": any_text(6), "question": st.one_of(any_text(40), small_json), "answer": st.one_of(any_text(8), small_json)},
-    optional={"supporting_facts": small_json, "context": small_json}))
+hotpot_rows = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {
+            "_id": any_text(6),
+            "question": st.one_of(any_text(40), small_json),
+            "answer": st.one_of(any_text(8), small_json),
+        },
+        optional={"supporting_facts": small_json, "context": small_json},
+    ),
+)
 
 
-@given(st.one_of(st.lists(hotpot_rows, max_size=5), json_values),
-       st.one_of(st.dictionaries(any_text(10), st.one_of(st.lists(any_text(20), max_size=3), small_json),
-                                 max_size=4), st.lists(json_values, max_size=4)))
+@given(
+    st.one_of(st.lists(hotpot_rows, max_size=5), json_values),
+    st.one_of(
+        st.dictionaries(any_text(10), st.one_of(st.lists(any_text(20), max_size=3), small_json), max_size=4),
+        st.lists(json_values, max_size=4),
+    ),
+)
 def test_hotpotqa_files(questions, corpus):
     qpath = _write("hotpotqa.json", json.dumps(questions).encode())
     cpath = _write("hotpotqa_corpus.json", json.dumps(corpus).encode())

@@ -46,17 +46,22 @@ def test_any_json_shape_parses_without_raising(text):
     _check_records(parse_json(text, "chunk-1", JSON_CFG), JSON_CFG)
 
 
-record = st.fixed_dictionaries({
-    "entity_name": st.one_of(any_text(20), small_json),
-    "entity_type": st.one_of(st.sampled_from(["person", "ORGANIZATION", "geo", ""]), small_json),
-    "entity_description": st.one_of(any_text(40), small_json),
-})
-relation = st.fixed_dictionaries({
-    "source": st.one_of(any_text(12), small_json), "target": st.one_of(any_text(12), small_json),
-    "description": st.one_of(any_text(30), small_json),
-    "keywords": st.one_of(st.lists(any_text(10), max_size=4), small_json),
-    "strength": st.one_of(st.floats(), any_text(6), small_json),
-})
+record = st.fixed_dictionaries(
+    {
+        "entity_name": st.one_of(any_text(20), small_json),
+        "entity_type": st.one_of(st.sampled_from(["person", "ORGANIZATION", "geo", ""]), small_json),
+        "entity_description": st.one_of(any_text(40), small_json),
+    }
+)
+relation = st.fixed_dictionaries(
+    {
+        "source": st.one_of(any_text(12), small_json),
+        "target": st.one_of(any_text(12), small_json),
+        "description": st.one_of(any_text(30), small_json),
+        "keywords": st.one_of(st.lists(any_text(10), max_size=4), small_json),
+        "strength": st.one_of(st.floats(), any_text(6), small_json),
+    }
+)
 
 
 @given(st.lists(record, max_size=6), st.lists(relation, max_size=6))

@@ -18,8 +18,17 @@ from hxd2_ray.types import content_hash
 from tests.property.strategies import any_text, is_valid_unicode, json_values, small_json
 
 CFG = IngestConfig(max_file_bytes=4096)
-REASONS = {"too_large", "unsupported_type", "empty", "whitespace_only", "binary", "undecodable", "malformed_json",
-           "missing_text_field", "unreadable"}
+REASONS = {
+    "too_large",
+    "unsupported_type",
+    "empty",
+    "whitespace_only",
+    "binary",
+    "undecodable",
+    "malformed_json",
+    "missing_text_field",
+    "unreadable",
+}
 SUFFIXES = [".txt", ".md", ".json", ".jsonl", ".parquet", ".pdf", "", ".TXT", ".markdown"]
 BOMS = [b"", codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE]
 
@@ -46,9 +55,13 @@ def test_any_text_in_any_unicode_encoding(text, suffix, encoding):
     _check(f"/corpus/doc{suffix}", text.encode(encoding, "surrogatepass"))
 
 
-records = st.one_of(json_values, st.fixed_dictionaries(
-    {"text": st.one_of(any_text(80), small_json)},
-    optional={"id": st.one_of(any_text(10), small_json), "title": st.one_of(any_text(20), small_json)}))
+records = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {"text": st.one_of(any_text(80), small_json)},
+        optional={"id": st.one_of(any_text(10), small_json), "title": st.one_of(any_text(20), small_json)},
+    ),
+)
 
 
 @given(st.lists(records, max_size=6), st.booleans())

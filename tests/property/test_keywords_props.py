@@ -30,15 +30,26 @@ def test_any_json(text, limit):
     _check(parse_keywords(text, limit), limit)
 
 
-@given(st.dictionaries(st.sampled_from(["high_level_keywords", "low_level_keywords", "High-Level", "低级关键词", "x"]),
-                       small_json, max_size=3))
+@given(
+    st.dictionaries(
+        st.sampled_from(["high_level_keywords", "low_level_keywords", "High-Level", "低级关键词", "x"]),
+        small_json,
+        max_size=3,
+    )
+)
 def test_hostile_values_under_the_expected_keys(obj):
     _check(parse_keywords(json.dumps(obj), 10), 10)
     _check(parse_keywords(repr(obj), 10), 10)  # the Python-literal path
 
 
-@given(st.lists(st.text(alphabet=st.characters(categories=["L"]), min_size=1, max_size=10), min_size=1, max_size=5,
-                unique_by=normalize_name))
+@given(
+    st.lists(
+        st.text(alphabet=st.characters(categories=["L"]), min_size=1, max_size=10),
+        min_size=1,
+        max_size=5,
+        unique_by=normalize_name,
+    )
+)
 def test_clean_replies_come_back(words):
     kw = parse_keywords(json.dumps({"high_level_keywords": [], "low_level_keywords": words}), 10)
     assert kw.parsed and list(kw.low_level) == words

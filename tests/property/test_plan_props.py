@@ -16,14 +16,45 @@ aliases = st.sampled_from(["a", "b", "films", "x1", "", "1bad", "$a", None])
 refs = st.sampled_from(["$a", "$b", "$films", "$x1", "$missing", "$$lit", "plain"])
 arg_values = st.one_of(refs, small_json, st.lists(refs, max_size=3))
 steps = st.fixed_dictionaries(
-    {"step": st.one_of(any_text(20), small_json),
-     "action": st.fixed_dictionaries({"op": st.one_of(st.sampled_from(OPS), small_json),
-                                      "args": st.one_of(st.dictionaries(
-                                          st.sampled_from(["s", "p", "o", "items", "value", "cmp", "order",
-                                                           "limit", "values", "left", "right", "op", "expr",
-                                                           "question", "inputs", "aliases", "hops", "exclude"]),
-                                          arg_values, max_size=5), small_json),
-                                      "alias": aliases})})
+    {
+        "step": st.one_of(any_text(20), small_json),
+        "action": st.fixed_dictionaries(
+            {
+                "op": st.one_of(st.sampled_from(OPS), small_json),
+                "args": st.one_of(
+                    st.dictionaries(
+                        st.sampled_from(
+                            [
+                                "s",
+                                "p",
+                                "o",
+                                "items",
+                                "value",
+                                "cmp",
+                                "order",
+                                "limit",
+                                "values",
+                                "left",
+                                "right",
+                                "op",
+                                "expr",
+                                "question",
+                                "inputs",
+                                "aliases",
+                                "hops",
+                                "exclude",
+                            ]
+                        ),
+                        arg_values,
+                        max_size=5,
+                    ),
+                    small_json,
+                ),
+                "alias": aliases,
+            }
+        ),
+    }
+)
 
 
 def _check(result):
@@ -57,8 +88,10 @@ def test_step_lists_with_hostile_arguments(items, wrapped):
     _check(validate_plan(json.dumps(raw)))
 
 
-@given(st.text(alphabet="0123456789+-*/().$ab_ e%", max_size=40),
-       st.dictionaries(st.sampled_from(["a", "b"]), st.one_of(st.integers(), st.floats()), max_size=2))
+@given(
+    st.text(alphabet="0123456789+-*/().$ab_ e%", max_size=40),
+    st.dictionaries(st.sampled_from(["a", "b"]), st.one_of(st.integers(), st.floats()), max_size=2),
+)
 def test_math_either_evaluates_or_raises_math_error(expr, values):
     try:
         result = evaluate_math(expr, values)

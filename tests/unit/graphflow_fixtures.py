@@ -18,8 +18,19 @@ from hxd2_ray.retrieval import open_index
 from tests.unit.test_graphflow_data import DIM, KB, kb_config
 
 # Small batches: detailed balance learns by optimiser steps more than by samples per step (41 questions, 8 epochs).
-TRAIN = dict(hidden_dim=32, max_steps=2, batch_questions=2, learning_rate=5e-3, trajectories=16, torch_threads=1,
-             dev_fraction=0.0, test_fraction=0.0, epochs=8, patience=8, max_dev_questions=50)
+TRAIN = dict(
+    hidden_dim=32,
+    max_steps=2,
+    batch_questions=2,
+    learning_rate=5e-3,
+    trajectories=16,
+    torch_threads=1,
+    dev_fraction=0.0,
+    test_fraction=0.0,
+    epochs=8,
+    patience=8,
+    max_dev_questions=50,
+)
 
 KbPolicy = tuple[Path, HxdConfig, GraphFlowConfig, TrainingInputs]
 _TRAINED: dict[int, KbPolicy] = {}  # by tmp_path_factory, i.e. one per session
@@ -31,12 +42,26 @@ def kb_questions() -> list[EvalItem]:
     by_director: dict[str, list[str]] = {}
     for t in read_triples(KB):
         if t.relation == "directed_by":
-            items.append(EvalItem(f"d{len(items)}", f"who directed {t.subject}", (t.object,), task="kgqa",
-                                  meta={"question_marked": f"who directed [{t.subject}]", "hops": 1}))
+            items.append(
+                EvalItem(
+                    f"d{len(items)}",
+                    f"who directed {t.subject}",
+                    (t.object,),
+                    task="kgqa",
+                    meta={"question_marked": f"who directed [{t.subject}]", "hops": 1},
+                )
+            )
             by_director.setdefault(t.object, []).append(t.subject)
     for person, films in by_director.items():
-        items.append(EvalItem(f"f{len(items)}", f"which films did {person} direct", tuple(films), task="kgqa",
-                              meta={"question_marked": f"which films did [{person}] direct", "hops": 1}))
+        items.append(
+            EvalItem(
+                f"f{len(items)}",
+                f"which films did {person} direct",
+                tuple(films),
+                task="kgqa",
+                meta={"question_marked": f"which films did [{person}] direct", "hops": 1},
+            )
+        )
     return items
 
 

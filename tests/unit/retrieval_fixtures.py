@@ -49,11 +49,14 @@ CHUNKS = [
 # name, type, description, source chunks
 ENTITIES = [
     ("Thomas Südhof", "person", "Thomas Südhof is a German-American biochemist who studies synapses.", ["c1", "c2"]),
-    ("Stanford University", "organization", "Stanford University is a research university in California.",
-     ["c1", "c3", "c4"]),
+    (
+        "Stanford University",
+        "organization",
+        "Stanford University is a research university in California.",
+        ["c1", "c3", "c4"],
+    ),
     ("Nobel Prize", "event", "The Nobel Prize in Physiology or Medicine.", ["c2", "c4"]),
-    ("Synaptic Transmission", "concept", "Synaptic transmission is how neurons signal across synapses.",
-     ["c2", "c3"]),
+    ("Synaptic Transmission", "concept", "Synaptic transmission is how neurons signal across synapses.", ["c2", "c3"]),
     ("Neurexin", "gene", "Neurexins are presynaptic cell-adhesion proteins.", ["c2"]),
     ("Robert Malenka", "person", "Robert Malenka is a psychiatrist who studies synaptic plasticity.", ["c3"]),
     ("Brian Kobilka", "person", "Brian Kobilka is a physiologist who studies G-protein-coupled receptors.", ["c4"]),
@@ -87,28 +90,74 @@ def tiny_tables(hostile: bool = False) -> tuple[pa.Table, pa.Table, pa.Table, pa
         schema=tables.DOCUMENTS,
     )
     chunk_rows = [
-        {"id": c, "doc_id": d, "order": o, "start": o * 80, "text": text, "header_path": "", "language": "en",
-         "shard": 0}
+        {
+            "id": c,
+            "doc_id": d,
+            "order": o,
+            "start": o * 80,
+            "text": text,
+            "header_path": "",
+            "language": "en",
+            "shard": 0,
+        }
         for c, d, o, text in CHUNKS
     ]
     entity_rows = [
-        {"key": key(n), "name": n, "type": t, "description": desc, "source_chunk_ids": srcs, "mention_count": len(srcs),
-         "name_truncated": False}
+        {
+            "key": key(n),
+            "name": n,
+            "type": t,
+            "description": desc,
+            "source_chunk_ids": srcs,
+            "mention_count": len(srcs),
+            "name_truncated": False,
+        }
         for n, t, desc, srcs in ENTITIES
     ]
     if hostile:
-        chunk_rows.append({"id": "c5", "doc_id": "d3", "order": 1, "start": 80,
-                           "text": f"The string {HOSTILE} is data.", "header_path": "", "language": "en", "shard": 0})
-        entity_rows.append({"key": key(HOSTILE), "name": HOSTILE, "type": "concept", "description": "A hostile name.",
-                            "source_chunk_ids": ["c5"], "mention_count": 1, "name_truncated": False})
+        chunk_rows.append(
+            {
+                "id": "c5",
+                "doc_id": "d3",
+                "order": 1,
+                "start": 80,
+                "text": f"The string {HOSTILE} is data.",
+                "header_path": "",
+                "language": "en",
+                "shard": 0,
+            }
+        )
+        entity_rows.append(
+            {
+                "key": key(HOSTILE),
+                "name": HOSTILE,
+                "type": "concept",
+                "description": "A hostile name.",
+                "source_chunk_ids": ["c5"],
+                "mention_count": 1,
+                "name_truncated": False,
+            }
+        )
     relation_rows = []
     for s, t, desc, kws, w in RELATIONS:
         a, b = sorted((key(s), key(t)))
-        relation_rows.append({"source_key": a, "target_key": b, "description": desc, "keywords": kws, "weight": w,
-                              "source_chunk_ids": [], "mention_count": 1})
-    return (docs, pa.Table.from_pylist(chunk_rows, schema=tables.CHUNKS),
-            pa.Table.from_pylist(entity_rows, schema=tables.ENTITIES),
-            pa.Table.from_pylist(relation_rows, schema=tables.RELATIONS))
+        relation_rows.append(
+            {
+                "source_key": a,
+                "target_key": b,
+                "description": desc,
+                "keywords": kws,
+                "weight": w,
+                "source_chunk_ids": [],
+                "mention_count": 1,
+            }
+        )
+    return (
+        docs,
+        pa.Table.from_pylist(chunk_rows, schema=tables.CHUNKS),
+        pa.Table.from_pylist(entity_rows, schema=tables.ENTITIES),
+        pa.Table.from_pylist(relation_rows, schema=tables.RELATIONS),
+    )
 
 
 def index_config(dim: int = DIM, **retrieval: Any) -> HxdConfig:
@@ -120,8 +169,16 @@ def index_config(dim: int = DIM, **retrieval: Any) -> HxdConfig:
     )
 
 
-def write_index(root: Path, cfg: HxdConfig, docs: pa.Table, chunks: pa.Table, entities: pa.Table,
-                relations: pa.Table, embed: Callable[[list[str]], np.ndarray], manifest: bool = True) -> dict[str, int]:
+def write_index(
+    root: Path,
+    cfg: HxdConfig,
+    docs: pa.Table,
+    chunks: pa.Table,
+    entities: pa.Table,
+    relations: pa.Table,
+    embed: Callable[[list[str]], np.ndarray],
+    manifest: bool = True,
+) -> dict[str, int]:
     """Graph + the five vector families + manifest (last), as the index job lays them out."""
     root.mkdir(parents=True, exist_ok=True)
     counts = load_graph(root / "graph.kuzu", docs, chunks.drop_columns(["shard"]), entities, relations)
@@ -138,8 +195,9 @@ def write_index(root: Path, cfg: HxdConfig, docs: pa.Table, chunks: pa.Table, en
     return counts
 
 
-def build_tiny_index(root: Path, *, hostile: bool = False, dim: int = DIM, manifest: bool = True,
-                     **retrieval: Any) -> TinyIndex:
+def build_tiny_index(
+    root: Path, *, hostile: bool = False, dim: int = DIM, manifest: bool = True, **retrieval: Any
+) -> TinyIndex:
     cfg = index_config(dim, **retrieval)
     embedder = HashingEmbedder(dim=dim, model_id=cfg.embedding.model_id)
     counts = write_index(root, cfg, *tiny_tables(hostile), embed=embedder.embed, manifest=manifest)
@@ -152,8 +210,9 @@ def keyword_reply(low: list[str], high: list[str]) -> str:
     return json.dumps({"high_level_keywords": high, "low_level_keywords": low}, ensure_ascii=False)
 
 
-def scripted_llm(keywords: str | Callable[[LLMRequest], str], answer: str = "The answer.",
-                 replies: Mapping[str, str] | None = None) -> ScriptedLLM:
+def scripted_llm(
+    keywords: str | Callable[[LLMRequest], str], answer: str = "The answer.", replies: Mapping[str, str] | None = None
+) -> ScriptedLLM:
     """ScriptedLLM in handler mode: ``keywords`` for the keyword call, ``answer`` for the answer call."""
 
     def handler(req: LLMRequest) -> str | LLMResponse:

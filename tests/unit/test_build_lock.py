@@ -37,8 +37,13 @@ def _hold_lock_in_a_child(out: Path) -> subprocess.Popen:
         print("held", flush=True)
         time.sleep(600)
     """)
-    child = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert child.stdout is not None and child.stdout.readline().strip() == "held"
     return child
 
@@ -98,7 +103,10 @@ def test_the_lock_survives_overwrite_and_the_sweep_removes_a_killed_builds_lefto
     (out / ".manifest-x1.tmp").write_text("{")
     with build_output(str(out), S3) as opened:
         assert sorted(Path(p).name for p in opened.swept) == [
-            ".building-1a2b3c4d", ".manifest-x1.tmp", ".tmp-5e6f-part-1.parquet"]
+            ".building-1a2b3c4d",
+            ".manifest-x1.tmp",
+            ".tmp-5e6f-part-1.parquet",
+        ]
         assert (out / "_staging" / "extractions" / "part-1.parquet").exists()
         assert (out / LOCK_NAME).exists()
     assert not (out / LOCK_NAME).exists()

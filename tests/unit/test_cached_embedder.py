@@ -77,8 +77,9 @@ def test_the_refusal_gate_reuses_the_retrievals_keyword_vectors(tmp_path):
         for cache, repeats_expected in ((4096, False), (0, True)):
             embedder = CountingEmbedder(dim=DIM, model_id=tiny.cfg.embedding.model_id)
             cfg = with_multistage(tiny.cfg, refusal_rule="min")
-            cfg = cfg.model_copy(update={"retrieval": cfg.retrieval.model_copy(
-                update={"embedding_cache_texts": cache})})
+            cfg = cfg.model_copy(
+                update={"retrieval": cfg.retrieval.model_copy(update={"embedding_cache_texts": cache})}
+            )
             with build_pipeline("auto", index, scripted(), embedder, cfg) as flow:
                 answer = flow.answer(QUESTION)
             assert "score" in answer.trace["refusal"] and answer.path == "logic_form"  # the gate ran

@@ -44,7 +44,7 @@ def _chinese(n_sentences: int, seed: int = 0) -> str:
 def _check_invariants(doc: Document, chunks, cfg: ChunkingConfig):
     assert [c.order for c in chunks] == list(range(len(chunks)))
     for c in chunks:
-        assert doc.text[c.start:c.start + len(c.text)] == c.text
+        assert doc.text[c.start : c.start + len(c.text)] == c.text
         assert len(c.text) <= cfg.chunk_size_chars
         assert len(c.text.strip()) >= cfg.min_chunk_chars
         assert c.doc_id == doc.id
@@ -92,7 +92,7 @@ def test_chunks_are_verbatim_slices_within_size(kind, size, overlap):
     # Nothing but whitespace is lost between neighbouring chunks.
     covered = [False] * len(text)
     for c in chunks:
-        covered[c.start:c.start + len(c.text)] = [True] * len(c.text)
+        covered[c.start : c.start + len(c.text)] = [True] * len(c.text)
     assert all(ok or text[i].isspace() for i, ok in enumerate(covered))
 
 
@@ -115,7 +115,7 @@ def test_overlap_between_neighbours_of_long_english_text():
         end_a = a.start + len(a.text)
         assert b.start < end_a, "neighbours should share text"
         overlaps.append(end_a - b.start)
-        assert doc.text[b.start:end_a] == a.text[b.start - a.start:]
+        assert doc.text[b.start : end_a] == a.text[b.start - a.start :]
     assert max(overlaps) <= cfg.overlap_chars
 
 

@@ -42,8 +42,10 @@ def test_a_node_local_output_is_named_with_the_fix(tmp_path):
     fs, folder = pafs.LocalFileSystem(), str(tmp_path / "out" / "_staging")
     write_json(fs, driver_probe_path(folder, "t2"), {"token": "t2"})
     (tmp_path / "b").mkdir()
-    results = [node_probe(fs, folder, "t2", "node-a", host="a"),
-               node_probe(node_local_view(tmp_path / "b"), folder, "t2", "node-b", host="b")]
+    results = [
+        node_probe(fs, folder, "t2", "node-a", host="a"),
+        node_probe(node_local_view(tmp_path / "b"), folder, "t2", "node-b", host="b"),
+    ]
     with pytest.raises(ClusterStorageError) as err:
         judge_probes(fs, folder, "t2", results, "/data/out", "output and input")
     message = str(err.value)
@@ -55,8 +57,13 @@ def test_a_node_local_output_is_named_with_the_fix(tmp_path):
 def test_inputs_a_node_cannot_read_are_named(tmp_path):
     present = tmp_path / "doc.txt"
     present.write_text("text")
-    result = node_probe(None, "", "t3", "node-a", [ReadCheck(pafs.LocalFileSystem(),
-                                                             (str(present), str(tmp_path / "gone.txt")), "input")])
+    result = node_probe(
+        None,
+        "",
+        "t3",
+        "node-a",
+        [ReadCheck(pafs.LocalFileSystem(), (str(present), str(tmp_path / "gone.txt")), "input")],
+    )
     with pytest.raises(ClusterStorageError, match=r"cannot read 1 input file\(s\), e.g. .*gone.txt"):
         judge_probes(None, "", "t3", [result], "the input")
 
@@ -68,9 +75,16 @@ def test_files_the_driver_cannot_read_with_their_rows_stop_the_job(tmp_path):
     pq.write_table(pa.table({"x": [1]}), short)
     assert check_reported_files(fs, [ReportedFile(str(good), 3, "n1"), ReportedFile("", 0)], "extract", "/o") == 1
     with pytest.raises(ClusterStorageError) as err:
-        check_reported_files(fs, [ReportedFile(str(good), 3, "n1"), ReportedFile(str(short), 2, "n2"),
-                                  ReportedFile(str(tmp_path / "part-elsewhere.parquet"), 5, "node-b-1234567890")],
-                             "extract", "/o")
+        check_reported_files(
+            fs,
+            [
+                ReportedFile(str(good), 3, "n1"),
+                ReportedFile(str(short), 2, "n2"),
+                ReportedFile(str(tmp_path / "part-elsewhere.parquet"), 5, "node-b-1234567890"),
+            ],
+            "extract",
+            "/o",
+        )
     message = str(err.value)
     assert message.startswith("2 of 3 files the extract actors reported writing are not readable")
     assert "part-elsewhere.parquet (5 rows) is missing" in message and "has 1 rows, 2 reported" in message

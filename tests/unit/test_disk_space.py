@@ -20,26 +20,33 @@ from hxd2_ray.indexing.disk_space import (
 from hxd2_ray.indexing.faults import DISK_FAULT_ENV, disk_fault
 
 # The messages Kùzu and Faiss gave on a full 3 MB tmpfs (measured).
-KUZU_FULL = RuntimeError("IO exception: Cannot write to file. path: /mnt/full/g.kuzu fileDescriptor: 3 "
-                         "offsetToWrite: 3141632 numBytesToWrite: 4096 numBytesWritten: -1. Error: No space left on "
-                         "device")
-FAISS_FULL = RuntimeError("Error in void faiss::write_index(const Index*, IOWriter*, int) at "
-                          "/project/faiss/impl/index_write.cpp:499: Error: 'ret == (size * 4)' failed: write error in "
-                          "/mnt/full/x.faiss: 3145683 != 5120000 (No space left on device)")
+KUZU_FULL = RuntimeError(
+    "IO exception: Cannot write to file. path: /mnt/full/g.kuzu fileDescriptor: 3 "
+    "offsetToWrite: 3141632 numBytesToWrite: 4096 numBytesWritten: -1. Error: No space left on "
+    "device"
+)
+FAISS_FULL = RuntimeError(
+    "Error in void faiss::write_index(const Index*, IOWriter*, int) at "
+    "/project/faiss/impl/index_write.cpp:499: Error: 'ret == (size * 4)' failed: write error in "
+    "/mnt/full/x.faiss: 3145683 != 5120000 (No space left on device)"
+)
 
 
-@pytest.mark.parametrize(("exc", "kind"), [
-    (OSError(errno.ENOSPC, "No space left on device", "/x"), "full"),
-    (OSError(errno.EDQUOT, "Disk quota exceeded", "/x"), "full"),
-    (OSError(errno.EROFS, "Read-only file system", "/x"), "read-only"),
-    (OSError(errno.EACCES, "Permission denied", "/x"), "read-only"),
-    (KUZU_FULL, "full"),
-    (FAISS_FULL, "full"),
-    (OSError("[Errno 30] Read-only file system"), "read-only"),  # Arrow's wording, no errno
-    (OSError(errno.ENOENT, "No such file or directory", "/x"), None),
-    (RuntimeError("Binder exception: table T does not exist"), None),
-    (ValueError("No space left on device"), None),  # not a write failure
-])
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (OSError(errno.ENOSPC, "No space left on device", "/x"), "full"),
+        (OSError(errno.EDQUOT, "Disk quota exceeded", "/x"), "full"),
+        (OSError(errno.EROFS, "Read-only file system", "/x"), "read-only"),
+        (OSError(errno.EACCES, "Permission denied", "/x"), "read-only"),
+        (KUZU_FULL, "full"),
+        (FAISS_FULL, "full"),
+        (OSError("[Errno 30] Read-only file system"), "read-only"),  # Arrow's wording, no errno
+        (OSError(errno.ENOENT, "No such file or directory", "/x"), None),
+        (RuntimeError("Binder exception: table T does not exist"), None),
+        (ValueError("No space left on device"), None),  # not a write failure
+    ],
+)
 def test_failure_kind(exc, kind):
     assert failure_kind(exc) == kind
 
@@ -55,8 +62,10 @@ def test_a_full_disk_is_one_line_with_the_space_needed(tmp_path):
     seam = WriteSeam(str(tmp_path), needed_bytes=12 * 1024 * 1024)
     leftover = tmp_path / "unread"
     leftover.mkdir()
-    with pytest.raises(OutputFullError) as caught, seam.writing("the graph", str(tmp_path / "g"),
-                                                                discard=str(leftover)):
+    with (
+        pytest.raises(OutputFullError) as caught,
+        seam.writing("the graph", str(tmp_path / "g"), discard=str(leftover)),
+    ):
         raise KUZU_FULL
     text = str(caught.value)
     assert isinstance(caught.value, HxdError) and "\n" not in text
@@ -67,8 +76,10 @@ def test_a_full_disk_is_one_line_with_the_space_needed(tmp_path):
 
 def test_read_only_and_other_failures(tmp_path):
     seam = WriteSeam(str(tmp_path), needed_bytes=0)
-    with pytest.raises(OutputReadOnlyError, match=r"read-only.*/x/manifest.json.*Read-only file system"), \
-            seam.writing("the manifest", str(tmp_path)):
+    with (
+        pytest.raises(OutputReadOnlyError, match=r"read-only.*/x/manifest.json.*Read-only file system"),
+        seam.writing("the manifest", str(tmp_path)),
+    ):
         raise OSError(errno.EROFS, "Read-only file system", "/x/manifest.json")
     with pytest.raises(RuntimeError, match="Binder"), seam.writing("the graph", str(tmp_path)):
         raise RuntimeError("Binder exception")  # not a disk failure: as it was

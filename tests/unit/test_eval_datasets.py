@@ -36,8 +36,13 @@ SEED_INSTR = "这是一道关于农业的单选题……\n问题："
 
 
 def _seed_row(question: str, answer: str, level2: str = "Oryza sativa", task_type: str = "key_single_choice"):
-    return {"instruction": SEED_INSTR, "question": question, "answer": answer,
-            "split": {"level1": "基因基本信息查询", "level2": level2}, "task_type": task_type}
+    return {
+        "instruction": SEED_INSTR,
+        "question": question,
+        "answer": answer,
+        "split": {"level1": "基因基本信息查询", "level2": level2},
+        "task_type": task_type,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- options
@@ -107,13 +112,26 @@ def test_seedbench_qa2_qa3_rows(tmp_path):
     zs = tmp_path / "zero-shot"
     zs.mkdir()
     q = "Which apply?\nA. a\nB. b\nC. c\nD. d"
-    (zs / "1-2.json").write_text(json.dumps([
-        _seed_row(q, "D, A", task_type="key_multiple_choice"),
-        _seed_row(q, "A, maybe", task_type="key_multiple_choice"),
-    ]), encoding="utf-8")
-    (zs / "1-3.json").write_text(json.dumps([
-        _seed_row("Changnong 39 优于________和________。", "Jiyu 441，Changnong 35", task_type="key_blank_fill"),
-    ], ensure_ascii=False), encoding="utf-8")
+    (zs / "1-2.json").write_text(
+        json.dumps(
+            [
+                _seed_row(q, "D, A", task_type="key_multiple_choice"),
+                _seed_row(q, "A, maybe", task_type="key_multiple_choice"),
+            ]
+        ),
+        encoding="utf-8",
+    )
+    (zs / "1-3.json").write_text(
+        json.dumps(
+            [
+                _seed_row(
+                    "Changnong 39 优于________和________。", "Jiyu 441，Changnong 35", task_type="key_blank_fill"
+                ),
+            ],
+            ensure_ascii=False,
+        ),
+        encoding="utf-8",
+    )
     rep = load_seedbench(tmp_path, subsets=("1-2", "1-3"))
     assert [(i.task, i.answers) for i in rep] == [("qa2", ("A", "D")), ("qa3", ("Jiyu 441，Changnong 35",))]
     assert rep.items[1].choices == () and rep.items[1].meta["language"] == "zh"
@@ -159,8 +177,9 @@ def test_hotpotqa_malformed_and_missing_passages(tmp_path):
         [1, 2],
     ]
     (tmp_path / "q.json").write_text(json.dumps(rows), encoding="utf-8")
-    (tmp_path / "c.json").write_text(json.dumps({"T1": ["One.", " Two."], "T2": "Text two", "Bad": 5}),
-                                     encoding="utf-8")
+    (tmp_path / "c.json").write_text(
+        json.dumps({"T1": ["One.", " Two."], "T2": "Text two", "Bad": 5}), encoding="utf-8"
+    )
     rep = load_hotpotqa(tmp_path / "q.json", tmp_path / "c.json")
     assert [i.id for i in rep] == ["ok"] and rep.items[0].gold_passages == ("T1", "T2")
     reasons = dict(rep.skipped)
@@ -173,11 +192,22 @@ def test_hotpotqa_malformed_and_missing_passages(tmp_path):
 
 
 def test_hotpotqa_list_corpus_with_repeated_titles(tmp_path):
-    corpus = [{"title": "T", "text": "first", "idx": 0}, {"title": "T", "text": "second", "idx": 1},
-              {"title": "U", "text": "third", "idx": 2}]
-    qs = [{"id": "q1", "question": "Q?", "answer": ["a", "b"],
-           "paragraphs": [{"title": "T", "text": "second", "is_supporting": True, "idx": 1},
-                          {"title": "U", "text": "third", "is_supporting": False, "idx": 2}]}]
+    corpus = [
+        {"title": "T", "text": "first", "idx": 0},
+        {"title": "T", "text": "second", "idx": 1},
+        {"title": "U", "text": "third", "idx": 2},
+    ]
+    qs = [
+        {
+            "id": "q1",
+            "question": "Q?",
+            "answer": ["a", "b"],
+            "paragraphs": [
+                {"title": "T", "text": "second", "is_supporting": True, "idx": 1},
+                {"title": "U", "text": "third", "is_supporting": False, "idx": 2},
+            ],
+        }
+    ]
     (tmp_path / "c.json").write_text(json.dumps(corpus), encoding="utf-8")
     (tmp_path / "q.json").write_text(json.dumps(qs), encoding="utf-8")
     assert [c["id"] for c in load_corpus_hotpotqa(tmp_path / "c.json")] == ["T (0)", "T (1)", "U (2)"]
@@ -218,9 +248,14 @@ def test_metaqa_malformed_and_qtype_file(tmp_path):
     (d / "qa_dev_qtype.txt").write_text("writer_to_movie\nx\n\ny\nz\nmovie_to_genre\n", encoding="utf-8")
     rep = load_metaqa(d / "qa_dev.txt")
     assert [(i.id, i.answers, i.meta["qtype"], i.meta["hops"]) for i in rep] == [
-        ("2hop-qa_dev-1", ("A", "B"), "writer_to_movie", 2), ("2hop-qa_dev-6", ("Drama",), "movie_to_genre", 2)]
-    assert rep.skipped == [("qa_dev.txt:2", "no TAB between question and answers"),
-                           ("qa_dev.txt:4", "no answers"), ("qa_dev.txt:5", "no [topic entity] in the question")]
+        ("2hop-qa_dev-1", ("A", "B"), "writer_to_movie", 2),
+        ("2hop-qa_dev-6", ("Drama",), "movie_to_genre", 2),
+    ]
+    assert rep.skipped == [
+        ("qa_dev.txt:2", "no TAB between question and answers"),
+        ("qa_dev.txt:4", "no answers"),
+        ("qa_dev.txt:5", "no [topic entity] in the question"),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- generic
@@ -233,21 +268,34 @@ def test_generic_loader(tmp_path):
     with corpus.open("a", encoding="utf-8") as f:
         f.write("{broken\n" + json.dumps({"id": "d1", "text": "dup"}) + "\n")
     qs = tmp_path / "q.jsonl"
-    qs.write_text("\n".join([
-        json.dumps({"id": "q1", "question": "What?", "answers": ["alpha"], "gold_passages": ["d1"]}),
-        json.dumps({"id": 2, "question": "Who?", "answer": "beta", "topic": "t"}),
-        json.dumps({"id": "q3", "question": "Where?", "answers": []}),
-        json.dumps({"id": "q4", "question": "When?", "answers": ["x"], "gold_passages": ["nope"]}),
-        "[1]",
-        json.dumps({"id": "q1", "question": "again", "answers": ["x"]}),
-        json.dumps({"question": "no id", "answers": ["x"]}),
-    ]) + "\n", encoding="utf-8")
+    qs.write_text(
+        "\n".join(
+            [
+                json.dumps({"id": "q1", "question": "What?", "answers": ["alpha"], "gold_passages": ["d1"]}),
+                json.dumps({"id": 2, "question": "Who?", "answer": "beta", "topic": "t"}),
+                json.dumps({"id": "q3", "question": "Where?", "answers": []}),
+                json.dumps({"id": "q4", "question": "When?", "answers": ["x"], "gold_passages": ["nope"]}),
+                "[1]",
+                json.dumps({"id": "q1", "question": "again", "answers": ["x"]}),
+                json.dumps({"question": "no id", "answers": ["x"]}),
+            ]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     rep = load_generic(corpus, qs)
     assert [(i.id, i.answers, i.gold_passages) for i in rep] == [("q1", ("alpha",), ("d1",)), ("2", ("beta",), ())]
     assert rep.items[1].meta["topic"] == "t" and rep.items[1].topic == "t"  # a field every entry point passes on
     where = [w for w, _ in rep.skipped]
-    assert where == ["corpus.jsonl:3", "corpus.jsonl:4", "q.jsonl:3", "q.jsonl:4", "q.jsonl:5", "q.jsonl:6",
-                     "q.jsonl:7"]
+    assert where == [
+        "corpus.jsonl:3",
+        "corpus.jsonl:4",
+        "q.jsonl:3",
+        "q.jsonl:4",
+        "q.jsonl:5",
+        "q.jsonl:6",
+        "q.jsonl:7",
+    ]
     assert [c["id"] for c in load_corpus_jsonl(corpus, [])] == ["d1", "d2"]
 
 
@@ -268,14 +316,16 @@ def test_registry_names_and_unknown():
 
 
 def test_spec_load_with_explicit_paths():
-    rep = get_benchmark("seedbench-qa1").load(questions=FIXTURES / "seedbench" / "zero-shot" / "1-1.json",
-                                              rice_only=True)
+    rep = get_benchmark("seedbench-qa1").load(
+        questions=FIXTURES / "seedbench" / "zero-shot" / "1-1.json", rice_only=True
+    )
     assert len(rep) == 3
     rice = get_benchmark("seedbench-qa1-rice").load(questions=FIXTURES / "seedbench" / "zero-shot" / "1-1.json")
     assert [i.id for i in rice] == [i.id for i in rep] and rice.filtered == {"not rice": 2}
     assert len(get_benchmark("seedbench-qa1").load(questions=FIXTURES / "seedbench" / "zero-shot" / "1-1.json")) == 5
-    rep = get_benchmark("hotpotqa").load(questions=FIXTURES / "hotpotqa" / "questions.json",
-                                         corpus=FIXTURES / "hotpotqa" / "corpus.json")
+    rep = get_benchmark("hotpotqa").load(
+        questions=FIXTURES / "hotpotqa" / "questions.json", corpus=FIXTURES / "hotpotqa" / "corpus.json"
+    )
     assert len(rep) == 5
     corpus = get_benchmark("hotpotqa").load_corpus(corpus=FIXTURES / "hotpotqa" / "corpus.json")
     assert len(corpus) == 10
@@ -283,12 +333,19 @@ def test_spec_load_with_explicit_paths():
 
 
 def test_score_item_per_task():
-    qa1 = EvalItem("q", "Q?\nA. a\nB. b\nC. c\nD. d", ("B",), choices=(("A", "a"), ("B", "b"), ("C", "c"),
-                                                                        ("D", "d")), task="qa1")
+    qa1 = EvalItem(
+        "q", "Q?\nA. a\nB. b\nC. c\nD. d", ("B",), choices=(("A", "a"), ("B", "b"), ("C", "c"), ("D", "d")), task="qa1"
+    )
     assert score_item("seedbench-qa1", qa1, Prediction("because the answer is B")) == {
-        "accuracy": 1.0, "accuracy_lenient": 1.0, "parsed": 1.0}
+        "accuracy": 1.0,
+        "accuracy_lenient": 1.0,
+        "parsed": 1.0,
+    }
     assert score_item("seedbench-qa1", qa1, Prediction("Because I can't tell")) == {
-        "accuracy": 0.0, "accuracy_lenient": 1.0, "parsed": 0.0}
+        "accuracy": 0.0,
+        "accuracy_lenient": 1.0,
+        "parsed": 0.0,
+    }
     # the option text alone (no letter) counts only when it equals one option exactly
     qa1t = EvalItem("q", "Q", ("B",), choices=(("A", "Decrease by 5%"), ("B", "Increase by 5%")), task="qa1")
     assert score_item("seedbench-qa1", qa1t, Prediction("正确答案：b"))["accuracy"] == 0.0  # lower-case letter
@@ -296,7 +353,10 @@ def test_score_item_per_task():
     assert score_item("seedbench-qa1", qa1t, Prediction("It may increase by 5%"))["accuracy"] == 0.0
     qa2 = EvalItem("q", "Q", ("A", "C"), choices=qa1.choices, task="qa2")
     assert score_item("seedbench-qa2", qa2, Prediction("正确答案：A")) == {
-        "f1": pytest.approx(2 / 3), "exact_match": 0.0, "parsed": 1.0}
+        "f1": pytest.approx(2 / 3),
+        "exact_match": 0.0,
+        "parsed": 1.0,
+    }
     qa3 = EvalItem("q", "Q", ("水稻的产量显著增加了",), task="qa3")
     assert score_item("seedbench-qa3", qa3, Prediction("正确答案：水稻产量显著减少"))["rouge_l"] == pytest.approx(0.6)
     hop = EvalItem("h", "Q", ("Latin",), gold_passages=("T1", "T2"), task="multihop")
@@ -308,7 +368,10 @@ def test_score_item_per_task():
     assert score_item("metaqa-1hop", kg, Prediction("", error="timeout")) == {"hits@1": 0.0, "hit": 0.0}
     gen = EvalItem("g", "Q", ("alpha beta",), task="generic")
     assert score_item("generic", gen, Prediction("alpha")) == {
-        "em": 0.0, "f1": pytest.approx(2 / 3), "rouge_l": pytest.approx(2 / 3)}
+        "em": 0.0,
+        "f1": pytest.approx(2 / 3),
+        "rouge_l": pytest.approx(2 / 3),
+    }
 
 
 def test_items_are_frozen_and_hashable():
@@ -325,8 +388,12 @@ def test_items_are_frozen_and_hashable():
 @needs_shared
 @pytest.mark.parametrize(
     ("name", "count", "rice"),
-    [("seedbench-qa1", 354, 200), ("seedbench-qa2", 291, 187), ("seedbench-qa3", 426, 223),
-     ("seedbench-qa4", 403, 240)],
+    [
+        ("seedbench-qa1", 354, 200),
+        ("seedbench-qa2", 291, 187),
+        ("seedbench-qa3", 426, 223),
+        ("seedbench-qa4", 403, 240),
+    ],
 )
 def test_real_seedbench(name, count, rice):
     spec = get_benchmark(name)
@@ -381,8 +448,20 @@ def test_eval_corpus_command_writes_index_input(tmp_path, capsys):
     from jobs import evaluate as eval_job
 
     out = tmp_path / "corpus" / "passages.jsonl"
-    assert eval_job.main(["corpus", "--benchmark", "hotpotqa", "--corpus", str(FIXTURES / "hotpotqa" / "corpus.json"),
-                          "--output", str(out)]) == 0
+    assert (
+        eval_job.main(
+            [
+                "corpus",
+                "--benchmark",
+                "hotpotqa",
+                "--corpus",
+                str(FIXTURES / "hotpotqa" / "corpus.json"),
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "wrote 10 passages" in capsys.readouterr().out
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     expected = get_benchmark("hotpotqa").load_corpus(corpus=FIXTURES / "hotpotqa" / "corpus.json")

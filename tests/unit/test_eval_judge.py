@@ -30,8 +30,11 @@ from hxd2_ray.llm.scripted import ScriptedLLM
 
 ROOT = Path(__file__).resolve().parents[2]
 HOTPOT = ROOT / "tests" / "data" / "eval" / "hotpotqa"
-_SHOWN = re.compile(r"\[(?:Answer|回答) A\]\n(.*?)\n\[(?:End of answer A|回答 A 结束)\].*?"
-                    r"\[(?:Answer|回答) B\]\n(.*?)\n\[(?:End of answer B|回答 B 结束)\]", re.S)
+_SHOWN = re.compile(
+    r"\[(?:Answer|回答) A\]\n(.*?)\n\[(?:End of answer A|回答 A 结束)\].*?"
+    r"\[(?:Answer|回答) B\]\n(.*?)\n\[(?:End of answer B|回答 B 结束)\]",
+    re.S,
+)
 
 
 def _shown(req: LLMRequest) -> tuple[str, str]:
@@ -43,6 +46,7 @@ def _shown(req: LLMRequest) -> tuple[str, str]:
 
 def prefers(marker: str, tie_reply: str = "tie"):
     """A judge that picks whichever shown answer contains ``marker``, in either order."""
+
     def handler(req: LLMRequest) -> str:
         first, second = _shown(req)
         if marker in first and marker not in second:
@@ -50,30 +54,58 @@ def prefers(marker: str, tie_reply: str = "tie"):
         if marker in second and marker not in first:
             return json.dumps({"winner": "B", "reason": "has the marker"})
         return tie_reply
+
     return handler
 
 
 def _items(n: int, good_in_a: set[int]) -> list[JudgeItem]:
-    return [JudgeItem(id=f"q{i}", question=f"Question number {i}?",
-                      answer_a=f"answer {i} from A" + (" GOOD" if i in good_in_a else ""),
-                      answer_b=f"answer {i} from B" + ("" if i in good_in_a else " GOOD"))
-            for i in range(n)]
+    return [
+        JudgeItem(
+            id=f"q{i}",
+            question=f"Question number {i}?",
+            answer_a=f"answer {i} from A" + (" GOOD" if i in good_in_a else ""),
+            answer_b=f"answer {i} from B" + ("" if i in good_in_a else " GOOD"),
+        )
+        for i in range(n)
+    ]
 
 
 # ------------------------------------------------------------------------------------------------ parser
 
 
-@pytest.mark.parametrize("reply, expected", [
-    ("A", "A"), ("b", "B"), ("Tie", "tie"), (" tie. ", "tie"), ("平局", "tie"), ("Answer B", "B"), ("答案B", "B"),
-    ('{"winner": "B", "reason": "more complete"}', "B"), ('{"winner": "a", "reason": "cut off', "A"),
-    ('```json\n{"winner": "tie", "reason": ""}\n```', "tie"), ("[[A]]", "A"), ("Verdict: [[C]]", "tie"),
-    ("Winner: B", "B"), ("A is better than B.", "A"), ("Response B wins", "B"), ("B更好", "B"),
-    ("更好的回答是A", "A"), ("不分上下", "tie"), ("Both answers are equally good.", "tie"),
-    ("A. It cites the reference.", "A"),
-    # unreadable: no answer named, contradicting itself, another label, not JSON-winner
-    ("", None), ("I cannot decide", None), ("A, but B is also fine", None), ("The answer is C", None),
-    ('{"reason": "x"}', None), ('{"winner": "maybe"}', None), ("[[A]] or [[B]]", None),
-])
+@pytest.mark.parametrize(
+    "reply, expected",
+    [
+        ("A", "A"),
+        ("b", "B"),
+        ("Tie", "tie"),
+        (" tie. ", "tie"),
+        ("平局", "tie"),
+        ("Answer B", "B"),
+        ("答案B", "B"),
+        ('{"winner": "B", "reason": "more complete"}', "B"),
+        ('{"winner": "a", "reason": "cut off', "A"),
+        ('```json\n{"winner": "tie", "reason": ""}\n```', "tie"),
+        ("[[A]]", "A"),
+        ("Verdict: [[C]]", "tie"),
+        ("Winner: B", "B"),
+        ("A is better than B.", "A"),
+        ("Response B wins", "B"),
+        ("B更好", "B"),
+        ("更好的回答是A", "A"),
+        ("不分上下", "tie"),
+        ("Both answers are equally good.", "tie"),
+        ("A. It cites the reference.", "A"),
+        # unreadable: no answer named, contradicting itself, another label, not JSON-winner
+        ("", None),
+        ("I cannot decide", None),
+        ("A, but B is also fine", None),
+        ("The answer is C", None),
+        ('{"reason": "x"}', None),
+        ('{"winner": "maybe"}', None),
+        ("[[A]] or [[B]]", None),
+    ],
+)
 def test_parse_verdict(reply, expected):
     assert parse_verdict(reply) == expected
 
@@ -102,12 +134,13 @@ def test_first_position_bias_cancels_into_inconsistent_ties():
     assert t["win_rate_a"] == 0.5 and t["win_rate_a_ci95"] == [0.5, 0.5]
     assert (t["first_position_picks"], t["second_position_picks"]) == (10, 0)
     assert t["a_share_of_decisive"] is None
-    assert all(v.verdict == "tie" and v.consistent is False and (v.a_first, v.b_first) == ("A", "B")
-               for v in result.verdicts)
+    assert all(
+        v.verdict == "tie" and v.consistent is False and (v.a_first, v.b_first) == ("A", "B") for v in result.verdicts
+    )
     # Both orders of every pair were asked, each answer once in each position.
     assert len(llm.requests) == 10
     for i in range(5):
-        a_first, b_first = (_shown(r) for r in llm.requests[2 * i: 2 * i + 2])
+        a_first, b_first = (_shown(r) for r in llm.requests[2 * i : 2 * i + 2])
         assert a_first == (b_first[1], b_first[0]) and a_first[0].startswith(f"answer {i} from A")
 
 
@@ -168,13 +201,19 @@ def test_requests_are_batched_structured_and_tagged():
 
 def test_reference_language_criteria_and_clipping():
     llm = ScriptedLLM(prefers("GOOD"))
-    items = [JudgeItem("q0", "Who wrote it?", "Ann GOOD", "Bob", reference="Ann"),
-             JudgeItem("q1", "水稻的主要病害是什么？", "稻瘟病 GOOD", "不知道" * 2000)]
+    items = [
+        JudgeItem("q0", "Who wrote it?", "Ann GOOD", "Bob", reference="Ann"),
+        JudgeItem("q1", "水稻的主要病害是什么？", "稻瘟病 GOOD", "不知道" * 2000),
+    ]
     judge = PairwiseJudge(llm, criteria=["correctness", "brevity=Which answer is shorter?"], max_answer_chars=50)
     result = judge.judge(items)
     assert list(result.totals) == ["correctness", "brevity"]
     assert [(v.id, v.criterion, v.verdict) for v in result.verdicts] == [
-        ("q0", "correctness", "A"), ("q0", "brevity", "A"), ("q1", "correctness", "A"), ("q1", "brevity", "A")]
+        ("q0", "correctness", "A"),
+        ("q0", "brevity", "A"),
+        ("q1", "correctness", "A"),
+        ("q1", "brevity", "A"),
+    ]
     en = llm.requests[0].messages
     assert "Reference answer (treat it as correct): Ann" in en[1]["content"]
     assert "Criterion: Which answer is more correct" in en[0]["content"]
@@ -218,14 +257,19 @@ def test_prompt_set_and_file(tmp_path):
 
 
 def test_pairing_and_reference_text():
-    qs = {"1": {"question": "Q1?", "answers": ["B"], "choices": [["A", "wheat"], ["B", "rice"]]},
-          "2": {"question": "Q2?", "answers": ["x", "y"]}, "3": {"question": ""}}
+    qs = {
+        "1": {"question": "Q1?", "answers": ["B"], "choices": [["A", "wheat"], ["B", "rice"]]},
+        "2": {"question": "Q2?", "answers": ["x", "y"]},
+        "3": {"question": ""},
+    }
     assert reference_text(qs["1"]) == "B. rice" and reference_text(qs["2"]) == "x / y"
     ta = [{"id": i, "answer": f"a{i}"} for i in ("1", "2", "3", "4")]
     tb = [{"id": i, "answer": f"b{i}"} for i in ("5", "3", "2", "1")]
     items, stats = pair_items(ta, tb, qs)
     assert [(i.id, i.answer_a, i.answer_b, i.reference) for i in items] == [
-        ("1", "a1", "b1", "B. rice"), ("2", "a2", "b2", "x / y")]
+        ("1", "a1", "b1", "B. rice"),
+        ("2", "a2", "b2", "x / y"),
+    ]
     assert stats == {"paired": 3, "only_in_a": 1, "only_in_b": 1, "no_question": 1, "judged": 2}
     items, _ = pair_items(ta, tb, qs, limit=1, use_reference=False)
     assert [(i.id, i.reference) for i in items] == [("1", "")]
@@ -245,29 +289,59 @@ def test_write_judge_report(tmp_path):
 # ------------------------------------------------------------------------------------------------ CLI
 
 
-def _write_run(folder: Path, answers: dict[str, dict[str, str]], *, questions: bool = True,
-               benchmark: str = "generic", ids: list[str] | None = None) -> None:
+def _write_run(
+    folder: Path,
+    answers: dict[str, dict[str, str]],
+    *,
+    questions: bool = True,
+    benchmark: str = "generic",
+    ids: list[str] | None = None,
+) -> None:
     """A run folder as ``hxd2 eval run`` leaves it: run.json, questions.json and one trace shard per mode."""
     from hxd2_ray.stages import staging as st
     from hxd2_ray.stages.eval_stage import TRACES, shard_path
 
     ids = ids or list(next(iter(answers.values())))
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "run.json").write_text(json.dumps({"benchmark": benchmark, "modes": list(answers), "limit": None,
-                                                 "questions": len(ids)}))
+    (folder / "run.json").write_text(
+        json.dumps({"benchmark": benchmark, "modes": list(answers), "limit": None, "questions": len(ids)})
+    )
     if questions:
-        (folder / "questions.json").write_text(json.dumps(
-            [{"id": q, "position": i, "question": f"What about {q}?", "answers": [f"gold {q}"], "choices": []}
-             for i, q in enumerate(ids)]))
+        (folder / "questions.json").write_text(
+            json.dumps(
+                [
+                    {"id": q, "position": i, "question": f"What about {q}?", "answers": [f"gold {q}"], "choices": []}
+                    for i, q in enumerate(ids)
+                ]
+            )
+        )
     import pyarrow.fs as pafs
 
     for mode, by_id in answers.items():
-        rows = [{"id": q, "position": i, "shard": 0, "mode": mode, "path": "dual_level", "answer": by_id[q],
-                 "scores": json.dumps({"f1": 0.5}), "correct": False, "latency_s": 0.1, "prompt_tokens": 10,
-                 "completion_tokens": 5, "verifier": "", "evidence_ids": [], "llm_errors": 0, "error": ""}
-                for i, q in enumerate(ids) if q in by_id]
-        st.write_table_atomic(pafs.LocalFileSystem(), shard_path(str(folder), mode, 0),
-                              pa.Table.from_pylist(rows, schema=TRACES))
+        rows = [
+            {
+                "id": q,
+                "position": i,
+                "shard": 0,
+                "mode": mode,
+                "path": "dual_level",
+                "answer": by_id[q],
+                "scores": json.dumps({"f1": 0.5}),
+                "correct": False,
+                "latency_s": 0.1,
+                "prompt_tokens": 10,
+                "completion_tokens": 5,
+                "verifier": "",
+                "evidence_ids": [],
+                "llm_errors": 0,
+                "error": "",
+            }
+            for i, q in enumerate(ids)
+            if q in by_id
+        ]
+        st.write_table_atomic(
+            pafs.LocalFileSystem(), shard_path(str(folder), mode, 0), pa.Table.from_pylist(rows, schema=TRACES)
+        )
 
 
 @pytest.fixture
@@ -304,12 +378,24 @@ def test_cli_two_runs(tmp_path, capsys, scripted_judge):
     assert [v["verdict"] for v in doc["verdicts"]] == ["A", "A", "B", "tie"]
     assert doc["info"]["mode_a"] == "dual" and doc["info"]["judge_model"] == "scripted-echo"
     llm = scripted_judge[0]
-    assert len(llm.requests) == 6 and "Reference answer (treat it as correct): gold q1" in \
-        llm.requests[0].messages[1]["content"]
+    assert (
+        len(llm.requests) == 6
+        and "Reference answer (treat it as correct): gold q1" in llm.requests[0].messages[1]["content"]
+    )
 
     # Text output, --limit and --output.
-    code = eval_job.main(["judge", str(tmp_path / "base"), str(tmp_path / "new"), "--limit", "2",
-                          "--output", str(tmp_path / "j2"), "--no-reference"])
+    code = eval_job.main(
+        [
+            "judge",
+            str(tmp_path / "base"),
+            str(tmp_path / "new"),
+            "--limit",
+            "2",
+            "--output",
+            str(tmp_path / "j2"),
+            "--no-reference",
+        ]
+    )
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "judged 2 pairs" in out.out and "A = base/dual, B = new/auto" in out.out
@@ -321,11 +407,29 @@ def test_cli_two_modes_of_one_run_and_errors(tmp_path, capsys, scripted_judge):
     from jobs import evaluate as eval_job
 
     run = tmp_path / "run"
-    _write_run(run, {"dual": {"q1": "d1", "q2": "d2 GOOD", "q3": "d3"},
-                     "auto": {"q1": "a1 GOOD", "q2": "a2", "q3": "a3 GOOD"},
-                     "llm_only": {"q1": "l1", "q2": "l2", "q3": "l3"}})
-    code = eval_job.main(["judge", str(run), "--mode-a", "dual", "--mode-b", "auto", "--json",
-                          "--criterion", "overall", "--criterion", "faithfulness"])
+    _write_run(
+        run,
+        {
+            "dual": {"q1": "d1", "q2": "d2 GOOD", "q3": "d3"},
+            "auto": {"q1": "a1 GOOD", "q2": "a2", "q3": "a3 GOOD"},
+            "llm_only": {"q1": "l1", "q2": "l2", "q3": "l3"},
+        },
+    )
+    code = eval_job.main(
+        [
+            "judge",
+            str(run),
+            "--mode-a",
+            "dual",
+            "--mode-b",
+            "auto",
+            "--json",
+            "--criterion",
+            "overall",
+            "--criterion",
+            "faithfulness",
+        ]
+    )
     out = capsys.readouterr()
     assert code == 0, out.err
     summary = json.loads(out.out)
@@ -352,13 +456,19 @@ def test_cli_reloads_questions_for_runs_without_questions_file(tmp_path, capsys,
     items = get_benchmark("hotpotqa").load(questions=HOTPOT / "questions.json", corpus=HOTPOT / "corpus.json").items
     ids = [it.id for it in items[:3]]
     run = tmp_path / "old"
-    _write_run(run, {"dual": {q: f"{q} GOOD" for q in ids}, "auto": {q: q for q in ids}}, questions=False,
-               benchmark="hotpotqa", ids=ids)
+    _write_run(
+        run,
+        {"dual": {q: f"{q} GOOD" for q in ids}, "auto": {q: q for q in ids}},
+        questions=False,
+        benchmark="hotpotqa",
+        ids=ids,
+    )
     base = ["judge", str(run), "--mode-a", "dual", "--mode-b", "auto", "--json"]
     assert eval_job.main([*base, "--data-root", str(tmp_path / "no-data")]) == 2
     assert "has no questions.json" in capsys.readouterr().err
-    code = eval_job.main([*base, "--questions", str(HOTPOT / "questions.json"),
-                          "--corpus", str(HOTPOT / "corpus.json")])
+    code = eval_job.main(
+        [*base, "--questions", str(HOTPOT / "questions.json"), "--corpus", str(HOTPOT / "corpus.json")]
+    )
     out = capsys.readouterr()
     assert code == 0, out.err
     assert json.loads(out.out)["totals"]["overall"]["wins_a"] == 3
@@ -374,8 +484,10 @@ def test_write_questions_round_trip(tmp_path):
     from hxd2_ray.runs import evaluation as runs
 
     fs = pafs.LocalFileSystem()
-    items = [EvalItem("a", "Pick one: A. x B. y", ("B",), choices=(("A", "x"), ("B", "y")), task="qa1"),
-             EvalItem("b", "Why?", ("because",))]
+    items = [
+        EvalItem("a", "Pick one: A. x B. y", ("B",), choices=(("A", "x"), ("B", "y")), task="qa1"),
+        EvalItem("b", "Why?", ("because",)),
+    ]
     runs.write_questions(fs, str(tmp_path), items)
     got = runs.load_questions(fs, str(tmp_path), {"benchmark": "generic"})
     assert list(got) == ["a", "b"]

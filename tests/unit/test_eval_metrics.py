@@ -156,7 +156,15 @@ def test_rouge_l_chinese_by_hand():
 
 def test_rouge_l_mixed_and_edge_cases():
     assert M.tokenize_mixed("OsDREB1C的过表达 increased yield by 45.1%。") == [
-        "osdreb1c", "的", "过", "表达", "increased", "yield", "by", "45.1"]
+        "osdreb1c",
+        "的",
+        "过",
+        "表达",
+        "increased",
+        "yield",
+        "by",
+        "45.1",
+    ]
     # English: ref "the cat sat on the mat" (6), pred "the cat on mat" (4): LCS 4 -> P=1, R=4/6 -> F=0.8
     assert M.rouge_l("the cat on mat", "the cat sat on the mat") == pytest.approx(0.8)
     assert M.rouge_l("", "水稻") == 0.0
@@ -227,11 +235,18 @@ def test_evaluation_imports_stay_light():
     import sys
     from pathlib import Path
 
-    code = ("import sys, json, hxd2_ray.evaluation.metrics, hxd2_ray.evaluation.datasets, "
-            "hxd2_ray.evaluation.report\n"
-            "heavy = ('ray', 'jieba', 'rouge_score', 'matplotlib', 'torch')\n"
-            "print(json.dumps([m for m in heavy if m in sys.modules]))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=Path(__file__).resolve().parents[2])
+    code = (
+        "import sys, json, hxd2_ray.evaluation.metrics, hxd2_ray.evaluation.datasets, "
+        "hxd2_ray.evaluation.report\n"
+        "heavy = ('ray', 'jieba', 'rouge_score', 'matplotlib', 'torch')\n"
+        "print(json.dumps([m for m in heavy if m in sys.modules]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []

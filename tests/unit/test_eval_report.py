@@ -23,8 +23,13 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def _t(qid, mode, acc, *, lenient=1.0, lat=None, ptok=None, ctok=None, verifier=None, path=None, error=""):
     t = {"id": qid, "mode": mode, "scores": {"accuracy": acc, "accuracy_lenient": lenient}, "error": error}
-    for k, v in (("latency_s", lat), ("prompt_tokens", ptok), ("completion_tokens", ctok),
-                 ("verifier", verifier), ("path", path)):
+    for k, v in (
+        ("latency_s", lat),
+        ("prompt_tokens", ptok),
+        ("completion_tokens", ctok),
+        ("verifier", verifier),
+        ("path", path),
+    ):
         if v is not None:
             t[k] = v
     return t
@@ -50,8 +55,9 @@ def test_percentile_matches_numpy_linear():
 
 
 def test_verifier_decisions():
-    assert [verifier_decision(v) for v in (True, "YES", "yes.", "Y", "no", "NO, missing", False, None, "", "maybe")] \
-        == [True, True, True, True, False, False, False, None, None, None]
+    assert [
+        verifier_decision(v) for v in (True, "YES", "yes.", "Y", "no", "NO, missing", False, None, "", "maybe")
+    ] == [True, True, True, True, False, False, False, None, None, None]
 
 
 def test_confusion_reproduces_reference_numbers():
@@ -103,9 +109,13 @@ def test_markdown_table_shape():
 
 
 def test_write_report_files_and_pngs(tmp_path):
-    paths = write_report(_traces(), tmp_path / "rep", "SeedBench QA-1 (rice, 4 questions)",
-                         skipped_rows=[("1-1.json#7", "answer 'E' is not one of the options ABCD")],
-                         run_info={"benchmark": "seedbench-qa1", "model": "scripted"})
+    paths = write_report(
+        _traces(),
+        tmp_path / "rep",
+        "SeedBench QA-1 (rice, 4 questions)",
+        skipped_rows=[("1-1.json#7", "answer 'E' is not one of the options ABCD")],
+        run_info={"benchmark": "seedbench-qa1", "model": "scripted"},
+    )
     assert set(paths) == {"markdown", "html", "json", "score_by_mode", "latency", "tokens", "verifier_confusion"}
     for name in ("score_by_mode", "latency", "tokens", "verifier_confusion"):
         data = paths[name].read_bytes()
@@ -143,9 +153,18 @@ def test_compare_runs_same_modes():
     cmp = compare_runs(a, b)
     assert cmp.keyed_by == "id+mode" and cmp.metric == "accuracy"
     assert [(r["id"], r["mode"], r["change"], r["delta"]) for r in cmp.rows] == [
-        ("q2", "dual-level", "fixed", 1.0), ("q1", "logic", "broken", -1.0)]
-    assert cmp.summary == {"paired": 7, "fixed": 1, "broken": 1, "score_changed": 0, "mean_delta": 0.0,
-                           "only_in_a": 1, "only_in_b": 0}
+        ("q2", "dual-level", "fixed", 1.0),
+        ("q1", "logic", "broken", -1.0),
+    ]
+    assert cmp.summary == {
+        "paired": 7,
+        "fixed": 1,
+        "broken": 1,
+        "score_changed": 0,
+        "mean_delta": 0.0,
+        "only_in_a": 1,
+        "only_in_b": 0,
+    }
     md = cmp.to_markdown("baseline", "candidate")
     assert "| q2 | dual-level | 0.000 | 1.000 | 1.000 | fixed |" in md and "only in baseline: 1" in md
 
@@ -155,8 +174,10 @@ def test_compare_runs_across_modes_by_id():
     b = [{"id": "q1", "mode": "logic", "scores": {"f1": 0.6}}, {"id": "q2", "mode": "logic", "scores": {"f1": 0.9}}]
     cmp = compare_runs(a, b)
     assert cmp.keyed_by == "id"
-    assert [(r["id"], r["mode"], r["change"]) for r in cmp.rows] == [("q1", "hybrid → logic", "fixed"),
-                                                                      ("q2", "hybrid → logic", "score")]
+    assert [(r["id"], r["mode"], r["change"]) for r in cmp.rows] == [
+        ("q1", "hybrid → logic", "fixed"),
+        ("q2", "hybrid → logic", "score"),
+    ]
     assert cmp.rows[1]["delta"] == pytest.approx(-0.1)
     assert cmp.summary["mean_delta"] == pytest.approx(0.05)
     assert json.dumps(cmp.to_dict())  # JSON-ready
@@ -170,29 +191,35 @@ def test_path_reasons_are_grouped_by_kind():
     assert reason_category("refusal score 0.12 < threshold 0.30 (best entity)") == "refusal score N < threshold N"
     assert reason_category("") is None and reason_category(None) is None
     base = {"mode": "auto", "scores": {"accuracy": 0.0}, "latency_s": 1.0, "path": "dual_level"}
-    traces = [{**base, "id": "a", "path_reason": "fallback: plan failed: bad alias"},
-              {**base, "id": "b", "path_reason": "fallback: plan failed: unknown operator 'x'"},
-              {**base, "id": "c", "path_reason": "fallback: timeout: took longer than 600.0 s"},
-              {**base, "id": "d", "path_reason": None},  # a shard written before the column existed
-              {**base, "id": "e", "path": "logic_form", "path_reason": "pre-check verifier said yes"}]
+    traces = [
+        {**base, "id": "a", "path_reason": "fallback: plan failed: bad alias"},
+        {**base, "id": "b", "path_reason": "fallback: plan failed: unknown operator 'x'"},
+        {**base, "id": "c", "path_reason": "fallback: timeout: took longer than 600.0 s"},
+        {**base, "id": "d", "path_reason": None},  # a shard written before the column existed
+        {**base, "id": "e", "path": "logic_form", "path_reason": "pre-check verifier said yes"},
+    ]
     summary = aggregate(traces, ["accuracy"], "accuracy")
-    assert summary["auto"]["path_reasons"] == {"fallback: plan failed": 2, "fallback: timeout": 1,
-                                               "pre-check verifier said yes": 1}
+    assert summary["auto"]["path_reasons"] == {
+        "fallback: plan failed": 2,
+        "fallback: timeout": 1,
+        "pre-check verifier said yes": 1,
+    }
     md = render_markdown("t", summary, ["accuracy"])
     assert "| auto | fallback: plan failed | 2 |" in md.split("## Why each path was taken")[1]
 
 
 def test_report_has_a_row_per_question_with_gold_answer_hit_path_latency_and_references(tmp_path):
-    traces = [dict(t, answer=f"answer to {t['id']} | with a pipe", evidence_ids=["doc-a", "doc-b"])
-              for t in _traces()]
+    traces = [dict(t, answer=f"answer to {t['id']} | with a pipe", evidence_ids=["doc-a", "doc-b"]) for t in _traces()]
     questions = {f"q{i}": {"question": f"What is <q{i}>?", "answers": [f"gold {i}"]} for i in range(1, 5)}
     paths = write_report(traces, tmp_path, "Per question", questions=questions)
     md = paths["markdown"].read_text(encoding="utf-8")
-    table = md[md.index("## Questions"):]
+    table = md[md.index("## Questions") :]
     assert "| Question | Mode | Gold | Answer | Hit | Path | Latency (s) | References |" in table
     # q2 in dual-level scored 0: a miss, with its gold, the answer (pipe escaped), path, latency and references
-    assert "| q2: What is <q2>? | dual-level | gold 2 | answer to q2 \\| with a pipe | ✗ | dual_level | 2.00 | " \
-           "doc-a, doc-b |" in table
+    assert (
+        "| q2: What is <q2>? | dual-level | gold 2 | answer to q2 \\| with a pipe | ✗ | dual_level | 2.00 | "
+        "doc-a, doc-b |" in table
+    )
     assert "| q1: What is <q1>? | logic | gold 1 |" in table and table.count("| ✓ |") == 5
     page = paths["html"].read_text(encoding="utf-8")
     assert page.count('<tr class="hit">') + page.count('<tr class="miss">') == 8

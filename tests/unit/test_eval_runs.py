@@ -25,9 +25,16 @@ def tiny(tmp_path_factory):
 @pytest.fixture
 def questions(tmp_path):
     path = tmp_path / "questions.jsonl"
-    path.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answers": ["Nobel Prize"],
-                                        "gold_passages": ["thomas_sudhof.md"]}) + "\n"
-                            for i, q in enumerate(QUESTIONS)), encoding="utf-8")
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"id": f"q{i}", "question": q, "answers": ["Nobel Prize"], "gold_passages": ["thomas_sudhof.md"]}
+            )
+            + "\n"
+            for i, q in enumerate(QUESTIONS)
+        ),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -38,8 +45,14 @@ def test_a_run_answers_every_mode_once_and_resumes(tiny, questions, tmp_path):
         shards_seen.extend((job.mode, row["shard"]) for row in job.rows)
         return answer_in_process(job)
 
-    req = EvalRunRequest(benchmark="generic", questions=str(questions), index=str(tiny.root),
-                         output=str(tmp_path / "run"), modes=("dual", "chunk_vector", "auto"), shards=2)
+    req = EvalRunRequest(
+        benchmark="generic",
+        questions=str(questions),
+        index=str(tiny.root),
+        output=str(tmp_path / "run"),
+        modes=("dual", "chunk_vector", "auto"),
+        shards=2,
+    )
     summary = run_evaluation(req, runner)
     assert sorted(shards_seen) == [(m, s) for m in ("auto", "chunk_vector", "dual") for s in (0, 1)]
     assert summary["answered_this_run"] == 9 and summary["traces"] == {"dual": 3, "chunk_vector": 3, "auto": 3}
@@ -66,12 +79,20 @@ def test_a_run_answers_every_mode_once_and_resumes(tiny, questions, tmp_path):
 
 
 def test_a_grid_runs_cells_through_the_same_function(tiny, questions, tmp_path):
-    req = EvalGridRequest(benchmark="generic", questions=str(questions), output=str(tmp_path / "grid"),
-                          indexes=(f"tiny={tiny.root}",), axes=("retrieval.chunk_budget_tokens=50,2000",),
-                          modes=("llm_only", "dual"))
+    req = EvalGridRequest(
+        benchmark="generic",
+        questions=str(questions),
+        output=str(tmp_path / "grid"),
+        indexes=(f"tiny={tiny.root}",),
+        axes=("retrieval.chunk_budget_tokens=50,2000",),
+        modes=("llm_only", "dual"),
+    )
     out = run_grid(req, answer_in_process)
-    assert [c["cell"] for c in out["cells"]] == ["llm_only", "tiny__chunk_budget_tokens=50",
-                                                 "tiny__chunk_budget_tokens=2000"]
+    assert [c["cell"] for c in out["cells"]] == [
+        "llm_only",
+        "tiny__chunk_budget_tokens=50",
+        "tiny__chunk_budget_tokens=2000",
+    ]
     assert {r["mode"] for r in out["rows"]} == {"llm_only", "dual"}
     assert (tmp_path / "grid" / "grid.md").exists()
 

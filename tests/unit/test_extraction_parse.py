@@ -36,7 +36,11 @@ def test_canonical_tuples():
     ]
     (r,) = p.relations
     assert (r.source, r.target, r.description, r.keywords, r.strength) == (
-        "Marie Curie", "Sorbonne", "She taught at the Sorbonne.", ("teaching", "career"), 8.0,
+        "Marie Curie",
+        "Sorbonne",
+        "She taught at the Sorbonne.",
+        ("teaching", "career"),
+        8.0,
     )
     assert p.content_keywords == ("physics", "radioactivity")
     assert p.malformed == 0
@@ -45,14 +49,34 @@ def test_canonical_tuples():
 # (reply, expected entity (name, type, description) list, expected relations (src, tgt, kw, strength), malformed)
 TUPLE_CASES = [
     pytest.param('"entity"<|>Alice<|>person<|>A person', [("Alice", "person", "A person")], [], 0, id="no-parens"),
-    pytest.param('("entity" < | > "Alice" <|> "PERSON" <|> "A person")', [("Alice", "person", "A person")], [], 0,
-                 id="spaced-delimiters-and-quotes"),
-    pytest.param('("entity"<|>Alice<|>person<|>A person<|>extra<|>more)', [("Alice", "person", "A person")], [], 0,
-                 id="extra-fields"),
-    pytest.param('("entity"<|>Alice<|>person<|>Born in Paris (France))',
-                 [("Alice", "person", "Born in Paris (France)")], [], 0, id="paren-in-description"),
-    pytest.param('("entity"<|>Alice<|>person<|>Born in Paris (France)', [("Alice", "person", "Born in Paris (France)")],
-                 [], 0, id="missing-closing-paren"),
+    pytest.param(
+        '("entity" < | > "Alice" <|> "PERSON" <|> "A person")',
+        [("Alice", "person", "A person")],
+        [],
+        0,
+        id="spaced-delimiters-and-quotes",
+    ),
+    pytest.param(
+        '("entity"<|>Alice<|>person<|>A person<|>extra<|>more)',
+        [("Alice", "person", "A person")],
+        [],
+        0,
+        id="extra-fields",
+    ),
+    pytest.param(
+        '("entity"<|>Alice<|>person<|>Born in Paris (France))',
+        [("Alice", "person", "Born in Paris (France)")],
+        [],
+        0,
+        id="paren-in-description",
+    ),
+    pytest.param(
+        '("entity"<|>Alice<|>person<|>Born in Paris (France)',
+        [("Alice", "person", "Born in Paris (France)")],
+        [],
+        0,
+        id="missing-closing-paren",
+    ),
     pytest.param('1. ("entity"<|>Alice<|>person<|>x)', [("Alice", "person", "x")], [], 0, id="numbered"),
     pytest.param('("entity"<|>Alice)', [("Alice", "unknown", "")], [], 0, id="name-only"),
     pytest.param('("entity"<|><|>person<|>nameless)', [], [], 1, id="empty-name"),
@@ -60,28 +84,60 @@ TUPLE_CASES = [
     pytest.param('("widget"<|>Alice<|>person)', [], [], 1, id="unknown-record-kind"),
     pytest.param('("entity" Alice person)', [], [], 1, id="record-without-delimiter"),
     pytest.param("Here are the entities I found:\n```\n", [], [], 0, id="chatter-not-counted"),
-    pytest.param('("relationship"<|>A<|>B<|>d<|>kw<|>strong)', [], [("A", "B", ("kw",), 1.0)], 0,
-                 id="strength-not-a-number"),
+    pytest.param(
+        '("relationship"<|>A<|>B<|>d<|>kw<|>strong)', [], [("A", "B", ("kw",), 1.0)], 0, id="strength-not-a-number"
+    ),
     pytest.param('("relationship"<|>A<|>B<|>d<|>kw<|>nan)', [], [("A", "B", ("kw",), 1.0)], 0, id="strength-nan"),
     pytest.param('("relationship"<|>A<|>B<|>d<|>kw)', [], [("A", "B", ("kw",), 1.0)], 0, id="strength-missing"),
     pytest.param('("relationship"<|>A<|>B<|>d<|>7)', [], [("A", "B", (), 7.0)], 0, id="keywords-missing"),
-    pytest.param('("relationship"<|>A<|>B<|><|>kw<|>2)', [], [("A", "B", ("kw",), 2.0)], 0,
-                 id="empty-description-kept"),
-    pytest.param('("relationship"<|>A<|>B<|>d<|>k1，k2、k1<|>3<|>junk)', [], [("A", "B", ("k1", "k2"), 3.0)], 0,
-                 id="cjk-keyword-separators-extra-field"),
+    pytest.param(
+        '("relationship"<|>A<|>B<|><|>kw<|>2)', [], [("A", "B", ("kw",), 2.0)], 0, id="empty-description-kept"
+    ),
+    pytest.param(
+        '("relationship"<|>A<|>B<|>d<|>k1，k2、k1<|>3<|>junk)',
+        [],
+        [("A", "B", ("k1", "k2"), 3.0)],
+        0,
+        id="cjk-keyword-separators-extra-field",
+    ),
     pytest.param('("relationship"<|>Alice<|> ALICE <|>self<|>kw<|>3)', [], [], 1, id="self-loop-after-normalizing"),
     pytest.param('("relationship"<|>Ａｌｉｃｅ<|>alice<|>self<|>kw<|>3)', [], [], 1, id="self-loop-full-width"),
     pytest.param('("relationship"<|>Alice)', [], [], 1, id="relation-without-target"),
-    pytest.param('("entity"<|>A<|>person<|>x)("entity"<|>B<|>person<|>y)',
-                 [("A", "person", "x"), ("B", "person", "y")], [], 0, id="glued-records"),
-    pytest.param('("entity"<|>A<|>person<|>x)##("entity"<|>B<|>person<|>y)< | COMPLETE | >',
-                 [("A", "person", "x"), ("B", "person", "y")], [], 0, id="spaced-completion"),
-    pytest.param('("entity"<|>AT&amp;T<|>organization<|>a &lt;telecom&gt;)', [("AT&T", "organization", "a <telecom>")],
-                 [], 0, id="html-unescape"),
-    pytest.param('("entity"<|>Bad\x00Name\x07<|>person<|>x\x1by)', [("Bad Name", "person", "x y")], [], 0,
-                 id="control-characters"),
-    pytest.param('("实体"<|>林晓梅<|>人物<|>海洋生物学家)', [("林晓梅", "person", "海洋生物学家")], [], 0,
-                 id="chinese-record-kind-and-type"),
+    pytest.param(
+        '("entity"<|>A<|>person<|>x)("entity"<|>B<|>person<|>y)',
+        [("A", "person", "x"), ("B", "person", "y")],
+        [],
+        0,
+        id="glued-records",
+    ),
+    pytest.param(
+        '("entity"<|>A<|>person<|>x)##("entity"<|>B<|>person<|>y)< | COMPLETE | >',
+        [("A", "person", "x"), ("B", "person", "y")],
+        [],
+        0,
+        id="spaced-completion",
+    ),
+    pytest.param(
+        '("entity"<|>AT&amp;T<|>organization<|>a &lt;telecom&gt;)',
+        [("AT&T", "organization", "a <telecom>")],
+        [],
+        0,
+        id="html-unescape",
+    ),
+    pytest.param(
+        '("entity"<|>Bad\x00Name\x07<|>person<|>x\x1by)',
+        [("Bad Name", "person", "x y")],
+        [],
+        0,
+        id="control-characters",
+    ),
+    pytest.param(
+        '("实体"<|>林晓梅<|>人物<|>海洋生物学家)',
+        [("林晓梅", "person", "海洋生物学家")],
+        [],
+        0,
+        id="chinese-record-kind-and-type",
+    ),
 ]
 
 
@@ -94,14 +150,16 @@ def test_tuple_cases(reply, entities, relations, malformed):
 
 
 def test_malformed_records_are_counted_and_skipped():
-    reply = "\n".join([
-        '("entity"<|>Good<|>person<|>fine)',
-        '("entity"<|><|>person<|>no name)',
-        '("bogus"<|>x)',
-        '("relationship"<|>Good<|>good<|>self loop<|>k<|>1)',
-        '("relationship"<|>Good<|>Other<|>ok<|>k<|>1)',
-        "<|COMPLETE|>",
-    ])
+    reply = "\n".join(
+        [
+            '("entity"<|>Good<|>person<|>fine)',
+            '("entity"<|><|>person<|>no name)',
+            '("bogus"<|>x)',
+            '("relationship"<|>Good<|>good<|>self loop<|>k<|>1)',
+            '("relationship"<|>Good<|>Other<|>ok<|>k<|>1)',
+            "<|COMPLETE|>",
+        ]
+    )
     p = parse_tuples(reply, "c", CFG)
     assert [e.name for e in p.entities] == ["Good"]
     assert [(r.source, r.target) for r in p.relations] == [("Good", "Other")]
@@ -129,9 +187,15 @@ def test_weird_names_are_kept_verbatim(name, fmt):
         reply = f'("entity"<|>{name}<|>person<|>about it)##("relationship"<|>{name}<|>Other<|>d<|>k<|>2)<|COMPLETE|>'
         p = parse_tuples(reply, "c", CFG)
     else:
-        reply = json.dumps({"entities": [{"name": name, "type": "person", "description": "about it"}],
-                            "relations": [{"source": name, "target": "Other", "description": "d",
-                                           "keywords": ["k"], "strength": 2}], "content_keywords": []})
+        reply = json.dumps(
+            {
+                "entities": [{"name": name, "type": "person", "description": "about it"}],
+                "relations": [
+                    {"source": name, "target": "Other", "description": "d", "keywords": ["k"], "strength": 2}
+                ],
+                "content_keywords": [],
+            }
+        )
         p = parse_json(reply, "c", CFG)
     assert [e.name for e in p.entities] == [name]
     assert [r.source for r in p.relations] == [name]
@@ -140,8 +204,16 @@ def test_weird_names_are_kept_verbatim(name, fmt):
 
 @pytest.mark.parametrize(
     "raw,expected",
-    [('"Alice"', "Alice"), ("'Alice'", "Alice"), ("“Alice”", "Alice"), ('"Alice', "Alice"), ('Alice"', "Alice"),
-     ('"The "Big" Apple"', 'The "Big" Apple'), ("  Alice \n", "Alice"), ("O'Brien", "O'Brien")],
+    [
+        ('"Alice"', "Alice"),
+        ("'Alice'", "Alice"),
+        ("“Alice”", "Alice"),
+        ('"Alice', "Alice"),
+        ('Alice"', "Alice"),
+        ('"The "Big" Apple"', 'The "Big" Apple'),
+        ("  Alice \n", "Alice"),
+        ("O'Brien", "O'Brien"),
+    ],
 )
 def test_clean_name_strips_only_surrounding_quotes(raw, expected):
     assert clean_name(raw) == expected
@@ -149,9 +221,17 @@ def test_clean_name_strips_only_surrounding_quotes(raw, expected):
 
 @pytest.mark.parametrize(
     "raw,expected",
-    [("person", "person"), ("PERSON", "person"), (" Person ", "person"), ("<organization>", "organization"),
-     ("Organizations", "organization"), ("geo", "location"), ("人物", "person"), ("spaceship", "unknown"),
-     ("", "unknown")],
+    [
+        ("person", "person"),
+        ("PERSON", "person"),
+        (" Person ", "person"),
+        ("<organization>", "organization"),
+        ("Organizations", "organization"),
+        ("geo", "location"),
+        ("人物", "person"),
+        ("spaceship", "unknown"),
+        ("", "unknown"),
+    ],
 )
 def test_entity_type_maps_to_configured_or_unknown(raw, expected):
     assert resolve_entity_type(raw, CFG) == expected
@@ -173,8 +253,13 @@ GOOD_JSON = {
         {"name": "Sorbonne", "type": "organization", "description": "A university."},
     ],
     "relations": [
-        {"source": "Marie Curie", "target": "Sorbonne", "description": "Taught there.", "keywords": ["teaching"],
-         "strength": 8},
+        {
+            "source": "Marie Curie",
+            "target": "Sorbonne",
+            "description": "Taught there.",
+            "keywords": ["teaching"],
+            "strength": 8,
+        },
     ],
     "content_keywords": ["physics", "radioactivity"],
 }
@@ -193,8 +278,11 @@ def test_valid_json():
 def test_absurd_strengths_fall_back_to_one():
     p = parse_json('{"relations": [{"source": "A", "target": "B", "strength": 1' + "0" * 400 + "}]}", "c", CFG)
     assert [r.strength for r in p.relations] == [1.0]
-    p = parse_json('{"relations": [{"source": "A", "target": "B", "strength": 1e999}], '
-                   '"content_keywords": [" \\"x\\" ", "", 5]}', "c", CFG)
+    p = parse_json(
+        '{"relations": [{"source": "A", "target": "B", "strength": 1e999}], "content_keywords": [" \\"x\\" ", "", 5]}',
+        "c",
+        CFG,
+    )
     assert [r.strength for r in p.relations] == [1.0]
     assert p.content_keywords == ("x", "5")
 
@@ -224,18 +312,26 @@ def test_truncated_json_mid_relations_and_keywords():
 
 
 def test_json_items_lacking_required_fields_are_malformed():
-    reply = json.dumps({
-        "entities": [{"type": "person", "description": "no name"}, "just a string", {"name": "Ok"},
-                     {"name": {"nested": 1}}],
-        "relations": [{"source": "Ok", "description": "no target"}, {"source": "Ok", "target": "ok"},
-                      {"source": "Ok", "target": "Other", "keywords": "a, b", "strength": "7"},
-                      {"source": "Ok", "target": "Third", "strength": True}],
-        "content_keywords": "x, y",
-    })
+    reply = json.dumps(
+        {
+            "entities": [
+                {"type": "person", "description": "no name"},
+                "just a string",
+                {"name": "Ok"},
+                {"name": {"nested": 1}},
+            ],
+            "relations": [
+                {"source": "Ok", "description": "no target"},
+                {"source": "Ok", "target": "ok"},
+                {"source": "Ok", "target": "Other", "keywords": "a, b", "strength": "7"},
+                {"source": "Ok", "target": "Third", "strength": True},
+            ],
+            "content_keywords": "x, y",
+        }
+    )
     p = parse_json(reply, "c", CFG)
     assert [(e.name, e.type, e.description) for e in p.entities] == [("Ok", "unknown", "")]
-    assert [(r.target, r.keywords, r.strength) for r in p.relations] == [("Other", ("a", "b"), 7.0),
-                                                                         ("Third", (), 1.0)]
+    assert [(r.target, r.keywords, r.strength) for r in p.relations] == [("Other", ("a", "b"), 7.0), ("Third", (), 1.0)]
     assert p.content_keywords == ("x", "y")
     assert p.malformed == 5  # no name, string item, object name, no target, self loop
 
@@ -244,8 +340,12 @@ def test_json_variants():
     # A bare list, alternative key names, a tuple-format answer to a json prompt, two objects back to back.
     p = parse_json('[{"name": "A", "type": "person"}, {"source": "A", "target": "B"}]', "c", CFG)
     assert [e.name for e in p.entities] == ["A"] and [r.target for r in p.relations] == ["B"]
-    p = parse_json('{"entities": [{"entity_name": "A", "entity_type": "geo"}], "relationships": '
-                   '[{"src_id": "A", "tgt_id": "B", "weight": 3}]}', "c", CFG)
+    p = parse_json(
+        '{"entities": [{"entity_name": "A", "entity_type": "geo"}], "relationships": '
+        '[{"src_id": "A", "tgt_id": "B", "weight": 3}]}',
+        "c",
+        CFG,
+    )
     assert [(e.name, e.type) for e in p.entities] == [("A", "location")]
     assert [r.strength for r in p.relations] == [3.0]
     p = parse_json('("entity"<|>A<|>person<|>x)<|COMPLETE|>', "c", CFG)
@@ -257,10 +357,37 @@ def test_json_variants():
 
 
 GARBAGE = [
-    "", "   ", "no", "{", "}", "[", "]", '"', "<|>", "##", "<|COMPLETE|>", "(((", ")))", "\x00\x01\x02",
-    '{"entities": [', '{"entities": [{"name": "A", "type": "per', '{"a": "\\', "[" * 5000, "{" * 5000 + "}" * 5000,
-    "[" * 3000 + "]" * 3000, '("entity"<|>', '("relationship"<|>A', "🙂" * 100, "null", "42", "true", '"just a string"',
-    '{"entities": null, "relations": 7}', "\ud800 lone surrogate", "<|><|><|><|>", "##" * 1000,
+    "",
+    "   ",
+    "no",
+    "{",
+    "}",
+    "[",
+    "]",
+    '"',
+    "<|>",
+    "##",
+    "<|COMPLETE|>",
+    "(((",
+    ")))",
+    "\x00\x01\x02",
+    '{"entities": [',
+    '{"entities": [{"name": "A", "type": "per',
+    '{"a": "\\',
+    "[" * 5000,
+    "{" * 5000 + "}" * 5000,
+    "[" * 3000 + "]" * 3000,
+    '("entity"<|>',
+    '("relationship"<|>A',
+    "🙂" * 100,
+    "null",
+    "42",
+    "true",
+    '"just a string"',
+    '{"entities": null, "relations": 7}',
+    "\ud800 lone surrogate",
+    "<|><|><|><|>",
+    "##" * 1000,
     '{"relations": [{"source": "A", "target": "B", "strength": 1' + "0" * 400 + "}]}",
     '("relationship"<|>A<|>B<|>d<|>k<|>1' + "0" * 400 + ")",
 ]

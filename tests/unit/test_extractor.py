@@ -22,8 +22,13 @@ def make_chunks(n=3, texts=None):
 
 
 def entity_json(*names):
-    return json.dumps({"entities": [{"name": n, "type": "person", "description": f"about {n}"} for n in names],
-                      "relations": [], "content_keywords": []})
+    return json.dumps(
+        {
+            "entities": [{"name": n, "type": "person", "description": f"about {n}"} for n in names],
+            "relations": [],
+            "content_keywords": [],
+        }
+    )
 
 
 class Scripted:
@@ -197,14 +202,28 @@ def test_failing_judge_stops_the_chunk():
 def test_accounting_and_dedup_across_rounds():
     replies = [
         # round 0: one good entity, one malformed (no name), one relation
-        json.dumps({"entities": [{"name": "Alice", "type": "person", "description": "d"}, {"type": "person"}],
-                    "relations": [{"source": "Alice", "target": "Bob", "description": "r", "keywords": ["k"],
-                                   "strength": 2}], "content_keywords": ["x"]}),
+        json.dumps(
+            {
+                "entities": [{"name": "Alice", "type": "person", "description": "d"}, {"type": "person"}],
+                "relations": [
+                    {"source": "Alice", "target": "Bob", "description": "r", "keywords": ["k"], "strength": 2}
+                ],
+                "content_keywords": ["x"],
+            }
+        ),
         # glean repeats everything exactly and adds Carol
-        json.dumps({"entities": [{"name": "Alice", "type": "person", "description": "d"},
-                                 {"name": "Carol", "type": "person", "description": "c"}],
-                    "relations": [{"source": "Alice", "target": "Bob", "description": "r", "keywords": ["k"],
-                                   "strength": 2}], "content_keywords": ["x", "y"]}),
+        json.dumps(
+            {
+                "entities": [
+                    {"name": "Alice", "type": "person", "description": "d"},
+                    {"name": "Carol", "type": "person", "description": "c"},
+                ],
+                "relations": [
+                    {"source": "Alice", "target": "Bob", "description": "r", "keywords": ["k"], "strength": 2}
+                ],
+                "content_keywords": ["x", "y"],
+            }
+        ),
     ]
     llm = ScriptedLLM(replies, tokens_per_word=1.0)
     (ext,) = Extractor(llm, ExtractionConfig(max_gleaning=1, grounding="off"), PROMPTS).extract(make_chunks(1))
@@ -274,8 +293,13 @@ def test_scripted_mapping_prefers_the_last_message():
 @pytest.mark.parametrize("fmt", ["json", "tuples"])
 def test_builtin_extraction_mode_is_deterministic(fmt):
     cfg = ExtractionConfig(output_format=fmt, max_gleaning=2)
-    chunks = make_chunks(2, ["The physicist Marie Curie worked with Pierre Curie in Paris on radioactivity.",
-                             "1931年，海洋生物学家林晓梅加入了青岛海洋研究所。"])
+    chunks = make_chunks(
+        2,
+        [
+            "The physicist Marie Curie worked with Pierre Curie in Paris on radioactivity.",
+            "1931年，海洋生物学家林晓梅加入了青岛海洋研究所。",
+        ],
+    )
     chunks[1] = Chunk(id="c1", doc_id="d", order=1, start=0, text=chunks[1].text, language="zh")
     llm = ScriptedLLM.from_config(ScriptedLLMConfig())
     first = Extractor(llm, cfg, PROMPTS).extract(chunks)

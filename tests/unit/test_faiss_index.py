@@ -116,7 +116,11 @@ def test_layout_shards_and_idmap_roundtrip(tmp_path):
     info = write_family(tmp_path, "relation_mix", keys, _unit(rng, 300, 8), VectorsConfig(num_shards=4))
     folder = family_dir(tmp_path, "relation_mix")
     assert sorted(p.name for p in folder.iterdir()) == [
-        "family.json", "idmap.parquet", "shard-0000.faiss", "shard-0001.faiss", "shard-0002.faiss",
+        "family.json",
+        "idmap.parquet",
+        "shard-0000.faiss",
+        "shard-0001.faiss",
+        "shard-0002.faiss",
         "shard-0003.faiss",
     ]
     meta = json.loads((folder / "family.json").read_text())
@@ -180,11 +184,18 @@ def test_dimension_mismatch_and_bad_input(tmp_path):
 def test_map_fn_hook_builds_shards_elsewhere(tmp_path):
     keys, x, q = _clustered(n=600)
     with ThreadPoolExecutor(2) as pool:
-        write_family(tmp_path / "a", "chunk", keys, x, VectorsConfig(index_type="flat", num_shards=3),
-                     map_fn=lambda fn, jobs: pool.map(lambda job: fn(*job), jobs))
+        write_family(
+            tmp_path / "a",
+            "chunk",
+            keys,
+            x,
+            VectorsConfig(index_type="flat", num_shards=3),
+            map_fn=lambda fn, jobs: pool.map(lambda job: fn(*job), jobs),
+        )
     write_family(tmp_path / "b", "chunk", keys, x, VectorsConfig(index_type="flat", num_shards=3))
-    assert FaissFamilyIndex.open(tmp_path / "a", "chunk").search(q, 5) == \
-        FaissFamilyIndex.open(tmp_path / "b", "chunk").search(q, 5)
+    assert FaissFamilyIndex.open(tmp_path / "a", "chunk").search(q, 5) == FaissFamilyIndex.open(
+        tmp_path / "b", "chunk"
+    ).search(q, 5)
 
 
 def test_sampling_helpers():
@@ -205,8 +216,9 @@ def test_precomputed_ids(tmp_path):
     ids = np.array([vector_id(k) for k in keys], dtype=np.int64)
     write_family(tmp_path / "a", "chunk", keys, x, VectorsConfig(), ids=ids)
     write_family(tmp_path / "b", "chunk", keys, x, VectorsConfig())
-    assert FaissFamilyIndex.open(tmp_path / "a", "chunk").search(x[:5], 3) == \
-        FaissFamilyIndex.open(tmp_path / "b", "chunk").search(x[:5], 3)
+    assert FaissFamilyIndex.open(tmp_path / "a", "chunk").search(x[:5], 3) == FaissFamilyIndex.open(
+        tmp_path / "b", "chunk"
+    ).search(x[:5], 3)
     with pytest.raises(ValueError, match="is not vector_id"):
         write_family(tmp_path / "c", "chunk", keys, x, VectorsConfig(), ids=ids[::-1].copy())
     with pytest.raises(ValueError, match="200 keys but ids of shape"):

@@ -24,20 +24,49 @@ from hxd2_ray.graph_export.rows import PROPERTIES, store_pages
 from hxd2_ray.indexing import tables
 from tests.unit.retrieval_fixtures import HOSTILE, tiny_tables
 
-NASTY = "He said \"hi\" & <b>left</b>; it's\r\nfine\ttoo 🙂 \\u0041 `x` }) RETURN 1 //"
+NASTY = 'He said "hi" & <b>left</b>; it\'s\r\nfine\ttoo 🙂 \\u0041 `x` }) RETURN 1 //'
 
 
 def _nasty_tables() -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
     docs, chunks, ents, rels = tiny_tables(hostile=True)
-    ents = pa.concat_tables([ents, pa.Table.from_pylist([
-        {"key": "nasty", "name": NASTY, "type": "odd\x01type", "description": "ctrl\x0bchar and \x1f unit sep",
-         "source_chunk_ids": ["c5"], "mention_count": 1, "name_truncated": True},
-    ], schema=tables.ENTITIES)])
-    rels = pa.concat_tables([rels, pa.Table.from_pylist([
-        {"source_key": "nasty", "target_key": "stanford university", "description": NASTY,
-         "keywords": ["a;b", "c,d", 'q"uote', "it's"], "weight": 0.5, "source_chunk_ids": ["c1", "c5"],
-         "mention_count": 2},
-    ], schema=tables.RELATIONS)])
+    ents = pa.concat_tables(
+        [
+            ents,
+            pa.Table.from_pylist(
+                [
+                    {
+                        "key": "nasty",
+                        "name": NASTY,
+                        "type": "odd\x01type",
+                        "description": "ctrl\x0bchar and \x1f unit sep",
+                        "source_chunk_ids": ["c5"],
+                        "mention_count": 1,
+                        "name_truncated": True,
+                    },
+                ],
+                schema=tables.ENTITIES,
+            ),
+        ]
+    )
+    rels = pa.concat_tables(
+        [
+            rels,
+            pa.Table.from_pylist(
+                [
+                    {
+                        "source_key": "nasty",
+                        "target_key": "stanford university",
+                        "description": NASTY,
+                        "keywords": ["a;b", "c,d", 'q"uote', "it's"],
+                        "weight": 0.5,
+                        "source_chunk_ids": ["c1", "c5"],
+                        "mention_count": 2,
+                    },
+                ],
+                schema=tables.RELATIONS,
+            ),
+        ]
+    )
     docs = docs.set_column(3, "title", pa.array(["Thomas Südhof", NASTY, "Brian Kobilka"], pa.string()))
     return docs, chunks, ents, rels
 
@@ -112,8 +141,9 @@ def test_neo4j_csv_imports_into_a_fresh_kuzu_with_the_same_rows(store, tmp_path)
     header = (out / "entities.csv").read_text(encoding="utf-8").splitlines()[0]
     assert header == ",".join(f'"{c}"' for c in node_header("Entity"))
     assert header.startswith('"key:ID(Entity)"') and '"mention_count:long"' in header
-    assert (out / "related.csv").read_text(encoding="utf-8").startswith(",".join(f'"{c}"'
-                                                                                 for c in edge_header("RELATED")))
+    assert (
+        (out / "related.csv").read_text(encoding="utf-8").startswith(",".join(f'"{c}"' for c in edge_header("RELATED")))
+    )
 
     # A Kùzu schema with the CSV's columns (arrays and the :LABEL/:TYPE columns as strings), loaded by COPY.
     db = kuzu.Database(str(tmp_path / "check.kuzu"))
@@ -123,24 +153,41 @@ def test_neo4j_csv_imports_into_a_fresh_kuzu_with_the_same_rows(store, tmp_path)
         cols = ", ".join(f"{n} {kuzu_type[t]}" for n, t in PROPERTIES[kind])
         key = "key" if kind == "Entity" else "id"
         conn.execute(f"CREATE NODE TABLE {kind}({cols.replace('order ', 'ord ')}, lbl STRING, PRIMARY KEY({key}))")
-    for kind, (a, b) in (("RELATED", ("Entity", "Entity")), ("MENTIONS", ("Chunk", "Entity")),
-                         ("PART_OF", ("Chunk", "Document"))):
+    for kind, (a, b) in (
+        ("RELATED", ("Entity", "Entity")),
+        ("MENTIONS", ("Chunk", "Entity")),
+        ("PART_OF", ("Chunk", "Document")),
+    ):
         cols = "".join(f", {n} {kuzu_type[t]}" for n, t in PROPERTIES[kind])
         conn.execute(f"CREATE REL TABLE {kind}(FROM {a} TO {b}{cols}, typ STRING)")
     for kind in ("Document", "Chunk", "Entity", "RELATED", "MENTIONS", "PART_OF"):
         path = (out / FILE_NAMES[kind]).as_posix()
         conn.execute(f"COPY {kind} FROM '{path}' (HEADER=true, PARALLEL=false, ESCAPE='\"', QUOTE='\"')")
-    count = {q: conn.execute(q).get_all()[0][0] for q in (
-        "MATCH (e:Entity) RETURN count(e)", "MATCH (c:Chunk) RETURN count(c)", "MATCH (d:Document) RETURN count(d)",
-        "MATCH ()-[r:RELATED]->() RETURN count(r)", "MATCH ()-[m:MENTIONS]->() RETURN count(m)",
-        "MATCH ()-[p:PART_OF]->() RETURN count(p)")}
+    count = {
+        q: conn.execute(q).get_all()[0][0]
+        for q in (
+            "MATCH (e:Entity) RETURN count(e)",
+            "MATCH (c:Chunk) RETURN count(c)",
+            "MATCH (d:Document) RETURN count(d)",
+            "MATCH ()-[r:RELATED]->() RETURN count(r)",
+            "MATCH ()-[m:MENTIONS]->() RETURN count(m)",
+            "MATCH ()-[p:PART_OF]->() RETURN count(p)",
+        )
+    }
     counts = store.counts()
-    assert list(count.values()) == [counts["entities"], counts["chunks"], counts["documents"], counts["relations"],
-                                    counts["mentions"], counts["chunks"]]
-    name, = conn.execute("MATCH (e:Entity) WHERE e.key = $k RETURN e.name", {"k": "nasty"}).get_all()[0]
+    assert list(count.values()) == [
+        counts["entities"],
+        counts["chunks"],
+        counts["documents"],
+        counts["relations"],
+        counts["mentions"],
+        counts["chunks"],
+    ]
+    (name,) = conn.execute("MATCH (e:Entity) WHERE e.key = $k RETURN e.name", {"k": "nasty"}).get_all()[0]
     assert name == NASTY
-    kws, desc = conn.execute("MATCH (a:Entity)-[r:RELATED]->(b:Entity) WHERE a.key = $k RETURN r.keywords, "
-                             "r.description", {"k": "nasty"}).get_all()[0]
+    kws, desc = conn.execute(
+        "MATCH (a:Entity)-[r:RELATED]->(b:Entity) WHERE a.key = $k RETURN r.keywords, r.description", {"k": "nasty"}
+    ).get_all()[0]
     assert kws.split("\x1f") == ["a;b", "c,d", 'q"uote', "it's"] and desc == NASTY
     hostile = conn.execute("MATCH (e:Entity) WHERE e.name = $n RETURN count(e)", {"n": HOSTILE}).get_all()[0][0]
     assert hostile == 1
@@ -163,7 +210,7 @@ def decode_neo4j_string(literal: str) -> str:
             continue
         nxt = body[i + 1]
         if nxt == "u":
-            out.append(chr(int(body[i + 2:i + 6], 16)))
+            out.append(chr(int(body[i + 2 : i + 6], 16)))
             i += 6
         else:
             out.append(_NEO4J_ESCAPES[nxt])
@@ -189,8 +236,14 @@ def test_cypher_script_holds_every_row_and_decodes_to_the_stored_text(store, tmp
     out = tmp_path / "g.cypher"
     summary = export_graph(store, "cypher", out)
     text = out.read_text(encoding="utf-8")
-    assert summary.counts == {"Document": 3, "Chunk": 5, "Entity": 9, "RELATED": 9,
-                              "MENTIONS": store.counts()["mentions"], "PART_OF": 5}
+    assert summary.counts == {
+        "Document": 3,
+        "Chunk": 5,
+        "Entity": 9,
+        "RELATED": 9,
+        "MENTIONS": store.counts()["mentions"],
+        "PART_OF": 5,
+    }
     # Every statement is one line per row and ends with ';' outside any literal.
     statements = [s for s in _LITERAL.sub("''", text).split(";") if s.strip()]
     assert sum(1 for s in statements if "CREATE (n:Entity)" in s) == 1

@@ -21,8 +21,9 @@ from hxd2_ray.retrieval.ranking import (
 from hxd2_ray.retrieval.results import ChannelHit
 from tests.unit.retrieval_fixtures import DIM, build_tiny_index, key, keyword_reply, scripted_llm
 
-SUDHOF, STANFORD, NOBEL, KOBILKA = (key(n) for n in ("Thomas Südhof", "Stanford University", "Nobel Prize",
-                                                     "Brian Kobilka"))
+SUDHOF, STANFORD, NOBEL, KOBILKA = (
+    key(n) for n in ("Thomas Südhof", "Stanford University", "Nobel Prize", "Brian Kobilka")
+)
 
 
 # ------------------------------------------------------------------------------------------ pure parts
@@ -31,7 +32,7 @@ SUDHOF, STANFORD, NOBEL, KOBILKA = (key(n) for n in ("Thomas Südhof", "Stanford
 def test_dense_probability_is_the_softmax_at_the_embedders_temperature():
     p = dense_probabilities({"a": 0.6, "b": 0.5, "c": 0.5}, 0.05)
     assert sum(p.values()) == pytest.approx(1.0)
-    assert p["a"] / p["b"] == pytest.approx(2.718281828 ** 2)  # 0.1 apart at temperature 0.05: e^2
+    assert p["a"] / p["b"] == pytest.approx(2.718281828**2)  # 0.1 apart at temperature 0.05: e^2
     assert p["b"] == p["c"] and dense_probabilities({}, 0.05) == {}
 
 
@@ -130,8 +131,7 @@ def test_ppr_keeps_a_strong_dense_chunk_above_weak_graph_evidence(index, tiny):
     # c4; but the question's own words are c3's: its dense probability (~1) keeps it first (the floor).
     question = "Robert Malenka studies synaptic transmission at Stanford University"
     llm = scripted_llm(keyword_reply(["Brian Kobilka"], []))
-    p = _pipeline(index, tiny, llm, similarity_threshold=0.2, top_k_entities=1, top_k_relations=0,
-                  ppr_dense_share=0.0)
+    p = _pipeline(index, tiny, llm, similarity_threshold=0.2, top_k_entities=1, top_k_relations=0, ppr_dense_share=0.0)
     result = p.retrieve(question)
     by_id = {c.id: c for c in result.chunks}
     assert [s["key"] for s in result.ranking["seeds"] if s["weight"] > 0] == [KOBILKA]
@@ -154,8 +154,9 @@ def test_reranker_reorders_the_top_candidates_before_the_budget(index, tiny):
     llm = scripted_llm(keyword_reply(["Brian Kobilka"], []))
     question = "Who won the Nobel Prize for synaptic transmission and neurexin?"
     plain = _pipeline(index, tiny, llm, similarity_threshold=0.99).retrieve(question)
-    reranked = _pipeline(index, tiny, llm, reranker=OverlapReranker(), similarity_threshold=0.99,
-                         rerank_top_n=3).retrieve(question)
+    reranked = _pipeline(
+        index, tiny, llm, reranker=OverlapReranker(), similarity_threshold=0.99, rerank_top_n=3
+    ).retrieve(question)
     top3 = {c.id for c in plain.chunks[:3]}
     assert {c.id for c in reranked.chunks[:3]} == top3  # the same candidates, reordered
     scores = [c.rerank_score for c in reranked.chunks[:3]]
@@ -169,7 +170,8 @@ def test_question_names_join_the_matches(index, tiny):
     # The keyword reply is useless; the question spells out "Brian Kobilka".
     llm = scripted_llm(keyword_reply(["Research affiliation"], ["Field of study"]))
     result = _pipeline(index, tiny, llm, similarity_threshold=0.99, question_names=True).retrieve(
-        "Where does Brian Kobilka work?")
+        "Where does Brian Kobilka work?"
+    )
     assert result.entities[0].key == KOBILKA
     assert [(h.channel, h.query, h.score) for h in result.entities[0].hits] == [("question:name", "Brian Kobilka", 1.0)]
     off = _pipeline(index, tiny, llm, similarity_threshold=0.99).retrieve("Where does Brian Kobilka work?")
@@ -207,8 +209,10 @@ class _Names:
 def test_the_longest_name_wins_and_its_parts_name_nothing():
     graph = _Names({"tampa bay buccaneers", "tampa", "bay", "lee roy selmon", "selmon", "draft"})
     found = named_entities("how is Tampa Bay Buccaneers draft history and Lee Roy Selmon connected?", graph)
-    assert [(m.text, m.key) for m in found] == [("Tampa Bay Buccaneers", "tampa bay buccaneers"),
-                                                ("Lee Roy Selmon", "lee roy selmon")]
+    assert [(m.text, m.key) for m in found] == [
+        ("Tampa Bay Buccaneers", "tampa bay buccaneers"),
+        ("Lee Roy Selmon", "lee roy selmon"),
+    ]
     # without the longer name in the index, its parts are names of their own
     parts = named_entities("Is Tampa near the Bay?", _Names({"tampa", "bay"}))
     assert sorted(m.key for m in parts) == ["bay", "tampa"]
@@ -229,11 +233,14 @@ def test_a_named_document_title_seeds_its_chunks(index, tiny):
     titles = TitleIndex([("Mark King (musician)", [3, 4]), ("Nick Hexum", [7]), ("", [9])])
     assert titles.chunks == {"mark king": [3, 4], "nick hexum": [7]}
     assert sorted(m.key for m in named_entities("Which singer is American, Mark King or Nick Hexum?", titles)) == [
-        "mark king", "nick hexum"]
+        "mark king",
+        "nick hexum",
+    ]
     # The tiny index's documents are titled by person; keywords useless, no entity names matched.
     llm = scripted_llm(keyword_reply(["Research affiliation"], []))
     result = _pipeline(index, tiny, llm, similarity_threshold=0.99, fuzzy_limit=0, ppr_title_seeds=True).retrieve(
-        "What did Brian Kobilka win?")
+        "What did Brian Kobilka win?"
+    )
     seeds = [(s["kind"], s["key"], s["channels"]) for s in result.ranking["seeds"]]
     assert seeds == [("chunk", "c4", ["question:title"])] and result.chunks[0].id == "c4"
     off = _pipeline(index, tiny, llm, similarity_threshold=0.99, fuzzy_limit=0)

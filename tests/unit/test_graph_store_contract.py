@@ -32,8 +32,15 @@ def test_store_declares_every_protocol_member(store_class):
 
 
 def _sorted_scan(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
-    order = {"Entity": ["o"], "Chunk": ["o"], "Document": ["o"], "RELATED": ["a", "b"], "MENTIONS": ["c", "e"],
-             "SYNONYM": ["a", "b"], "NAMES_TITLE": ["c", "doc_id"]}
+    order = {
+        "Entity": ["o"],
+        "Chunk": ["o"],
+        "Document": ["o"],
+        "RELATED": ["a", "b"],
+        "MENTIONS": ["c", "e"],
+        "SYNONYM": ["a", "b"],
+        "NAMES_TITLE": ["c", "doc_id"],
+    }
     assert set(tables) == set(order)
     return {name: t.sort_by([(c, "ascending") for c in order[name]]) for name, t in tables.items()}
 
@@ -43,9 +50,14 @@ def _calls() -> dict[str, Callable[[GraphStore], Any]]:
     keys = [*ALL_KEYS, "ghost", HOSTILE_NAMES[2]]
     pairs = [("x", "h"), ("ghost", "h"), ("w", "w"), ("y", "z"), ("h", HOSTILE_NAMES[2])]
     lf_pairs = [{"s": "h", "t": "x"}, {"s": "x", "t": "h"}, {"s": "y", "t": "w"}]
-    lf_params = {"lf_edges": {"keys": keys, "limit": 50}, "lf_paths_2hop": {"keys": keys, "limit": 50},
-                 "lf_edges_between": {"pairs": lf_pairs}, "lf_paths_between": {"pairs": lf_pairs, "limit": 50},
-                 "lf_entity_names": {"skip": 1, "limit": 4}, "lf_names_of": {"keys": keys}}
+    lf_params = {
+        "lf_edges": {"keys": keys, "limit": 50},
+        "lf_paths_2hop": {"keys": keys, "limit": 50},
+        "lf_edges_between": {"pairs": lf_pairs},
+        "lf_paths_between": {"pairs": lf_pairs, "limit": 50},
+        "lf_entity_names": {"skip": 1, "limit": 4},
+        "lf_names_of": {"keys": keys},
+    }
     assert set(lf_params) == set(LOGIC_TEMPLATES)
     return {
         "counts": lambda g: g.counts(),

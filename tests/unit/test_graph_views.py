@@ -36,13 +36,15 @@ def _png_size(path) -> tuple[int, int]:
 def test_neighbourhood_walks_hops_within_max_nodes(store):
     one = neighbourhood(store, "thomas  SÜDHOF", hops=1)  # the merge key: case and spacing do not matter
     assert one.center == [key("Thomas Südhof")]
-    assert set(one.entities) == {key(n) for n in ("Thomas Südhof", "Stanford University", "Nobel Prize",
-                                                  "Synaptic Transmission", "Neurexin")}
+    assert set(one.entities) == {
+        key(n) for n in ("Thomas Südhof", "Stanford University", "Nobel Prize", "Synaptic Transmission", "Neurexin")
+    }
     assert len(one.edges) == 4 + 0  # Südhof's four; no other tie among these five
     two = neighbourhood(store, "Thomas Südhof", hops=2)
     assert key("Robert Malenka") in two.entities and key("Brian Kobilka") in two.entities
     assert {(e["source_key"], e["target_key"]) for e in two.edges} >= {
-        tuple(sorted((key("Robert Malenka"), key("Stanford University"))))}
+        tuple(sorted((key("Robert Malenka"), key("Stanford University"))))
+    }
     capped = neighbourhood(store, "Thomas Südhof", hops=2, max_nodes=3)
     assert len(capped.entities) == 3 and capped.cut > 0
     # The strongest ties are kept: Stanford (degree sum 7) and Nobel (6) rank first.
@@ -62,8 +64,12 @@ def test_most_connected_starts_at_the_highest_degree(store):
 
 def test_show_writes_png_and_self_contained_html(tiny, tmp_path, capsys):
     png = tmp_path / "view.png"
-    assert graph_cli.main(["show", "--index", str(tiny.root), "--entity", "Thomas Südhof", "--hops", "2",
-                           "--output", str(png)]) == 0
+    assert (
+        graph_cli.main(
+            ["show", "--index", str(tiny.root), "--entity", "Thomas Südhof", "--hops", "2", "--output", str(png)]
+        )
+        == 0
+    )
     width, height = _png_size(png)
     assert width > 800 and height > 600
     assert "7 entities" in capsys.readouterr().out
@@ -117,10 +123,18 @@ def test_stats_counts_components_and_plot(tiny, tmp_path, capsys):
 
 
 def test_stats_reads_the_build_summary(tiny, tmp_path, capsys):
-    (tiny.root / "index_summary.json").write_text(json.dumps({
-        "quarantined_files": 2, "quarantine_reasons": {"too_large": 1, "unsupported_type": 1},
-        "failed_chunks": 3, "failed_chunk_errors": ["extraction failed after 3 attempt(s): timeout"],
-        "malformed_records": 7, "llm_calls": 40}))
+    (tiny.root / "index_summary.json").write_text(
+        json.dumps(
+            {
+                "quarantined_files": 2,
+                "quarantine_reasons": {"too_large": 1, "unsupported_type": 1},
+                "failed_chunks": 3,
+                "failed_chunk_errors": ["extraction failed after 3 attempt(s): timeout"],
+                "malformed_records": 7,
+                "llm_calls": 40,
+            }
+        )
+    )
     try:
         assert graph_cli.main(["stats", "--index", str(tiny.root), "--output", str(tmp_path / "s")]) == 0
         text = capsys.readouterr().out

@@ -23,8 +23,12 @@ LANGUAGE_IN = (("in language", "in"),)
 
 def movies() -> WalkGraph:
     edges = []
-    for film, director, sig, back in ((F1, D1, DIRECTED, DIRECTED_IN), (F2, D1, DIRECTED_WROTE, DIRECTED_WROTE_IN),
-                                      (F3, D2, DIRECTED, DIRECTED_IN), (F4, D2, DIRECTED, DIRECTED_IN)):
+    for film, director, sig, back in (
+        (F1, D1, DIRECTED, DIRECTED_IN),
+        (F2, D1, DIRECTED_WROTE, DIRECTED_WROTE_IN),
+        (F3, D2, DIRECTED, DIRECTED_IN),
+        (F4, D2, DIRECTED, DIRECTED_IN),
+    ):
         edges += [(film, director, sig), (director, film, back)]
     for film, language in ((F1, EN), (F2, EN), (F3, DE), (F4, FR), (F5, EN)):
         edges += [(film, language, LANGUAGE), (language, film, LANGUAGE_IN)]
@@ -63,8 +67,12 @@ def test_questions_asked_in_the_same_words_share_the_chain_their_fits_agree_on(c
 def test_a_question_its_wordings_chain_does_not_answer_is_not_taught(chains):
     wording = ["languages of films sharing a director with X"] * 4
     # f5 has no director here: whatever reaches "its" answer en (its own language) is a coincidence
-    fits = [chains.fits([F1], frozenset({EN})), chains.fits([F3], frozenset({DE, FR})),
-            chains.fits([F4], frozenset({DE, FR})), chains.fits([F5], frozenset({EN}))]
+    fits = [
+        chains.fits([F1], frozenset({EN})),
+        chains.fits([F3], frozenset({DE, FR})),
+        chains.fits([F4], frozenset({DE, FR})),
+        chains.fits([F5], frozenset({EN})),
+    ]
     assert named(chains, fits[3])["in language"] == 1.0
     # the shortcut fits better in sum (1 + 2/3 + 2/3 + 1 against 3), but only the chain fits three of them best
     chosen = chains.choose(fits, wording)
@@ -75,8 +83,11 @@ def test_a_question_its_wordings_chain_does_not_answer_is_not_taught(chains):
 
 def test_demonstrations_follow_the_chain_to_an_answer(chains):
     graph = chains.graph
-    chain = next(c for c in chains.fits([F3], frozenset({DE, FR}))
-                 if chains.chain_name(c) == "directed by > <-directed by > in language")
+    chain = next(
+        c
+        for c in chains.fits([F3], frozenset({DE, FR}))
+        if chains.chain_name(c) == "directed by > <-directed by > in language"
+    )
     demos = chains.sample(F3, chain, frozenset({DE, FR}), 40, np.random.default_rng(0))
     assert len(demos) == 40 and all(d[-1] == STOP and len(d) == 4 for d in demos)
     paths = {tuple(walk_nodes(graph, F3, d)) for d in demos}
@@ -115,8 +126,9 @@ def test_without_return_to_start_no_walk_or_chain_comes_back_to_the_start():
     qh = model.encode_question(q)
 
     def visits(return_to_start: bool) -> set[tuple[int, ...]]:
-        outcome = walk(model, tables, qh, q, [[F3]], mode="beam", width=64, max_steps=3,
-                       return_to_start=return_to_start)[0]
+        outcome = walk(
+            model, tables, qh, q, [[F3]], mode="beam", width=64, max_steps=3, return_to_start=return_to_start
+        )[0]
         return {f.nodes for f in outcome.finished}
 
     assert any(F3 in nodes[1:] for nodes in visits(True))  # f3 -> d2 -> f3 -> ... is a walk

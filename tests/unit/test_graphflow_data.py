@@ -33,8 +33,11 @@ DIM = 32
 
 
 def kb_config() -> HxdConfig:
-    return HxdConfig(llm=ScriptedLLMConfig(), embedding=HashingEmbeddingConfig(dim=DIM),
-                     vectors=VectorsConfig(num_shards=1, index_type="flat"))
+    return HxdConfig(
+        llm=ScriptedLLMConfig(),
+        embedding=HashingEmbeddingConfig(dim=DIM),
+        vectors=VectorsConfig(num_shards=1, index_type="flat"),
+    )
 
 
 class CountingEmbedder(HashingEmbedder):
@@ -106,11 +109,12 @@ def test_features_are_cached_per_index_and_embedder(kb_index, tmp_path):
     again = load_or_build_features(kb_index, emb, cache_dir=str(tmp_path), progress=None)
     assert emb.texts == used  # read back, nothing embedded
     assert again.graph_hash == first.graph_hash == graph_hash(again.graph)
-    assert np.array_equal(again.node_vectors, first.node_vectors) and np.array_equal(again.sig_vectors,
-                                                                                      first.sig_vectors)
+    assert np.array_equal(again.node_vectors, first.node_vectors) and np.array_equal(
+        again.sig_vectors, first.sig_vectors
+    )
     dim = first.dim
     out_block = first.sig_vectors[:, :dim]
-    in_block = first.sig_vectors[:, dim:2 * dim]
+    in_block = first.sig_vectors[:, dim : 2 * dim]
     # a signature with only outgoing labels has an empty "in" block, and the other way round
     for i, s in enumerate(first.graph.signatures):
         assert bool(np.any(out_block[i])) == any(d == "out" for _, d in s)
@@ -142,12 +146,27 @@ def test_examples_targets_and_skip_reasons(kb_index):
     graph, _ = walk_graph_of_index(kb_index)
     linker = StartLinker.for_index(kb_index, graph, HashingEmbedder(dim=DIM), GraphFlowConfig())
     items = [
-        EvalItem("ok", "who directed The Public Eye", ("Howard Franklin", "Nobody Known"), task="kgqa",
-                 meta={"question_marked": "who directed [The Public Eye]", "hops": 1}),
-        EvalItem("unknown", "who directed The Public Eye", ("Not In The KB",), task="kgqa",
-                 meta={"question_marked": "who directed [The Public Eye]"}),
-        EvalItem("nostart", "who directed Zzyzx Qwv", ("Howard Franklin",), task="kgqa",
-                 meta={"question_marked": "who directed [Zzyzx Qwv]"}),
+        EvalItem(
+            "ok",
+            "who directed The Public Eye",
+            ("Howard Franklin", "Nobody Known"),
+            task="kgqa",
+            meta={"question_marked": "who directed [The Public Eye]", "hops": 1},
+        ),
+        EvalItem(
+            "unknown",
+            "who directed The Public Eye",
+            ("Not In The KB",),
+            task="kgqa",
+            meta={"question_marked": "who directed [The Public Eye]"},
+        ),
+        EvalItem(
+            "nostart",
+            "who directed Zzyzx Qwv",
+            ("Howard Franklin",),
+            task="kgqa",
+            meta={"question_marked": "who directed [Zzyzx Qwv]"},
+        ),
     ]
     out = build_examples(items, graph, linker)
     assert out.kind == "kgqa" and [e.id for e in out.examples] == ["ok"]
@@ -179,10 +198,16 @@ def test_passage_examples_map_documents_to_their_chunks(tmp_path):
     tiny = build_tiny_index(tmp_path / "tiny", dim=DIM)
     with open_index(tiny.root, tiny.cfg) as index:
         graph, _ = walk_graph_of_index(index)
-        linker = StartLinker.for_index(index, graph, HashingEmbedder(dim=DIM, model_id=tiny.cfg.embedding.model_id),
-                                       GraphFlowConfig(link_threshold=0.3))
-        items = [EvalItem("p1", "Where does Thomas Südhof work?", ("Stanford",), ("thomas_sudhof.md",)),
-                 EvalItem("p2", "Who won the Nobel Prize?", ("Kobilka",), ("missing.txt",))]
+        linker = StartLinker.for_index(
+            index,
+            graph,
+            HashingEmbedder(dim=DIM, model_id=tiny.cfg.embedding.model_id),
+            GraphFlowConfig(link_threshold=0.3),
+        )
+        items = [
+            EvalItem("p1", "Where does Thomas Südhof work?", ("Stanford",), ("thomas_sudhof.md",)),
+            EvalItem("p2", "Who won the Nobel Prize?", ("Kobilka",), ("missing.txt",)),
+        ]
         out = build_examples(items, graph, linker)
     assert out.kind == "passages" and [e.id for e in out.examples] == ["p1"]
     assert out.examples[0].targets == {graph.node_of("c1"), graph.node_of("c2")}
@@ -207,12 +232,16 @@ def test_split_is_fixed_by_question():
 def test_metaqa_loader_reads_the_official_layout(tmp_path):
     folder = tmp_path / "2-hop" / "vanilla"
     folder.mkdir(parents=True)
-    (folder / "qa_test.txt").write_text("which films did [X] write\tA|B\nbroken line\n"
-                                        "who is [Y]\t \nwhat is Z\tQ\n", encoding="utf-8")
+    (folder / "qa_test.txt").write_text(
+        "which films did [X] write\tA|B\nbroken line\nwho is [Y]\t \nwhat is Z\tQ\n", encoding="utf-8"
+    )
     rep = load_metaqa(folder / "qa_test.txt")
     assert [(i.answers, i.meta["hops"], i.meta["topic_entity"]) for i in rep] == [(("A", "B"), 2, "X")]
-    assert [r for _, r in rep.skipped] == ["no TAB between question and answers", "no answers",
-                                           "no [topic entity] in the question"]
+    assert [r for _, r in rep.skipped] == [
+        "no TAB between question and answers",
+        "no answers",
+        "no [topic entity] in the question",
+    ]
     flat = tmp_path / "my_questions.tsv"
     flat.write_text("what did [X] direct\tA\n", encoding="utf-8")
     # no hop count in the path: the benchmark's name says it

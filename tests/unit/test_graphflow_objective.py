@@ -93,13 +93,25 @@ def test_detailed_balance_loss_on_three_nodes_by_hand():
     graph = three_nodes()
     traj, cands = trajectory_and_candidates()
     q = torch.zeros((1, 4))
-    loss, stats = trajectory_loss(HandModel(), tables_of(graph), q, q, [traj], [cands], [frozenset({C})],
-                                  objective="db", miss_log_reward=MISS, max_steps=2)
+    loss, stats = trajectory_loss(
+        HandModel(),
+        tables_of(graph),
+        q,
+        q,
+        [traj],
+        [cands],
+        [frozenset({C})],
+        objective="db",
+        miss_log_reward=MISS,
+        max_steps=2,
+    )
     # state 0 at a: candidates (a->b taken, STOP, a->c); moves lead to step 1 < max_steps: learned flows
     z0 = lse(MOVE_SCORE[B], STOP_SCORE[A], MOVE_SCORE[C])
-    d0 = [FLOW[A] + MOVE_SCORE[B] - z0 - FLOW[B],
-          FLOW[A] + STOP_SCORE[A] - z0 - MISS,  # STOP at a (not a target): the terminal flow is log R = MISS
-          FLOW[A] + MOVE_SCORE[C] - z0 - FLOW[C]]
+    d0 = [
+        FLOW[A] + MOVE_SCORE[B] - z0 - FLOW[B],
+        FLOW[A] + STOP_SCORE[A] - z0 - MISS,  # STOP at a (not a target): the terminal flow is log R = MISS
+        FLOW[A] + MOVE_SCORE[C] - z0 - FLOW[C],
+    ]
     # state 1 at b: (b->c taken, STOP, empty); b->c is the max_steps-th move, so its flow is log R(c) = 0
     z1 = lse(MOVE_SCORE[C], STOP_SCORE[B])
     d1 = [FLOW[B] + MOVE_SCORE[C] - z1 - 0.0, FLOW[B] + STOP_SCORE[B] - z1 - MISS]
@@ -114,12 +126,25 @@ def test_a_move_cost_lowers_each_terminal_flow_by_the_moves_made():
     traj, cands = trajectory_and_candidates()
     q = torch.zeros((1, 4))
     cost = 0.75
-    loss, _ = trajectory_loss(HandModel(), tables_of(graph), q, q, [traj], [cands], [frozenset({C})],
-                              objective="db", miss_log_reward=MISS, max_steps=2, move_log_cost=cost)
+    loss, _ = trajectory_loss(
+        HandModel(),
+        tables_of(graph),
+        q,
+        q,
+        [traj],
+        [cands],
+        [frozenset({C})],
+        objective="db",
+        miss_log_reward=MISS,
+        max_steps=2,
+        move_log_cost=cost,
+    )
     z0 = lse(MOVE_SCORE[B], STOP_SCORE[A], MOVE_SCORE[C])
-    d0 = [FLOW[A] + MOVE_SCORE[B] - z0 - FLOW[B],  # a learned flow: no cost of its own
-          FLOW[A] + STOP_SCORE[A] - z0 - MISS,  # STOP at the start: no move made, no cost
-          FLOW[A] + MOVE_SCORE[C] - z0 - FLOW[C]]
+    d0 = [
+        FLOW[A] + MOVE_SCORE[B] - z0 - FLOW[B],  # a learned flow: no cost of its own
+        FLOW[A] + STOP_SCORE[A] - z0 - MISS,  # STOP at the start: no move made, no cost
+        FLOW[A] + MOVE_SCORE[C] - z0 - FLOW[C],
+    ]
     z1 = lse(MOVE_SCORE[C], STOP_SCORE[B])
     # at b (one move made): STOP pays one move; b->c is the forced-stop state after two moves
     d1 = [FLOW[B] + MOVE_SCORE[C] - z1 - (0.0 - 2 * cost), FLOW[B] + STOP_SCORE[B] - z1 - (MISS - cost)]
@@ -132,9 +157,18 @@ def test_sft_reduction_keeps_only_the_taken_action_with_flows_fixed():
     traj, cands = trajectory_and_candidates()
     q = torch.zeros((1, 4))
     policy_traj = Trajectory(question=0, nodes=[A], actions=[STOP], kind="policy")
-    loss, stats = trajectory_loss(HandModel(), tables_of(graph), q, q, [traj, policy_traj],
-                                  [cands, np.array([[STOP, 0, 1]])], [frozenset({C})], objective="sft",
-                                  miss_log_reward=MISS, max_steps=2)
+    loss, stats = trajectory_loss(
+        HandModel(),
+        tables_of(graph),
+        q,
+        q,
+        [traj, policy_traj],
+        [cands, np.array([[STOP, 0, 1]])],
+        [frozenset({C})],
+        objective="sft",
+        miss_log_reward=MISS,
+        max_steps=2,
+    )
     z0 = lse(MOVE_SCORE[B], STOP_SCORE[A], MOVE_SCORE[C])
     z1 = lse(MOVE_SCORE[C], STOP_SCORE[B])
     # log F(s_t) = log F(s'_0) = 0: the residual is log P(taken); on-policy trajectories take no part
@@ -146,8 +180,18 @@ def test_stop_at_a_target_ties_the_flow_to_reward_one():
     graph = three_nodes()
     q = torch.zeros((1, 4))
     traj = Trajectory(question=0, nodes=[A], actions=[STOP], kind="policy")
-    loss, _ = trajectory_loss(HandModel(), tables_of(graph), q, q, [traj], [np.array([[STOP, 0, PAD]])],
-                              [frozenset({A})], objective="db", miss_log_reward=MISS, max_steps=2)
+    loss, _ = trajectory_loss(
+        HandModel(),
+        tables_of(graph),
+        q,
+        q,
+        [traj],
+        [np.array([[STOP, 0, PAD]])],
+        [frozenset({A})],
+        objective="db",
+        miss_log_reward=MISS,
+        max_steps=2,
+    )
     z = lse(STOP_SCORE[A], MOVE_SCORE[B])
     expected = (FLOW[A] + STOP_SCORE[A] - z - 0.0) ** 2 + (FLOW[A] + MOVE_SCORE[B] - z - FLOW[B]) ** 2
     assert float(loss) == pytest.approx(expected, rel=1e-6)
@@ -204,7 +248,8 @@ def test_segment_softmax_matches_a_dense_softmax():
     move_lp, stop_lp = segment_log_softmax(values, seg, stop)
     dense0 = torch.log_softmax(torch.tensor([1.0, 2.0, 0.3]), 0)
     assert move_lp[:2].tolist() == pytest.approx(dense0[:2].tolist()) and float(stop_lp[0]) == pytest.approx(
-        float(dense0[2]))
+        float(dense0[2])
+    )
     assert float(stop_lp[1]) == pytest.approx(0.0)
 
 
@@ -231,8 +276,9 @@ def test_flat_entries_and_the_hub_cap():
 
 def test_shortest_path_demonstrations_are_uniform_over_targets_and_paths():
     # 0 -> 1 -> 3, 0 -> 2 -> 3, 0 -> 4 (target 3 at depth 2 by two paths, target 4 at depth 1)
-    graph = WalkGraph.from_edges([str(i) for i in range(5)], [(0, 1, OUT), (0, 2, OUT), (1, 3, OUT), (2, 3, OUT),
-                                                              (0, 4, OUT)])
+    graph = WalkGraph.from_edges(
+        [str(i) for i in range(5)], [(0, 1, OUT), (0, 2, OUT), (1, 3, OUT), (2, 3, OUT), (0, 4, OUT)]
+    )
     demos = ShortestPaths(graph, max_steps=3).sample(0, frozenset({3, 4}), 3000, np.random.default_rng(0))
     ends = [graph.target[d[-2]] for d in demos]
     assert all(d[-1] == STOP for d in demos)
@@ -262,8 +308,10 @@ def test_a_merging_beam_joins_paths_to_one_node_along_one_chain():
     # a -> b1, b2, b3 ("to"); b1 -> c and b2 -> c ("to"), b3 -> c ("other"): two chains reach c
     b1, b2, b3, c = 1, 2, 3, 4
     other = (("other", "out"),)
-    graph = WalkGraph.from_edges(["a", "b1", "b2", "b3", "c"], [(A, b1, OUT), (A, b2, OUT), (A, b3, OUT),
-                                                                (b1, c, OUT), (b2, c, OUT), (b3, c, other)])
+    graph = WalkGraph.from_edges(
+        ["a", "b1", "b2", "b3", "c"],
+        [(A, b1, OUT), (A, b2, OUT), (A, b3, OUT), (b1, c, OUT), (b2, c, OUT), (b3, c, other)],
+    )
     t = tables_of(graph)
     q = torch.zeros((1, 4))
     [plain] = walk(UniformModel(), t, q, q, [[A]], mode="beam", width=16, max_steps=2)
@@ -277,7 +325,9 @@ def test_a_merging_beam_joins_paths_to_one_node_along_one_chain():
     # the same mass reaches each node either way: merging only frees beam slots
     for node in range(5):
         assert sum(math.exp(f.log_prob) for f in merged.finished if f.nodes[-1] == node) == pytest.approx(
-            sum(math.exp(f.log_prob) for f in plain.finished if f.nodes[-1] == node))
+            sum(math.exp(f.log_prob) for f in plain.finished if f.nodes[-1] == node)
+        )
+
     # a narrow beam: unmerged, c's two same-chain paths take two of the three slots of the last step
     def readings(outcome):
         return [(f.nodes[-1], tuple(int(graph.sig[a]) for a in f.actions)) for f in outcome.finished]

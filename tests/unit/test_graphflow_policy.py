@@ -43,7 +43,8 @@ def test_the_retriever_answers_with_ranked_entities_and_their_paths(trained):
     top = result.targets[0]
     assert top.kind == "entity" and top.key == "howard franklin" and 0 < top.score <= 1
     assert [(p.source, p.relation, p.target) for p in top.path] == [
-        ("The Public Eye", "directed by & written by", "Howard Franklin")]
+        ("The Public Eye", "directed by & written by", "Howard Franklin")
+    ]
     assert [(s.key, s.method, s.mention) for s in result.starts] == [("the public eye", "exact", "The Public Eye")]
     assert films.answers(1) == ["The Public Eye"] and films.targets[0].path[0].relation.startswith("<-directed by")
     record = json.loads(json.dumps(result.to_dict()))
@@ -57,9 +58,15 @@ def test_the_ranking_sums_mass_per_terminal_and_never_ranks_an_excluded_start():
     from hxd2_ray.graphflow.inference import Finished, WalkOutcome
 
     # start 0; 0 -> 1 -> 0 twice (back to the film asked about), 0 -> 2 and 0 -> 3 once each
-    outcome = WalkOutcome([Finished(np.log(0.3), (0, 1, 0), (5, 6)), Finished(np.log(0.25), (0, 4, 0), (7, 8)),
-                           Finished(np.log(0.2), (0, 2), (1,)), Finished(np.log(0.15), (0, 3), (2,)),
-                           Finished(np.log(0.1), (0, 1), (5,))])
+    outcome = WalkOutcome(
+        [
+            Finished(np.log(0.3), (0, 1, 0), (5, 6)),
+            Finished(np.log(0.25), (0, 4, 0), (7, 8)),
+            Finished(np.log(0.2), (0, 2), (1,)),
+            Finished(np.log(0.15), (0, 3), (2,)),
+            Finished(np.log(0.1), (0, 1), (5,)),
+        ]
+    )
     assert [n for n, _, _ in outcome.ranked()] == [0, 2, 3, 1]
     assert outcome.ranked()[0][1] == pytest.approx(0.55)
     assert [n for n, _, _ in outcome.ranked(exclude=frozenset({0}))] == [2, 3, 1]
@@ -79,9 +86,15 @@ def test_path_first_ranking_lets_the_likeliest_relation_chain_decide():
     signatures[[3, 4]] = 1
     signatures[[10, 11, 12]] = 2
     signatures[[20, 21]] = 3
-    outcome = WalkOutcome([Finished(np.log(0.2), (0, 1, 5), (3, 10)), Finished(np.log(0.2), (0, 2, 6), (4, 11)),
-                           Finished(np.log(0.15), (0, 2, 5), (4, 12)), Finished(np.log(0.2), (0, 1, 7), (3, 20)),
-                           Finished(np.log(0.2), (0, 2, 7), (4, 21))])
+    outcome = WalkOutcome(
+        [
+            Finished(np.log(0.2), (0, 1, 5), (3, 10)),
+            Finished(np.log(0.2), (0, 2, 6), (4, 11)),
+            Finished(np.log(0.15), (0, 2, 5), (4, 12)),
+            Finished(np.log(0.2), (0, 1, 7), (3, 20)),
+            Finished(np.log(0.2), (0, 2, 7), (4, 21)),
+        ]
+    )
     by_mass = outcome.ranked()
     assert [n for n, _, _ in by_mass] == [7, 5, 6]  # the shared year outweighs each genre alone
     by_path = outcome.ranked(signatures=signatures)
@@ -98,8 +111,14 @@ def test_relation_ranking_does_not_split_a_chain_across_the_signatures_holding_i
     # three signatures that all hold "written by" (0.25 + 0.25 + 0.2); director 3 through "directed by" alone (0.3)
     signatures = np.array([0, 1, 2, 3])
     relations = [(0,), (1, 0), (1,), (0, 2)]
-    outcome = WalkOutcome([Finished(np.log(0.25), (0, 1), (0,)), Finished(np.log(0.25), (0, 2), (1,)),
-                           Finished(np.log(0.3), (0, 3), (2,)), Finished(np.log(0.2), (0, 4), (3,))])
+    outcome = WalkOutcome(
+        [
+            Finished(np.log(0.25), (0, 1), (0,)),
+            Finished(np.log(0.25), (0, 2), (1,)),
+            Finished(np.log(0.3), (0, 3), (2,)),
+            Finished(np.log(0.2), (0, 4), (3,)),
+        ]
+    )
     assert [n for n, _, _ in outcome.ranked(signatures=signatures)] == [3, 1, 2, 4]  # 0.3 is the largest signature
     by_relations = outcome.ranked(signatures=signatures, relations=relations)
     assert [n for n, _, _ in by_relations] == [1, 2, 4, 3]  # "written by" holds 0.7, "directed by" 0.55
@@ -112,8 +131,9 @@ def test_the_retriever_never_answers_with_the_entity_asked_about_unless_told(tra
     with open_index(root / "a", cfg) as index:
         emb = HashingEmbedder(dim=DIM)
         default = GraphFlowRetriever.open(index, emb, str(root / "policy"), gcfg).retrieve(question)
-        kept = GraphFlowRetriever.open(index, emb, str(root / "policy"),
-                                       gcfg.model_copy(update={"exclude_starts": False})).retrieve(question)
+        kept = GraphFlowRetriever.open(
+            index, emb, str(root / "policy"), gcfg.model_copy(update={"exclude_starts": False})
+        ).retrieve(question)
     assert gcfg.exclude_starts and default.starts
     start = default.starts[0].key
     assert start not in [t.key for t in default.targets] and start not in default.results
@@ -140,8 +160,9 @@ def test_a_policy_for_another_index_is_refused(trained):
             GraphFlowRetriever.open(other, HashingEmbedder(dim=DIM), str(root / "policy"), gcfg)
     with open_index(root / "a", cfg) as index:
         with pytest.raises(IndexMismatchError, match="feature embedder"):  # same index, other feature embedder
-            feats = load_or_build_features(index, HashingEmbedder(dim=DIM, model_id="hashing-other"),
-                                           cache_dir=gcfg.cache_dir, progress=None)
+            feats = load_or_build_features(
+                index, HashingEmbedder(dim=DIM, model_id="hashing-other"), cache_dir=gcfg.cache_dir, progress=None
+            )
             load_policy(root / "policy", feats, index.manifest.fingerprint)
     with pytest.raises(IndexNotFoundError, match="not a trained GraphFlow policy"):
         load_policy(root, feats, "x")
@@ -164,10 +185,12 @@ def test_passage_retrieval_on_a_text_index(tmp_path):
     tiny = build_tiny_index(tmp_path / "tiny", dim=DIM)
     gcfg = GraphFlowConfig(**{**TRAIN, "epochs": 6}, cache_dir=str(tmp_path / "cache"), link_threshold=0.2)
     emb = HashingEmbedder(dim=DIM, model_id=tiny.cfg.embedding.model_id)
-    items = [EvalItem("s1", "Where does Thomas Südhof work?", (), ("thomas_sudhof.md",)),
-             EvalItem("s2", "What did Thomas Südhof discover?", (), ("thomas_sudhof.md",)),
-             EvalItem("m1", "What does Robert Malenka study?", (), ("robert_malenka.txt",)),
-             EvalItem("k1", "Which prize did Brian Kobilka win?", (), ("brian_kobilka.txt",))]
+    items = [
+        EvalItem("s1", "Where does Thomas Südhof work?", (), ("thomas_sudhof.md",)),
+        EvalItem("s2", "What did Thomas Südhof discover?", (), ("thomas_sudhof.md",)),
+        EvalItem("m1", "What does Robert Malenka study?", (), ("robert_malenka.txt",)),
+        EvalItem("k1", "Which prize did Brian Kobilka win?", (), ("brian_kobilka.txt",)),
+    ]
     with open_index(tiny.root, tiny.cfg) as index:
         inputs = index_inputs(index, emb, items, gcfg, progress=None)
         assert inputs.kind == "passages" and len(inputs.train) == 4
@@ -188,8 +211,16 @@ def tiny_encoder(tmp_path: Path):
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     torch.manual_seed(0)
-    base = BertModel(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1,
-                                num_attention_heads=2, intermediate_size=32, max_position_embeddings=64))
+    base = BertModel(
+        BertConfig(
+            vocab_size=tokenizer.vocab_size,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=64,
+        )
+    )
     return LoraQuestionEncoder(base=base, tokenizer=tokenizer, rank=2, alpha=4, max_length=16)
 
 
@@ -234,9 +265,18 @@ def test_a_lora_policy_trains_through_the_encoder(trained, tmp_path):
     rng = np.random.default_rng(0)
     trajs = _batch_trajectories(policy, inputs, idx, qh, qfull, cfg, rng)
     cands = [local_candidates(inputs.features.graph, t, cfg.explore_k, cfg.explore_stop, rng) for t in trajs]
-    loss, _ = trajectory_loss(policy.model, policy.tables, qh, qfull, trajs, cands,
-                              [inputs.train[i].targets for i in idx], objective="db", miss_log_reward=-15.0,
-                              max_steps=cfg.max_steps)
+    loss, _ = trajectory_loss(
+        policy.model,
+        policy.tables,
+        qh,
+        qfull,
+        trajs,
+        cands,
+        [inputs.train[i].targets for i in idx],
+        objective="db",
+        miss_log_reward=-15.0,
+        max_steps=cfg.max_steps,
+    )
     loss.backward()
     # B is where the first gradient of a fresh adapter lands (A's is zero while B = 0)
     lora = [p for n, p in policy.encoder.named_parameters() if p.requires_grad and "lora_B" in n]
@@ -254,8 +294,9 @@ def test_a_policy_with_question_segments_trains_stores_and_answers(trained, tmp_
         export_policy(result, inputs, tmp_path / "policy")
         meta = json.loads((tmp_path / "policy" / "policy.json").read_text())
         assert meta["config"]["question_segments"] == 2
-        retriever = GraphFlowRetriever.open(index, HashingEmbedder(dim=DIM), str(tmp_path / "policy"),
-                                            gcfg.model_copy(update={"question_segments": 0}))  # the policy's own wins
+        retriever = GraphFlowRetriever.open(
+            index, HashingEmbedder(dim=DIM), str(tmp_path / "policy"), gcfg.model_copy(update={"question_segments": 0})
+        )  # the policy's own wins
         assert retriever.policy.model.question[0].in_features == 3 * DIM
         assert retriever.retrieve("who directed [The Public Eye]").answers(1) == ["Howard Franklin"]
 
@@ -273,13 +314,22 @@ def test_a_policy_recorded_before_a_setting_existed_loads_with_its_old_behaviour
         meta["config"].pop(added)  # as a policy trained before these settings recorded itself
     with open_index(root / "a", cfg) as index:
         feats = load_or_build_features(index, HashingEmbedder(dim=DIM), cache_dir=gcfg.cache_dir, progress=None)
-        meta["fingerprint"] = policy_fingerprint(meta["index_fingerprint"], meta["graph_hash"], meta["embedder_id"],
-                                                 meta["dim"], meta["kind"], meta["config"])
+        meta["fingerprint"] = policy_fingerprint(
+            meta["index_fingerprint"],
+            meta["graph_hash"],
+            meta["embedder_id"],
+            meta["dim"],
+            meta["kind"],
+            meta["config"],
+        )
         (old / "policy.json").write_text(json.dumps(meta))
         policy = load_policy(old, feats, index.manifest.fingerprint)
         defaults = GraphFlowConfig()
-        assert (policy.train_cfg.question_segments, policy.train_cfg.demonstrations,
-                policy.train_cfg.return_to_start) == (0, "shortest", True)  # how it trained
+        assert (
+            policy.train_cfg.question_segments,
+            policy.train_cfg.demonstrations,
+            policy.train_cfg.return_to_start,
+        ) == (0, "shortest", True)  # how it trained
         assert (defaults.question_segments, defaults.demonstrations, defaults.return_to_start) == (0, "shortest", True)
         meta["config"]["hidden_dim"] += 1  # a recorded setting changed behind its fingerprint's back
         (old / "policy.json").write_text(json.dumps(meta))
@@ -290,10 +340,12 @@ def test_a_policy_recorded_before_a_setting_existed_loads_with_its_old_behaviour
 def test_the_retriever_ranks_by_relation_chains_when_told(trained):
     root, cfg, gcfg, _ = trained
     with open_index(root / "a", cfg) as index:
-        retriever = GraphFlowRetriever.open(index, HashingEmbedder(dim=DIM), str(root / "policy"),
-                                            gcfg.model_copy(update={"ranking": "relations"}))
+        retriever = GraphFlowRetriever.open(
+            index, HashingEmbedder(dim=DIM), str(root / "policy"), gcfg.model_copy(update={"ranking": "relations"})
+        )
         assert retriever.relations is not None and len(retriever.relations) == len(
-            retriever.policy.features.graph.signatures)
+            retriever.policy.features.graph.signatures
+        )
         assert retriever.retrieve("who directed [The Public Eye]").answers(1) == ["Howard Franklin"]
     with pytest.raises(ValueError, match="valid: path, relations, mass"):
         from hxd2_ray.graphflow.evaluation import ranking_relations

@@ -93,8 +93,9 @@ def test_a_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path):
     assert [p.name for p in sorted((tmp_path / "resumed" / "checkpoints").iterdir())] == ["epoch-0002", "epoch-0003"]
     # a checkpoint of another configuration is not resumed
     with pytest.raises(Exception, match="another index or training configuration"):
-        train_policy(inputs, cfg.model_copy(update={"hidden_dim": 16, "epochs": 4}), tmp_path / "resumed",
-                     progress=None)
+        train_policy(
+            inputs, cfg.model_copy(update={"hidden_dim": 16, "epochs": 4}), tmp_path / "resumed", progress=None
+        )
 
 
 def test_the_cosine_schedule_falls_from_the_rate_to_its_floor_and_constant_stays():
@@ -151,8 +152,9 @@ def test_reward_alone_teaches_db_what_behaviour_cloning_cannot_see(tmp_path):
         cfg = GraphFlowConfig(**QUICK, objective=objective, epochs=10, patience=10)
         result = train_policy(withheld, cfg, tmp_path / objective, progress=None)
         result.policy.load_state_dict(result.best_state)
-        hit1[objective] = evaluate_policy(result.policy, [inputs.test[i] for i in test], vec.policy[test],
-                                          vec.plain[test], mode="beam", width=16).metrics["hit@1"]
+        hit1[objective] = evaluate_policy(
+            result.policy, [inputs.test[i] for i in test], vec.policy[test], vec.plain[test], mode="beam", width=16
+        ).metrics["hit@1"]
     assert hit1["db"] >= hit1["sft"] + 0.3, hit1
 
 
@@ -189,8 +191,13 @@ def test_chain_demonstrations_teach_each_question_one_relation_chain():
     assert inputs.summary["demonstrations"] == "chain" and inputs.summary["chains_taught"]
     assert len(inputs.train) >= 0.9 * len(examples)
     graph = world.graph
-    labels = [tuple(sorted(graph.signatures[graph.sig[a]])) for pool in inputs.demos for _, acts in pool
-              for a in acts if a >= 0]
+    labels = [
+        tuple(sorted(graph.signatures[graph.sig[a]]))
+        for pool in inputs.demos
+        for _, acts in pool
+        for a in acts
+        if a >= 0
+    ]
     assert labels  # demonstrations exist and walk real edges
     for ex, pool in zip(inputs.train, inputs.demos):
         moves = {len(acts) for _, acts in pool}

@@ -33,8 +33,9 @@ def trained(tmp_path_factory):
 
 
 def with_policy(cfg: HxdConfig, root: Path, policy: Path | None) -> HxdConfig:
-    gcfg = cfg.graphflow.model_copy(update={"policy": str(policy) if policy else None,
-                                            "cache_dir": str(root / "cache")})
+    gcfg = cfg.graphflow.model_copy(
+        update={"policy": str(policy) if policy else None, "cache_dir": str(root / "cache")}
+    )
     return cfg.model_copy(update={"graphflow": gcfg})
 
 
@@ -86,8 +87,13 @@ def test_a_policy_of_another_index_is_refused_before_any_feature_is_read(trained
     before = sorted(p.name for p in (root / "cache").iterdir())
     with open_index(root / "b", cfg) as other:
         with pytest.raises(IndexMismatchError, match="trained on another index"):
-            build_pipeline("graphflow", other, build_llm(cfg.llm), HashingEmbedder(dim=DIM),
-                           with_policy(cfg, root, root / "policy"))
+            build_pipeline(
+                "graphflow",
+                other,
+                build_llm(cfg.llm),
+                HashingEmbedder(dim=DIM),
+                with_policy(cfg, root, root / "policy"),
+            )
     assert sorted(p.name for p in (root / "cache").iterdir()) == before  # no features built for index b
 
 
@@ -95,8 +101,20 @@ def test_hxd2_query_with_policy(trained, capsys):
     from jobs import query
 
     root, _, _, _ = trained
-    rc = query.main(["--index", str(root / "a"), "--mode", "graphflow", "--policy", str(root / "policy"),
-                     "--set", f"graphflow.cache_dir={root / 'cache'}", "--json", QUESTION])
+    rc = query.main(
+        [
+            "--index",
+            str(root / "a"),
+            "--mode",
+            "graphflow",
+            "--policy",
+            str(root / "policy"),
+            "--set",
+            f"graphflow.cache_dir={root / 'cache'}",
+            "--json",
+            QUESTION,
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["path"] == "graphflow" and out["answer"].startswith("Howard Franklin")
     rc = query.main(["--index", str(root / "a"), "--mode", "graphflow", QUESTION])
@@ -106,8 +124,14 @@ def test_hxd2_query_with_policy(trained, capsys):
 
 def test_eval_run_policy_is_the_graphflow_policy_override(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    req = EvalRunRequest(benchmark="metaqa-1hop", output="out", index="idx", modes=("graphflow", "logic"),
-                         policy="runs/policy #1", overrides=("retrieval.top_k_chunks=3",))
+    req = EvalRunRequest(
+        benchmark="metaqa-1hop",
+        output="out",
+        index="idx",
+        modes=("graphflow", "logic"),
+        policy="runs/policy #1",
+        overrides=("retrieval.top_k_chunks=3",),
+    )
     absolute = os.path.abspath("runs/policy #1")
     assert req.overrides == ("retrieval.top_k_chunks=3", f"graphflow.policy={json.dumps(absolute)}")
     assert load_config(None, req.overrides).graphflow.policy == absolute  # quoted: '#' is no YAML comment

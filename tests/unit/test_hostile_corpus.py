@@ -58,8 +58,11 @@ def test_the_quarantine_table_and_the_documents(spec, hostile):
         for detail, (_, fragment) in zip(details, reasons, strict=True):
             assert fragment in detail, (name, detail)
     # Documents: each static file's titles, one per generated document file, none twice.
-    titles = sorted(d.title for d in docs if "/" not in d.source_path.removeprefix(f"{root}/")
-                    and Path(d.source_path).name in spec.HOSTILE_FILES)
+    titles = sorted(
+        d.title
+        for d in docs
+        if "/" not in d.source_path.removeprefix(f"{root}/") and Path(d.source_path).name in spec.HOSTILE_FILES
+    )
     assert titles == sorted(t for _, _, ts in spec.HOSTILE_FILES.values() for t in ts)
     paths = sorted({d.source_path.removeprefix(f"{root}/") for d in docs} - set(spec.HOSTILE_FILES))
     assert paths == sorted(generated_docs)

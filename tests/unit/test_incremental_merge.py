@@ -22,10 +22,29 @@ from hxd2_ray.stages.merge_stage import entities_to_table, relations_to_table
 from hxd2_ray.types import EntityMention, Extraction, RelationMention
 
 CFG = ExtractionConfig(description_token_budget=12)
-NAMES = ["Ada Lovelace", "ada  lovelace", "Alan Turing", "ALAN TURING", "Grace Hopper", "Bletchley Park",
-         "Analytical Engine", "Cambridge", "Navy", "COBOL", "Harvard Mark I", "Enigma"]
-DESCRIPTIONS = ["a mathematician", "worked on computing", "a place", "a machine", "wrote the first program",
-                "", "a long description with many words that goes on and on past any small budget"]
+NAMES = [
+    "Ada Lovelace",
+    "ada  lovelace",
+    "Alan Turing",
+    "ALAN TURING",
+    "Grace Hopper",
+    "Bletchley Park",
+    "Analytical Engine",
+    "Cambridge",
+    "Navy",
+    "COBOL",
+    "Harvard Mark I",
+    "Enigma",
+]
+DESCRIPTIONS = [
+    "a mathematician",
+    "worked on computing",
+    "a place",
+    "a machine",
+    "wrote the first program",
+    "",
+    "a long description with many words that goes on and on past any small budget",
+]
 
 
 def count_tokens(text: str) -> int:
@@ -33,13 +52,25 @@ def count_tokens(text: str) -> int:
 
 
 def make_chunk(rng: random.Random, cid: str) -> Extraction:
-    ents = tuple(EntityMention(rng.choice(NAMES[:9]), rng.choice(["person", "place", "unknown", "org"]),
-                               rng.choice(DESCRIPTIONS), cid) for _ in range(rng.randint(0, 4)))
+    ents = tuple(
+        EntityMention(
+            rng.choice(NAMES[:9]), rng.choice(["person", "place", "unknown", "org"]), rng.choice(DESCRIPTIONS), cid
+        )
+        for _ in range(rng.randint(0, 4))
+    )
     rels = []
     for _ in range(rng.randint(0, 4)):
         a, b = rng.choice(NAMES), rng.choice(NAMES)  # the last names are never entity mentions: endpoint-only
-        rels.append(RelationMention(a, b, rng.choice(DESCRIPTIONS), tuple(rng.sample(["k1", "K1", "k2", "k3"], 2)),
-                                    rng.choice([0.5, 1.0, 0.1, 0.7]), cid))
+        rels.append(
+            RelationMention(
+                a,
+                b,
+                rng.choice(DESCRIPTIONS),
+                tuple(rng.sample(["k1", "K1", "k2", "k3"], 2)),
+                rng.choice([0.5, 1.0, 0.1, 0.7]),
+                cid,
+            )
+        )
     error = "extraction failed" if rng.random() < 0.05 else ""
     return Extraction(cid, ents if not error else (), tuple(rels) if not error else (), error=error)
 
@@ -47,8 +78,12 @@ def make_chunk(rng: random.Random, cid: str) -> Extraction:
 def as_tables(extractions: list[Extraction]) -> tuple[pa.Table, pa.Table]:
     ents, rels = merge_extractions(extractions, CFG, count_tokens)
     e = entities_to_table(ents).select(tables.ENTITIES.names).cast(tables.ENTITIES).sort_by("key")
-    r = relations_to_table(rels).select(tables.RELATIONS.names).cast(tables.RELATIONS).sort_by(
-        [("source_key", "ascending"), ("target_key", "ascending")])
+    r = (
+        relations_to_table(rels)
+        .select(tables.RELATIONS.names)
+        .cast(tables.RELATIONS)
+        .sort_by([("source_key", "ascending"), ("target_key", "ascending")])
+    )
     return e, r
 
 
@@ -80,13 +115,14 @@ def test_remerge_of_a_random_change_equals_a_full_merge_of_the_new_corpus(seed: 
 def test_a_chunk_that_failed_before_and_succeeds_now_is_merged_in() -> None:
     ok = Extraction("c1", (EntityMention("Ada Lovelace", "person", "a mathematician", "c1"),))
     failed = Extraction("c2", error="timeout")
-    healed = Extraction("c2", (EntityMention("Ada Lovelace", "person", "wrote the first program", "c2"),),
-                        (RelationMention("Ada Lovelace", "Analytical Engine", "programmed", ("program",), 1.0,
-                                         "c2"),))
+    healed = Extraction(
+        "c2",
+        (EntityMention("Ada Lovelace", "person", "wrote the first program", "c2"),),
+        (RelationMention("Ada Lovelace", "Analytical Engine", "programmed", ("program",), 1.0, "c2"),),
+    )
     old_e, old_r = as_tables([ok, failed])
     want_e, want_r = as_tables([ok, healed])
-    got = remerge(old_e, old_r, set(), {"c2"}, ExtractionIndex(extractions_to_table([ok, healed])), CFG,
-                  count_tokens)
+    got = remerge(old_e, old_r, set(), {"c2"}, ExtractionIndex(extractions_to_table([ok, healed])), CFG, count_tokens)
     new_e, new_r = apply(old_e, old_r, got, got.entities, got.relations)
     assert new_e.to_pylist() == want_e.to_pylist() and new_r.to_pylist() == want_r.to_pylist()
     assert {r["key"] for r in new_e.to_pylist()} == {"ada lovelace", "analytical engine"}
@@ -94,12 +130,16 @@ def test_a_chunk_that_failed_before_and_succeeds_now_is_merged_in() -> None:
 
 def test_a_delete_that_leaves_a_key_only_a_relation_endpoint_keeps_it_as_such_and_drops_the_unnamed() -> None:
     a = Extraction("c1", (EntityMention("Enigma", "machine", "a cipher machine", "c1"),))
-    b = Extraction("c2", (EntityMention("Alan Turing", "person", "broke it", "c2"),),
-                   (RelationMention("Alan Turing", "Enigma", "broke", ("cipher",), 1.0, "c2"),))
+    b = Extraction(
+        "c2",
+        (EntityMention("Alan Turing", "person", "broke it", "c2"),),
+        (RelationMention("Alan Turing", "Enigma", "broke", ("cipher",), 1.0, "c2"),),
+    )
     c = Extraction("c3", (EntityMention("Navy", "org", "a navy", "c3"),))
     old_e, old_r = as_tables([a, b, c])
-    got = remerge(old_e, old_r, {"c1", "c3"}, set(), ExtractionIndex(extractions_to_table([a, b, c])), CFG,
-                  count_tokens)
+    got = remerge(
+        old_e, old_r, {"c1", "c3"}, set(), ExtractionIndex(extractions_to_table([a, b, c])), CFG, count_tokens
+    )
     new_e, _ = apply(old_e, old_r, got, got.entities, got.relations)
     rows = {r["key"]: r for r in new_e.to_pylist()}
     assert set(rows) == {"alan turing", "enigma"}  # navy is named by nothing now

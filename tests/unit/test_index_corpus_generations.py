@@ -39,11 +39,14 @@ def parse(files: dict[str, str]):
 
 V1 = {
     "/c/a.txt": "Ada Lovelace wrote the first program for the Analytical Engine designed by Babbage.",
-    "/c/b.jsonl": "\n".join(json.dumps(r) for r in [
-        {"id": "r1", "text": "Alan Turing worked at Bletchley Park on the Enigma machine."},
-        {"id": "r2", "text": "Grace Hopper wrote COBOL compilers for the Navy."},
-        {"id": "r3", "text": "Ada Lovelace wrote the first program for the Analytical Engine designed by Babbage."},
-    ]),
+    "/c/b.jsonl": "\n".join(
+        json.dumps(r)
+        for r in [
+            {"id": "r1", "text": "Alan Turing worked at Bletchley Park on the Enigma machine."},
+            {"id": "r2", "text": "Grace Hopper wrote COBOL compilers for the Navy."},
+            {"id": "r3", "text": "Ada Lovelace wrote the first program for the Analytical Engine designed by Babbage."},
+        ]
+    ),
     "/c/bad.bin": "\x00\x01binary",
 }
 
@@ -60,16 +63,28 @@ def test_duplicates_are_kept_as_sources_and_documents_keep_the_first_in_path_ord
 
 def test_an_upsert_equals_parsing_the_final_corpus():
     v1 = parse(V1)
-    incoming = {"/c/a.txt": "Ada Lovelace corresponded with Charles Babbage about Bernoulli numbers.",
-                "/c/new.txt": "Katherine Johnson computed trajectories for NASA missions."}
+    incoming = {
+        "/c/a.txt": "Ada Lovelace corresponded with Charles Babbage about Bernoulli numbers.",
+        "/c/new.txt": "Katherine Johnson computed trajectories for NASA missions.",
+    }
     change = upsert(v1.sources, v1.quarantine, v1.chunks, parse(incoming))
     assert change.added == ("/c/new.txt",) and change.updated == ("/c/a.txt",) and change.unchanged == 0
     final = parse({**V1, **incoming})
     assert change.sources.sort_by("source_id").to_pylist() == final.sources.sort_by("source_id").to_pylist()
     assert change.documents.to_pylist() == derive_documents(final.sources).to_pylist()
-    assert change.chunks.to_pylist() == final.chunks.sort_by("id").take(
-        pa.array([final.chunks.sort_by("id").column("id").to_pylist().index(c)
-                  for c in change.chunks.column("id").to_pylist()])).to_pylist()
+    assert (
+        change.chunks.to_pylist()
+        == final.chunks.sort_by("id")
+        .take(
+            pa.array(
+                [
+                    final.chunks.sort_by("id").column("id").to_pylist().index(c)
+                    for c in change.chunks.column("id").to_pylist()
+                ]
+            )
+        )
+        .to_pylist()
+    )
     assert set(change.chunks.column("id").to_pylist()) == set(final.chunks.column("id").to_pylist())
     # a.txt's old text lives on as r3's document: its chunks stay; only the new texts' chunks were added.
     assert change.chunks_removed == frozenset()
@@ -97,9 +112,18 @@ def test_delete_by_id_and_by_source_and_refuse_unknown_names():
 
 
 def _manifest(generation: str, generations: list[dict]) -> IndexManifest:
-    return IndexManifest.create(fingerprint="f", prompt_version="p", llm_model_id="l", embedding_model_id="e",
-                                embedding_dim=4, counts={}, vector_families={}, config={}, generation=generation,
-                                generations=generations)
+    return IndexManifest.create(
+        fingerprint="f",
+        prompt_version="p",
+        llm_model_id="l",
+        embedding_model_id="e",
+        embedding_dim=4,
+        counts={},
+        vector_families={},
+        config={},
+        generation=generation,
+        generations=generations,
+    )
 
 
 def test_generation_ids_history_and_pruning(tmp_path):
@@ -108,8 +132,10 @@ def test_generation_ids_history_and_pruning(tmp_path):
     g1 = _manifest("g000001", history(None, "g000001", "build", {}))
     assert next_generation_id(g1) == "g000002"
     hist = history(g1, "g000002", "update", {"added": 1})
-    assert [(h["id"], h["parent"], h["kind"]) for h in hist] == [("g000001", "", "build"),
-                                                                  ("g000002", "g000001", "update")]
+    assert [(h["id"], h["parent"], h["kind"]) for h in hist] == [
+        ("g000001", "", "build"),
+        ("g000002", "g000001", "update"),
+    ]
     g3 = _manifest("g000003", history(_manifest("g000002", hist), "g000003", "delete", {}))
     root = tmp_path / "index"
     for name in ("g000001", "g000002", "g000003", "g000004", ".building-g000004-x"):
@@ -137,10 +163,15 @@ def test_an_index_from_before_generations_keeps_its_flat_files_for_its_readers(t
 
 def test_the_corpus_state_round_trips_through_a_generation(tmp_path):
     v1 = parse(V1)
-    state = CorpusState(sources=v1.sources, documents=derive_documents(v1.sources), chunks=v1.chunks,
-                        quarantine=v1.quarantine, entities=tables.ENTITIES.empty_table(),
-                        relations=tables.RELATIONS.empty_table(),
-                        merged_chunks=pa.table({"chunk_id": ["x"]}, schema=tables.MERGED_CHUNKS))
+    state = CorpusState(
+        sources=v1.sources,
+        documents=derive_documents(v1.sources),
+        chunks=v1.chunks,
+        quarantine=v1.quarantine,
+        entities=tables.ENTITIES.empty_table(),
+        relations=tables.RELATIONS.empty_table(),
+        merged_chunks=pa.table({"chunk_id": ["x"]}, schema=tables.MERGED_CHUNKS),
+    )
     write_state(str(tmp_path / "index" / "generations" / "g000001"), state)
     back = read_state(pafs.LocalFileSystem(), str(tmp_path / "index"), _manifest("g000001", []))
     for name in ("sources", "documents", "chunks", "quarantine", "entities", "relations", "merged_chunks"):

@@ -12,14 +12,23 @@ from hxd2_ray.llm.metering import TagUsage
 from hxd2_ray.stages.extract_stage import ExtractAndPersist
 from hxd2_ray.stages.stage_run import StageRun
 
-PRICES = CostConfig(prices={"gpt-x": ModelPrice(input_usd_per_million=2.0, output_usd_per_million=8.0),
-                            "self-hosted": ModelPrice(gpu_hour_usd=3.6),
-                            "embedder": ModelPrice(input_usd_per_million=0.1)})
+PRICES = CostConfig(
+    prices={
+        "gpt-x": ModelPrice(input_usd_per_million=2.0, output_usd_per_million=8.0),
+        "self-hosted": ModelPrice(gpu_hour_usd=3.6),
+        "embedder": ModelPrice(input_usd_per_million=0.1),
+    }
+)
 
 
 def test_a_batch_is_charged_to_its_stages_with_tokens_hits_and_gpu_seconds():
-    rows = llm_payload({"extract": TagUsage(2, 1000, 200), "glean": TagUsage(2, 1500, 100), "judge": TagUsage()},
-                       seconds=10.0, hits={"extract": 3, "summarize": 1}, model_id="gpt-x", gpus_per_actor=2)
+    rows = llm_payload(
+        {"extract": TagUsage(2, 1000, 200), "glean": TagUsage(2, 1500, 100), "judge": TagUsage()},
+        seconds=10.0,
+        hits={"extract": 3, "summarize": 1},
+        model_id="gpt-x",
+        gpus_per_actor=2,
+    )
     by_stage = {r["stage"]: r for r in rows}
     assert set(by_stage) == {"extraction", "gleaning", "judge", "summary"}
     assert by_stage["extraction"]["calls"] == 2 and by_stage["extraction"]["cache_hits"] == 3
@@ -68,9 +77,17 @@ def test_a_stage_starts_no_batch_once_the_budget_is_spent_and_writes_nothing(tmp
     ledger = UsageLedger(CostConfig(), budget_tokens=1)
     run = StageRun(ledger=ledger)
     stage = ExtractAndPersist(cfg, pafs.LocalFileSystem(), str(tmp_path), run=run)
-    batch = pa.table({"id": ["a", "b"], "doc_id": ["d", "d"], "order": [0, 1], "start": [0, 10],
-                      "text": ["Marie Curie lived in Paris.", "Pierre Curie met Marie Curie."],
-                      "header_path": ["", ""], "language": ["en", "en"]})
+    batch = pa.table(
+        {
+            "id": ["a", "b"],
+            "doc_id": ["d", "d"],
+            "order": [0, 1],
+            "start": [0, 10],
+            "text": ["Marie Curie lived in Paris.", "Pierre Curie met Marie Curie."],
+            "header_path": ["", ""],
+            "language": ["en", "en"],
+        }
+    )
     first = stage(batch).to_pylist()[0]
     assert first["skipped"] == 0 and first["rows"] == 2 and first["path"].endswith(first["file"])
     assert ledger.totals()["stages"]["extraction"]["calls"] == 2  # the ledger saw the batch's calls
@@ -81,13 +98,23 @@ def test_a_stage_starts_no_batch_once_the_budget_is_spent_and_writes_nothing(tmp
 
 def test_the_estimate_scales_the_sample_and_prices_it():
     ledger = UsageLedger(PRICES)
-    ledger.charge(llm_payload({"extract": TagUsage(10, 10_000, 2_000), "glean": TagUsage(10, 12_000, 500)},
-                              5.0, {}, "gpt-x", 0))
-    est = estimate_run(ledger.totals(), sample_chunks=10, pending_chunks=1000, seconds_per_chunk=0.5, actors=2,
-                       embed_texts=3000, embed_tokens=300_000, prices=PriceBook(dict(PRICES.prices)),
-                       llm_model="gpt-x", embedding_model="embedder", gpus_per_actor=0)
+    ledger.charge(
+        llm_payload({"extract": TagUsage(10, 10_000, 2_000), "glean": TagUsage(10, 12_000, 500)}, 5.0, {}, "gpt-x", 0)
+    )
+    est = estimate_run(
+        ledger.totals(),
+        sample_chunks=10,
+        pending_chunks=1000,
+        seconds_per_chunk=0.5,
+        actors=2,
+        embed_texts=3000,
+        embed_tokens=300_000,
+        prices=PriceBook(dict(PRICES.prices)),
+        llm_model="gpt-x",
+        embedding_model="embedder",
+        gpus_per_actor=0,
+    )
     assert est["llm_calls"] == 2000 and est["llm_tokens"] == 2_450_000
     assert est["extract_seconds"] == pytest.approx(250.0)
     assert est["usd"] == pytest.approx((2_200_000 * 2 + 250_000 * 8) / 1e6 + 0.03)
     assert est["not_estimated"]
-

@@ -37,8 +37,7 @@ def index(kb_index, tmp_path) -> Path:
 def _query(capsys, index: Path, *extra: str) -> tuple[int, str]:
     from jobs import query
 
-    code = query.main(["--index", str(index), "--mode", "dual", "--set", "embedding.dim=16", *extra,
-                       "Who knows Bob?"])
+    code = query.main(["--index", str(index), "--mode", "dual", "--set", "embedding.dim=16", *extra, "Who knows Bob?"])
     err = capsys.readouterr().err
     return code, err
 
@@ -55,8 +54,11 @@ def test_the_manifest_records_size_and_sha256_of_every_file_the_query_side_reads
     from hxd2_ray.indexing.manifest import read_manifest
 
     files = read_manifest(index).files
-    on_disk = sorted(str(p.relative_to(index)) for p in index.rglob("*") if p.is_file()
-                     and p.name not in ("manifest.json", "index_summary.json"))
+    on_disk = sorted(
+        str(p.relative_to(index))
+        for p in index.rglob("*")
+        if p.is_file() and p.name not in ("manifest.json", "index_summary.json")
+    )
     assert sorted(files) == on_disk and "graph.kuzu" in files
     for rel, meta in files.items():
         data = (index / rel).read_bytes()

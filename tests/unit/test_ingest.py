@@ -253,8 +253,16 @@ def test_bad_inputs_folder_is_up_to_date_and_quarantined():
 
 @pytest.fixture
 def tree(tmp_path):
-    for rel in ["b.txt", "a.md", "sub/c.jsonl", "sub/deep/d.txt", "sub/deep/e.pdf", ".hidden.txt", ".git/x.txt",
-                "sub/.cache/y.md"]:
+    for rel in [
+        "b.txt",
+        "a.md",
+        "sub/c.jsonl",
+        "sub/deep/d.txt",
+        "sub/deep/e.pdf",
+        ".hidden.txt",
+        ".git/x.txt",
+        "sub/.cache/y.md",
+    ]:
         p = tmp_path / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text("content of " + rel)

@@ -35,36 +35,78 @@ SAMPLE = Path(__file__).resolve().parents[2] / "hxd2_ray" / "sample_data"
 # ------------------------------------------------------------------------------------------- intent
 
 
-@pytest.mark.parametrize("text", ["hi", "Hello!", "hello there", "  HEY  ", "thanks!", "Thank you very much.",
-                                  "你好", "您好！", "谢谢", "再见~", "hi hi", "早上好😀"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "hi",
+        "Hello!",
+        "hello there",
+        "  HEY  ",
+        "thanks!",
+        "Thank you very much.",
+        "你好",
+        "您好！",
+        "谢谢",
+        "再见~",
+        "hi hi",
+        "早上好😀",
+    ],
+)
 def test_rule_greetings(text):
     assert rule_intent(text) == "greeting"
 
 
-@pytest.mark.parametrize("text", ["who are you?", "Who are you", "hi, who are you?", "What is your name?",
-                                  "你是谁？", "你好，你是谁", "请问你是谁"])
+@pytest.mark.parametrize(
+    "text",
+    ["who are you?", "Who are you", "hi, who are you?", "What is your name?", "你是谁？", "你好，你是谁", "请问你是谁"],
+)
 def test_rule_identity(text):
     assert rule_intent(text) == "identity"
 
 
-@pytest.mark.parametrize("text", ["What is neurexin?", "hello, what is neurexin?", "thanks, and who founded Stanford?",
-                                  "Who are you going to call about Südhof's lab?", "TAC4基因位于几号染色体？", "",
-                                  "   ", "?!"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What is neurexin?",
+        "hello, what is neurexin?",
+        "thanks, and who founded Stanford?",
+        "Who are you going to call about Südhof's lab?",
+        "TAC4基因位于几号染色体？",
+        "",
+        "   ",
+        "?!",
+    ],
+)
 def test_rules_leave_everything_else_to_the_llm(text):
     assert rule_intent(text) is None
 
 
-@pytest.mark.parametrize("reply,expected", [
-    ("question", "question"), ("greeting", "greeting"), ("identity", "identity"), ("off_topic", "off_topic"),
-    ("  OFF_TOPIC\n", "off_topic"), ("Off-topic.", "off_topic"), ("off topic", "off_topic"),
-    ("Greeting!", "greeting"), ("The label is: identity", "identity"), ('"question"', "question"),
-    ("Label: off_topic (the user wants a joke)", "off_topic"),
-    ("问题", "question"), ("这是闲聊", "off_topic"), ("问候", "greeting"),
-    ("maybe", None), ("", None), (None, None), ("I am not sure", None),
-    ("question, not a greeting", "question"),  # starts with question: fail open to retrieval anyway
-    ("greeting or identity", None),  # starts with a label but names another: ambiguous
-    ("it could be a greeting, or identity", None),  # two labels inside prose: ambiguous
-])
+@pytest.mark.parametrize(
+    "reply,expected",
+    [
+        ("question", "question"),
+        ("greeting", "greeting"),
+        ("identity", "identity"),
+        ("off_topic", "off_topic"),
+        ("  OFF_TOPIC\n", "off_topic"),
+        ("Off-topic.", "off_topic"),
+        ("off topic", "off_topic"),
+        ("Greeting!", "greeting"),
+        ("The label is: identity", "identity"),
+        ('"question"', "question"),
+        ("Label: off_topic (the user wants a joke)", "off_topic"),
+        ("问题", "question"),
+        ("这是闲聊", "off_topic"),
+        ("问候", "greeting"),
+        ("maybe", None),
+        ("", None),
+        (None, None),
+        ("I am not sure", None),
+        ("question, not a greeting", "question"),  # starts with question: fail open to retrieval anyway
+        ("greeting or identity", None),  # starts with a label but names another: ambiguous
+        ("it could be a greeting, or identity", None),  # two labels inside prose: ambiguous
+    ],
+)
 def test_parse_intent(reply, expected):
     labels = {**load_multistage_prompts().for_language("en").intent_labels}
     for intent, words in load_multistage_prompts().for_language("zh").intent_labels.items():
@@ -195,8 +237,9 @@ def test_gate_with_one_level_or_none(tiny):
     for kw in (None, Keywords(parsed=False)):
         s = gate.score(question, kw)
         assert s.basis == "question"
-        expected = (_best(index, embedder, "entity_mix", [question])
-                    + _best(index, embedder, "relation_mix", [question])) / 2
+        expected = (
+            _best(index, embedder, "entity_mix", [question]) + _best(index, embedder, "relation_mix", [question])
+        ) / 2
         assert s.score == pytest.approx(expected)
 
 
@@ -208,8 +251,13 @@ def test_gate_separates_on_and_off_topic(tiny):
     assert on.score > 0.25 > off.score
     assert off.refused and not on.refused
     # the batch form scores the same
-    batch = gate.scores(["a", "b"], [Keywords(low_level=("Brian Kobilka",), high_level=("award",)),
-                                     Keywords(low_level=("weather", "Paris"), high_level=("forecast",))])
+    batch = gate.scores(
+        ["a", "b"],
+        [
+            Keywords(low_level=("Brian Kobilka",), high_level=("award",)),
+            Keywords(low_level=("weather", "Paris"), high_level=("forecast",)),
+        ],
+    )
     assert [b.score for b in batch] == pytest.approx([on.score, off.score])
 
 
@@ -217,8 +265,9 @@ def test_gate_rules_question_and_min(tiny):
     _, index, embedder = tiny
     question = "What is the capital city of Australia?"
     made_up = Keywords(low_level=("Nobel Prize",), high_level=("award",))  # a small model copying examples
-    q_expected = (_best(index, embedder, "entity_mix", [question])
-                  + _best(index, embedder, "relation_mix", [question])) / 2
+    q_expected = (
+        _best(index, embedder, "entity_mix", [question]) + _best(index, embedder, "relation_mix", [question])
+    ) / 2
     kw = RefusalGate(index, embedder, 0.25).score(question, made_up)
     q = RefusalGate(index, embedder, 0.25, rule="question").score(question, made_up)
     m = RefusalGate(index, embedder, 0.25, rule="min").score(question, made_up)
@@ -318,14 +367,37 @@ def test_calibrate_command(tiny, tmp_path, capsys):
     t, _, _ = tiny
     good = tmp_path / "good.jsonl"
     bad = tmp_path / "bad.jsonl"
-    good.write_text("\n".join(json.dumps({"question": q}) for q in [
-        "Thomas Südhof Nobel Prize", "Brian Kobilka Stanford University", "Robert Malenka synaptic transmission",
-    ]) + "\n# a comment\n\n", encoding="utf-8")
-    bad.write_text(json.dumps("What is the weather in Paris?") + "\n"
-                   + json.dumps({"query": "Recommend a pizza recipe"}) + "\n", encoding="utf-8")
+    good.write_text(
+        "\n".join(
+            json.dumps({"question": q})
+            for q in [
+                "Thomas Südhof Nobel Prize",
+                "Brian Kobilka Stanford University",
+                "Robert Malenka synaptic transmission",
+            ]
+        )
+        + "\n# a comment\n\n",
+        encoding="utf-8",
+    )
+    bad.write_text(
+        json.dumps("What is the weather in Paris?") + "\n" + json.dumps({"query": "Recommend a pizza recipe"}) + "\n",
+        encoding="utf-8",
+    )
     out = tmp_path / "out"
-    rc = calibrate.main(["--index", str(t.root), "--config", str(_write_config(t, tmp_path / "c.yaml")),
-                         "--good", str(good), "--bad", str(bad), "--out", str(out)])
+    rc = calibrate.main(
+        [
+            "--index",
+            str(t.root),
+            "--config",
+            str(_write_config(t, tmp_path / "c.yaml")),
+            "--good",
+            str(good),
+            "--bad",
+            str(bad),
+            "--out",
+            str(out),
+        ]
+    )
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     assert captured.out.startswith("threshold ") and "precision" in captured.out and "F1" in captured.out
@@ -346,8 +418,22 @@ def test_calibrate_command_question_mode_and_bad_input(tiny, tmp_path, capsys):
     t, _, _ = tiny
     cfg = str(_write_config(t, tmp_path / "c.yaml"))
     out = tmp_path / "o"
-    rc = calibrate.main(["--index", str(t.root), "--config", cfg, "--good", str(SAMPLE / "refusal_good.jsonl"),
-                         "--bad", str(SAMPLE / "refusal_bad.jsonl"), "--out", str(out), "--rule", "question"])
+    rc = calibrate.main(
+        [
+            "--index",
+            str(t.root),
+            "--config",
+            cfg,
+            "--good",
+            str(SAMPLE / "refusal_good.jsonl"),
+            "--bad",
+            str(SAMPLE / "refusal_bad.jsonl"),
+            "--out",
+            str(out),
+            "--rule",
+            "question",
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     report = json.loads((out / "calibration.json").read_text(encoding="utf-8"))
     assert report["n_good"] == 16 and report["n_bad"] == 16 and report["rule"] == "question"
@@ -355,17 +441,41 @@ def test_calibrate_command_question_mode_and_bad_input(tiny, tmp_path, capsys):
 
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n", encoding="utf-8")
-    assert calibrate.main(["--index", str(t.root), "--config", cfg, "--good", str(empty),
-                           "--bad", str(SAMPLE / "refusal_bad.jsonl")]) == 2
-    assert calibrate.main(["--index", str(t.root), "--config", cfg, "--good", str(tmp_path / "missing.jsonl"),
-                           "--bad", str(empty)]) == 2
+    assert (
+        calibrate.main(
+            ["--index", str(t.root), "--config", cfg, "--good", str(empty), "--bad", str(SAMPLE / "refusal_bad.jsonl")]
+        )
+        == 2
+    )
+    assert (
+        calibrate.main(
+            ["--index", str(t.root), "--config", cfg, "--good", str(tmp_path / "missing.jsonl"), "--bad", str(empty)]
+        )
+        == 2
+    )
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"question": 3}\n', encoding="utf-8")
-    assert calibrate.main(["--index", str(t.root), "--config", cfg, "--good", str(broken),
-                           "--bad", str(SAMPLE / "refusal_bad.jsonl")]) == 2
-    assert calibrate.main(["--index", str(tmp_path / "no-index"), "--config", cfg,
-                           "--good", str(SAMPLE / "refusal_good.jsonl"),
-                           "--bad", str(SAMPLE / "refusal_bad.jsonl")]) == 2
+    assert (
+        calibrate.main(
+            ["--index", str(t.root), "--config", cfg, "--good", str(broken), "--bad", str(SAMPLE / "refusal_bad.jsonl")]
+        )
+        == 2
+    )
+    assert (
+        calibrate.main(
+            [
+                "--index",
+                str(tmp_path / "no-index"),
+                "--config",
+                cfg,
+                "--good",
+                str(SAMPLE / "refusal_good.jsonl"),
+                "--bad",
+                str(SAMPLE / "refusal_bad.jsonl"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "need at least one good" in err and "no such file" in err and "broken.jsonl:1" in err
 

@@ -28,8 +28,11 @@ BAD_LINES = ["this line has no separators at all", "Only|two fields", "||"]
 
 
 def kb_config() -> HxdConfig:
-    return HxdConfig(llm=ScriptedLLMConfig(), embedding=HashingEmbeddingConfig(dim=DIM),
-                     vectors=VectorsConfig(num_shards=2, index_type="flat"))
+    return HxdConfig(
+        llm=ScriptedLLMConfig(),
+        embedding=HashingEmbeddingConfig(dim=DIM),
+        vectors=VectorsConfig(num_shards=2, index_type="flat"),
+    )
 
 
 def embedder(cfg: HxdConfig) -> HashingEmbedder:
@@ -41,8 +44,9 @@ def kb_file(tmp_path_factory) -> Path:
     """The shipped slice with malformed lines mixed in (and a blank line, which is simply ignored)."""
     lines = KB.read_text(encoding="utf-8").splitlines()
     path = tmp_path_factory.mktemp("kb") / "kb.txt"
-    path.write_text("\n".join(lines[:3] + BAD_LINES[:1] + [""] + lines[3:10] + BAD_LINES[1:] + lines[10:]) + "\n",
-                    encoding="utf-8")
+    path.write_text(
+        "\n".join(lines[:3] + BAD_LINES[:1] + [""] + lines[3:10] + BAD_LINES[1:] + lines[10:]) + "\n", encoding="utf-8"
+    )
     return path
 
 
@@ -81,8 +85,7 @@ def test_counts_match_the_staging_tables(built, index):
     # manifest: the config's embedding model, the triple file's hash in the fingerprint, written last
     m = read_manifest(out)
     assert (m.embedding_model_id, m.embedding_dim) == ("hashing-v1", DIM)
-    assert m.counts == {"documents": 0, "chunks": 0, "entities": entities.num_rows,
-                        "relations": relations.num_rows}
+    assert m.counts == {"documents": 0, "chunks": 0, "entities": entities.num_rows, "relations": relations.num_rows}
     assert m.prompt_version == KB_PROMPT_VERSION
     assert m.fingerprint == summary["fingerprint"] == kb_fingerprint(cfg, file_sha256(summary["input"]), None)
     assert set(m.vector_families) == set(VECTOR_FAMILIES)
@@ -101,8 +104,7 @@ def test_fingerprint_follows_file_content_and_model(kb_file, tmp_path):
     other = tmp_path / "kb.txt"
     other.write_text(kb_file.read_text(encoding="utf-8") + "Extra Movie|directed_by|Someone\n", encoding="utf-8")
     assert kb_fingerprint(cfg, file_sha256(other), None) != kb_fingerprint(cfg, digest, None)
-    wider = HxdConfig(llm=ScriptedLLMConfig(), embedding=HashingEmbeddingConfig(dim=DIM * 2),
-                      vectors=cfg.vectors)
+    wider = HxdConfig(llm=ScriptedLLMConfig(), embedding=HashingEmbeddingConfig(dim=DIM * 2), vectors=cfg.vectors)
     assert kb_fingerprint(wider, digest, None) != kb_fingerprint(cfg, digest, None)
     assert kb_fingerprint(cfg, digest, 10) != kb_fingerprint(cfg, digest, None)
 
@@ -122,30 +124,61 @@ def test_logic_executor_answers_a_one_hop_question(built, index):
     cfg = built[0]
     queries = GraphQueries(index.graph)
     linker = EntityLinker(queries, embedder=embedder(cfg), name_index=index.family("entity_name"))
-    plan = validate_plan([
-        {"step": "who directed it", "action": {"op": "retrieval", "alias": "d",
-                                               "args": {"s": "The Public Eye", "p": "directed_by", "o": None}}},
-        {"step": "answer", "action": {"op": "output", "args": {"aliases": ["$d"]}}},
-    ])
+    plan = validate_plan(
+        [
+            {
+                "step": "who directed it",
+                "action": {
+                    "op": "retrieval",
+                    "alias": "d",
+                    "args": {"s": "The Public Eye", "p": "directed_by", "o": None},
+                },
+            },
+            {"step": "answer", "action": {"op": "output", "args": {"aliases": ["$d"]}}},
+        ]
+    )
     assert isinstance(plan, Plan), plan
     ev = LogicFormExecutor(queries, linker).execute(plan, "who directed [The Public Eye]")
     assert not ev.failed, ev.failure
     assert ev.answers == ["Howard Franklin"]
     # the reverse direction: films Howard Franklin directed
-    plan = validate_plan([{"step": "", "action": {"op": "retrieval", "alias": "m",
-                                                  "args": {"s": None, "p": "directed_by", "o": "Howard Franklin"}}}])
+    plan = validate_plan(
+        [
+            {
+                "step": "",
+                "action": {
+                    "op": "retrieval",
+                    "alias": "m",
+                    "args": {"s": None, "p": "directed_by", "o": "Howard Franklin"},
+                },
+            }
+        ]
+    )
     assert LogicFormExecutor(queries, linker).execute(plan).answers == ["The Public Eye"]
 
 
 def test_multistage_logic_mode_over_the_kb_index(built, index):
     cfg = built[0]
-    plan = json.dumps({"steps": [
-        {"step": "who wrote it", "action": {"op": "retrieval", "alias": "w",
-                                            "args": {"s": "Walking, Walking", "p": "written_by", "o": None}}},
-        {"step": "answer", "action": {"op": "output", "args": {"aliases": ["$w"]}}}]})
-    llm = scripted_llm(keyword_reply(["Walking, Walking"], ["written by"]), answer="unused",
-                       replies={"intent": "question", "logic_plan": plan, "logic_verify_pre": "yes",
-                                "logic_answer": "Ermanno Olmi"})
+    plan = json.dumps(
+        {
+            "steps": [
+                {
+                    "step": "who wrote it",
+                    "action": {
+                        "op": "retrieval",
+                        "alias": "w",
+                        "args": {"s": "Walking, Walking", "p": "written_by", "o": None},
+                    },
+                },
+                {"step": "answer", "action": {"op": "output", "args": {"aliases": ["$w"]}}},
+            ]
+        }
+    )
+    llm = scripted_llm(
+        keyword_reply(["Walking, Walking"], ["written by"]),
+        answer="unused",
+        replies={"intent": "question", "logic_plan": plan, "logic_verify_pre": "yes", "logic_answer": "Ermanno Olmi"},
+    )
     with build_pipeline("logic", index, llm, embedder(cfg), cfg) as pipeline:
         answer = pipeline.answer("who wrote Walking, Walking")
     assert answer.path == "logic_form", answer.trace.get("fallback_reason")
@@ -203,8 +236,22 @@ def test_cli_index_kb_json(tmp_path, capsys):
     from jobs.cli import main
 
     out = tmp_path / "cli-index"
-    argv = ["index-kb", "--triples", str(KB), "--output", str(out), "--limit-entities", "20", "--json",
-            "--set", "embedding.backend=hashing", "--set", f"embedding.dim={DIM}", "--set", "vectors.index_type=flat"]
+    argv = [
+        "index-kb",
+        "--triples",
+        str(KB),
+        "--output",
+        str(out),
+        "--limit-entities",
+        "20",
+        "--json",
+        "--set",
+        "embedding.backend=hashing",
+        "--set",
+        f"embedding.dim={DIM}",
+        "--set",
+        "vectors.index_type=flat",
+    ]
     assert main(argv) == 0
     captured = capsys.readouterr()
     summary = json.loads(captured.out)  # stdout holds the JSON summary only; progress goes to stderr

@@ -18,7 +18,7 @@ from hxd2_ray.graph.schema import CHUNKS, DOCUMENTS, ENTITIES, RELATIONS
 from hxd2_ray.graph.templates import LOGIC_TEMPLATES
 
 HOSTILE_NAMES = [
-    "O'Brien \"x\"",
+    'O\'Brien "x"',
     "back\\slash\\\\n",
     "x'}) MATCH (n) DETACH DELETE n //",
     "emoji 😀🚀 and 中文",
@@ -45,44 +45,75 @@ def _rels(rows):
 
 
 def _doc(i, title=None):
-    return {"id": f"d{i}", "source_id": f"src{i}", "source_path": f"/in/{i}.md", "title": title or f"T{i}",
-            "n_chars": 100 * i}
+    return {
+        "id": f"d{i}",
+        "source_id": f"src{i}",
+        "source_path": f"/in/{i}.md",
+        "title": title or f"T{i}",
+        "n_chars": 100 * i,
+    }
 
 
 def _chunk(i, doc, order):
-    return {"id": f"c{i}", "doc_id": doc, "order": order, "start": order * 10, "text": f"text {i}",
-            "header_path": "H1 > H2", "language": "en", "shard": 0}
+    return {
+        "id": f"c{i}",
+        "doc_id": doc,
+        "order": order,
+        "start": order * 10,
+        "text": f"text {i}",
+        "header_path": "H1 > H2",
+        "language": "en",
+        "shard": 0,
+    }
 
 
 def _ent(key, chunks=(), name=None, description="desc", mentions=1):
-    return {"key": key, "name": name if name is not None else key.upper(), "type": "concept",
-            "description": description, "source_chunk_ids": list(chunks), "mention_count": mentions,
-            "name_truncated": False}
+    return {
+        "key": key,
+        "name": name if name is not None else key.upper(),
+        "type": "concept",
+        "description": description,
+        "source_chunk_ids": list(chunks),
+        "mention_count": mentions,
+        "name_truncated": False,
+    }
 
 
 def _rel(s, t, weight=1.0, desc="rel"):
-    return {"source_key": s, "target_key": t, "description": desc, "keywords": ["k1", "k2"], "weight": weight,
-            "source_chunk_ids": ["c1"], "mention_count": 1}
+    return {
+        "source_key": s,
+        "target_key": t,
+        "description": desc,
+        "keywords": ["k1", "k2"],
+        "weight": weight,
+        "source_chunk_ids": ["c1"],
+        "mention_count": 1,
+    }
 
 
 @pytest.fixture()
 def small_tables():
     docs = _docs([_doc(1), _doc(2), _doc(1)])  # duplicate document id
-    chunks = _chunks([_chunk(1, "d1", 0), _chunk(2, "d1", 1), _chunk(3, "d2", 0), _chunk(4, "d9", 0),
-                      _chunk(1, "d1", 0)])  # c4's document is missing; c1 duplicated
-    ents = _ents([
-        _ent("a", ["c1", "c2", "c1", "nochunk"]),
-        _ent("b", ["c3"]),
-        _ent("c", ["c1"]),
-        _ent("d", []),
-        _ent("a", ["c9"]),  # duplicate key: first wins
-    ])
-    rels = _rels([
-        _rel("a", "b", 2.0),
-        _rel("c", "a", 1.0),  # stored reversed: becomes (a, c)
-        _rel("a", "c", 5.0),  # duplicate pair once canonicalised: first wins
-        _rel("b", "c", 3.0),
-    ])
+    chunks = _chunks(
+        [_chunk(1, "d1", 0), _chunk(2, "d1", 1), _chunk(3, "d2", 0), _chunk(4, "d9", 0), _chunk(1, "d1", 0)]
+    )  # c4's document is missing; c1 duplicated
+    ents = _ents(
+        [
+            _ent("a", ["c1", "c2", "c1", "nochunk"]),
+            _ent("b", ["c3"]),
+            _ent("c", ["c1"]),
+            _ent("d", []),
+            _ent("a", ["c9"]),  # duplicate key: first wins
+        ]
+    )
+    rels = _rels(
+        [
+            _rel("a", "b", 2.0),
+            _rel("c", "a", 1.0),  # stored reversed: becomes (a, c)
+            _rel("a", "c", 5.0),  # duplicate pair once canonicalised: first wins
+            _rel("b", "c", 3.0),
+        ]
+    )
     return docs, chunks, ents, rels
 
 
@@ -147,8 +178,7 @@ def test_hostile_strings_stored_verbatim(tmp_path):
     ents.append(_ent(HOSTILE_NAMES[2], name=HOSTILE_NAMES[2], mentions=5))
     rels = [_rel("k0", "k2", desc=HOSTILE_NAMES[0]), _rel(HOSTILE_NAMES[2], "k1", desc=LONG_DESCRIPTION)]
     path = tmp_path / "g.kz"
-    load_graph(path, _docs([_doc(1, title=HOSTILE_NAMES[1])]), _chunks([_chunk(1, "d1", 0)]), _ents(ents),
-               _rels(rels))
+    load_graph(path, _docs([_doc(1, title=HOSTILE_NAMES[1])]), _chunks([_chunk(1, "d1", 0)]), _ents(ents), _rels(rels))
     with KuzuGraphStore(path) as s:
         assert s.counts()["entities"] == len(ents)
         for i, name in enumerate(HOSTILE_NAMES):
@@ -265,9 +295,16 @@ def _old_edge(r):
     from hxd2_ray.graph.base import canonical_pair
 
     s, t = canonical_pair(r["a_key"], r["b_key"])
-    return {"source_key": s, "target_key": t, "description": r["description"], "keywords": list(r["keywords"]),
-            "weight": float(r["weight"]), "source_chunk_ids": list(r["source_chunk_ids"]),
-            "mention_count": int(r["mention_count"]), "degree": int(r["degree"])}
+    return {
+        "source_key": s,
+        "target_key": t,
+        "description": r["description"],
+        "keywords": list(r["keywords"]),
+        "weight": float(r["weight"]),
+        "source_chunk_ids": list(r["source_chunk_ids"]),
+        "mention_count": int(r["mention_count"]),
+        "degree": int(r["degree"]),
+    }
 
 
 def _old_neighbors(store, keys, limit):
@@ -291,12 +328,32 @@ def richer_path(tmp_path):
     """Ties in (degree, weight), a self-loop, a hub, a hostile key, chunks across documents."""
     hostile = HOSTILE_NAMES[2]
     docs = _docs([_doc(1), _doc(2)])
-    chunks = _chunks([_chunk(1, "d2", 1), _chunk(2, "d1", 0), _chunk(3, "d2", 0), _chunk(4, "d9", 0),
-                      _chunk(5, "d1", 2)])
-    ents = _ents([_ent("h", ["c5", "c1", "c2", "c3"]), _ent("x", ["c4", "c2"]), _ent("y", ["c1"]),
-                  _ent("z", []), _ent("w", ["c3"]), _ent(hostile, ["c1"]), _ent("lonely")])
-    rels = _rels([_rel("h", "x", 1.0), _rel("y", "h", 1.0), _rel("h", "z", 1.0), _rel("h", "w", 4.0),
-                  _rel("x", "y", 2.0), _rel("w", "w", 9.0), _rel(hostile, "h", 1.0), _rel("z", "y", 1.0)])
+    chunks = _chunks(
+        [_chunk(1, "d2", 1), _chunk(2, "d1", 0), _chunk(3, "d2", 0), _chunk(4, "d9", 0), _chunk(5, "d1", 2)]
+    )
+    ents = _ents(
+        [
+            _ent("h", ["c5", "c1", "c2", "c3"]),
+            _ent("x", ["c4", "c2"]),
+            _ent("y", ["c1"]),
+            _ent("z", []),
+            _ent("w", ["c3"]),
+            _ent(hostile, ["c1"]),
+            _ent("lonely"),
+        ]
+    )
+    rels = _rels(
+        [
+            _rel("h", "x", 1.0),
+            _rel("y", "h", 1.0),
+            _rel("h", "z", 1.0),
+            _rel("h", "w", 4.0),
+            _rel("x", "y", 2.0),
+            _rel("w", "w", 9.0),
+            _rel(hostile, "h", 1.0),
+            _rel("z", "y", 1.0),
+        ]
+    )
     path = tmp_path / "rich.kz"
     load_graph(path, docs, chunks, ents, rels)
     return path
@@ -346,9 +403,18 @@ def test_batch_reads_match_batched_queries(richer_store):
     for c in new_chunks:
         o = old_chunks[c["id"]]
         assert (c["doc_id"], c["order"], c["start"], c["text"], c["header_path"], c["language"]) == (
-            o["doc_id"], o["ord"], o["start"], o["text"], o["header_path"], o["language"])
+            o["doc_id"],
+            o["ord"],
+            o["start"],
+            o["text"],
+            o["header_path"],
+            o["language"],
+        )
         assert (c["doc_title"], c["doc_source_id"], c["doc_source_path"]) == (
-            o["doc_title"] or "", o["doc_source_id"] or "", o["doc_source_path"] or "")
+            o["doc_title"] or "",
+            o["doc_source_id"] or "",
+            o["doc_source_path"] or "",
+        )
     assert new_chunks[0]["doc_title"] == ""  # c4: its document was never loaded
     assert s.get_chunks([]) == [] and s.get_chunks(["nope"]) == []
 
@@ -360,7 +426,11 @@ def test_batch_reads_match_batched_queries(richer_store):
         old_rel[(e["source_key"], e["target_key"])] = e
     assert s.get_relations(pairs) == [old_rel[p] for p in canon if p in old_rel]
     assert [(e["source_key"], e["target_key"]) for e in s.get_relations(pairs)] == [
-        ("h", "x"), ("w", "w"), ("y", "z"), ("h", HOSTILE_NAMES[2])]
+        ("h", "x"),
+        ("w", "w"),
+        ("y", "z"),
+        ("h", HOSTILE_NAMES[2]),
+    ]
     assert s.get_relations([]) == [] and s.get_relations([("ghost", "nobody")]) == []
 
 
@@ -473,7 +543,8 @@ def test_node_columns_scattered_offsets(richer_path, monkeypatch):
         cols.warm()
         assert cols._columns["Entity"].size == 7
         assert _all_reads(cols, ALL_KEYS, [("x", "h")], ["c1", "c5"]) == _all_reads(
-            per_key, ALL_KEYS, [("x", "h")], ["c1", "c5"])
+            per_key, ALL_KEYS, [("x", "h")], ["c1", "c5"]
+        )
 
 
 def test_node_columns_thread_safe(richer_path):
@@ -492,11 +563,20 @@ def test_malicious_keys_return_nothing_and_change_nothing(store, tmp_path, small
     path = tmp_path / "graph.kz"  # the path the ``store`` fixture loaded
     with KuzuGraphStore(path, node_columns=node_columns) as s:
         reads = _all_reads(s, MALICIOUS, [(m, "a") for m in MALICIOUS] + [("a", m) for m in MALICIOUS], MALICIOUS)
-        assert reads == {"neighbors": [[]] * 5, "chunks_for_entities": {m: [] for m in MALICIOUS},
-                         "get_entities": [], "entity_degree": {}, "get_relations": [], "get_chunks": []}
+        assert reads == {
+            "neighbors": [[]] * 5,
+            "chunks_for_entities": {m: [] for m in MALICIOUS},
+            "get_entities": [],
+            "entity_degree": {},
+            "get_relations": [],
+            "get_chunks": [],
+        }
         assert all(s.find_entity_by_name(m) is None for m in MALICIOUS)
-        for name, params in [("lf_edges", {"keys": MALICIOUS, "limit": 10}), ("lf_names_of", {"keys": MALICIOUS}),
-                             ("lf_edges_between", {"pairs": [{"s": m, "t": "a"} for m in MALICIOUS]})]:
+        for name, params in [
+            ("lf_edges", {"keys": MALICIOUS, "limit": 10}),
+            ("lf_names_of", {"keys": MALICIOUS}),
+            ("lf_edges_between", {"pairs": [{"s": m, "t": "a"} for m in MALICIOUS]}),
+        ]:
             assert s.run_template(name, params) == []
         assert s.counts() == before
     assert store.counts() == before

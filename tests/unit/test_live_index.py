@@ -26,8 +26,9 @@ def publish(root: Path, generation: str, *, hostile: bool, tmp: Path) -> None:
     for name in ("graph.kuzu", "vectors"):
         shutil.move(str(built.root / name), str(target / name))
     current = read_manifest(root) if (root / "manifest.json").exists() else None
-    fresh = read_manifest(built.root).model_copy(update={
-        "generation": generation, "generations": history(current, generation, "update", {}), "files": {}})
+    fresh = read_manifest(built.root).model_copy(
+        update={"generation": generation, "generations": history(current, generation, "update", {}), "files": {}}
+    )
     write_manifest(root, fresh)
 
 
@@ -48,8 +49,7 @@ def test_new_pins_move_to_a_published_generation_and_pinned_requests_finish_on_t
     closed: list[int] = []
     live = LiveIndex(str(index_root), cfg, attach=entity_count, poll_s=0, detach=closed.append)
     try:
-        assert live.generation == "g000001" and held_generations(pafs.LocalFileSystem(), str(index_root)) == {
-            "g000001"}
+        assert live.generation == "g000001" and held_generations(pafs.LocalFileSystem(), str(index_root)) == {"g000001"}
         with live.pin() as before:
             assert (before.generation, before.value) == ("g000001", 7)
             publish(index_root, "g000002", hostile=True, tmp=tmp_path / "build")  # one entity more
@@ -86,7 +86,9 @@ def test_pruning_keeps_what_a_live_reader_holds(index_root, tmp_path):
     finally:
         live.close()
     assert prune(pafs.LocalFileSystem(), str(index_root), read_manifest(index_root), keep=1) == [
-        "generations/g000001", "generations/g000002"]
+        "generations/g000001",
+        "generations/g000002",
+    ]
 
 
 def test_the_poller_switches_within_its_interval(index_root, tmp_path):

@@ -21,14 +21,17 @@ def location(tmp_path) -> CacheLocation:
     return CacheLocation(pafs.LocalFileSystem(), str(tmp_path / "_llm_cache"))
 
 
-@pytest.mark.parametrize("change", [
-    {"max_tokens": 65},
-    {"temperature": 0.7},
-    {"json_schema": {"type": "object"}},
-    {"choices": ("yes", "no")},
-    {"messages": ({"role": "user", "content": "Who founded Neosensory? "},)},
-    {"messages": ({"role": "system", "content": "Who founded Neosensory?"},)},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"max_tokens": 65},
+        {"temperature": 0.7},
+        {"json_schema": {"type": "object"}},
+        {"choices": ("yes", "no")},
+        {"messages": ({"role": "user", "content": "Who founded Neosensory? "},)},
+        {"messages": ({"role": "system", "content": "Who founded Neosensory?"},)},
+    ],
+)
 def test_the_key_changes_with_everything_a_reply_depends_on(change):
     from dataclasses import replace
 
@@ -89,8 +92,16 @@ def test_a_torn_part_is_skipped_and_compaction_keeps_every_reply(tmp_path):
 
 
 def test_an_extractor_over_a_warm_cache_extracts_the_same_with_no_calls(tmp_path):
-    chunks = [Chunk(id=f"c{i}", doc_id="d", order=i, start=0,
-                    text=f"Marie Curie worked with Pierre Curie in Paris on radium number {i}.") for i in range(3)]
+    chunks = [
+        Chunk(
+            id=f"c{i}",
+            doc_id="d",
+            order=i,
+            start=0,
+            text=f"Marie Curie worked with Pierre Curie in Paris on radium number {i}.",
+        )
+        for i in range(3)
+    ]
     cfg = ExtractionConfig(max_gleaning=1)
 
     def run() -> tuple[list, MeteredLLM]:

@@ -36,15 +36,33 @@ KB = METAQA / "kb.txt"
 # The movies around the topic entities of the fixture questions below (every movie on every hop, so the
 # answers on this subset equal the answers on the full KB), 22 movies plus all of their triples.
 MOVIES = [
-    "A Walk Among the Tombstones", "Any Wednesday", "Brenda Starr", "Enid", "First Love", "Gomorrah",
-    "Local Hero", "Millennium Actress", "Omagh", "Paprika", "Perfect Blue", "Reality", "Reuben, Reuben", "Silk",
-    "The Heart Is a Lonely Hunter", "The Lookout", "The Public Eye", "The Red Violin",
-    "Thirty Two Short Films About Glenn Gould", "Tokyo Godfathers", "Kes", "The Sicilian",
+    "A Walk Among the Tombstones",
+    "Any Wednesday",
+    "Brenda Starr",
+    "Enid",
+    "First Love",
+    "Gomorrah",
+    "Local Hero",
+    "Millennium Actress",
+    "Omagh",
+    "Paprika",
+    "Perfect Blue",
+    "Reality",
+    "Reuben, Reuben",
+    "Silk",
+    "The Heart Is a Lonely Hunter",
+    "The Lookout",
+    "The Public Eye",
+    "The Red Violin",
+    "Thirty Two Short Films About Glenn Gould",
+    "Tokyo Godfathers",
+    "Kes",
+    "The Sicilian",
 ]
 
 HOSTILE = [
     "x'}) MATCH (n) DETACH DELETE n //",
-    "O'Brien \"x\"",
+    'O\'Brien "x"',
     "back\\slash\\\\n",
     "') RETURN 1; MATCH (n) DELETE n; //",
     "emoji 😀🚀 and 中文",
@@ -71,8 +89,12 @@ RICE = [
     ("Jiazao 935", "variety_type", "early indica"),
     ("Jiahe 218", "variety_type", "japonica"),
 ]
-RICE_TYPES = {"has_parent": "variety", "height_cm": "number", "spikelets_per_panicle": "number",
-              "variety_type": "category"}
+RICE_TYPES = {
+    "has_parent": "variety",
+    "height_cm": "number",
+    "spikelets_per_panicle": "number",
+    "variety_type": "category",
+}
 
 
 # --------------------------------------------------------------------------------------- plan helpers
@@ -115,8 +137,9 @@ def metaqa_graph(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def rice_path(tmp_path_factory):
-    entities, relations = triples_to_tables(RICE, subject_type="variety", object_types=RICE_TYPES,
-                                            source_label="hand-made rice test graph")
+    entities, relations = triples_to_tables(
+        RICE, subject_type="variety", object_types=RICE_TYPES, source_label="hand-made rice test graph"
+    )
     path = tmp_path_factory.mktemp("rice") / "graph.kuzu"
     build_graph(path, entities, relations)
     return path
@@ -151,29 +174,46 @@ METAQA_CASES = [
     ),
     (
         "the director of [The Red Violin] also directed which films",
-        [R("The Red Violin", "directed_by", None, "d"),
-         R(None, "directed_by", "$d", "films", exclude=["The Red Violin"]), OUT("films")],
+        [
+            R("The Red Violin", "directed_by", None, "d"),
+            R(None, "directed_by", "$d", "films", exclude=["The Red Violin"]),
+            OUT("films"),
+        ],
     ),
     (
         "which movies have the same director of [Perfect Blue]",
-        [R("Perfect Blue", "directed_by", None, "d"),
-         R(None, "directed_by", "$d", "films", exclude=["Perfect Blue"]), OUT("films")],
+        [
+            R("Perfect Blue", "directed_by", None, "d"),
+            R(None, "directed_by", "$d", "films", exclude=["Perfect Blue"]),
+            OUT("films"),
+        ],
     ),
     (
         "the movies that share directors with the movie [The Heart Is a Lonely Hunter] were released in which years",
-        [R("The Heart Is a Lonely Hunter", "directed_by", None, "d"),
-         R(None, "directed_by", "$d", "films", exclude=["The Heart Is a Lonely Hunter"]),
-         R("$films", "release_year", None, "years"), OUT("years")],
+        [
+            R("The Heart Is a Lonely Hunter", "directed_by", None, "d"),
+            R(None, "directed_by", "$d", "films", exclude=["The Heart Is a Lonely Hunter"]),
+            R("$films", "release_year", None, "years"),
+            OUT("years"),
+        ],
     ),
     (
         "what genres are the films directed by the [The Lookout] director",
-        [R("The Lookout", "directed_by", None, "d"), R(None, "directed_by", "$d", "films", exclude=["The Lookout"]),
-         R("$films", "has_genre", None, "genres"), OUT("genres")],
+        [
+            R("The Lookout", "directed_by", None, "d"),
+            R(None, "directed_by", "$d", "films", exclude=["The Lookout"]),
+            R("$films", "has_genre", None, "genres"),
+            OUT("genres"),
+        ],
     ),
     (
         "what types are the films directed by the director of [Gomorrah]",
-        [R("Gomorrah", "directed_by", None, "d"), R(None, "directed_by", "$d", "films", exclude=["Gomorrah"]),
-         R("$films", "has_genre", None, "genres"), OUT("genres")],
+        [
+            R("Gomorrah", "directed_by", None, "d"),
+            R(None, "directed_by", "$d", "films", exclude=["Gomorrah"]),
+            R("$films", "has_genre", None, "genres"),
+            OUT("genres"),
+        ],
     ),
 ]
 
@@ -237,12 +277,16 @@ def test_two_hop_lookup_and_relations_between(metaqa_graph):
 
 
 def test_count_over_metaqa(metaqa_graph):
-    ev = LogicFormExecutor(metaqa_graph).execute(plan_of([
-        R("Perfect Blue", "directed_by", None, "d"),
-        R(None, "directed_by", "$d", "films"),
-        S("count", {"items": "$films"}, "n"),
-        OUT("n"),
-    ]))
+    ev = LogicFormExecutor(metaqa_graph).execute(
+        plan_of(
+            [
+                R("Perfect Blue", "directed_by", None, "d"),
+                R(None, "directed_by", "$d", "films"),
+                S("count", {"items": "$films"}, "n"),
+                OUT("n"),
+            ]
+        )
+    )
     assert ev.answers == ["4"]
 
 
@@ -284,15 +328,17 @@ def test_triples_to_tables_direction_types_and_limits(tmp_path):
     rels = relations.to_pylist()
     pair = next(r for r in rels if r["keywords"] != ["release_year"])
     assert (pair["source_key"], pair["target_key"]) == ("anna berg", "zeta film")
-    facts = edge_facts(pair["source_key"], "Anna Berg", pair["target_key"], "Zeta Film",
-                       pair["description"], pair["keywords"])
+    facts = edge_facts(
+        pair["source_key"], "Anna Berg", pair["target_key"], "Zeta Film", pair["description"], pair["keywords"]
+    )
     assert {(f.subject_name, f.predicate, f.object_name, f.directed) for f in facts} == {
-        ("Zeta Film", "directed_by", "Anna Berg", True), ("Zeta Film", "written_by", "Anna Berg", True)}
+        ("Zeta Film", "directed_by", "Anna Berg", True),
+        ("Zeta Film", "written_by", "Anna Berg", True),
+    }
     # limit_entities keeps a closed subgraph of at most N entities, in file order.
     kb = tmp_path / "kb.txt"
     kb.write_text("A|r|B\nA|r|C\nB|r|C\nD|r|A\n", encoding="utf-8")
-    assert read_triples(kb, limit_entities=3) == [Triple("A", "r", "B"), Triple("A", "r", "C"),
-                                                  Triple("B", "r", "C")]
+    assert read_triples(kb, limit_entities=3) == [Triple("A", "r", "B"), Triple("A", "r", "C"), Triple("B", "r", "C")]
     ents, rels = load_kb_triples(kb, limit_entities=2)
     assert ents.num_rows == 2 and rels.num_rows == 1
 
@@ -325,13 +371,16 @@ def run(graph, steps, **kw):
 
 
 def test_numeric_lookup_and_math(rice_graph):
-    ev = run(rice_graph, [
-        R("Zhefu 802", "has_parent", None, "parent"),
-        R("Zhefu 802", "height_cm", None, "h1"),
-        R("$parent", "height_cm", None, "h2"),
-        S("math", {"expr": "$h1 - $h2"}, "diff"),
-        OUT("diff"),
-    ])
+    ev = run(
+        rice_graph,
+        [
+            R("Zhefu 802", "has_parent", None, "parent"),
+            R("Zhefu 802", "height_cm", None, "h1"),
+            R("$parent", "height_cm", None, "h2"),
+            S("math", {"expr": "$h1 - $h2"}, "diff"),
+            OUT("diff"),
+        ],
+    )
     assert not ev.failed, ev.failure
     assert [s.sub_answer for s in ev.steps[:4]] == ["Simei 2", "85", "70", "15"]
     assert ev.answers == ["15"]
@@ -345,8 +394,9 @@ def test_seconds_are_read_from_the_injected_clock(rice_graph):
         readings.append(len(readings) * 0.25)
         return readings[-1]
 
-    ev = run(rice_graph, [R("Zhefu 802", "has_parent", None, "p"), R("$p", "height_cm", None, "h"), OUT("h")],
-             clock=clock)
+    ev = run(
+        rice_graph, [R("Zhefu 802", "has_parent", None, "p"), R("$p", "height_cm", None, "h"), OUT("h")], clock=clock
+    )
     assert ev.answers == ["70"]
     reads = [q for st in ev.steps for q in st.queries]
     assert len(reads) >= 3 and all(q.seconds == 0.25 for q in reads)  # one reading before and after each read
@@ -355,40 +405,66 @@ def test_seconds_are_read_from_the_injected_clock(rice_graph):
 
 
 def test_count_and_sum(rice_graph):
-    ev = run(rice_graph, [
-        R("Zhongzao 39", "has_parent", None, "parents"),
-        S("count", {"items": "$parents"}, "n"),
-        S("sum", {"items": "$parents", "p": "height_cm"}, "total"),
-        OUT("n", "total"),
-    ])
+    ev = run(
+        rice_graph,
+        [
+            R("Zhongzao 39", "has_parent", None, "parents"),
+            S("count", {"items": "$parents"}, "n"),
+            S("sum", {"items": "$parents", "p": "height_cm"}, "total"),
+            OUT("n", "total"),
+        ],
+    )
     assert ev.answers == ["2", "175"]  # Zhongzao 22 (90) + Jiazao 935 (85)
     # Per-item sums keep multiplicity even when two items share the value entity "85".
-    ev = run(rice_graph, [
-        R(None, "variety_type", "early indica", "v"),
-        S("sum", {"items": "$v", "p": "height_cm"}, "total"),
-    ])
+    ev = run(
+        rice_graph,
+        [
+            R(None, "variety_type", "early indica", "v"),
+            S("sum", {"items": "$v", "p": "height_cm"}, "total"),
+        ],
+    )
     assert ev.answers == [str(85 + 70 + 95 + 90 + 85)]
-    ev = run(rice_graph, [
-        R("Zhefu 802", "height_cm", None, "h1"),
-        R("Simei 2", "height_cm", None, "h2"),
-        S("sum", {"values": ["$h1", "$h2", 10]}, "s"),
-    ])
+    ev = run(
+        rice_graph,
+        [
+            R("Zhefu 802", "height_cm", None, "h1"),
+            R("Simei 2", "height_cm", None, "h2"),
+            S("sum", {"values": ["$h1", "$h2", 10]}, "s"),
+        ],
+    )
     assert ev.answers == ["165"]
 
 
 def test_compare(rice_graph):
-    base = [R("Zhefu 802", "height_cm", None, "h1"), R("Jiazao 935", "height_cm", None, "h2"),
-            R("Simei 2", "height_cm", None, "h3")]
-    cases = [("$h1", "$h3", "greater", "yes"), ("$h1", "$h3", "less", "no"), ("$h1", "$h2", "equal", "yes"),
-             ("$h1", 85, "equal", "yes"), ("$h3", "70", "not_equal", "no"), ("$h1", "$h3", "greater_equal", "yes")]
+    base = [
+        R("Zhefu 802", "height_cm", None, "h1"),
+        R("Jiazao 935", "height_cm", None, "h2"),
+        R("Simei 2", "height_cm", None, "h3"),
+    ]
+    cases = [
+        ("$h1", "$h3", "greater", "yes"),
+        ("$h1", "$h3", "less", "no"),
+        ("$h1", "$h2", "equal", "yes"),
+        ("$h1", 85, "equal", "yes"),
+        ("$h3", "70", "not_equal", "no"),
+        ("$h1", "$h3", "greater_equal", "yes"),
+    ]
     for left, right, op, expected in cases:
         ev = run(rice_graph, base + [S("compare", {"left": left, "right": right, "op": op}, "c")])
         assert ev.answers == [expected], (left, right, op)
-    ev = run(rice_graph, [R("Zhefu 802", "has_parent", None, "p1"), R("Zhefu 802", "has_parent", None, "p2"),
-                          S("compare", {"left": "$p1", "right": "$p2", "op": "equal"}, "same")])
+    ev = run(
+        rice_graph,
+        [
+            R("Zhefu 802", "has_parent", None, "p1"),
+            R("Zhefu 802", "has_parent", None, "p2"),
+            S("compare", {"left": "$p1", "right": "$p2", "op": "equal"}, "same"),
+        ],
+    )
     assert ev.answers == ["yes"]
-    ev = run(rice_graph, [R("Zhefu 802", "has_parent", None, "p1"),
-                          S("compare", {"left": "$p1", "right": 3, "op": "greater"}, "c")])
+    ev = run(
+        rice_graph,
+        [R("Zhefu 802", "has_parent", None, "p1"), S("compare", {"left": "$p1", "right": 3, "op": "greater"}, "c")],
+    )
     assert ev.failed and "needs two numbers" in ev.failure
 
 
@@ -405,12 +481,24 @@ def test_sort_and_filter(rice_graph):
     assert ev.answers == ["Jiazao 935", "Zhefu 802"]
     ev = run(rice_graph, [early, S("filter", {"items": "$v", "p": "has_parent", "value": None}, "with_parent")])
     assert ev.answers == ["Zhefu 802", "Zhongzao 39"]
-    ev = run(rice_graph, [R("Zhongzao 39", "has_parent", None, "ps"), early,
-                          S("filter", {"items": "$v", "p": "has_parent", "value": "$ps", "cmp": "ne"}, "f")])
+    ev = run(
+        rice_graph,
+        [
+            R("Zhongzao 39", "has_parent", None, "ps"),
+            early,
+            S("filter", {"items": "$v", "p": "has_parent", "value": "$ps", "cmp": "ne"}, "f"),
+        ],
+    )
     assert ev.answers == ["Jiazao 935", "Simei 2", "Zhefu 802", "Zhongzao 22"]  # not: Zhongzao 39
     # Sorting the numbers themselves (no attribute): the tallest height value.
-    ev = run(rice_graph, [early, R("$v", "height_cm", None, "hs"),
-                          S("sort", {"items": "$hs", "p": None, "order": "desc", "limit": 1}, "max")])
+    ev = run(
+        rice_graph,
+        [
+            early,
+            R("$v", "height_cm", None, "hs"),
+            S("sort", {"items": "$hs", "p": None, "order": "desc", "limit": 1}, "max"),
+        ],
+    )
     assert ev.answers == ["95"]
 
 
@@ -423,12 +511,16 @@ def test_multi_edge_to_same_value_keeps_predicates_apart(rice_graph):
 
 def test_deduce_uses_the_llm_with_evidence(rice_graph):
     llm = ScriptedLLM(lambda req: "Zhongzao 39 is the tallest early indica variety.")
-    ev = run(rice_graph, [
-        R(None, "variety_type", "early indica", "v"),
-        S("sort", {"items": "$v", "p": "height_cm", "order": "desc", "limit": 1}, "top"),
-        S("deduce", {"question": "Which early indica variety is the tallest?", "inputs": ["$top"]}, "why"),
-        OUT("why"),
-    ], llm=llm)
+    ev = run(
+        rice_graph,
+        [
+            R(None, "variety_type", "early indica", "v"),
+            S("sort", {"items": "$v", "p": "height_cm", "order": "desc", "limit": 1}, "top"),
+            S("deduce", {"question": "Which early indica variety is the tallest?", "inputs": ["$top"]}, "why"),
+            OUT("why"),
+        ],
+        llm=llm,
+    )
     assert not ev.failed
     assert ev.answers == ["Zhongzao 39 is the tallest early indica variety."]
     req = llm.requests[0]
@@ -443,17 +535,36 @@ def test_deduce_uses_the_llm_with_evidence(rice_graph):
 @pytest.mark.parametrize(
     "steps, words",
     [
-        ([R("Zhefu 802", "height_cm", None, "h1"), R("Simei 2", "height_cm", None, "h2"),
-          S("math", {"expr": "$h1 / ($h2 - 70)"}, "m")], "division by zero"),
-        ([R("Zhefu 802", "height_cm", None, "h"), S("math", {"expr": "$h ** 64 * $h ** 64 * $h ** 64"}, "m")],
-         "overflow"),
+        (
+            [
+                R("Zhefu 802", "height_cm", None, "h1"),
+                R("Simei 2", "height_cm", None, "h2"),
+                S("math", {"expr": "$h1 / ($h2 - 70)"}, "m"),
+            ],
+            "division by zero",
+        ),
+        (
+            [R("Zhefu 802", "height_cm", None, "h"), S("math", {"expr": "$h ** 64 * $h ** 64 * $h ** 64"}, "m")],
+            "overflow",
+        ),
         ([R("No Such Variety", "height_cm", None, "h")], "no entity matches"),
         ([R("Zhefu 802", "has_parent", None, "p"), S("math", {"expr": "$p + 1"}, "m")], "not a number"),
         ([R(None, "variety_type", "early indica", "v"), S("math", {"expr": "$v + 1"}, "m")], "is not a number"),
-        ([R(None, "variety_type", "early indica", "v"), R("$v", "height_cm", None, "hs"),
-          S("math", {"expr": "$hs + 1"}, "m")], "expected one number, got 4"),
-        ([R(None, "variety_type", "early indica", "v"),
-          S("sort", {"items": "$v", "p": "has_parent", "order": "asc"}, "s")], "no item has a numeric"),
+        (
+            [
+                R(None, "variety_type", "early indica", "v"),
+                R("$v", "height_cm", None, "hs"),
+                S("math", {"expr": "$hs + 1"}, "m"),
+            ],
+            "expected one number, got 4",
+        ),
+        (
+            [
+                R(None, "variety_type", "early indica", "v"),
+                S("sort", {"items": "$v", "p": "has_parent", "order": "asc"}, "s"),
+            ],
+            "no item has a numeric",
+        ),
     ],
 )
 def test_step_errors_fail_the_evidence_with_a_reason(rice_graph, steps, words):
@@ -463,9 +574,15 @@ def test_step_errors_fail_the_evidence_with_a_reason(rice_graph, steps, words):
 
 
 def test_empty_filter_output_fails_as_no_answer(rice_graph):
-    ev = run(rice_graph, [R(None, "variety_type", "early indica", "v"),
-                          S("filter", {"items": "$v", "p": "height_cm", "value": 500, "cmp": "gt"}, "f"),
-                          S("count", {"items": "$f"}, "n"), OUT("f")])
+    ev = run(
+        rice_graph,
+        [
+            R(None, "variety_type", "early indica", "v"),
+            S("filter", {"items": "$v", "p": "height_cm", "value": 500, "cmp": "gt"}, "f"),
+            S("count", {"items": "$f"}, "n"),
+            OUT("f"),
+        ],
+    )
     assert ev.steps[2].sub_answer == "0"
     assert ev.failed and "no answer" in ev.failure
 
@@ -516,8 +633,10 @@ def _hostile_plans(h: str) -> list[list[dict]]:
         [R("Zhefu 802", None, h, "x")],
         [R("Zhefu 802", "height_cm", None, "x", exclude=[h])],
         [R(None, "variety_type", "early indica", "v"), S("filter", {"items": "$v", "p": h, "value": h}, "f")],
-        [R(None, "variety_type", "early indica", "v"),
-         S("filter", {"items": "$v", "p": "variety_type", "value": h, "cmp": "contains"}, "f")],
+        [
+            R(None, "variety_type", "early indica", "v"),
+            S("filter", {"items": "$v", "p": "variety_type", "value": h, "cmp": "contains"}, "f"),
+        ],
         [R(None, "variety_type", "early indica", "v"), S("sort", {"items": "$v", "p": h, "order": "asc"}, "s")],
         [R(None, "variety_type", "early indica", "v"), S("sum", {"items": "$v", "p": h}, "s")],
         [S("compare", {"left": h, "right": h, "op": "equal"}, "c")],
@@ -565,9 +684,21 @@ def test_injection_strings_return_nothing_and_change_nothing(rice_path, tmp_path
 
 @pytest.mark.parametrize(
     "reply, expected",
-    [("YES", True), ("yes.", True), ("Yes, because the evidence names the director.", True), ("是", True),
-     ("no", False), ("maybe", False), ("", False), ("没有", False), ("否。", False), ("有", True),
-     ("**NO**", False), ("The evidence lists the director.\nVerdict: yes", True), ("yesterday", False)],
+    [
+        ("YES", True),
+        ("yes.", True),
+        ("Yes, because the evidence names the director.", True),
+        ("是", True),
+        ("no", False),
+        ("maybe", False),
+        ("", False),
+        ("没有", False),
+        ("否。", False),
+        ("有", True),
+        ("**NO**", False),
+        ("The evidence lists the director.\nVerdict: yes", True),
+        ("yesterday", False),
+    ],
 )
 def test_verifier_yes_no(reply, expected):
     llm = ScriptedLLM([reply])

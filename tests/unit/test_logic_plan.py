@@ -190,8 +190,13 @@ def test_alias_kind_mismatch_rejected():
     plan = [ret("X", "p", None, "a"), step("count", {"items": "$a"}, "n"), step("count", {"items": "$n"}, "n2")]
     r = reason(plan)
     assert "$n holds number" in r and "count.items" in r
-    r = reason([ret("X", "p", None, "a"), step("compare", {"left": "$a", "right": 1, "op": "less"}, "c"),
-                step("math", {"expr": "$c + 1"}, "m")])
+    r = reason(
+        [
+            ret("X", "p", None, "a"),
+            step("compare", {"left": "$a", "right": 1, "op": "less"}, "c"),
+            step("math", {"expr": "$c + 1"}, "m"),
+        ]
+    )
     assert "$c holds boolean" in r
 
 

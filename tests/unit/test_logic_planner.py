@@ -13,11 +13,18 @@ from hxd2_ray.logic.planner import LogicFormPlanner, load_logic_prompts, parse_l
 
 VALID = {
     "steps": [
-        {"step": "Who directed The Lookout?",
-         "action": {"op": "retrieval", "args": {"s": "The Lookout", "p": "directed_by", "o": None}, "alias": "d"}},
-        {"step": "Which other films did they direct?",
-         "action": {"op": "retrieval", "args": {"s": None, "p": "directed_by", "o": "$d", "exclude": ["The Lookout"]},
-                    "alias": "films"}},
+        {
+            "step": "Who directed The Lookout?",
+            "action": {"op": "retrieval", "args": {"s": "The Lookout", "p": "directed_by", "o": None}, "alias": "d"},
+        },
+        {
+            "step": "Which other films did they direct?",
+            "action": {
+                "op": "retrieval",
+                "args": {"s": None, "p": "directed_by", "o": "$d", "exclude": ["The Lookout"]},
+                "alias": "films",
+            },
+        },
         {"step": "How many?", "action": {"op": "count", "args": {"items": "$films"}, "alias": "n"}},
         {"step": "Answer", "action": {"op": "output", "args": {"aliases": ["$n"]}}},
     ]

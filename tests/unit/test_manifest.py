@@ -97,10 +97,25 @@ def test_check_compatible():
 def test_create_and_family_info_roundtrip(tmp_path):
     from hxd2_ray.vectors.base import FamilyInfo
 
-    info = FamilyInfo(family="chunk", dim=8, count=5, index_type="ivf", num_shards=2,
-                      params={"nlist": 1, "nprobe": 16}, shard_counts=(2, 3))
-    m = IndexManifest.create(fingerprint="f", prompt_version="p", llm_model_id="l", embedding_model_id="e",
-                             embedding_dim=8, counts=COUNTS, vector_families={"chunk": info.to_dict()}, config={})
+    info = FamilyInfo(
+        family="chunk",
+        dim=8,
+        count=5,
+        index_type="ivf",
+        num_shards=2,
+        params={"nlist": 1, "nprobe": 16},
+        shard_counts=(2, 3),
+    )
+    m = IndexManifest.create(
+        fingerprint="f",
+        prompt_version="p",
+        llm_model_id="l",
+        embedding_model_id="e",
+        embedding_dim=8,
+        counts=COUNTS,
+        vector_families={"chunk": info.to_dict()},
+        config={},
+    )
     write_manifest(tmp_path / "manifest.json", m)  # the manifest path itself works too
     back = read_manifest(tmp_path)
     assert FamilyInfo.from_dict(back.vector_families["chunk"]) == info

@@ -33,17 +33,28 @@ def rel(src, tgt, desc="", keywords=(), strength=1.0, chunk="c1"):
 
 @pytest.mark.parametrize(
     "raw,key",
-    [("Marie Curie", "marie curie"), ("  MARIE\t\n CURIE ", "marie curie"), ("Ｍａｒｉｅ　Ｃｕｒｉｅ", "marie curie"),
-     ("ＡＢＣ１２３", "abc123"), ("Straße", "strasse"), ("林晓梅", "林晓梅"), ("", "")],
+    [
+        ("Marie Curie", "marie curie"),
+        ("  MARIE\t\n CURIE ", "marie curie"),
+        ("Ｍａｒｉｅ　Ｃｕｒｉｅ", "marie curie"),
+        ("ＡＢＣ１２３", "abc123"),
+        ("Straße", "strasse"),
+        ("林晓梅", "林晓梅"),
+        ("", ""),
+    ],
 )
 def test_normalize_name(raw, key):
     assert normalize_name(raw) == key
 
 
 def test_surface_forms_group_under_one_key_and_most_frequent_wins():
-    mentions = [ent("Marie Curie", chunk="c2"), ent("MARIE CURIE", chunk="c1"),
-                ent("Ｍａｒｉｅ Ｃｕｒｉｅ", chunk="c3"),  # full-width letters
-                ent("marie  curie", chunk="c1"), ent("Marie Curie", chunk="c4")]
+    mentions = [
+        ent("Marie Curie", chunk="c2"),
+        ent("MARIE CURIE", chunk="c1"),
+        ent("Ｍａｒｉｅ Ｃｕｒｉｅ", chunk="c3"),  # full-width letters
+        ent("marie  curie", chunk="c1"),
+        ent("Marie Curie", chunk="c4"),
+    ]
     assert {entity_key(m.name, CFG) for m in mentions} == {"marie curie"}
     m = merge_entity_mentions("marie curie", mentions, CFG, words)
     assert m.name == "Marie Curie"
@@ -58,18 +69,27 @@ def test_name_tie_is_lexicographically_smallest_whatever_the_order():
 
 
 def test_majority_type_and_unknown_never_outvotes():
-    assert merge_entity_mentions("k", [ent("A", "person"), ent("A", "location"), ent("A", "person")], CFG,
-                                 words).type == "person"
+    assert (
+        merge_entity_mentions("k", [ent("A", "person"), ent("A", "location"), ent("A", "person")], CFG, words).type
+        == "person"
+    )
     # Tie -> lexicographically smallest, independent of order.
     assert merge_entity_mentions("k", [ent("A", "person"), ent("A", "location")], CFG, words).type == "location"
-    assert merge_entity_mentions("k", [ent("A", "unknown"), ent("A", "unknown"), ent("A", "gene")], CFG,
-                                 words).type == "gene"
+    assert (
+        merge_entity_mentions("k", [ent("A", "unknown"), ent("A", "unknown"), ent("A", "gene")], CFG, words).type
+        == "gene"
+    )
     assert merge_entity_mentions("k", [ent("A", "unknown")], CFG, words).type == "unknown"
 
 
 def test_descriptions_unique_sorted_joined():
-    mentions = [ent("A", desc="zeta"), ent("A", desc="alpha"), ent("A", desc="zeta"), ent("A", desc=" "),
-                ent("A", desc="")]
+    mentions = [
+        ent("A", desc="zeta"),
+        ent("A", desc="alpha"),
+        ent("A", desc="zeta"),
+        ent("A", desc=" "),
+        ent("A", desc=""),
+    ]
     assert merge_entity_mentions("a", mentions, CFG, words).description == "alpha\nzeta"
 
 
@@ -126,8 +146,11 @@ def test_relation_pair_key_is_sorted():
 
 
 def test_missing_endpoints_become_unknown_entities():
-    relations = [rel("Marie Curie", "Polonium", chunk="c2"), rel("polonium", "Radium", chunk="c1"),
-                 rel("Polonium", "Marie Curie", chunk="c3")]
+    relations = [
+        rel("Marie Curie", "Polonium", chunk="c2"),
+        rel("polonium", "Radium", chunk="c1"),
+        rel("Polonium", "Marie Curie", chunk="c3"),
+    ]
     missing = missing_endpoint_entities({"marie curie"}, relations, CFG)
     assert [(e.key, e.name, e.type, e.source_chunk_ids, e.mention_count) for e in missing] == [
         ("polonium", "Polonium", "unknown", ("c1", "c2", "c3"), 3),
@@ -139,20 +162,32 @@ def test_missing_endpoints_become_unknown_entities():
 def test_merge_extractions_end_to_end():
     cfg = ExtractionConfig(max_entity_name_chars=8)
     extractions = [
-        Extraction("c1", entities=(ent("Alice", "person", "a", "c1"), ent("Bob", "person", "b", "c1")),
-                   relations=(rel("Alice", "Bob", "friends", ["friend"], 2, "c1"),)),
-        Extraction("c2", entities=(ent("ALICE", "location", "a2", "c2"), ent("alice", "person", "a", "c2")),
-                   relations=(rel("bob", "alice", "", ["Friend"], 3, "c2"), rel("Bob", "Carol", "x", [], 1, "c2"),
-                              # self loop once names are truncated to 8 characters
-                              rel("Longname1", "longname2", "x", [], 1, "c2"))),
+        Extraction(
+            "c1",
+            entities=(ent("Alice", "person", "a", "c1"), ent("Bob", "person", "b", "c1")),
+            relations=(rel("Alice", "Bob", "friends", ["friend"], 2, "c1"),),
+        ),
+        Extraction(
+            "c2",
+            entities=(ent("ALICE", "location", "a2", "c2"), ent("alice", "person", "a", "c2")),
+            relations=(
+                rel("bob", "alice", "", ["Friend"], 3, "c2"),
+                rel("Bob", "Carol", "x", [], 1, "c2"),
+                # self loop once names are truncated to 8 characters
+                rel("Longname1", "longname2", "x", [], 1, "c2"),
+            ),
+        ),
         Extraction("c3", entities=(ent("Ghost", "person", "never merged", "c3"),), error="LLM failed"),
     ]
     entities, relations = merge_extractions(extractions, cfg, words)
     assert [(e.key, e.name, e.type, e.mention_count) for e in entities] == [
-        ("alice", "ALICE", "person", 3), ("bob", "Bob", "person", 1), ("carol", "Carol", "unknown", 1),
+        ("alice", "ALICE", "person", 3),
+        ("bob", "Bob", "person", 1),
+        ("carol", "Carol", "unknown", 1),
     ]
     assert [(r.key, r.weight, r.keywords, r.description) for r in relations] == [
-        ("alice\x1fbob", 5.0, ("Friend",), "friends"), ("bob\x1fcarol", 1.0, (), "x"),
+        ("alice\x1fbob", 5.0, ("Friend",), "friends"),
+        ("bob\x1fcarol", 1.0, (), "x"),
     ]
 
 

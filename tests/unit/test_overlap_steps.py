@@ -41,7 +41,8 @@ def make(tmp_path_factory):
     embedder = HashingEmbedder(dim=DIM, model_id=tiny.cfg.embedding.model_id)
     with open_index(tiny.root, tiny.cfg) as index, contextlib.ExitStack() as flows:
         yield lambda llm, **ms: flows.enter_context(
-            build_pipeline("auto", index, llm, embedder, with_multistage(tiny.cfg, **ms)))
+            build_pipeline("auto", index, llm, embedder, with_multistage(tiny.cfg, **ms))
+        )
 
 
 SCENARIOS = {
@@ -53,8 +54,19 @@ SCENARIOS = {
 }
 OFF_TOPIC = "What is the weather forecast for Paris?"
 QUESTIONS = {"refused": OFF_TOPIC, "greeting": "hello there"}
-DECISIONS = ("intent", "refusal", "keywords", "logic", "verifier", "fallback_reason", "path", "path_reason",
-             "tokens", "llm_calls", "notices")
+DECISIONS = (
+    "intent",
+    "refusal",
+    "keywords",
+    "logic",
+    "verifier",
+    "fallback_reason",
+    "path",
+    "path_reason",
+    "tokens",
+    "llm_calls",
+    "notices",
+)
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
@@ -63,8 +75,11 @@ def test_overlap_takes_the_same_decisions_and_gives_the_same_answer(make, scenar
     question = QUESTIONS.get(scenario, QUESTION)
     _, sequential = run(make(concurrent_scripted(**replies), overlap_steps="off"), question)
     _, overlapped = run(make(concurrent_scripted(**replies), overlap_steps="on"), question)
-    assert (overlapped.text, overlapped.path, overlapped.refused) == (sequential.text, sequential.path,
-                                                                      sequential.refused)
+    assert (overlapped.text, overlapped.path, overlapped.refused) == (
+        sequential.text,
+        sequential.path,
+        sequential.refused,
+    )
     assert overlapped.references == sequential.references
     for key in DECISIONS:
         assert untimed(overlapped.trace[key]) == untimed(sequential.trace[key]), key
@@ -73,8 +88,11 @@ def test_overlap_takes_the_same_decisions_and_gives_the_same_answer(make, scenar
 def untimed(value: Any) -> Any:
     """The trace without how long each step took (``seconds``, ``ms``, ``*_ms``, ``*_s``): what it decided."""
     if isinstance(value, dict):
-        return {k: untimed(v) for k, v in value.items()
-                if not (k in ("seconds", "ms") or k.endswith("_ms") or k.endswith("_s"))}
+        return {
+            k: untimed(v)
+            for k, v in value.items()
+            if not (k in ("seconds", "ms") or k.endswith("_ms") or k.endswith("_s"))
+        }
     if isinstance(value, list):
         return [untimed(v) for v in value]
     return value
@@ -104,8 +122,7 @@ def _plan_seen_during_intent(make, overlap: bool) -> bool:
         plan_arrived.set()
         return DEFAULT_REPLIES["logic_plan"]
 
-    _, answer = run(make(concurrent_scripted(intent=intent, logic_plan=plan),
-                         overlap_steps="on" if overlap else "off"))
+    _, answer = run(make(concurrent_scripted(intent=intent, logic_plan=plan), overlap_steps="on" if overlap else "off"))
     assert answer.path == "logic_form"
     return seen == [True]
 
@@ -158,8 +175,9 @@ def test_the_answer_is_generated_while_the_verifier_decides(make):
             answer_started.set()
             return DEFAULT_REPLIES["logic_answer"]
 
-        _, answer = run(make(concurrent_scripted(logic_verify_pre=verify, logic_answer=logic_answer),
-                             overlap_steps="on"))
+        _, answer = run(
+            make(concurrent_scripted(logic_verify_pre=verify, logic_answer=logic_answer), overlap_steps="on")
+        )
         assert seen == [True], verdict
         if verdict == "yes":
             assert answer.path == "logic_form" and answer.text == DEFAULT_REPLIES["logic_answer"]

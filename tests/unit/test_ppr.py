@@ -14,13 +14,20 @@ def _graph(n_ent, n_chunk, related=(), mentions=(), synonyms=(), weights=EdgeWei
     men = np.array(mentions, dtype=np.int64).reshape(-1, 2)
     syn = np.array([s[:2] for s in synonyms], dtype=np.int64).reshape(-1, 2)
     score = np.array([s[2] for s in synonyms], dtype=np.float64)
-    return PropagationGraph(n_ent, n_chunk, related=(rel[:, 0], rel[:, 1]), mentions=(men[:, 0], men[:, 1]),
-                            synonyms=(syn[:, 0], syn[:, 1], score), weights=weights)
+    return PropagationGraph(
+        n_ent,
+        n_chunk,
+        related=(rel[:, 0], rel[:, 1]),
+        mentions=(men[:, 0], men[:, 1]),
+        synonyms=(syn[:, 0], syn[:, 1], score),
+        weights=weights,
+    )
 
 
 def _full(graph, seeds, weights, damping):
-    return graph.personalized_pagerank(seeds, weights, damping=damping, radius=graph.size, max_nodes=graph.size,
-                                       max_fanout=graph.size)
+    return graph.personalized_pagerank(
+        seeds, weights, damping=damping, radius=graph.size, max_nodes=graph.size, max_fanout=graph.size
+    )
 
 
 def test_two_nodes_closed_form():
@@ -62,8 +69,9 @@ def test_equals_networkx_pagerank(seed):
         reference.add_edge(a, b, weight=reference.get_edge_data(a, b, {"weight": 0})["weight"] + 2.0 * s)
     seeds, seed_w = [1, 4, n_ent + 2], [0.5, 0.2, 0.3]
     res = _full(g, seeds, seed_w, 0.5)
-    want = nx.pagerank(reference, alpha=0.5, personalization=dict(zip(seeds, seed_w)), weight="weight", tol=1e-13,
-                       max_iter=500)
+    want = nx.pagerank(
+        reference, alpha=0.5, personalization=dict(zip(seeds, seed_w)), weight="weight", tol=1e-13, max_iter=500
+    )
     got = np.zeros(g.size)
     got[res.nodes] = res.scores
     got /= got.sum()  # networkx returns dangling mass to the reset vector; normalised, the two agree
@@ -102,8 +110,7 @@ def test_edge_weights_steer_the_walk():
     res = _full(base, [0], [1.0], 0.5)
     score = dict(zip(res.nodes.tolist(), res.scores.tolist()))
     assert score[3] > score[4]  # related weight 1 > synonym 0.9
-    heavy = _graph(3, 2, related=[(0, 1)], mentions=mentions, synonyms=[(0, 2, 0.9)],
-                   weights=EdgeWeights(synonym=3.0))
+    heavy = _graph(3, 2, related=[(0, 1)], mentions=mentions, synonyms=[(0, 2, 0.9)], weights=EdgeWeights(synonym=3.0))
     res = _full(heavy, [0], [1.0], 0.5)
     score = dict(zip(res.nodes.tolist(), res.scores.tolist()))
     assert score[4] > score[3]
@@ -148,8 +155,15 @@ def test_mention_idf_sends_a_passage_on_through_its_rare_names():
 def test_title_nodes_sit_after_the_chunks_and_equal_networkx():
     # 2 entities, 3 chunks, 2 title nodes: chunk 0 -- title 0 -- chunk 1; chunk 2 -- title 1 -- chunk 1.
     titles = (np.array([0, 1, 2, 1]), np.array([0, 0, 1, 1]))
-    g = PropagationGraph(2, 3, related=(np.array([0]), np.array([1])), mentions=(np.array([0]), np.array([0])),
-                         titles=titles, n_titles=2, weights=EdgeWeights(title=2.0))
+    g = PropagationGraph(
+        2,
+        3,
+        related=(np.array([0]), np.array([1])),
+        mentions=(np.array([0]), np.array([0])),
+        titles=titles,
+        n_titles=2,
+        weights=EdgeWeights(title=2.0),
+    )
     assert g.size == 7 and g.n_title_edges == 4
     assert g.is_chunk(np.arange(7)).tolist() == [False, False, True, True, True, False, False]
     reference = nx.Graph()
@@ -162,5 +176,11 @@ def test_title_nodes_sit_after_the_chunks_and_equal_networkx():
     expected = nx.pagerank(reference, alpha=0.5, personalization={2: 1.0}, weight="weight", tol=1e-14, max_iter=500)
     np.testing.assert_allclose(res.scores / res.scores.sum(), [expected[n] for n in res.nodes], atol=1e-8)
     with pytest.raises(ValueError, match="title node ids"):
-        PropagationGraph(1, 1, related=(np.zeros(0), np.zeros(0)), mentions=(np.zeros(0), np.zeros(0)),
-                         titles=(np.array([0]), np.array([3])), n_titles=1)
+        PropagationGraph(
+            1,
+            1,
+            related=(np.zeros(0), np.zeros(0)),
+            mentions=(np.zeros(0), np.zeros(0)),
+            titles=(np.array([0]), np.array([3])),
+            n_titles=1,
+        )

@@ -139,14 +139,17 @@ def test_counting_llm_reports_calls_and_tokens():
                 got[k] = got.get(k, 0) + v
 
     llm = CountingLLM(ScriptedLLM.from_config(ScriptedLLMConfig()), Tally())
-    responses = llm.complete([LLMRequest(messages=({"role": "user", "content": f"q{i}"},), max_tokens=8)
-                              for i in range(3)])
-    assert got == {"llm_calls": 3, "prompt_tokens": sum(r.prompt_tokens for r in responses),
-                   "completion_tokens": sum(r.completion_tokens for r in responses)}
+    responses = llm.complete(
+        [LLMRequest(messages=({"role": "user", "content": f"q{i}"},), max_tokens=8) for i in range(3)]
+    )
+    assert got == {
+        "llm_calls": 3,
+        "prompt_tokens": sum(r.prompt_tokens for r in responses),
+        "completion_tokens": sum(r.completion_tokens for r in responses),
+    }
 
 
-def test_quiet_console_sends_fd_output_to_the_log_and_project_warnings_to_the_terminal(tmp_path, capfd,
-                                                                                        monkeypatch):
+def test_quiet_console_sends_fd_output_to_the_log_and_project_warnings_to_the_terminal(tmp_path, capfd, monkeypatch):
     monkeypatch.setenv("HXD2_PROGRESS", "lines")
     log = tmp_path / "out" / "_logs" / "x.log"
     with console.job_console("index", log) as con:
@@ -189,8 +192,7 @@ def test_run_job_prints_the_summary_after_the_console_and_errors_with_the_log(tm
     from hxd2_ray.errors import HxdError
 
     log = tmp_path / "l.log"
-    code = console.run_job(lambda: {"a": 1}, command="t", log_path=log, verbose=False, as_json=True,
-                           format_text=str)
+    code = console.run_job(lambda: {"a": 1}, command="t", log_path=log, verbose=False, as_json=True, format_text=str)
     out = capfd.readouterr()
     assert code == 0 and out.out.strip() == '{\n  "a": 1\n}'
 
@@ -215,7 +217,6 @@ def test_a_log_folder_that_cannot_be_written_falls_back_to_the_working_folder(tm
 
         raise HxdError("cannot write to the output folder output")
 
-    code = run_job(work, command="index delete", log_path=unwritable, verbose=False, as_json=False,
-                   format_text=str)
+    code = run_job(work, command="index delete", log_path=unwritable, verbose=False, as_json=False, format_text=str)
     assert code == 2  # the command's own error, not a traceback about its log
     assert list((tmp_path / ".hxd2" / "logs").glob("index-delete-*.log"))

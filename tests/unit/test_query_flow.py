@@ -35,10 +35,11 @@ def output(*aliases):
     return {"step": "Answer.", "action": {"op": "output", "args": {"aliases": [f"${a}" for a in aliases]}}}
 
 
-GOOD_PLAN = json.dumps({"steps": [step("Thomas Südhof", "award", None, "prize", "Which prize did Südhof win?"),
-                                  output("prize")]}, ensure_ascii=False)
-UNKNOWN_ENTITY_PLAN = json.dumps({"steps": [step("Nobody Atall Whatsoever", "award", None, "prize"),
-                                            output("prize")]})
+GOOD_PLAN = json.dumps(
+    {"steps": [step("Thomas Südhof", "award", None, "prize", "Which prize did Südhof win?"), output("prize")]},
+    ensure_ascii=False,
+)
+UNKNOWN_ENTITY_PLAN = json.dumps({"steps": [step("Nobody Atall Whatsoever", "award", None, "prize"), output("prize")]})
 BAD_PLAN = '{"steps": [{"step": "x", "action": {"op": "teleport", "args": {}}}]}'
 
 ON_TOPIC_KEYWORDS = keyword_reply(["Thomas Südhof", "Nobel Prize"], ["award"])
@@ -146,8 +147,11 @@ def test_greeting_by_rule_is_answered_directly(make):
 def test_off_topic_by_llm_is_answered_directly(make):
     llm = scripted(intent="off_topic", direct="Here is one: ...")
     _, answer = run(make(llm), "Tell me a joke about cats")
-    assert answer.path == "direct" and answer.trace["intent"] == {**answer.trace["intent"], "label": "off_topic",
-                                                                 "source": "llm"}
+    assert answer.path == "direct" and answer.trace["intent"] == {
+        **answer.trace["intent"],
+        "label": "off_topic",
+        "source": "llm",
+    }
     assert tags(llm) == ["intent", "direct"]
 
 
@@ -256,18 +260,32 @@ def test_logic_form_path_and_trace(make):
     trace = answer.trace
     assert trace["intent"]["label"] == "question"
     assert trace["refusal"]["score"] >= trace["refusal"]["threshold"] == 0.25
-    assert trace["verifier"] == {"mode": "pre", "ran": True, "gating": True, "supported": True, "raw": "yes",
-                                 "reason": "yes"}
+    assert trace["verifier"] == {
+        "mode": "pre",
+        "ran": True,
+        "gating": True,
+        "supported": True,
+        "raw": "yes",
+        "reason": "yes",
+    }
     assert trace["fallback_reason"] is None and trace["path_reason"] == "pre-check verifier said yes"
     plan_steps = trace["logic"]["plan"]["plan"]["steps"]
     assert plan_steps[0]["action"]["args"] == {"s": "Thomas Südhof", "p": "award", "o": None}
     first = trace["logic"]["evidence"]["steps"][0]
     assert first["queries"] and all({"template", "params", "rows"} <= set(q) for q in first["queries"])
-    assert any(q["template"] == "lf_edges" and q["params"]["keys"] == [key("Thomas Südhof")]
-               for q in first["queries"])
+    assert any(q["template"] == "lf_edges" and q["params"]["keys"] == [key("Thomas Südhof")] for q in first["queries"])
     assert first["value"]["names"] == ["Nobel Prize"] and first["sub_answer"] == "Nobel Prize"
-    for stage in ("intent", "retrieve", "refusal", "logic_plan", "logic_execute", "logic_total", "verify",
-                  "generate", "total"):
+    for stage in (
+        "intent",
+        "retrieve",
+        "refusal",
+        "logic_plan",
+        "logic_execute",
+        "logic_total",
+        "verify",
+        "generate",
+        "total",
+    ):
         assert stage in trace["timings_ms"], stage
     assert trace["tokens"]["plan"]["prompt"] > 0 and trace["tokens"]["answer"]["completion"] > 0
     assert trace["llm_calls"] == {"intent": 1, "keywords": 1, "plan": 1, "execute": 0, "verify": 1, "answer": 1}
@@ -304,8 +322,10 @@ def test_streaming_backend_streams_the_logic_answer(make):
 
 
 def test_chinese_question_gets_a_chinese_logic_prompt(make):
-    plan = json.dumps({"steps": [step("Thomas Südhof", "award", None, "p", "苏德霍夫获得了什么奖？"), output("p")]},
-                      ensure_ascii=False)
+    plan = json.dumps(
+        {"steps": [step("Thomas Südhof", "award", None, "p", "苏德霍夫获得了什么奖？"), output("p")]},
+        ensure_ascii=False,
+    )
     llm = scripted(logic_plan=plan, logic_answer="托马斯·苏德霍夫获得了诺贝尔奖。")
     _, answer = run(make(llm), "Thomas Südhof 获得了什么奖项？")
     assert answer.path == "logic_form" and answer.language == "zh"
@@ -316,8 +336,7 @@ def test_chinese_question_gets_a_chinese_logic_prompt(make):
 # ------------------------------------------------------------------------------------------ fallback
 
 
-@pytest.mark.parametrize("reply,why", [("no", "said no"), ("NO.", "said no"), ("maybe", "unclear"),
-                                       ("", "unclear")])
+@pytest.mark.parametrize("reply,why", [("no", "said no"), ("NO.", "said no"), ("maybe", "unclear"), ("", "unclear")])
 def test_verifier_no_or_unclear_falls_back(make, reply, why):
     llm = scripted(logic_verify_pre=reply)
     _, answer = run(make(llm))
@@ -529,11 +548,14 @@ def test_mode_logic_success_records_the_verifier_without_gating(make):
     assert answer.trace["verifier"]["gating"] is False and answer.trace["verifier"]["supported"] is False
 
 
-@pytest.mark.parametrize("overrides,reason", [
-    ({"logic_plan": UNKNOWN_ENTITY_PLAN}, "executor failed"),
-    ({"logic_plan": BAD_PLAN, "logic_repair": BAD_PLAN}, "plan failed"),
-    ({"logic_answer": ""}, "the logic-form answer was empty"),
-])
+@pytest.mark.parametrize(
+    "overrides,reason",
+    [
+        ({"logic_plan": UNKNOWN_ENTITY_PLAN}, "executor failed"),
+        ({"logic_plan": BAD_PLAN, "logic_repair": BAD_PLAN}, "plan failed"),
+        ({"logic_answer": ""}, "the logic-form answer was empty"),
+    ],
+)
 def test_mode_logic_failure_never_falls_back(make, overrides, reason):
     llm = scripted(**overrides)
     _, answer = run(make(llm, verifier_mode="none"), mode="logic")
@@ -579,8 +601,10 @@ def test_cypher_injection_through_the_whole_pipeline(tmp_path):
     try:
         for overrides, mode in (
             ({"keywords": keyword_reply([HOSTILE], [HOSTILE]), "logic_plan": hostile_plan}, "auto"),
-            ({"keywords": keyword_reply([HOSTILE], [HOSTILE]), "logic_plan": hostile_plan,
-              "logic_verify_pre": "no"}, "auto"),
+            (
+                {"keywords": keyword_reply([HOSTILE], [HOSTILE]), "logic_plan": hostile_plan, "logic_verify_pre": "no"},
+                "auto",
+            ),
             ({"logic_plan": hostile_plan}, "logic"),
             ({"keywords": keyword_reply([HOSTILE], [])}, "dual"),
         ):
@@ -723,8 +747,12 @@ class FakeWalk:
         self.topics.append(topic)
         if self.fail is not None:
             raise self.fail
-        return SimpleNamespace(question=question, targets=self.targets, reason=self.reason,
-                               to_dict=lambda: {"targets": [t.name for t in self.targets], "reason": self.reason})
+        return SimpleNamespace(
+            question=question,
+            targets=self.targets,
+            reason=self.reason,
+            to_dict=lambda: {"targets": [t.name for t in self.targets], "reason": self.reason},
+        )
 
 
 def _target(name, kind="entity", key=None, score=0.5, via="award"):
@@ -742,8 +770,14 @@ def with_walk(tiny):
     def _make(llm, walk, **ms) -> QueryFlow:
         cfg = with_multistage(t.cfg, **ms)
         parts = build_parts(index, llm, embedder, cfg)
-        flow = build_pipeline("auto", index, llm, embedder, cfg,
-                              FlowParts(parts.planner, parts.executor, parts.verifiers, graph_retriever=walk))
+        flow = build_pipeline(
+            "auto",
+            index,
+            llm,
+            embedder,
+            cfg,
+            FlowParts(parts.planner, parts.executor, parts.verifiers, graph_retriever=walk),
+        )
         built.append(flow)
         return flow
 
@@ -754,8 +788,13 @@ def with_walk(tiny):
 
 def test_mode_graphflow_answers_with_the_ranked_entities_and_no_llm(with_walk):
     llm = scripted()
-    walk = FakeWalk([_target("Nobel Prize", score=0.7), _target("Neurexin", score=0.2),
-                     _target("Thomas Südhof", kind="chunk", key="c1")])
+    walk = FakeWalk(
+        [
+            _target("Nobel Prize", score=0.7),
+            _target("Neurexin", score=0.2),
+            _target("Thomas Südhof", kind="chunk", key="c1"),
+        ]
+    )
     events, answer = run(with_walk(llm, walk), mode="graphflow")
     assert answer.path == "graphflow" and answer.text == "Nobel Prize | Neurexin"
     assert answer.candidates == ("Nobel Prize", "Neurexin")
@@ -774,9 +813,13 @@ def test_a_given_topic_reaches_the_walk_and_dual_level_retrieval(with_walk):
     assert "topic" in channels, channels  # the topic is an exact match of its own channel
 
 
-@pytest.mark.parametrize("walk,reason", [(FakeWalk(reason="no linkable start node in the question"),
-                                          "no linkable start node"),
-                                         (FakeWalk(fail=RuntimeError("policy exploded")), "policy exploded")])
+@pytest.mark.parametrize(
+    "walk,reason",
+    [
+        (FakeWalk(reason="no linkable start node in the question"), "no linkable start node"),
+        (FakeWalk(fail=RuntimeError("policy exploded")), "policy exploded"),
+    ],
+)
 def test_mode_graphflow_without_targets_says_why(with_walk, walk, reason):
     _, answer = run(with_walk(scripted(), walk), mode="graphflow")
     assert answer.path == "graphflow_failed" and reason in answer.text and reason in answer.trace["failure_reason"]
@@ -790,8 +833,13 @@ def test_auto_walks_the_graph_after_a_failed_logic_form(with_walk):
     # the references are the walk's chunks the answer was written from, not dual-level's context
     assert [(r.source_id, r.chunk_ids) for r in answer.references] == [("thomas_sudhof.md", ("c1",))]
     assert "executor failed" in answer.trace["path_reason"]
-    assert [e.step for e in events if e.kind == "progress"] == ["intent", "refusal", "logic_form", "graph_walk",
-                                                                "verifier"]
+    assert [e.step for e in events if e.kind == "progress"] == [
+        "intent",
+        "refusal",
+        "logic_form",
+        "graph_walk",
+        "verifier",
+    ]
     evidence = llm.requests_by_tag("logic_verify_pre")[0].messages[-1]["content"]
     assert "Thomas Südhof --award--> Nobel Prize" in evidence  # the walk's path is what the verifier checked
     assert tags(llm) == ["intent", "keywords", "logic_plan", "logic_verify_pre", "logic_answer"]
@@ -801,8 +849,10 @@ def test_auto_falls_back_to_dual_level_when_the_walk_fails_too(with_walk):
     llm = scripted(logic_plan=UNKNOWN_ENTITY_PLAN)
     _, answer = run(with_walk(llm, FakeWalk(reason="no linkable start node"), graph_walk=True))
     assert answer.path == "dual_level"
-    assert answer.fallback_reason.startswith("executor failed") and "graph walk: no linkable start node" in \
-        answer.fallback_reason
+    assert (
+        answer.fallback_reason.startswith("executor failed")
+        and "graph walk: no linkable start node" in answer.fallback_reason
+    )
     # Off by default: the walk is not tried.
     walk = FakeWalk([_target("Nobel Prize")])
     _, answer = run(with_walk(scripted(logic_plan=UNKNOWN_ENTITY_PLAN), walk))

@@ -37,8 +37,10 @@ def test_query_questions_file_with_a_lone_surrogate(tmp_path, capsys):
     assert "line 2" in line and "surrogate" in line and "U+D800" in line
 
 
-@pytest.mark.parametrize(("line", "why"), [("[1, 2]", "not a JSON object"), ('{"question": 7}', "not text"),
-                                           ("{", "JSON"), ('{"q": "x"}', "no question")])
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [("[1, 2]", "not a JSON object"), ('{"question": 7}', "not text"), ("{", "JSON"), ('{"q": "x"}', "no question")],
+)
 def test_query_questions_file_with_other_bad_lines(tmp_path, capsys, line, why):
     path = tmp_path / "q.jsonl"
     path.write_text('{"question": "Fine?"}\n' + line + "\n", encoding="utf-8")
@@ -57,9 +59,14 @@ def test_query_question_argument_that_is_not_valid_unicode(tmp_path, capsys):
 def test_eval_loader_skips_the_row_with_its_reason(tmp_path):
     from hxd2_ray.evaluation.datasets import load_generic
 
-    questions = _jsonl(tmp_path / "q.jsonl", [{"id": "q1", "question": BAD, "answers": ["x"]},
-                                              {"id": "q2", "question": "Fine?", "answers": ["y"]},
-                                              {"id": "q3", "question": "Fine too?", "answers": ["z\udfff"]}])
+    questions = _jsonl(
+        tmp_path / "q.jsonl",
+        [
+            {"id": "q1", "question": BAD, "answers": ["x"]},
+            {"id": "q2", "question": "Fine?", "answers": ["y"]},
+            {"id": "q3", "question": "Fine too?", "answers": ["z\udfff"]},
+        ],
+    )
     report = load_generic(None, questions)
     assert [it.id for it in report.items] == ["q2"]
     assert [where for where, _ in report.skipped] == ["q.jsonl:1", "q.jsonl:3"]
@@ -75,8 +82,19 @@ def test_eval_run_with_a_lone_surrogate_question_says_so_before_ray_starts(tmp_p
 
     monkeypatch.setattr(index_job, "init_ray", refuse)
     questions = _jsonl(tmp_path / "q.jsonl", [{"id": "q1", "question": BAD, "answers": ["x"]}])
-    code = evaluate.main(["run", "--benchmark", "generic", "--questions", str(questions), "--mode", "llm_only",
-                          "--output", str(tmp_path / "run")])
+    code = evaluate.main(
+        [
+            "run",
+            "--benchmark",
+            "generic",
+            "--questions",
+            str(questions),
+            "--mode",
+            "llm_only",
+            "--output",
+            str(tmp_path / "run"),
+        ]
+    )
     assert code == 2
     line = _error_line(capsys.readouterr().err)
     assert "no questions" in line and "surrogate" in line

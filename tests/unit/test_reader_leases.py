@@ -60,4 +60,3 @@ def test_the_keeper_renews_its_leases_and_drops_them(tmp_path):
     assert held_generations(FS, str(root)) == {""}
     keeper.close()
     assert flat is not None and not os.path.exists(flat.path)
-

@@ -29,27 +29,80 @@ RICE = [
     ("r2", "Plant height of Qinghe 17 is 98 cm, 13 cm taller than its parent Qinghe 5; growth period 152 days."),
     ("r3", "The variety resists rice blast and lodging, and suits single-season planting in the north."),
 ]
-ENTS = [("Qinghe 17", "work", ["r1", "r2"]), ("Qinghe 5", "work", ["r1", "r2"]),
-        ("Qinghe Agricultural Institute", "organization", ["r1"]), ("japonica rice", "concept", ["r1"]),
-        ("rice blast", "concept", ["r3"])]
-RELS = [("Qinghe 17", "Qinghe 5", "Qinghe 17 was bred from Qinghe 5.", ["parent variety"]),
-        ("Qinghe Agricultural Institute", "Qinghe 17", "The institute bred Qinghe 17.", ["breeding"])]
+ENTS = [
+    ("Qinghe 17", "work", ["r1", "r2"]),
+    ("Qinghe 5", "work", ["r1", "r2"]),
+    ("Qinghe Agricultural Institute", "organization", ["r1"]),
+    ("japonica rice", "concept", ["r1"]),
+    ("rice blast", "concept", ["r3"]),
+]
+RELS = [
+    ("Qinghe 17", "Qinghe 5", "Qinghe 17 was bred from Qinghe 5.", ["parent variety"]),
+    ("Qinghe Agricultural Institute", "Qinghe 17", "The institute bred Qinghe 17.", ["breeding"]),
+]
 QUESTION = "How much taller is Qinghe 17 than its parent?"
 MADE_UP = Keywords(low_level=("Research affiliation",), high_level=("Field of study",))  # the small model's reply
 
 
 def _rice_tables():
-    docs = pa.Table.from_pylist([{"id": "d1", "source_id": "qinghe17.md", "source_path": "/c/qinghe17.md",
-                                  "title": "Qinghe 17", "n_chars": 300}], schema=tables.DOCUMENTS)
-    chunks = pa.Table.from_pylist([{"id": c, "doc_id": "d1", "order": i, "start": 0, "text": t,
-                                    "header_path": "Qinghe 17", "language": "en", "shard": 0}
-                                   for i, (c, t) in enumerate(RICE)], schema=tables.CHUNKS)
-    ents = pa.Table.from_pylist([{"key": key(n), "name": n, "type": t, "description": f"{n}.", "source_chunk_ids": s,
-                                  "mention_count": len(s), "name_truncated": False} for n, t, s in ENTS],
-                                schema=tables.ENTITIES)
-    rels = pa.Table.from_pylist([{"source_key": min(key(a), key(b)), "target_key": max(key(a), key(b)),
-                                  "description": d, "keywords": k, "weight": 1.0, "source_chunk_ids": [],
-                                  "mention_count": 1} for a, b, d, k in RELS], schema=tables.RELATIONS)
+    docs = pa.Table.from_pylist(
+        [
+            {
+                "id": "d1",
+                "source_id": "qinghe17.md",
+                "source_path": "/c/qinghe17.md",
+                "title": "Qinghe 17",
+                "n_chars": 300,
+            }
+        ],
+        schema=tables.DOCUMENTS,
+    )
+    chunks = pa.Table.from_pylist(
+        [
+            {
+                "id": c,
+                "doc_id": "d1",
+                "order": i,
+                "start": 0,
+                "text": t,
+                "header_path": "Qinghe 17",
+                "language": "en",
+                "shard": 0,
+            }
+            for i, (c, t) in enumerate(RICE)
+        ],
+        schema=tables.CHUNKS,
+    )
+    ents = pa.Table.from_pylist(
+        [
+            {
+                "key": key(n),
+                "name": n,
+                "type": t,
+                "description": f"{n}.",
+                "source_chunk_ids": s,
+                "mention_count": len(s),
+                "name_truncated": False,
+            }
+            for n, t, s in ENTS
+        ],
+        schema=tables.ENTITIES,
+    )
+    rels = pa.Table.from_pylist(
+        [
+            {
+                "source_key": min(key(a), key(b)),
+                "target_key": max(key(a), key(b)),
+                "description": d,
+                "keywords": k,
+                "weight": 1.0,
+                "source_chunk_ids": [],
+                "mention_count": 1,
+            }
+            for a, b, d, k in RELS
+        ],
+        schema=tables.RELATIONS,
+    )
     return docs, chunks, ents, rels
 
 
@@ -73,8 +126,11 @@ def test_qinghe_17_is_answered_although_it_scores_below_the_threshold(rice):
     assert score.named == ("Qinghe 17", key("Qinghe 17"), 1.0)
     assert not score.refused and score.to_dict()["named"]["key"] == key("Qinghe 17")
     # The names rule off, the same question is refused, as in the issue.
-    assert RefusalGate.for_index(idx, embedder, ms.model_copy(update={"refusal_names": False})).score(
-        QUESTION, MADE_UP).refused
+    assert (
+        RefusalGate.for_index(idx, embedder, ms.model_copy(update={"refusal_names": False}))
+        .score(QUESTION, MADE_UP)
+        .refused
+    )
     # Hyphens read as spaces, and a near-miss spelling passes too (fuzzy, ratio >= 90) ...
     assert gate.score("How tall is Qinghe-17 compared to its parent?", MADE_UP).named[1] == key("Qinghe 17")
     near = gate.score("What does the Qinghe Agricultural Institut breed?", MADE_UP).named
@@ -107,15 +163,21 @@ def test_the_index_threshold_is_used_when_calibrated_for_the_rule(rice, tmp_path
     assert (gate.threshold, gate.threshold_source) == (0.42, "index")
     assert gate.score("anything at all", None).to_dict()["threshold_source"] == "index"
     assert RefusalGate.for_index(_Idx(), embedder, ms.model_copy(update={"refusal_rule": "min"})).threshold == 0.1
-    assert RefusalGate.for_index(_Idx(), embedder, ms.model_copy(update={"refusal_index_threshold": False})
-                                 ).threshold == 0.1
+    assert (
+        RefusalGate.for_index(_Idx(), embedder, ms.model_copy(update={"refusal_index_threshold": False})).threshold
+        == 0.1
+    )
 
 
 def test_questions_made_from_chunks():
-    assert question_from_text("# Qinghe 17\nQinghe 17 is a japonica rice variety bred in the north of China in 2009.") \
-        == "What is known about Qinghe 17 Qinghe 17 is a japonica rice variety bred in the?"  # 12 words
-    assert question_from_text("青禾17号是粳稻品种，由青禾5号选育而成。株高98厘米。") \
+    assert (
+        question_from_text("# Qinghe 17\nQinghe 17 is a japonica rice variety bred in the north of China in 2009.")
+        == "What is known about Qinghe 17 Qinghe 17 is a japonica rice variety bred in the?"
+    )  # 12 words
+    assert (
+        question_from_text("青禾17号是粳稻品种，由青禾5号选育而成。株高98厘米。")
         == "关于“青禾17号是粳稻品种，由青禾5号选育而成”有什么信息？"
+    )
     assert question_from_text("   ") is None
     texts = [f"Passage number {i} talks about topic {i} at some length." for i in range(50)]
     first = chunk_questions(texts, 10, seed=3)
@@ -140,9 +202,18 @@ def test_calibration_of_a_build_folder_lands_in_the_manifest(rice, tmp_path):
     root, cfg, idx, embedder = rice
     record = calibrate_build(root, cfg, pa.chunked_array([[t for _, t in RICE]]), embedder=embedder)
     assert record is not None and "error" not in record and record["seconds"] >= 0
-    manifest = IndexManifest.create(fingerprint="f", prompt_version="p", llm_model_id="l", embedding_model_id="e",
-                                    embedding_dim=DIM, counts={}, vector_families={}, config={}, refusal=record,
-                                    synonyms={"enabled": True, "k": 10, "threshold": 0.85, "edges": 3})
+    manifest = IndexManifest.create(
+        fingerprint="f",
+        prompt_version="p",
+        llm_model_id="l",
+        embedding_model_id="e",
+        embedding_dim=DIM,
+        counts={},
+        vector_families={},
+        config={},
+        refusal=record,
+        synonyms={"enabled": True, "k": 10, "threshold": 0.85, "edges": 3},
+    )
     write_manifest(tmp_path, manifest)
     back = read_manifest(tmp_path)
     assert back.refusal["threshold"] == record["threshold"] and back.synonyms["edges"] == 3

@@ -16,8 +16,9 @@ from hxd2_ray.wiring import build_reranker
 
 def test_overlap_scores_the_share_of_query_words_found():
     r = OverlapReranker()
-    assert r.score("Who founded Neosensory?", ["Neosensory was founded by David Eagleman.",
-                                                "Eagleman founded it.", ""]) == pytest.approx([2 / 3, 1 / 3, 0.0])
+    assert r.score(
+        "Who founded Neosensory?", ["Neosensory was founded by David Eagleman.", "Eagleman founded it.", ""]
+    ) == pytest.approx([2 / 3, 1 / 3, 0.0])
     assert r.score("青禾17号", ["青禾17号是水稻品种", "小麦"]) == [1.0, 0.0]
     assert r.score("?!", ["anything"]) == [0.0]
     with pytest.raises(TypeError):

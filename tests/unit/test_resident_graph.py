@@ -49,7 +49,8 @@ def test_richer_graph_reads_match_kuzu(richer_path):  # noqa: F811
         assert mem.find_entity_by_name("H") == kuzu.find_entity_by_name("H")
         assert mem.find_entity_by_name("h", key_fn=str.lower) == kuzu.find_entity_by_name("h", key_fn=str.lower)
         assert mem.run_template("lf_edges", {"keys": ["h"], "limit": 10}) == kuzu.run_template(
-            "lf_edges", {"keys": ["h"], "limit": 10})
+            "lf_edges", {"keys": ["h"], "limit": 10}
+        )
         # the edge cases the fixture was built for, checked on their own
         loops = mem.neighbors(["w"])
         assert [(e["source_key"], e["target_key"]) for e in loops].count(("w", "w")) == 1 and len(loops) == 2
@@ -62,8 +63,15 @@ def _random_graph(seed: int, n_ent: int = 240, n_rel: int = 700, n_chunk: int = 
     keys = [f"e{i:03d}" for i in range(n_ent)] + HOSTILE_NAMES
     docs = [_doc(i) for i in range(n_doc)]  # chunks may also name d{n_doc}.., which has no document row
     chunks = [_chunk(i, f"d{rng.randrange(n_doc + 3)}", rng.randrange(6)) for i in range(n_chunk)]
-    ents = [_ent(k, rng.sample([f"c{i}" for i in range(n_chunk + 5)], rng.randrange(5)),
-                 description=f"about {k}", mentions=rng.randrange(1, 9)) for k in keys]
+    ents = [
+        _ent(
+            k,
+            rng.sample([f"c{i}" for i in range(n_chunk + 5)], rng.randrange(5)),
+            description=f"about {k}",
+            mentions=rng.randrange(1, 9),
+        )
+        for k in keys
+    ]
     hubs = keys[:6]
     rels = []
     for _ in range(n_rel):
@@ -130,8 +138,9 @@ def test_scattered_offsets_are_put_back(tmp_path, small_tables):  # noqa: F811
     with KuzuGraphStore(path) as kuzu:
         scanned = kuzu.scan_tables()
         expected = _all_reads(kuzu, ["a", "b", "c", "d"], [("b", "a")], ["c1", "c3"])
-    reversed_tables = {name: t.take(pa.array(list(range(t.num_rows))[::-1], type=pa.int64()))
-                       for name, t in scanned.items()}
+    reversed_tables = {
+        name: t.take(pa.array(list(range(t.num_rows))[::-1], type=pa.int64())) for name, t in scanned.items()
+    }
     with ResidentGraph(KuzuGraphStore(path), reversed_tables) as mem:
         assert _all_reads(mem, ["a", "b", "c", "d"], [("b", "a")], ["c1", "c3"]) == expected
     holey = dict(scanned, Entity=scanned["Entity"].slice(1))  # offsets 1..n-1: not dense
@@ -145,8 +154,12 @@ def test_config_lists_the_modes():
         RetrievalConfig(resident_graph="always")
 
 
-QUESTIONS = ["Which prize did Thomas Südhof win?", "Where does Robert Malenka work?", "What is Neurexin?",
-             "Who studies Synaptic Transmission at Stanford University?"]
+QUESTIONS = [
+    "Which prize did Thomas Südhof win?",
+    "Where does Robert Malenka work?",
+    "What is Neurexin?",
+    "Who studies Synaptic Transmission at Stanford University?",
+]
 
 
 def test_pipeline_answers_the_same_either_way(tmp_path):

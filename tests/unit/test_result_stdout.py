@@ -34,23 +34,51 @@ def test_late_thread_prints_fd_writes_and_atexit_prints_go_to_stderr():
         late.join()
         print("after the command: still not on stdout")
     """)
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False,
-                          timeout=120, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stderr
     first, rest = done.stdout.split("\n", 1)
     assert first == "before: still stdout"
     assert json.loads(rest) == {"result": "ok"}
-    for line in ("retries remaining", "C library", "a child process", "late forwarded", "flushed at shutdown",
-                 "after the command"):
+    for line in (
+        "retries remaining",
+        "C library",
+        "a child process",
+        "late forwarded",
+        "flushed at shutdown",
+        "after the command",
+    ):
         assert line in done.stderr
 
 
 def test_hxd2_index_json_stdout_is_the_summary_alone(tmp_path):
     """The whole CLI: a rejected build prints nothing on stdout; it is checked the same way as a real one."""
-    done = subprocess.run([sys.executable, "-m", "jobs.cli", "index", "--input", str(tmp_path / "nope"),
-                           "--output", str(tmp_path / "out"), "--json"], cwd=REPO, capture_output=True, text=True,
-                          check=False, timeout=300, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
-                                            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jobs.cli",
+            "index",
+            "--input",
+            str(tmp_path / "nope"),
+            "--output",
+            str(tmp_path / "out"),
+            "--json",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().startswith("error: input not found")
 
@@ -71,8 +99,15 @@ def test_run_and_report_json_survives_a_ray_line_printed_after_the_work_returned
         time.sleep(0.6)
         sys.exit(code)
     """)
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False,
-                          timeout=120, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"documents": 3}
     assert "retries remaining" in done.stderr and "forwarded output" in done.stderr

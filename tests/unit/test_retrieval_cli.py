@@ -19,11 +19,15 @@ def tiny(tmp_path_factory):
 @pytest.fixture(scope="module")
 def config_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("cfg") / "scripted.yaml"
-    path.write_text(yaml.safe_dump({
-        "llm": {"backend": "scripted"},
-        "embedding": {"backend": "hashing", "dim": DIM},
-        "retrieval": {"similarity_threshold": 0.2},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "llm": {"backend": "scripted"},
+                "embedding": {"backend": "hashing", "dim": DIM},
+                "retrieval": {"similarity_threshold": 0.2},
+            }
+        )
+    )
     return str(path)
 
 
@@ -31,8 +35,9 @@ QUESTION = "Brian Kobilka won the Nobel Prize and works at Stanford."
 
 
 def test_json_with_trace(tiny, config_file, capsys):
-    rc = query.main(["--index", str(tiny.root), "--config", config_file, QUESTION, "--json", "--trace",
-                     "--mode", "dual"])
+    rc = query.main(
+        ["--index", str(tiny.root), "--config", config_file, QUESTION, "--json", "--trace", "--mode", "dual"]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     data = json.loads(out)
@@ -49,8 +54,9 @@ def test_json_with_trace(tiny, config_file, capsys):
 
 
 def test_plain_stream_and_trace(tiny, config_file, capsys):
-    rc = query.main(["--index", str(tiny.root), "--config", config_file, "--stream", "--trace", "--mode", "dual",
-                     QUESTION])
+    rc = query.main(
+        ["--index", str(tiny.root), "--config", config_file, "--stream", "--trace", "--mode", "dual", QUESTION]
+    )
     captured = capsys.readouterr()
     assert rc == 0
     assert captured.out.startswith("Scripted answer to:")
@@ -77,8 +83,13 @@ def test_every_mode_answers_through_the_cli(tiny, config_file, mode, capsys):
     assert rc == 0
     data = json.loads(capsys.readouterr().out)
     assert data["mode"] == mode
-    expected = {"llm_only": "llm_only", "chunk_vector": "chunk_vector", "dual_retrieval": "dual_retrieval",
-                "logic": "logic_form", "auto_post": "logic_form"}[mode]
+    expected = {
+        "llm_only": "llm_only",
+        "chunk_vector": "chunk_vector",
+        "dual_retrieval": "dual_retrieval",
+        "logic": "logic_form",
+        "auto_post": "logic_form",
+    }[mode]
     assert data["path"] == expected
     if mode in ("chunk_vector", "dual_retrieval"):
         assert data["answer"] == "" and data["references"][0]["source_id"] == "brian_kobilka.txt"

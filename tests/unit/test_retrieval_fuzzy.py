@@ -102,8 +102,9 @@ def _brute_force(names: list[str], query: str, cutoff: float) -> list[tuple[str,
     if not fq:
         return []
     keep = [i for i, f in enumerate(folded) if f]
-    found = process.extract(fq, [folded[i] for i in keep], scorer=fuzz.ratio, processor=None,
-                            score_cutoff=cutoff, limit=None)
+    found = process.extract(
+        fq, [folded[i] for i in keep], scorer=fuzz.ratio, processor=None, score_cutoff=cutoff, limit=None
+    )
     return sorted(((names[keep[i]], s) for _, s, i in found), key=lambda t: (-t[1], folded[names.index(t[0])], t[0]))
 
 
@@ -139,8 +140,12 @@ def test_long_skewed_names_equal_a_full_scan():
     """Bench-like names from a few syllables: long posting lists, every length a range of many names."""
     rng = random.Random(11)
     syllables = "ka ro mi su te na lo vi dra bel tor".split()
-    names = sorted({" ".join("".join(rng.choice(syllables) for _ in range(rng.randint(2, 4)))
-                             for _ in range(rng.randint(1, 3))) for _ in range(4000)})
+    names = sorted(
+        {
+            " ".join("".join(rng.choice(syllables) for _ in range(rng.randint(2, 4))) for _ in range(rng.randint(1, 3)))
+            for _ in range(4000)
+        }
+    )
     index = FuzzyNameIndex(names)
     for _ in range(120):
         q = _mutate(rng.choice(names), rng)

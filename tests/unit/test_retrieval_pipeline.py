@@ -15,8 +15,9 @@ from hxd2_ray.llm.scripted import ScriptedLLM
 from hxd2_ray.retrieval import EmptyQuestionError, QueryPipeline, open_index
 from tests.unit.retrieval_fixtures import DIM, HOSTILE, build_tiny_index, key, keyword_reply, scripted_llm
 
-SUDHOF, STANFORD, NOBEL, SYNAPTIC, NEUREXIN = (key(n) for n in (
-    "Thomas Südhof", "Stanford University", "Nobel Prize", "Synaptic Transmission", "Neurexin"))
+SUDHOF, STANFORD, NOBEL, SYNAPTIC, NEUREXIN = (
+    key(n) for n in ("Thomas Südhof", "Stanford University", "Nobel Prize", "Synaptic Transmission", "Neurexin")
+)
 MALENKA, KOBILKA = key("Robert Malenka"), key("Brian Kobilka")
 
 
@@ -58,7 +59,11 @@ def test_exact_entity_pulls_edges_by_degree_then_weight_and_its_chunks(index, ti
     assert result.entities[0].score == pytest.approx(1.0)
     # (degree sum, weight): Stanford (7, 3), Nobel (6, 5), Synaptic (6, 2), Neurexin (5, 8).
     assert [r.pair for r in result.relations] == [
-        (STANFORD, SUDHOF), (NOBEL, SUDHOF), (SYNAPTIC, SUDHOF), (NEUREXIN, SUDHOF)]
+        (STANFORD, SUDHOF),
+        (NOBEL, SUDHOF),
+        (SYNAPTIC, SUDHOF),
+        (NEUREXIN, SUDHOF),
+    ]
     assert all(r.origin == "neighbor" for r in result.relations)
     assert [c.id for c in result.chunks] == ["c1", "c2"]  # one mention each: document order
     assert result.keywords.low_level == ("Thomas Südhof",)
@@ -71,7 +76,10 @@ def test_entity_order_follows_scores_and_chunks_follow_mentions(index, tiny):
     assert [e.key for e in result.entities] == [KOBILKA, NEUREXIN, SUDHOF]
     # c2 mentions Neurexin and Südhof (2); c4 Kobilka (1, rank 0); c1 Südhof (1, rank 2).
     assert [(c.id, c.mentions, c.first_entity_rank) for c in result.chunks] == [
-        ("c2", 2, 1), ("c4", 1, 0), ("c1", 1, 2)]
+        ("c2", 2, 1),
+        ("c4", 1, 0),
+        ("c1", 1, 2),
+    ]
 
 
 def test_fuzzy_near_miss_name(index, tiny):
@@ -105,7 +113,8 @@ def test_duplicates_removed_across_levels(index, tiny):
 def test_question_channel_finds_context_without_keywords(index, tiny):
     llm = scripted_llm("Sorry, I can't do JSON.")
     result = pipeline(index, tiny, llm, similarity_threshold=0.2).retrieve(
-        "Brian Kobilka won the Nobel Prize and works at Stanford.")
+        "Brian Kobilka won the Nobel Prize and works at Stanford."
+    )
     assert not result.keywords.parsed
     assert any("could not be read" in n for n in result.notices)
     # The question is c4's text: the chunk channel scores it 1.0, and it mentions the most matched entities.
@@ -125,8 +134,9 @@ def test_keyword_call_failure_is_a_notice_not_a_crash(index, tiny):
 def test_small_budgets_drop_lowest_ranked_rows_and_keep_the_question(index, tiny):
     llm = scripted_llm(keyword_reply(["Thomas Südhof", "Neurexin", "Brian Kobilka"], []))
     full = pipeline(index, tiny, llm, **EXACT).retrieve("Tell me about Südhof, neurexin and Kobilka.")
-    tight = pipeline(index, tiny, llm, entity_budget_tokens=30, relation_budget_tokens=30, chunk_budget_tokens=25,
-                     **EXACT).retrieve("Tell me about Südhof, neurexin and Kobilka.")
+    tight = pipeline(
+        index, tiny, llm, entity_budget_tokens=30, relation_budget_tokens=30, chunk_budget_tokens=25, **EXACT
+    ).retrieve("Tell me about Südhof, neurexin and Kobilka.")
     for section in ("entities", "relations", "chunks"):
         kept, everything = getattr(tight, section), getattr(full, section)
         assert 0 < len(kept) < len(everything)
@@ -151,7 +161,7 @@ def test_references_are_the_chunks_the_answer_was_written_from_in_rank_order(ind
     used = [c.id for c in tight.chunks]
     referenced = [cid for r in answer.references for cid in r.chunk_ids]
     assert sorted(referenced) == sorted(used) and len(used) < len(full.chunks)
-    assert not set(referenced) & {c.id for c in full.chunks[len(used):]}  # the dropped ones are not cited
+    assert not set(referenced) & {c.id for c in full.chunks[len(used) :]}  # the dropped ones are not cited
     docs_in_context_order = list(dict.fromkeys(c.doc_id for c in tight.chunks))
     assert [r.doc_id for r in answer.references] == docs_in_context_order
 
@@ -243,8 +253,9 @@ def test_streaming_yields_deltas_then_one_final(index, tiny):
     events = list(p.generate_stream(None, p.retrieve("What did Südhof win?")))
     assert [(e.kind, e.text) for e in events[:-1]] == [("delta", "Whole answer.")]
     deltas: list[str] = []
-    answer = answer_of(pipeline(index, tiny, plain, **EXACT), "What did Südhof win?", stream=True,
-                       on_delta=deltas.append)
+    answer = answer_of(
+        pipeline(index, tiny, plain, **EXACT), "What did Südhof win?", stream=True, on_delta=deltas.append
+    )
     assert deltas == ["Whole answer."] and answer.text == "Whole answer."
 
 

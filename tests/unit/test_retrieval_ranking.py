@@ -59,13 +59,29 @@ def test_relation_pair_of_key_is_canonical():
 
 
 def _row(key, degree=1):
-    return {"key": key, "name": key.title(), "type": "t", "description": f"about {key}", "source_chunk_ids": [],
-            "mention_count": 1, "name_truncated": False, "degree": degree}
+    return {
+        "key": key,
+        "name": key.title(),
+        "type": "t",
+        "description": f"about {key}",
+        "source_chunk_ids": [],
+        "mention_count": 1,
+        "name_truncated": False,
+        "degree": degree,
+    }
 
 
 def _edge(s, t, degree, weight):
-    return {"source_key": s, "target_key": t, "description": f"{s}-{t}", "keywords": ["k"], "weight": weight,
-            "source_chunk_ids": ["c1"], "mention_count": 1, "degree": degree}
+    return {
+        "source_key": s,
+        "target_key": t,
+        "description": f"{s}-{t}",
+        "keywords": ["k"],
+        "weight": weight,
+        "source_chunk_ids": ["c1"],
+        "mention_count": 1,
+        "degree": degree,
+    }
 
 
 def test_assemble_entities_matched_first_then_endpoints_deduplicated():
@@ -73,7 +89,11 @@ def test_assemble_entities_matched_first_then_endpoints_deduplicated():
     rows = {k: _row(k) for k in "abcd"}
     out = assemble_entities(matched, rows, ["c", "a", "d", "zz"], rows)
     assert [(e.key, e.origin) for e in out] == [
-        ("b", "matched"), ("a", "matched"), ("c", "endpoint"), ("d", "endpoint")]
+        ("b", "matched"),
+        ("a", "matched"),
+        ("c", "endpoint"),
+        ("d", "endpoint"),
+    ]
     assert out[0].score == 0.9 and out[2].score == 0.0
 
 
@@ -82,8 +102,11 @@ def test_assemble_relations_matched_first_then_neighbors_deduplicated_by_pair():
     edges = {("a", "c"): _edge("a", "c", 3, 1.0)}
     neighbors = [_edge("a", "b", 5, 2.0), _edge("a", "c", 3, 1.0), _edge("b", "d", 2, 9.0)]
     out = assemble_relations(matched, edges, neighbors, {"a": "Alpha"})
-    assert [(r.pair, r.origin) for r in out] == [(("a", "c"), "matched"), (("a", "b"), "neighbor"),
-                                                 (("b", "d"), "neighbor")]
+    assert [(r.pair, r.origin) for r in out] == [
+        (("a", "c"), "matched"),
+        (("a", "b"), "neighbor"),
+        (("b", "d"), "neighbor"),
+    ]
     assert out[0].source_name == "Alpha" and out[0].target_name == "c"
 
 
@@ -111,8 +134,18 @@ def test_rank_chunks_fused():
 
 
 def _chunk(cid, doc, source):
-    return ContextChunk(id=cid, doc_id=doc, text="t", header_path="", doc_title="", doc_source_id=source,
-                        doc_source_path=f"/p/{source}", mentions=0, first_entity_rank=None, score=0.0)
+    return ContextChunk(
+        id=cid,
+        doc_id=doc,
+        text="t",
+        header_path="",
+        doc_title="",
+        doc_source_id=source,
+        doc_source_path=f"/p/{source}",
+        mentions=0,
+        first_entity_rank=None,
+        score=0.0,
+    )
 
 
 def test_references_group_chunks_by_document_in_context_order():
@@ -163,8 +196,9 @@ def test_cut_to_tokens_keeps_head_and_tail():
 def test_entity_rows_are_csv_with_rank_ids():
     from hxd2_ray.retrieval.results import ContextEntity
 
-    e = ContextEntity(key="k", name='Name, "quoted"', type="person", description="line1\nline2", degree=3,
-                      origin="matched", score=1.0)
+    e = ContextEntity(
+        key="k", name='Name, "quoted"', type="person", description="line1\nline2", degree=3, origin="matched", score=1.0
+    )
     assert entity_rows([e, e])[1] == '2,"Name, ""quoted""",person,"line1\nline2",3'
     assert csv_line([1, None, "x"]) == "1,,x"
 

@@ -28,22 +28,32 @@ class FakeBackend:
         self.topics: list[str | None] = []
         self.fail: ApiError | None = None
 
-    async def answer(self, index: str, question: str, trace: bool, deadline: float,
-                     mode: str | None = None, topic: str | None = None) -> dict[str, Any]:
+    async def answer(
+        self, index: str, question: str, trace: bool, deadline: float, mode: str | None = None, topic: str | None = None
+    ) -> dict[str, Any]:
         self.calls.append((index, question, trace))
         self.modes.append(mode)
         self.topics.append(topic)
         if self.fail is not None:
             raise self.fail
-        return {"question": question, "answer": f"about {question}", "path": "dual_level", "mode": mode or "auto",
-                "fallback_reason": "plan failed: no plan" if mode in (None, "auto") else None,
-                "references": [{"doc_id": "d1", "source_id": "a.md", "title": "A", "source_path": "/a.md",
-                                "chunk_ids": ["c1"]}],
-                "notices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 3, "finish_reason": "stop"},
-                "timings_ms": {"total": 1.0}, **({"trace": {"keywords": {}}} if trace else {})}
+        return {
+            "question": question,
+            "answer": f"about {question}",
+            "path": "dual_level",
+            "mode": mode or "auto",
+            "fallback_reason": "plan failed: no plan" if mode in (None, "auto") else None,
+            "references": [
+                {"doc_id": "d1", "source_id": "a.md", "title": "A", "source_path": "/a.md", "chunk_ids": ["c1"]}
+            ],
+            "notices": [],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 3, "finish_reason": "stop"},
+            "timings_ms": {"total": 1.0},
+            **({"trace": {"keywords": {}}} if trace else {}),
+        }
 
-    async def answer_stream(self, index: str, question: str, trace: bool, deadline: float,
-                            mode: str | None = None, topic: str | None = None) -> AsyncIterator[dict[str, Any]]:
+    async def answer_stream(
+        self, index: str, question: str, trace: bool, deadline: float, mode: str | None = None, topic: str | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         self.calls.append((index, question, trace))
         self.modes.append(mode)
         self.topics.append(topic)
@@ -51,8 +61,13 @@ class FakeBackend:
             raise self.fail
         for word in ("about", " ", "it"):
             yield {"type": "delta", "text": word}
-        yield {"type": "final", "answer": "about it", "path": "dual_level", "references": [],
-               "usage": {"prompt_tokens": 10, "completion_tokens": 2, "finish_reason": "stop"}}
+        yield {
+            "type": "final",
+            "answer": "about it",
+            "path": "dual_level",
+            "references": [],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2, "finish_reason": "stop"},
+        }
 
     async def health(self) -> dict[str, Any]:
         return {"served": len(self.calls)}
@@ -69,8 +84,9 @@ def backend() -> FakeBackend:
 KEYS = ApiKeys([KEY, OTHER])
 
 
-def client(backend: FakeBackend, keys: ApiKeys | None = KEYS, key: str | None = KEY,
-           settings: ApiSettings = SETTINGS) -> httpx.AsyncClient:
+def client(
+    backend: FakeBackend, keys: ApiKeys | None = KEYS, key: str | None = KEY, settings: ApiSettings = SETTINGS
+) -> httpx.AsyncClient:
     app = make_api(backend, settings, keys)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", headers=headers)
@@ -81,8 +97,11 @@ def run(coro: Any) -> Any:
 
 
 def chat_body(question: str = "Who is Ada?", model: str = "tiny", **extra: Any) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "system", "content": "be brief"},
-                                         {"role": "user", "content": question}], **extra}
+    return {
+        "model": model,
+        "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": question}],
+        **extra,
+    }
 
 
 # ------------------------------------------------------------------------------------------------ keys
@@ -157,8 +176,7 @@ def test_oversized_body_is_413_before_parsing(backend):
     async def go() -> None:
         async with client(backend) as c:
             # Declared length over the limit: rejected without reading (even though it is not JSON).
-            r = await c.post("/v1/chat/completions", content=b"x" * 5000,
-                             headers={"Content-Type": "application/json"})
+            r = await c.post("/v1/chat/completions", content=b"x" * 5000, headers={"Content-Type": "application/json"})
             assert r.status_code == 413
             assert "limit" in r.json()["error"]["message"]
 
@@ -181,8 +199,11 @@ def test_oversized_body_is_413_before_parsing(backend):
 def test_bad_requests_get_clear_errors(backend):
     async def go() -> None:
         async with client(backend) as c:
-            r = await c.post("/v1/chat/completions", content=b'{"model": "tiny", "messages": [',
-                             headers={"Content-Type": "application/json"})
+            r = await c.post(
+                "/v1/chat/completions",
+                content=b'{"model": "tiny", "messages": [',
+                headers={"Content-Type": "application/json"},
+            )
             assert r.status_code == 400
             assert "not valid JSON" in r.json()["error"]["message"]
             r = await c.post("/v1/chat/completions", json=[1, 2])
@@ -195,8 +216,9 @@ def test_bad_requests_get_clear_errors(backend):
             r = await c.post("/v1/chat/completions", json=chat_body(model="nope"))
             assert r.status_code == 404
             assert r.json()["error"]["code"] == "model_not_found" and "tiny" in r.json()["error"]["message"]
-            r = await c.post("/v1/chat/completions", json={"model": "tiny",
-                                                           "messages": [{"role": "system", "content": "x"}]})
+            r = await c.post(
+                "/v1/chat/completions", json={"model": "tiny", "messages": [{"role": "system", "content": "x"}]}
+            )
             assert r.status_code == 400 and "empty" in r.json()["error"]["message"]
             r = await c.post("/v1/query", json={"question": "q", "bogus": 1})
             assert r.status_code == 422
@@ -216,8 +238,9 @@ def test_bad_requests_get_clear_errors(backend):
 
 def test_deeply_nested_json_is_a_400_not_a_500(backend):
     async def go() -> None:
-        async with client(backend, settings=ApiSettings(indexes=("tiny",), default_index="tiny",
-                                                        max_body_bytes=1 << 20)) as c:
+        async with client(
+            backend, settings=ApiSettings(indexes=("tiny",), default_index="tiny", max_body_bytes=1 << 20)
+        ) as c:
             deep = b"[" * 100_000 + b"]" * 100_000
             for path in ("/v1/chat/completions", "/v1/query"):
                 r = await c.post(path, content=deep, headers={"Content-Type": "application/json"})
@@ -251,8 +274,11 @@ def test_backpressure_from_the_backend_is_503_with_retry_after(backend):
 
     async def go() -> None:
         async with client(backend) as c:
-            for body, path in ((chat_body(), "/v1/chat/completions"), (chat_body(stream=True), "/v1/chat/completions"),
-                               ({"question": "q"}, "/v1/query")):
+            for body, path in (
+                (chat_body(), "/v1/chat/completions"),
+                (chat_body(stream=True), "/v1/chat/completions"),
+                ({"question": "q"}, "/v1/query"),
+            ):
                 r = await c.post(path, json=body)
                 assert r.status_code == 503, path
                 assert r.headers["retry-after"] == "2"
@@ -292,8 +318,9 @@ def test_chat_completion_and_query_shapes(backend):
 def test_streaming_is_server_sent_events_ending_with_done(backend):
     async def go() -> list[str]:
         async with client(backend) as c:
-            r = await c.post("/v1/chat/completions",
-                             json=chat_body(stream=True, stream_options={"include_usage": True}))
+            r = await c.post(
+                "/v1/chat/completions", json=chat_body(stream=True, stream_options={"include_usage": True})
+            )
             assert r.status_code == 200
             assert r.headers["content-type"].startswith("text/event-stream")
             return [line for line in r.text.split("\n") if line]
@@ -321,9 +348,11 @@ def test_guard_passes_streamed_bodies_and_disconnects_through():
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    messages = [{"type": "http.request", "body": b"ab", "more_body": True},
-                {"type": "http.request", "body": b"cd", "more_body": False},
-                {"type": "http.disconnect"}]
+    messages = [
+        {"type": "http.request", "body": b"ab", "more_body": True},
+        {"type": "http.request", "body": b"cd", "more_body": False},
+        {"type": "http.disconnect"},
+    ]
 
     async def receive():
         return messages.pop(0)
@@ -344,9 +373,16 @@ def test_guard_passes_streamed_bodies_and_disconnects_through():
 
 
 def test_question_is_the_last_user_message():
-    req = ChatCompletionRequest.model_validate({"model": "m", "messages": [
-        {"role": "user", "content": "first"}, {"role": "assistant", "content": "a"},
-        {"role": "user", "content": [{"type": "text", "text": "second "}, {"type": "text", "text": "part"}]}]})
+    req = ChatCompletionRequest.model_validate(
+        {
+            "model": "m",
+            "messages": [
+                {"role": "user", "content": "first"},
+                {"role": "assistant", "content": "a"},
+                {"role": "user", "content": [{"type": "text", "text": "second "}, {"type": "text", "text": "part"}]},
+            ],
+        }
+    )
     assert req.question() == "second part"
 
 
@@ -392,8 +428,20 @@ def test_serve_cli_plan_merges_the_serve_config_and_flags(tmp_path, monkeypatch)
     index = tmp_path / "my-index"
     index.mkdir()
     monkeypatch.setenv("HXD2_API_KEYS", "sk-a,sk-b")
-    args, http, ns = plan(["--index", str(index), "--index", f"other={index}", "--port", "9123",
-                           "--set", "retrieval.top_k_entities=3", "--serve-config", str(DEFAULT_SERVE_CONFIG)])
+    args, http, ns = plan(
+        [
+            "--index",
+            str(index),
+            "--index",
+            f"other={index}",
+            "--port",
+            "9123",
+            "--set",
+            "retrieval.top_k_entities=3",
+            "--serve-config",
+            str(DEFAULT_SERVE_CONFIG),
+        ]
+    )
     assert args["indexes"] == {"my-index": str(index), "other": str(index)}
     assert "default_index" not in args  # the file's default named an index that is not served here
     assert args["overrides"] == ["retrieval.top_k_entities=3"]
@@ -521,8 +569,13 @@ def test_in_replica_embedder_refuses_embedder_sizing(tmp_path):
     from serve.app import build_app
 
     with pytest.raises(ValueError, match="Embedder.*in_replica"):
-        build_app({"indexes": {"x": str(tmp_path)}, "embedder": "in_replica",
-                   "deployment_options": {"Embedder": {"num_replicas": 2}}})
+        build_app(
+            {
+                "indexes": {"x": str(tmp_path)},
+                "embedder": "in_replica",
+                "deployment_options": {"Embedder": {"num_replicas": 2}},
+            }
+        )
 
 
 def test_build_app_checks_local_indexes_against_the_config_before_deploying(tmp_path):
@@ -543,16 +596,20 @@ def test_a_failed_deployment_is_explained_by_its_replica_error():
 
     from jobs.serve_cli import deployment_failures
 
-    message = ("The deployment failed to start 3 times in a row. This may be due to a problem with its constructor "
-               "or initial health check failing. See controller logs for details. Error:\n"
-               "Traceback (most recent call last):\n  File \"serve/deployments.py\", line 1, in __init__\n"
-               "    self.indexes = _open_indexes(indexes, self.cfg)\n"
-               "hxd2_ray.errors.IndexMismatchError: the index was built with embedding model 'hashing-v1' (dim 128)")
-    status = SimpleNamespace(deployments={
-        "Retriever": SimpleNamespace(status="DEPLOY_FAILED", message=message),
-        "LLM": SimpleNamespace(status="HEALTHY", message=""),
-    })
+    message = (
+        "The deployment failed to start 3 times in a row. This may be due to a problem with its constructor "
+        "or initial health check failing. See controller logs for details. Error:\n"
+        'Traceback (most recent call last):\n  File "serve/deployments.py", line 1, in __init__\n'
+        "    self.indexes = _open_indexes(indexes, self.cfg)\n"
+        "hxd2_ray.errors.IndexMismatchError: the index was built with embedding model 'hashing-v1' (dim 128)"
+    )
+    status = SimpleNamespace(
+        deployments={
+            "Retriever": SimpleNamespace(status="DEPLOY_FAILED", message=message),
+            "LLM": SimpleNamespace(status="HEALTHY", message=""),
+        }
+    )
     assert deployment_failures(status) == [
-        "Retriever: hxd2_ray.errors.IndexMismatchError: the index was built with embedding model 'hashing-v1' "
-        "(dim 128)"]
+        "Retriever: hxd2_ray.errors.IndexMismatchError: the index was built with embedding model 'hashing-v1' (dim 128)"
+    ]
     assert deployment_failures(None) == []

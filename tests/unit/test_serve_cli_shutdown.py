@@ -30,8 +30,9 @@ def test_ray_start_is_retried_with_growing_waits_then_succeeds():
         if len(calls) < 3:
             raise Exception("The current node timed out during startup. This could happen because ...")
 
-    start_ray_with_retries(init, lambda: shutdowns.append(1), where="on this machine", sleep=waits.append,
-                           log=said.append)
+    start_ray_with_retries(
+        init, lambda: shutdowns.append(1), where="on this machine", sleep=waits.append, log=said.append
+    )
     assert len(calls) == 3 and waits == [5.0, 10.0] and len(shutdowns) == 2
     assert all("timed out during startup" in line for line in said) and len(said) == 2
 
@@ -41,12 +42,15 @@ def test_ray_that_never_starts_is_one_clear_error():
     from jobs.serve_cli import start_ray_with_retries
 
     def init():
-        raise Exception("The current node timed out during startup.\nThis could happen because some of the Ray "
-                        "processes failed to startup.")
+        raise Exception(
+            "The current node timed out during startup.\nThis could happen because some of the Ray "
+            "processes failed to startup."
+        )
 
     with pytest.raises(HxdError) as err:
-        start_ray_with_retries(init, lambda: None, where="on this machine", attempts=3, sleep=lambda _s: None,
-                               log=lambda _line: None)
+        start_ray_with_retries(
+            init, lambda: None, where="on this machine", attempts=3, sleep=lambda _s: None, log=lambda _line: None
+        )
     message = str(err.value)
     assert "\n" not in message and "after 3 tries" in message and "timed out during startup" in message
     assert "--address auto" in message  # what to do
@@ -59,11 +63,15 @@ def test_an_upscale_that_cannot_be_placed_is_named_and_the_shipped_config_fits_t
 
     from jobs.serve_cli import unplaceable_upscales
 
-    opts = {"Ingress": {"num_replicas": 1, "ray_actor_options": {"num_cpus": 0.25}},
-            "Retriever": {"autoscaling_config": {"min_replicas": 1, "max_replicas": 2},
-                          "ray_actor_options": {"num_cpus": 0.25}},
-            "LLM": {"autoscaling_config": {"min_replicas": 1, "max_replicas": 1}, "ray_actor_options": {"num_cpus": 1}},
-            "Planner": {"autoscaling_config": {"max_replicas": 2}, "ray_actor_options": {"num_cpus": 0.3}}}
+    opts = {
+        "Ingress": {"num_replicas": 1, "ray_actor_options": {"num_cpus": 0.25}},
+        "Retriever": {
+            "autoscaling_config": {"min_replicas": 1, "max_replicas": 2},
+            "ray_actor_options": {"num_cpus": 0.25},
+        },
+        "LLM": {"autoscaling_config": {"min_replicas": 1, "max_replicas": 1}, "ray_actor_options": {"num_cpus": 1}},
+        "Planner": {"autoscaling_config": {"max_replicas": 2}, "ray_actor_options": {"num_cpus": 0.3}},
+    }
     lines = unplaceable_upscales(opts, 2.0)
     assert lines and all("max_replicas" in line or "need" in line for line in lines)
     assert any(line.startswith("Planner:") for line in lines)

@@ -70,15 +70,33 @@ def graphflow_result() -> Any:
     from hxd2_ray.graphflow.linking import StartNode
     from hxd2_ray.graphflow.results import GraphFlowResult, PathStep, RankedTarget
 
-    start = StartNode(node=3, key="e:public_eye", name="The Public Eye", method="exact", score=1.0,
-                      mention="The Public Eye")
+    start = StartNode(
+        node=3, key="e:public_eye", name="The Public Eye", method="exact", score=1.0, mention="The Public Eye"
+    )
     return GraphFlowResult(
         question="who directed The Public Eye",
-        targets=(RankedTarget("e:howard", "Howard Franklin", "entity", 0.6180339887,
-                              (PathStep("The Public Eye", "directed by", "Howard Franklin"),)),
-                 RankedTarget("c:7", "Public Eye (film)", "chunk", 0.25,
-                              (PathStep("The Public Eye", "~mentions", "Public Eye (film)"),), source_id="doc7.md")),
-        starts=(start,), results=("e:howard", "c:7", "e:howard"), reason="", timings_ms={"walk": 1.25})
+        targets=(
+            RankedTarget(
+                "e:howard",
+                "Howard Franklin",
+                "entity",
+                0.6180339887,
+                (PathStep("The Public Eye", "directed by", "Howard Franklin"),),
+            ),
+            RankedTarget(
+                "c:7",
+                "Public Eye (film)",
+                "chunk",
+                0.25,
+                (PathStep("The Public Eye", "~mentions", "Public Eye (film)"),),
+                source_id="doc7.md",
+            ),
+        ),
+        starts=(start,),
+        results=("e:howard", "c:7", "e:howard"),
+        reason="",
+        timings_ms={"walk": 1.25},
+    )
 
 
 # ------------------------------------------------------------------------------------------- the adapter
@@ -162,11 +180,12 @@ def test_a_walk_result_pickles_and_unpickles_without_torch(tmp_path):
     data = tmp_path / "walk.pickle"
     data.write_bytes(pickle.dumps(result))
     # What the Retriever replica does with the reply: unpickle it, read it; torch must stay out of that process.
-    code = ("import pickle, sys; r = pickle.loads(open(sys.argv[1], 'rb').read()); "
-            "assert r.targets[0].path[0].relation == 'directed by', r; "
-            "print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code, str(data)], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60)
+    code = (
+        "import pickle, sys; r = pickle.loads(open(sys.argv[1], 'rb').read()); "
+        "assert r.targets[0].path[0].relation == 'directed by', r; "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(data)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
 
@@ -197,8 +216,11 @@ def test_build_app_refuses_to_size_a_walker_the_app_would_not_have():
     from serve.app import DEPLOYMENTS, PART_DEPLOYMENTS, build_app
 
     assert "GraphWalker" in DEPLOYMENTS and "GraphWalker" in PART_DEPLOYMENTS
-    args = {"indexes": {"movies": "/nonexistent/index"}, "config_data": {"llm": {"backend": "scripted"}},
-            "deployment_options": {"GraphWalker": {"num_replicas": 1}}}
+    args = {
+        "indexes": {"movies": "/nonexistent/index"},
+        "config_data": {"llm": {"backend": "scripted"}},
+        "deployment_options": {"GraphWalker": {"num_replicas": 1}},
+    }
     with pytest.raises(ValueError, match="no graphflow.policy"):
         build_app(args)
     with pytest.raises(ValueError, match=r"\['GraphWalker'\], but args.parts is in_replica"):

@@ -58,10 +58,16 @@ def test_reload_switches_behind_the_key():
 
 
 def test_references_name_documents_relative_to_the_corpus_root(tmp_path):
-    refs = [{"doc_id": "a", "source_id": "/srv/build-host/corpus/people/ada.md",
-             "source_path": "/srv/build-host/corpus/people/ada.md", "chunk_ids": ["c1"]},
-            {"doc_id": "b", "source_id": "rec-17", "source_path": "s3://bucket/corpus/b.txt", "chunk_ids": ["c2"]},
-            {"doc_id": "c", "source_id": "", "source_path": "", "chunk_ids": []}]
+    refs = [
+        {
+            "doc_id": "a",
+            "source_id": "/srv/build-host/corpus/people/ada.md",
+            "source_path": "/srv/build-host/corpus/people/ada.md",
+            "chunk_ids": ["c1"],
+        },
+        {"doc_id": "b", "source_id": "rec-17", "source_path": "s3://bucket/corpus/b.txt", "chunk_ids": ["c2"]},
+        {"doc_id": "c", "source_id": "", "source_path": "", "chunk_ids": []},
+    ]
     shown = public_references(refs, "/srv/build-host/corpus", None)
     assert [r["source_path"] for r in shown] == ["people/ada.md", "s3://bucket/corpus/b.txt", ""]
     assert [r["source_id"] for r in shown] == ["people/ada.md", "rec-17", ""]  # a file's id is its path too

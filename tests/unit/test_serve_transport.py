@@ -43,9 +43,14 @@ def test_build_app_hands_the_transport_to_every_deployment_that_calls_another(mo
     import serve.app as app_module
 
     monkeypatch.setattr(app_module, "check_local_indexes", lambda indexes, cfg: None)  # no index on disk here
-    app = app_module.build_app({"indexes": {"tiny": "/nonexistent/index"}, "transport": "actor",
-                                "config_data": {"llm": {"backend": "scripted"},
-                                                "embedding": {"backend": "hashing", "dim": 64}}})
+    app = app_module.build_app(
+        {
+            "indexes": {"tiny": "/nonexistent/index"},
+            "transport": "actor",
+            "config_data": {"llm": {"backend": "scripted"}, "embedding": {"backend": "hashing", "dim": 64}},
+        }
+    )
+
     def bound(app: Any) -> Any:  # Serve's bound-app structure, read-only
         return app._bound_deployment
 
@@ -55,4 +60,7 @@ def test_build_app_hands_the_transport_to_every_deployment_that_calls_another(mo
     assert retriever.init_args[-1] == "actor"
     parts = retriever.init_args[4]
     assert {name: bound(part).init_args[-1] for name, part in parts.items()} == {
-        "planner": "actor", "executor": "actor", "verifier": "actor"}
+        "planner": "actor",
+        "executor": "actor",
+        "verifier": "actor",
+    }

@@ -58,8 +58,10 @@ def test_k_caps_each_entitys_list_and_the_pair_survives_from_either_side(family)
 def test_a_subset_is_searched_against_the_whole_family(family):
     # What an incremental build does: only the new entity (d, then c) against the family holding every name.
     assert synonym_edges([D], VECTORS[3:], family, SynonymConfig(threshold=0.5)).num_rows == 0
-    assert [(s, t) for s, t, _ in _rows(synonym_edges([C], VECTORS[2:3], family, SynonymConfig(threshold=0.75)))] \
-        == [(A, C), (B, C)]
+    assert [(s, t) for s, t, _ in _rows(synonym_edges([C], VECTORS[2:3], family, SynonymConfig(threshold=0.75)))] == [
+        (A, C),
+        (B, C),
+    ]
 
 
 def test_off_or_empty_gives_no_edges(family):
@@ -72,9 +74,14 @@ def test_off_or_empty_gives_no_edges(family):
 def test_graph_stores_them_and_the_resident_copy_walks_them(tmp_path):
     docs, chunks, ents, rels = tiny_tables()
     keys = ents.column("key").to_pylist()
-    syn = pa.table({"source_key": [keys[1], keys[0], keys[0], keys[2]],
-                    "target_key": [keys[0], keys[1], keys[0], keys[3]],
-                    "score": [0.9, 0.8, 1.0, 0.95]}, schema=tables.SYNONYMS)
+    syn = pa.table(
+        {
+            "source_key": [keys[1], keys[0], keys[0], keys[2]],
+            "target_key": [keys[0], keys[1], keys[0], keys[3]],
+            "score": [0.9, 0.8, 1.0, 0.95],
+        },
+        schema=tables.SYNONYMS,
+    )
     prepared = prepare_tables(docs, chunks.drop_columns(["shard"]), ents, rels, syn)
     # oriented smaller key first, one row per pair (the first), self-pairs dropped
     assert prepared["SYNONYM"].num_rows == 2
@@ -123,8 +130,9 @@ def test_fingerprint_has_the_synonym_settings_but_the_staging_one_does_not():
     assert base.index_fingerprint("p") != other.index_fingerprint("p")
     assert base.staging_fingerprint("p") == other.staging_fingerprint("p")  # extraction is reused
     assert base.index_fingerprint("p") == bigger_batch.index_fingerprint("p")
-    assert HxdConfig(synonyms=SynonymConfig(enabled=False, threshold=0.1)).index_fingerprint("p") == \
-        HxdConfig(synonyms=SynonymConfig(enabled=False, threshold=0.5)).index_fingerprint("p")
+    assert HxdConfig(synonyms=SynonymConfig(enabled=False, threshold=0.1)).index_fingerprint("p") == HxdConfig(
+        synonyms=SynonymConfig(enabled=False, threshold=0.5)
+    ).index_fingerprint("p")
 
 
 def test_names_must_share_some_text(tmp_path):

@@ -33,10 +33,16 @@ CHUNKS = [
     ("c-plain", "d-notitle", "the demon dice of lester smith, in lower case. The band played on."),
     ("c-zh", "d-notitle", "这种水稻的产量很高。"),  # Chinese: read as a question is (jieba words)
 ]
+
+
 def _tables():
     docs = _docs(DOCS)
-    chunks = _chunks([{"id": c, "doc_id": d, "order": i, "start": 0, "text": t, "header_path": "", "language": "en",
-                       "shard": 0} for i, (c, d, t) in enumerate(CHUNKS)])
+    chunks = _chunks(
+        [
+            {"id": c, "doc_id": d, "order": i, "start": 0, "text": t, "header_path": "", "language": "en", "shard": 0}
+            for i, (c, d, t) in enumerate(CHUNKS)
+        ]
+    )
     return docs, chunks
 
 
@@ -51,8 +57,10 @@ def test_chunks_naming_other_documents_titles_are_found():
     rows = title_mention_edges(docs, chunks, TitleMentionConfig())
     assert rows.schema == TITLE_MENTIONS
     assert list(zip(rows["chunk_id"].to_pylist(), rows["doc_id"].to_pylist())) == [
-        ("c-game", "d-dragon"), ("c-game", "d-smith"),
-        ("c-smith2", "d-game"), ("c-smith2", "d-simpsons"),
+        ("c-game", "d-dragon"),
+        ("c-game", "d-smith"),
+        ("c-smith2", "d-game"),
+        ("c-smith2", "d-simpsons"),
         ("c-zh", "d-rice"),
     ]
 
@@ -84,8 +92,10 @@ def test_prepare_tables_rejects_title_mentions_of_unknown_chunks_or_documents():
     with pytest.raises(ValueError, match="not loaded"):
         prepare_tables(docs, chunks.drop_columns(["shard"]), _ents([]), _rels([]), None, bad)
     dup = pa.table({"chunk_id": ["c-game", "c-game"], "doc_id": ["d-smith", "d-smith"]}, schema=TITLE_MENTIONS)
-    assert prepare_tables(docs, chunks.drop_columns(["shard"]), _ents([]), _rels([]), None, dup)[
-        "NAMES_TITLE"].num_rows == 1
+    assert (
+        prepare_tables(docs, chunks.drop_columns(["shard"]), _ents([]), _rels([]), None, dup)["NAMES_TITLE"].num_rows
+        == 1
+    )
 
 
 def test_stored_title_mentions_become_title_nodes_of_the_walk(tmp_path):
@@ -111,14 +121,31 @@ def test_stored_title_mentions_become_title_nodes_of_the_walk(tmp_path):
             ["c-zh"],  # 水稻
         ]
         # No entity, no relation: without title nodes chunk c-game reaches nothing; with them, Lester Smith's.
-        walk = PropagationGraph(edges.n_entities, edges.n_chunks, related=edges.related, mentions=edges.mentions,
-                                synonyms=edges.synonyms, titles=edges.titles, n_titles=edges.n_titles)
+        walk = PropagationGraph(
+            edges.n_entities,
+            edges.n_chunks,
+            related=edges.related,
+            mentions=edges.mentions,
+            synonyms=edges.synonyms,
+            titles=edges.titles,
+            n_titles=edges.n_titles,
+        )
         res = walk.personalized_pagerank([walk.chunk_node([offset["c-game"]])[0]], [1.0])
-        reached = {graph.chunk_ids_at([int(n - walk.n_entities)])[0] for n, s in zip(res.nodes, res.scores)
-                   if walk.is_chunk(np.array([n]))[0] and s > 0}
+        reached = {
+            graph.chunk_ids_at([int(n - walk.n_entities)])[0]
+            for n, s in zip(res.nodes, res.scores)
+            if walk.is_chunk(np.array([n]))[0] and s > 0
+        }
         assert {"c-smith", "c-smith2"} <= reached
-        off = PropagationGraph(edges.n_entities, edges.n_chunks, related=edges.related, mentions=edges.mentions,
-                               titles=edges.titles, n_titles=edges.n_titles, weights=EdgeWeights(title=0))
+        off = PropagationGraph(
+            edges.n_entities,
+            edges.n_chunks,
+            related=edges.related,
+            mentions=edges.mentions,
+            titles=edges.titles,
+            n_titles=edges.n_titles,
+            weights=EdgeWeights(title=0),
+        )
         assert off.n_title_edges == 0
         res = off.personalized_pagerank([off.chunk_node([offset["c-game"]])[0]], [1.0])
         assert [int(n) for n, s in zip(res.nodes, res.scores) if s > 0] == [off.chunk_node([offset["c-game"]])[0]]

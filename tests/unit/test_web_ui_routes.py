@@ -77,10 +77,20 @@ def raw_get(app: Any, path: str, key: str | None = None) -> tuple[int, bytes]:
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
-             "path": path, "raw_path": path.encode("utf-8", "surrogateescape"), "root_path": "", "query_string": b"",
-             "headers": [(b"authorization", f"Bearer {key}".encode())] if key else [],
-             "client": ("127.0.0.1", 1), "server": ("t", 80)}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode("utf-8", "surrogateescape"),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"authorization", f"Bearer {key}".encode())] if key else [],
+        "client": ("127.0.0.1", 1),
+        "server": ("t", 80),
+    }
     asyncio.run(app(scope, receive, send))
     status = next(m["status"] for m in sent if m["type"] == "http.response.start")
     return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
@@ -111,11 +121,26 @@ def test_the_assets_are_the_folder_s_files_and_its_package_data():
     assert re.search(r'^"serve" = \[.*"ui/\*".*\]$', pyproject, re.M), "serve/ui/* is not package data"
 
 
-@pytest.mark.parametrize("path", [
-    "/ui/../api.py", "/ui/..", "/ui/../../pyproject.toml", "/ui/%2e%2e/api.py", "/ui/..%2fapi.py",
-    "/ui/.hidden", "/ui/index.html/", "/ui//etc/passwd", "/ui/ui/index.html", "/ui/../serve/auth.py",
-    "/ui/index.html\x00.js", "/ui/app.js/..", "/uix/app.js", "/ui/api.py", "/ui/__init__.py",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/ui/../api.py",
+        "/ui/..",
+        "/ui/../../pyproject.toml",
+        "/ui/%2e%2e/api.py",
+        "/ui/..%2fapi.py",
+        "/ui/.hidden",
+        "/ui/index.html/",
+        "/ui//etc/passwd",
+        "/ui/ui/index.html",
+        "/ui/../serve/auth.py",
+        "/ui/index.html\x00.js",
+        "/ui/app.js/..",
+        "/uix/app.js",
+        "/ui/api.py",
+        "/ui/__init__.py",
+    ],
+)
 def test_no_path_reaches_a_file_outside_the_folder(app, path):
     # Without a key the guard refuses what is not a plain file name; with one, the route knows no such file (a
     # trailing slash is redirected to the name without it, never served).
@@ -175,11 +200,20 @@ def test_the_graph_around_entities(app, backend):
     assert backend.calls[0][2]["entities"] == ["x') RETURN 1 //", "MATCH (n) DETACH DELETE n"]
 
 
-@pytest.mark.parametrize("params", [
-    {}, {"entity": "x", "hops": 3}, {"entity": "x", "hops": -1}, {"entity": "x", "max_nodes": 0},
-    {"entity": "x", "max_nodes": 151}, {"entity": "x", "hops": "one"}, {"entity": "x" * 201},
-    {"entity": [f"e{i}" for i in range(21)]}, {"entity": ""},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"entity": "x", "hops": 3},
+        {"entity": "x", "hops": -1},
+        {"entity": "x", "max_nodes": 0},
+        {"entity": "x", "max_nodes": 151},
+        {"entity": "x", "hops": "one"},
+        {"entity": "x" * 201},
+        {"entity": [f"e{i}" for i in range(21)]},
+        {"entity": ""},
+    ],
+)
 def test_graph_parameters_out_of_bounds_are_422(app, backend, params):
     backend.calls.clear()
     r = get(app, "/v1/indexes/tiny/graph", **params)
