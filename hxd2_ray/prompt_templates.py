@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
 
 import yaml
 
 TemplateFiller = Callable[..., str]
 T = TypeVar("T")
+L = TypeVar("L")
 
 # The line right before the chunk text in every extraction user message (the extraction prompt files must end
 # with it). The text comes last so that all chunks share the instruction prefix (vLLM prefix caching); the LLM
@@ -82,3 +85,42 @@ def section_text(kind: str, lang: str, section: Any, path: Sequence[str], *, str
     if not isinstance(node, str) or not node.strip():
         raise ValueError(f"{kind} prompt file: {lang}.{'.'.join(path)} must be a non-empty string")
     return node.strip() if strip else node
+
+
+@dataclass(frozen=True, slots=True)
+class PromptSet(Generic[L]):
+    """One version of a kind of prompts: its templates per language (``L``: that kind's parsed section)."""
+
+    version: str
+    version_hash: str  # "v1-<12 hex of sha256(yaml bytes)>"
+    languages: Mapping[str, L]
+
+    def for_language(self, language: str) -> L:
+        """Templates of ``language``; English when the language has none (a chunk's language is a guess)."""
+        found = self.languages.get(language)
+        return found if found is not None else self.languages["en"]
+
+
+class PromptSetLoader(Generic[L]):
+    """Reads one kind of prompt set: the packaged ``<package>/prompts/<kind>_<version>.yaml`` (cached: packaged
+    sets are immutable) or any file (experiments, tests), each language section parsed by ``parse_language``."""
+
+    def __init__(self, package: str, kind: str, parse_language: Callable[[str, Any], L], label: str | None = None):
+        self.package, self.kind, self.parse_language = package, kind, parse_language
+        self.label = label or kind  # how errors name the file: "<label> prompt file: en.x is missing"
+        self._packaged: dict[str, PromptSet[L]] = {}
+
+    def parse(self, raw: bytes, version: str) -> PromptSet[L]:
+        """Validate and freeze a prompt YAML; the hash covers the exact bytes."""
+        languages = parse_languages(raw, self.label, self.parse_language)
+        return PromptSet(version=version, version_hash=prompt_version_hash(raw, version), languages=languages)
+
+    def load(self, version: str = "v1") -> PromptSet[L]:
+        if version not in self._packaged:
+            self._packaged[version] = self.parse(read_prompt_set(self.package, self.kind, version), version)
+        return self._packaged[version]
+
+    def load_file(self, path: str | Path, version: str | None = None) -> PromptSet[L]:
+        """A set from any file; the version defaults to the file name's suffix (``<kind>_<version>.yaml``)."""
+        p = Path(path)
+        return self.parse(p.read_bytes(), version or p.stem.removeprefix(f"{self.kind}_"))

@@ -22,7 +22,6 @@ of A among the decisive pairs with a Wilson interval. Plain Python: no Ray.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import random
@@ -36,10 +35,9 @@ from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.evaluation.report import new_figure, save_figure
 from hxd2_ray.llm.base import LLMClient, LLMRequest, LLMResponse
 from hxd2_ray.prompt_templates import (
-    parse_prompt_languages,
+    PromptSet,
+    PromptSetLoader,
     placeholder_filler,
-    prompt_version_hash,
-    read_prompt_set,
 )
 
 TAG = "pairwise_judge"
@@ -74,37 +72,12 @@ class JudgeLanguagePrompts:
     criteria: Mapping[str, str]
 
 
-@dataclass(frozen=True, slots=True)
-class JudgePromptSet:
-    version: str
-    version_hash: str  # "v1-<12 hex of sha256(yaml bytes)>"
-    languages: Mapping[str, JudgeLanguagePrompts]
-
-    def for_language(self, language: str) -> JudgeLanguagePrompts:
-        """Templates of ``language``; English when there are none for it (the language is a guess)."""
-        return self.languages.get(language) or self.languages["en"]
-
-    @property
-    def criteria(self) -> tuple[str, ...]:
-        return tuple(self.languages["en"].criteria)
+JudgePromptSet = PromptSet[JudgeLanguagePrompts]
 
 
-@functools.lru_cache(maxsize=8)
-def load_judge_prompts(version: str = "v1") -> JudgePromptSet:
-    return parse_judge_prompts(read_prompt_set("hxd2_ray.evaluation", "judge", version), version)
-
-
-def load_judge_prompts_file(path: str | Path, version: str | None = None) -> JudgePromptSet:
-    p = Path(path)
-    return parse_judge_prompts(p.read_bytes(), version or p.stem.removeprefix("judge_"))
-
-
-def parse_judge_prompts(raw: bytes, version: str) -> JudgePromptSet:
-    data = parse_prompt_languages(raw, "judge")
-    languages = {str(lang): _language(str(lang), section) for lang, section in data.items()}
-    return JudgePromptSet(
-        version=version, version_hash=prompt_version_hash(raw, version), languages=MappingProxyType(languages)
-    )
+def criteria_of(prompts: JudgePromptSet) -> tuple[str, ...]:
+    """The criteria a prompt set defines (its English section's names)."""
+    return tuple(prompts.languages["en"].criteria)
 
 
 def _language(lang: str, section: Any) -> JudgeLanguagePrompts:
@@ -135,6 +108,12 @@ def _language(lang: str, section: Any) -> JudgeLanguagePrompts:
     if "{reference}" not in prompts.reference:
         raise ValueError(f"judge prompt file: {lang}.reference must contain {{reference}}")
     return prompts
+
+
+JUDGE_PROMPTS = PromptSetLoader("hxd2_ray.evaluation", "judge", _language)
+load_judge_prompts = JUDGE_PROMPTS.load
+load_judge_prompts_file = JUDGE_PROMPTS.load_file
+parse_judge_prompts = JUDGE_PROMPTS.parse
 
 
 # ---------------------------------------------------------------------------------------------- parsing
@@ -466,7 +445,7 @@ class PairwiseJudge:
                 out[name.strip()] = text.strip() if sep and text.strip() else None
         if not out:
             raise ValueError("at least one criterion is needed")
-        known = self.prompts.criteria
+        known = criteria_of(self.prompts)
         if bad := [k for k, v in out.items() if v is None and k not in known]:
             raise ValueError(f"unknown criterion {bad}; known: {', '.join(known)} (or give NAME=TEXT)")
         return out

@@ -6,18 +6,17 @@ YAML bytes and goes into the index fingerprint: editing a prompt invalidates ind
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from hxd2_ray.prompt_templates import (
     TEXT_MARKER,
-    parse_languages,
+    PromptSetLoader,
     placeholder_filler,
-    prompt_version_hash,
-    read_prompt_set,
     section_text,
+)
+from hxd2_ray.prompt_templates import (
+    PromptSet as GenericPromptSet,
 )
 
 PLACEHOLDERS = ("entity_types", "input_text", "entity_name", "description_list")
@@ -37,44 +36,10 @@ class LanguagePrompts:
     summarize_user: str
 
 
-@dataclass(frozen=True, slots=True)
-class PromptSet:
-    version: str
-    version_hash: str  # "v1-<12 hex of sha256(yaml bytes)>"
-    languages: Mapping[str, LanguagePrompts]
-
-    def for_language(self, language: str) -> LanguagePrompts:
-        """Templates of ``language``; English when the language has none (a chunk's language is a guess)."""
-        found = self.languages.get(language)
-        if found is not None:
-            return found
-        return self.languages.get("en") or next(iter(self.languages.values()))
+PromptSet = GenericPromptSet[LanguagePrompts]
 
 
 fill = placeholder_filler(PLACEHOLDERS)
-
-
-@functools.lru_cache(maxsize=8)
-def load_prompts(version: str = "v1") -> PromptSet:
-    """The packaged prompt set ``extraction_<version>.yaml`` (cached: it is immutable)."""
-    return parse_prompts(read_prompt_set("hxd2_ray.extraction", "extraction", version), version)
-
-
-def load_prompts_file(path: str | Path, version: str | None = None) -> PromptSet:
-    """A prompt set from an arbitrary file (experiments, tests); version defaults to the file's stem suffix."""
-    p = Path(path)
-    if version is None:
-        version = p.stem.removeprefix("extraction_")
-    return parse_prompts(p.read_bytes(), version)
-
-
-def parse_prompts(raw: bytes, version: str) -> PromptSet:
-    """Validate and freeze a prompt YAML; the hash covers the exact bytes."""
-    return PromptSet(
-        version=version,
-        version_hash=prompt_version_hash(raw, version),
-        languages=parse_languages(raw, "extraction", _language_prompts),
-    )
 
 
 def _language_prompts(lang: str, section: Any) -> LanguagePrompts:
@@ -104,6 +69,12 @@ def _language_prompts(lang: str, section: Any) -> LanguagePrompts:
         if "{entity_types}" not in getattr(prompts, field):
             raise ValueError(f"prompt file: {lang}.{field} must contain {{entity_types}}")
     return prompts
+
+
+EXTRACTION_PROMPTS = PromptSetLoader("hxd2_ray.extraction", "extraction", _language_prompts)
+load_prompts = EXTRACTION_PROMPTS.load
+load_prompts_file = EXTRACTION_PROMPTS.load_file
+parse_prompts = EXTRACTION_PROMPTS.parse
 
 
 # Caps keep a small model from looping forever inside constrained decoding; max_tokens is the backstop.

@@ -10,20 +10,17 @@ regexes and turned malformed output into an empty plan silently; here every fail
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.llm.base import LLMClient, LLMRequest
 from hxd2_ray.logic.plan import MAX_STEPS, MAX_TEXT_CHARS, Plan, PlanError, plan_json_schema, validate_plan
 from hxd2_ray.prompt_templates import (
-    parse_languages,
+    PromptSet,
+    PromptSetLoader,
     placeholder_filler,
-    prompt_version_hash,
-    read_prompt_set,
     section_text,
 )
 
@@ -60,32 +57,7 @@ class LogicLanguagePrompts:
     examples: tuple[tuple[str, Plan], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class LogicPromptSet:
-    version: str
-    version_hash: str  # "v1-<12 hex of sha256(yaml bytes)>"
-    languages: Mapping[str, LogicLanguagePrompts]
-
-    def for_language(self, language: str) -> LogicLanguagePrompts:
-        return self.languages.get(language) or self.languages["en"]
-
-
-@functools.lru_cache(maxsize=8)
-def load_logic_prompts(version: str = "v1") -> LogicPromptSet:
-    return parse_logic_prompts(read_prompt_set("hxd2_ray.logic", "logic", version), version)
-
-
-def load_logic_prompts_file(path: str | Path, version: str | None = None) -> LogicPromptSet:
-    p = Path(path)
-    return parse_logic_prompts(p.read_bytes(), version or p.stem.removeprefix("logic_"))
-
-
-def parse_logic_prompts(raw: bytes, version: str) -> LogicPromptSet:
-    return LogicPromptSet(
-        version=version,
-        version_hash=prompt_version_hash(raw, version),
-        languages=parse_languages(raw, "logic", _language),
-    )
+LogicPromptSet = PromptSet[LogicLanguagePrompts]
 
 
 def _language(lang: str, section: Any) -> LogicLanguagePrompts:
@@ -135,6 +107,12 @@ def _language(lang: str, section: Any) -> LogicLanguagePrompts:
         if "{" + needed + "}" not in getattr(prompts, field_name):
             raise ValueError(f"logic prompt file: {lang}.{field_name} must contain {{{needed}}}")
     return prompts
+
+
+LOGIC_PROMPTS = PromptSetLoader("hxd2_ray.logic", "logic", _language)
+load_logic_prompts = LOGIC_PROMPTS.load
+load_logic_prompts_file = LOGIC_PROMPTS.load_file
+parse_logic_prompts = LOGIC_PROMPTS.parse
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -20,21 +20,18 @@ here (:func:`load_multistage_prompts`), the lowest module of the three that use 
 
 from __future__ import annotations
 
-import functools
 import re
 import unicodedata
 from dataclasses import dataclass
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
 from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.llm.base import LLMClient, LLMRequest
 from hxd2_ray.prompt_templates import (
-    parse_languages,
+    PromptSet,
+    PromptSetLoader,
     placeholder_filler,
-    prompt_version_hash,
-    read_prompt_set,
     section_text,
     section_value,
 )
@@ -84,33 +81,7 @@ class MultiStageLanguagePrompts:
         return fill(self.kb_hint, kb=description.strip()) if description and description.strip() else ""
 
 
-@dataclass(frozen=True, slots=True)
-class MultiStagePromptSet:
-    version: str
-    version_hash: str  # "v1-<12 hex of sha256(yaml bytes)>"
-    languages: Mapping[str, MultiStageLanguagePrompts]
-
-    def for_language(self, language: str) -> MultiStageLanguagePrompts:
-        """Templates of ``language``; English when there are none for it (the language is a guess)."""
-        return self.languages.get(language) or self.languages["en"]
-
-
-@functools.lru_cache(maxsize=8)
-def load_multistage_prompts(version: str = "v1") -> MultiStagePromptSet:
-    return parse_multistage_prompts(read_prompt_set("hxd2_ray.retrieval", "multistage", version), version)
-
-
-def load_multistage_prompts_file(path: str | Path, version: str | None = None) -> MultiStagePromptSet:
-    p = Path(path)
-    return parse_multistage_prompts(p.read_bytes(), version or p.stem.removeprefix("multistage_"))
-
-
-def parse_multistage_prompts(raw: bytes, version: str) -> MultiStagePromptSet:
-    return MultiStagePromptSet(
-        version=version,
-        version_hash=prompt_version_hash(raw, version),
-        languages=parse_languages(raw, "multi-stage", _language),
-    )
+MultiStagePromptSet = PromptSet[MultiStageLanguagePrompts]
 
 
 def _language(lang: str, section: Any) -> MultiStageLanguagePrompts:
@@ -158,6 +129,12 @@ def _language(lang: str, section: Any) -> MultiStageLanguagePrompts:
         if "{" + needed + "}" not in getattr(prompts, field_name):
             raise ValueError(f"multi-stage prompt file: {lang}.{field_name} must contain {{{needed}}}")
     return prompts
+
+
+MULTISTAGE_PROMPTS = PromptSetLoader("hxd2_ray.retrieval", "multistage", _language, label="multi-stage")
+load_multistage_prompts = MULTISTAGE_PROMPTS.load
+load_multistage_prompts_file = MULTISTAGE_PROMPTS.load_file
+parse_multistage_prompts = MULTISTAGE_PROMPTS.parse
 
 
 def system_text(template: str, kb_line: str) -> str:

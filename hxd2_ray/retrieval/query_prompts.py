@@ -6,16 +6,13 @@ exactly which prompt text produced an answer.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from hxd2_ray.prompt_templates import (
-    parse_languages,
+    PromptSet,
+    PromptSetLoader,
     placeholder_filler,
-    prompt_version_hash,
-    read_prompt_set,
     section_text,
 )
 
@@ -32,36 +29,10 @@ class QueryLanguagePrompts:
     question_cut_marker: str  # put where the middle of an over-long question was cut
 
 
-@dataclass(frozen=True, slots=True)
-class QueryPromptSet:
-    version: str
-    version_hash: str
-    languages: Mapping[str, QueryLanguagePrompts]
-
-    def for_language(self, language: str) -> QueryLanguagePrompts:
-        """Templates of ``language``; English when there are none for it (the language is a guess)."""
-        return self.languages.get(language) or self.languages["en"]
+QueryPromptSet = PromptSet[QueryLanguagePrompts]
 
 
 fill = placeholder_filler(PLACEHOLDERS)
-
-
-@functools.lru_cache(maxsize=8)
-def load_query_prompts(version: str = "v1") -> QueryPromptSet:
-    return parse_query_prompts(read_prompt_set("hxd2_ray.retrieval", "query", version), version)
-
-
-def load_query_prompts_file(path: str | Path, version: str | None = None) -> QueryPromptSet:
-    p = Path(path)
-    return parse_query_prompts(p.read_bytes(), version or p.stem.removeprefix("query_"))
-
-
-def parse_query_prompts(raw: bytes, version: str) -> QueryPromptSet:
-    return QueryPromptSet(
-        version=version,
-        version_hash=prompt_version_hash(raw, version),
-        languages=parse_languages(raw, "query", _language),
-    )
 
 
 def _language(lang: str, section: Any) -> QueryLanguagePrompts:
@@ -83,3 +54,9 @@ def _language(lang: str, section: Any) -> QueryLanguagePrompts:
         if "{" + name + "}" not in prompts.answer_user:
             raise ValueError(f"query prompt file: {lang}.answer.user must contain {{{name}}}")
     return prompts
+
+
+QUERY_PROMPTS = PromptSetLoader("hxd2_ray.retrieval", "query", _language)
+load_query_prompts = QUERY_PROMPTS.load
+load_query_prompts_file = QUERY_PROMPTS.load_file
+parse_query_prompts = QUERY_PROMPTS.parse

@@ -17,6 +17,7 @@ from hxd2_ray.evaluation.judge import (
     PairwiseJudge,
     bootstrap_interval,
     combine,
+    criteria_of,
     load_judge_prompts,
     load_judge_prompts_file,
     pair_items,
@@ -240,7 +241,7 @@ def test_answer_text_with_placeholders_is_not_expanded():
 def test_prompt_set_and_file(tmp_path):
     prompts = load_judge_prompts()
     assert prompts.version_hash.startswith("v1-") and len(prompts.version_hash) == 15
-    assert prompts.criteria == ("overall", "correctness", "comprehensiveness", "faithfulness")
+    assert criteria_of(prompts) == ("overall", "correctness", "comprehensiveness", "faithfulness")
     assert set(prompts.languages) == {"en", "zh"}
     assert prompts.for_language("fr") is prompts.languages["en"]
     with pytest.raises(FileNotFoundError, match="judge_v9.yaml"):
