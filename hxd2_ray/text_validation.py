@@ -19,23 +19,33 @@ class InvalidTextError(HxdError, ValueError):
     """Text that is not valid Unicode (a lone surrogate)."""
 
 
+def find_lone_surrogate(value: Any, where: str = "") -> tuple[str, str, int] | None:
+    """The first lone surrogate in ``value`` (a str, or dicts/lists/tuples of them, keys too): the field it is in
+    (``where`` extended by ``.key``/``.index``, ``" (a key)"`` for a key), the character as ``U+XXXX``, and its
+    offset; None when all is valid text. Iterative, so a deeply nested request body cannot exhaust the stack."""
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, str):
+            m = _SURROGATE.search(item)
+            if m:
+                return at, f"U+{ord(m.group()):04X}", m.start()
+        elif isinstance(item, dict):
+            for key, child in reversed(list(item.items())):
+                stack.append((child, f"{at}.{key}" if at else str(key)))
+                stack.append((key, f"{at} (a key)" if at else "(a key)"))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, f"{at}.{i}" if at else str(i)) for i, child in reversed(list(enumerate(item))))
+    return None
+
+
 def lone_surrogate(value: Any) -> str | None:
     """Where the first lone surrogate in ``value`` (a str, or dicts/lists/tuples of them) is, or None."""
-    if isinstance(value, str):
-        m = _SURROGATE.search(value)
-        return f"U+{ord(m.group()):04X} at character {m.start()}" if m else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            where = lone_surrogate(key) or lone_surrogate(item)
-            if where:
-                return f"{where} of {key!r}" if isinstance(key, str) and not lone_surrogate(key) else where
+    found = find_lone_surrogate(value)
+    if found is None:
         return None
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            where = lone_surrogate(item)
-            if where:
-                return where
-    return None
+    field, char, offset = found
+    return f"{char} at character {offset}" + (f" of {field!r}" if field and "(a key)" not in field else "")
 
 
 def surrogate_reason(value: Any) -> str | None:

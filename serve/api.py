@@ -20,6 +20,7 @@ from typing import Any, AsyncIterator, Iterable
 from fastapi import Request  # module level: FastAPI resolves the routes' string annotations in these globals
 
 from hxd2_ray.errors import BackendError, HxdError
+from hxd2_ray.text_validation import find_lone_surrogate
 from serve.handles import DeadlineExceeded, RequestCancelled, cancel_quietly
 from serve.index_routes import INDEX_ROUTES, add_index_routes
 from serve.metrics import Metrics
@@ -641,27 +642,13 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
 
 def check_text(data: Any) -> None:
     """Every string of a request body must be encodable text: a lone surrogate (JSON allows ``\\ud800``) is
-    refused here, once, for every route, rather than failing at the end of the pipeline. Bounded: the body
-    parsed, so its depth is what the JSON parser accepted."""
-    stack: list[tuple[Any, str]] = [(data, "body")]
-    while stack:
-        value, where = stack.pop()
-        if isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                bad = value[exc.start]
-                raise ApiError(
-                    400,
-                    f"{where} holds a character that is not text (U+{ord(bad):04X}, a lone surrogate)",
-                    code="invalid_text",
-                ) from None
-        elif isinstance(value, dict):
-            stack.extend((v, f"{where}.{k}") for k, v in value.items())
-            for key in value:
-                stack.append((key, f"{where} (a key)"))
-        elif isinstance(value, list):
-            stack.extend((v, f"{where}.{i}") for i, v in enumerate(value))
+    refused here, once, for every route, rather than failing at the end of the pipeline."""
+    found = find_lone_surrogate(data, "body")
+    if found is not None:
+        field, char, _ = found
+        raise ApiError(
+            400, f"{field} holds a character that is not text ({char}, a lone surrogate)", code="invalid_text"
+        )
 
 
 def _not_json(constant: str) -> Any:
