@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -25,6 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch  # noqa: TID253 - a torch module: imported only by code that trains or walks
 
+from hxd2_ray.atomic_write import replace_local_file
 from hxd2_ray.config import GraphFlowConfig
 from hxd2_ray.errors import HxdError, IndexMismatchError, IndexNotFoundError
 from hxd2_ray.graphflow.encoder import LoraQuestionEncoder
@@ -197,21 +197,10 @@ def save_policy(
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     meta = PolicyMeta(**{**policy.meta.to_dict(), "summary": dict(summary or policy.meta.summary)})
-    _atomic(out / POLICY_PT, lambda p: torch.save(dict(state or policy.state_dict()), p))
+    replace_local_file(out / POLICY_PT, lambda p: torch.save(dict(state or policy.state_dict()), p))
     body = json.dumps(meta.to_dict(), indent=2, sort_keys=True, ensure_ascii=False, default=str)
-    _atomic(out / POLICY_JSON, lambda p: Path(p).write_text(body + "\n", encoding="utf-8"))
+    replace_local_file(out / POLICY_JSON, lambda p: Path(p).write_text(body + "\n", encoding="utf-8"))
     return out
-
-
-def _atomic(path: Path, write: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_policy_meta(policy_dir: str | os.PathLike[str]) -> PolicyMeta:

@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import posixpath
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,6 +27,7 @@ import pyarrow.fs as pafs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import hxd2_ray
+from hxd2_ray.atomic_write import replace_local_file
 from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id
 from hxd2_ray.errors import IndexDamagedError, IndexMismatchError, IndexNotFoundError
 from hxd2_ray.graph.base import GRAPH_SCHEMA_VERSION
@@ -164,16 +164,7 @@ def write_manifest(
     if fs is None or isinstance(fs, pafs.LocalFileSystem):
         final = Path(_manifest_path(path))
         final.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".tmp", dir=final.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(body)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        replace_local_file(final, lambda tmp: Path(tmp).write_bytes(body), durable=True)
         return str(final)
     key = _manifest_path(path)
     with fs.open_output_stream(key) as out:

@@ -18,7 +18,6 @@ import hashlib
 import json
 import posixpath
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -26,6 +25,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from hxd2_ray.atomic_write import write_table_atomic
 from hxd2_ray.llm.base import LLMClient, LLMRequest, LLMResponse, LLMWrapper
 
 CACHE_SCHEMA = pa.schema(
@@ -160,7 +160,7 @@ class ResponseStore:
             }
             for key, (req, resp) in fresh.items()
         ]
-        _write_atomic(self._fs, path, pa.Table.from_pylist(rows, schema=CACHE_SCHEMA))
+        write_table_atomic(self._fs, path, pa.Table.from_pylist(rows, schema=CACHE_SCHEMA))
         for key in fresh:
             where[key] = path
         self._parts[path] = {key: resp for key, (_, resp) in fresh.items()}
@@ -188,7 +188,7 @@ class ResponseStore:
             piece = merged.slice(start, rows_per_part)
             digest = hashlib.sha256("\n".join(piece.column("key").to_pylist()).encode()).hexdigest()[:20]
             path = posixpath.join(self._folder, f"part-{digest}.parquet")
-            _write_atomic(self._fs, path, piece)
+            write_table_atomic(self._fs, path, piece)
             written.add(path)
         for path in parts:
             if path not in written:
@@ -205,18 +205,6 @@ def _unique_first(values: list[str]) -> tuple[list[str], list[int]]:
     for i, v in enumerate(values):
         seen.setdefault(v, i)
     return list(seen), sorted(seen.values())
-
-
-def _write_atomic(fs: pafs.FileSystem, path: str, table: pa.Table) -> None:
-    # The recipe of the index's staging files (hxd2_ray.stages.staging, a layer above this one).
-    parent = posixpath.dirname(path)
-    fs.create_dir(parent, recursive=True)
-    if isinstance(fs, pafs.LocalFileSystem):
-        tmp = posixpath.join(parent, f".tmp-{uuid.uuid4().hex}-{posixpath.basename(path)}")
-        pq.write_table(table, tmp, filesystem=fs)
-        fs.move(tmp, path)
-    else:
-        pq.write_table(table, path, filesystem=fs)
 
 
 class CachedLLM(LLMWrapper):

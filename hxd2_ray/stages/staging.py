@@ -10,13 +10,15 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+from hxd2_ray.atomic_write import write_json_atomic as write_json_atomic
+from hxd2_ray.atomic_write import write_table_atomic as write_table_atomic
 
 
 def batch_file_name(keys: Iterable[str], prefix: str = "part") -> str:
@@ -25,31 +27,6 @@ def batch_file_name(keys: Iterable[str], prefix: str = "part") -> str:
         h.update(key.encode("utf-8", "surrogatepass"))
         h.update(b"\x00")
     return f"{prefix}-{h.hexdigest()[:20]}.parquet"
-
-
-def write_table_atomic(fs: pafs.FileSystem, path: str, table: pa.Table) -> None:
-    parent = posixpath.dirname(path)
-    fs.create_dir(parent, recursive=True)
-    if isinstance(fs, pafs.LocalFileSystem):
-        tmp = posixpath.join(parent, f".tmp-{uuid.uuid4().hex}-{posixpath.basename(path)}")
-        pq.write_table(table, tmp, filesystem=fs)
-        fs.move(tmp, path)
-    else:
-        # An S3 object appears only when its upload completes, so a direct write is already atomic.
-        pq.write_table(table, path, filesystem=fs)
-
-
-def write_json_atomic(fs: pafs.FileSystem, path: str, payload: Any) -> None:
-    data = json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False).encode()
-    parent = posixpath.dirname(path)
-    fs.create_dir(parent, recursive=True)
-    target = path
-    if isinstance(fs, pafs.LocalFileSystem):
-        target = posixpath.join(parent, f".tmp-{uuid.uuid4().hex}-{posixpath.basename(path)}")
-    with fs.open_output_stream(target) as out:
-        out.write(data)
-    if target != path:
-        fs.move(target, path)
 
 
 def read_json(fs: pafs.FileSystem, path: str) -> Any | None:
