@@ -3,8 +3,8 @@ documented operation of the ingress app (``serve.api.make_api``), in process, wi
 one an ``Authorization`` header (good, missing, wrong, odd), hostile header values and what the Retriever
 deployment does with the request (answers, or fails each way a Serve handle and the Retriever can fail).
 
-The app's own :class:`~serve.api.RetrieverBackend` runs over a fake Serve handle, so the mapping of Ray's errors
-(back-pressure, a dead replica, a timed-out wait) and of the Retriever's error payloads (built here by the
+The app's own :class:`~serve.retriever_client.RetrieverBackend` runs over a fake Serve handle, so the mapping of
+Ray's errors (back-pressure, a dead replica, a timed-out wait) and of the Retriever's error payloads (built here by the
 Retriever's own ``error_of``) to HTTP is the code that runs in production.
 
 Every response must: have a documented status for its operation, never 500; a 503 carries ``Retry-After``, a 401
@@ -42,9 +42,11 @@ from hxd2_ray.retrieval.results import (
     RetrievalResult,
     SectionTokens,
 )
-from serve.api import ApiSettings, RetrieverBackend, _error, answer_payload, error_of, make_api
+from serve.api import ApiSettings, make_api
 from serve.auth import ApiKeys
 from serve.handles import DeadlineExceeded, RequestCancelled
+from serve.payloads import answer_payload, error_of, error_payload
+from serve.retriever_client import RetrieverBackend
 from serve.schemas import ERROR_TYPES
 
 KEY = "sk-fuzz-Qx81"
@@ -242,8 +244,8 @@ SCRIPTS: dict[str, Script] = {
         400,
     ),
     "index unknown to the retriever": Script(
-        (lambda *_: _error(404, "unknown index"),),
-        (lambda *_: {"type": "error", **_error(404, "unknown index")},),
+        (lambda *_: error_payload(404, "unknown index"),),
+        (lambda *_: {"type": "error", **error_payload(404, "unknown index")},),
         404,
         404,
     ),

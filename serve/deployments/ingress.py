@@ -1,0 +1,62 @@
+"""The HTTP ingress deployment: the FastAPI app of :mod:`serve.api` over the Retriever's handle."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ray import serve
+
+from serve.api import ApiSettings, make_api
+from serve.handles import (
+    over,
+)
+from serve.metrics import Metrics
+from serve.retriever_client import RetrieverBackend
+
+log = logging.getLogger("hxd2.serve")
+
+
+@serve.deployment(
+    name="Ingress",
+    max_ongoing_requests=64,
+    max_queued_requests=128,
+    backpressure_config={"retry_after_s": 1},
+    ray_actor_options={"num_cpus": 0.25},
+)
+@serve.ingress()
+class Ingress:
+    """HTTP ingress: OpenAI-compatible chat completions (SSE streaming), /v1/query, /v1/models, /healthz, the
+    index views (/v1/indexes/...) and the web UI (/ui)."""
+
+    def __init__(self, retriever: Any, settings: dict[str, Any]):
+        from serve.auth import ApiKeys, AuthConfigError, load_api_keys
+
+        self.settings = ApiSettings(
+            indexes=tuple(settings["indexes"]),
+            default_index=settings["default_index"],
+            request_deadline_s=float(settings["request_deadline_s"]),
+            retry_after_s=int(settings["retry_after_s"]),
+            max_body_bytes=int(settings["max_body_bytes"]),
+            max_question_chars=int(settings["max_question_chars"]),
+            rate_limit_per_key=settings.get("rate_limit_per_key"),
+            rate_limit_burst=int(settings.get("rate_limit_burst", 20)),
+        )
+        self.keys = None
+        if settings.get("auth", True):
+            keys = load_api_keys(settings.get("api_keys_env"), settings.get("api_keys_file"))
+            if not keys:
+                raise AuthConfigError(
+                    f"auth is on but no API key is configured: set ${settings.get('api_keys_env')} (comma-separated)"
+                    " or api_keys_file on the replicas, or set auth: false for a local-only server"
+                )
+            self.keys = ApiKeys(keys)
+            log.info("ingress: %d API key(s) loaded", len(self.keys))
+        else:
+            log.warning("ingress: auth is OFF (auth: false); bind to 127.0.0.1 only")
+        transport = settings.get("transport", "grpc")
+        self.backend = RetrieverBackend(over(retriever, transport), self.settings.retry_after_s)
+        self.metrics = Metrics()
+
+    def __serve_build_asgi_app__(self) -> Any:
+        return make_api(self.backend, self.settings, self.keys, self.metrics)

@@ -1,0 +1,144 @@
+"""The Ingress's client of the Retriever deployment: deadlines, one retry on a replica that died under a read,
+Serve's back-pressure as 503 with ``Retry-After``, and the Retriever's error payloads as :class:`ApiError`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, AsyncIterator
+
+from serve.handles import cancel_quietly
+from serve.payloads import ApiError
+
+log = logging.getLogger("hxd2.serve")
+
+
+class RetrieverBackend:
+    """The Ingress's view of the Retriever deployment: deadlines, one retry on a dead replica, status mapping."""
+
+    def __init__(self, handle: Any, retry_after_s: int):
+        self.handle = handle
+        self.stream_handle = handle.options(stream=True)
+        self.retry_after_s = retry_after_s
+
+    def _overloaded(self, message: str, retry_after: float | None = None) -> ApiError:
+        seconds = self.retry_after_s if retry_after is None else max(0, int(-(-retry_after // 1)))
+        return ApiError(503, message, code="overloaded", headers={"Retry-After": str(seconds)})
+
+    @staticmethod
+    def _for_client(err: dict[str, Any]) -> dict[str, Any]:
+        """The Retriever's error as the client sees it. Its 499 (the work was cancelled) reaches only a client
+        still waiting, and the Ingress cancels a live client's work only at the deadline: that is a 504."""
+        if int(err.get("status", 500)) == 499:
+            return {**err, "status": 504, "message": "the request deadline passed (its work was cancelled)"}
+        return err
+
+    def _raise_payload_error(self, payload: dict[str, Any]) -> None:
+        err = self._for_client(payload["error"])
+        status = int(err.get("status", 500))
+        if status == 503:
+            raise self._overloaded(err.get("message", "overloaded"), err.get("retry_after"))
+        raise ApiError(status, err.get("message", "error"))
+
+    async def answer(
+        self, index: str, question: str, trace: bool, deadline: float, mode: str | None = None, topic: str | None = None
+    ) -> dict[str, Any]:
+        return await self._call("answer", (index, question, trace, deadline, mode, topic), deadline)
+
+    async def index_view(self, kind: str, index: str, params: dict[str, Any], deadline: float) -> dict[str, Any]:
+        """A view of a served index (:mod:`serve.index_views`): a read, so a dead replica's is retried too."""
+        return await self._call("index_view", (kind, index, params, deadline), deadline)
+
+    async def _call(self, method: str, args: tuple[Any, ...], deadline: float) -> dict[str, Any]:
+        """One read-only, idempotent call of the Retriever: its result, or its error payload as an ApiError."""
+        from ray.exceptions import RayActorError
+        from ray.serve.exceptions import BackPressureError
+
+        for attempt in (0, 1):
+            response = getattr(self.handle, method).remote(*args)
+            try:
+                # A little beyond the deadline: the retriever answers 504 itself, with its reason, when it can.
+                result = await asyncio.wait_for(response, max(0.0, deadline - time.time()) + 1.0)
+            except asyncio.TimeoutError:
+                cancel_quietly(response)
+                raise ApiError(504, "the request deadline passed") from None
+            except asyncio.CancelledError:
+                cancel_quietly(response)  # the client went away: stop the work downstream
+                raise
+            except BackPressureError as exc:
+                raise self._overloaded(f"the retriever is at capacity ({exc})", exc.retry_after_s) from None
+            except RayActorError as exc:
+                # The replica died under this (read-only, idempotent) call: retry once on another replica.
+                if attempt == 0 and time.time() < deadline:
+                    log.warning("retriever replica failed (%s); retrying once", type(exc).__name__)
+                    continue
+                raise self._overloaded(f"the retriever replica went away ({type(exc).__name__})") from None
+            except Exception as exc:
+                log.error("retriever call failed", exc_info=exc)
+                raise ApiError(500, f"internal error: {type(exc).__name__}") from None
+            if "error" in result:
+                self._raise_payload_error(result)
+            return result
+        raise AssertionError("unreachable")
+
+    async def answer_stream(
+        self, index: str, question: str, trace: bool, deadline: float, mode: str | None = None, topic: str | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Events from the retriever. Errors before the first event raise :class:`ApiError` (a real status);
+        later ones arrive as ``{"type": "error"}`` events. Closing this generator cancels the stream below."""
+        from ray.exceptions import RayActorError
+        from ray.serve.exceptions import BackPressureError
+
+        gen = self.stream_handle.answer_stream.remote(index, question, trace, deadline, mode, topic)
+        first = True
+        done = False
+        try:
+            while True:
+                timeout = max(0.0, deadline - time.time()) + 1.0
+                try:
+                    event = await asyncio.wait_for(gen.__anext__(), timeout)
+                except StopAsyncIteration:
+                    done = True
+                    return
+                except asyncio.TimeoutError:
+                    if first:
+                        raise ApiError(504, "the request deadline passed") from None
+                    yield {"type": "error", "error": {"status": 504, "message": "the request deadline passed"}}
+                    return
+                except BackPressureError as exc:
+                    # The request never started downstream: nothing to cancel (cancelling would re-raise this).
+                    done = True
+                    raise self._overloaded(f"the retriever is at capacity ({exc})", exc.retry_after_s) from None
+                except RayActorError as exc:
+                    if first:
+                        raise self._overloaded(f"the retriever replica went away ({type(exc).__name__})") from None
+                    yield {"type": "error", "error": {"status": 503, "message": "the retriever replica went away"}}
+                    return
+                except ApiError:
+                    raise
+                except Exception as exc:
+                    log.error("retriever stream failed", exc_info=exc)
+                    message = f"internal error: {type(exc).__name__}"
+                    if first:
+                        raise ApiError(500, message) from None
+                    yield {"type": "error", "error": {"status": 500, "message": message}}
+                    return
+                if first and event.get("type") == "error":
+                    done = True
+                    self._raise_payload_error(event)
+                first = False
+                if event.get("type") == "error":
+                    event = {**event, "error": self._for_client(event["error"])}
+                if event.get("type") in ("final", "error"):
+                    done = True
+                yield event
+        finally:
+            if not done:
+                cancel_quietly(gen)
+
+    async def health(self) -> dict[str, Any]:
+        return await asyncio.wait_for(self.handle.info.remote(), 5.0)
+
+    async def reload(self) -> dict[str, Any]:
+        return await asyncio.wait_for(self.handle.reload.remote(), 120.0)
