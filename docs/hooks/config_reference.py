@@ -244,10 +244,11 @@ def config_reference_page() -> str:
     lines = [
         "# Configuration reference",
         "",
-        "Generated from the pydantic models in `hxd2_ray/config.py` and `serve/schemas.py` each time the site is "
+        "Generated from the pydantic models in `hxd2_ray/config/` and `serve/schemas.py` each time the site is "
         "built (`docs/hooks/config_reference.py`), so it lists exactly what the code accepts: "
-        f"{len(keys)} keys of the hxd2 config in {len(sections)} sections ({undescribed} still marked "
-        f"{NO_DESCRIPTION}), then the {len(serve_keys)} keys of a Serve application's `args`.",
+        f"{len(keys)} keys of the hxd2 config in {len(sections)} sections"
+        + (f" ({undescribed} still marked {NO_DESCRIPTION})" if undescribed else "")
+        + f", then the {len(serve_keys)} keys of a Serve application's `args`.",
         "",
         "## The hxd2 config",
         "",

@@ -1,0 +1,128 @@
+"""What the write stage builds from the staged rows: Faiss families, SYNONYM and NAMES_TITLE edges, generations."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from hxd2_ray.config.base import GRAPH_ONLY, NOT_IN_INDEX, FrozenSection, fingerprint_factors
+
+
+class VectorsConfig(FrozenSection):
+    """The vector families' layout (in the staged rows) and the Faiss index each shard is written as (graph only)."""
+
+    num_shards: int = Field(2, ge=1, description="Shards per vector family.")
+    index_type: Literal["auto", "flat", "hnsw", "ivf"] = Field(
+        "auto", description="auto: flat up to flat_max_vectors per shard, then IVF."
+    )
+    flat_max_vectors: int = Field(
+        200_000,
+        gt=0,
+        description="index_type=auto: a family whose largest shard holds more vectors than this is written as IVF, "
+        "else as an exact flat index.",
+        json_schema_extra=GRAPH_ONLY,
+    )
+    hnsw_m: int = Field(
+        32,
+        gt=0,
+        description="index_type=hnsw: neighbours per node of the HNSW graph (Faiss M).",
+        json_schema_extra=GRAPH_ONLY,
+    )
+    hnsw_ef_construction: int = Field(
+        64,
+        gt=0,
+        description="index_type=hnsw: candidates searched while inserting a vector (Faiss efConstruction).",
+        json_schema_extra=GRAPH_ONLY,
+    )
+    hnsw_ef_search: int = Field(
+        128,
+        gt=0,
+        description="index_type=hnsw: candidates searched per query (Faiss efSearch), stored with the shard.",
+        json_schema_extra=GRAPH_ONLY,
+    )
+    ivf_nlist: int | None = Field(
+        None,
+        description="IVF: inverted lists (k-means centroids) per shard; None: about 4*sqrt(n), capped so each list "
+        "trains on 39+ points.",
+        json_schema_extra=GRAPH_ONLY,
+    )
+    ivf_nprobe: int = Field(
+        16,
+        gt=0,
+        description="IVF: lists searched per query, stored with the shard (more: better recall, slower).",
+        json_schema_extra=GRAPH_ONLY,
+    )
+    train_sample_size: int = Field(
+        100_000,
+        gt=0,
+        description="Vectors sampled (evenly, seeded) to train IVF.",
+        json_schema_extra=GRAPH_ONLY,
+    )
+
+
+class GenerationsConfig(FrozenSection):
+    """Index generations on disk: each build or update publishes a new one."""
+
+    keep: int = Field(
+        2,
+        ge=1,
+        description="Index generations kept on disk (the current one and the ones before it), so readers "
+        "of an older generation keep working until they reopen.",
+    )
+
+
+class SynonymConfig(FrozenSection):
+    """Index-time SYNONYM edges between entities whose name vectors are near (part of the index fingerprint)."""
+
+    enabled: bool = Field(True, description="Compute SYNONYM edges when an index is built.")
+    k: int = Field(10, ge=1, le=1024, description="Nearest entity names searched per entity.")
+    threshold: float = Field(
+        0.85,
+        ge=-1,
+        le=1,
+        description="Least cosine of two entity-name vectors for an edge (depends on the embedding model).",
+    )
+    require_shared_text: bool = Field(
+        True,
+        description="Both keys must share a character trigram: an English embedder maps unrelated Chinese names "
+        "to near-identical vectors.",
+    )
+    batch_size: int = Field(
+        4096,
+        gt=0,
+        description="Entity names searched per Faiss call (not part of the fingerprint).",
+        json_schema_extra=NOT_IN_INDEX,
+    )
+
+
+class TitleMentionConfig(FrozenSection):
+    """Index-time NAMES_TITLE edges: chunks whose text names another document's title (in the index fingerprint)."""
+
+    enabled: bool = Field(
+        True,
+        description="Read every chunk for the titles of the other documents when an index is "
+        "built (a corpus without titles gets none).",
+    )
+    max_words: int = Field(6, ge=1, le=16, description="Longest title looked for, in words.")
+    max_naming_chunks: int = Field(
+        200,
+        ge=1,
+        description="A title named by more chunks than this gets no edges: too common to say which passage comes next.",
+    )
+
+
+def synonym_factors(cfg: SynonymConfig) -> dict[str, Any]:
+    """The synonym settings that shape an index (those not marked ``NOT_IN_INDEX``: the batch size does not); a
+    disabled section is only ``{"enabled": False}``."""
+    return fingerprint_factors(cfg, "graph", "graph")
+
+
+# The rules of the title scan (hxd2_ray.indexing.title_mentions): a change of them makes existing indexes stale.
+TITLE_SCAN_RULES = "names-as-written-1"
+
+
+def title_mention_factors(cfg: TitleMentionConfig) -> dict[str, Any]:
+    """The title-mention settings (and scan rules) that shape an index."""
+    factors = fingerprint_factors(cfg, "graph", "graph")
+    return {**factors, "rules": TITLE_SCAN_RULES} if cfg.enabled else factors
