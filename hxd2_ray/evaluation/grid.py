@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from hxd2_ray.errors import HxdError
-from hxd2_ray.evaluation.report import LENIENT_NOTE, fmt_count, fmt_score, metric_label, new_figure, save_figure
+from hxd2_ray.evaluation.report_plots import new_figure, save_figure
+from hxd2_ray.evaluation.report_tables import LENIENT_NOTE, fmt_count, fmt_score, metric_label
 
 # Row titles in the paper's vocabulary; a mode missing here is shown by its own name.
 MODE_TITLES = {

@@ -32,7 +32,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from hxd2_ray.chunking.splitter import detect_language
-from hxd2_ray.evaluation.report import new_figure, save_figure
+from hxd2_ray.evaluation.report_plots import new_figure, save_figure
 from hxd2_ray.llm.base import LLMClient, LLMRequest, LLMResponse
 from hxd2_ray.prompt_templates import (
     PromptSet,

@@ -238,7 +238,7 @@ def test_markdown_question_table_keeps_the_first_rows_of_each_mode(tmp_path):
 
 
 def test_score_plot_runs_zero_to_one_and_leaves_a_missing_value_undrawn(tmp_path):
-    from hxd2_ray.evaluation import report
+    from hxd2_ray.evaluation import report_plots as report
 
     drawn = {}
     real_save = report.save_figure
