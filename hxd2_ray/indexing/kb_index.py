@@ -293,7 +293,7 @@ def build_kb_index(
         seconds["graph"] = round(time.perf_counter() - t0, 3)
         say(f"graph loaded: {counts['entities']:,} entities, {counts['relations']:,} edges in {seconds['graph']:.1f}s")
         # A KB has no chunks: its questions are made from the edge descriptions ("S --rel--> O").
-        refusal = calibrate_build(build_dir, cfg, relations.column("description"), embedder=embedder, progress=progress)
+        refusal = calibrate_build(build_dir, relations.column("description"), embedder=embedder, progress=progress)
 
         fingerprint = kb_fingerprint(cfg, digest, limit_entities)
         summary: dict[str, Any] = {

@@ -31,7 +31,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -203,20 +203,25 @@ class _BuiltIndex:
 
 
 def calibrate_build(
-    root: str | Path, cfg: Any, texts: Sequence[str], *, embedder: Any = None, progress: Any = None
+    root: str | Path,
+    texts: Sequence[str],
+    *,
+    embedder: Any = None,
+    make_embedder: Callable[[], Any] | None = None,
+    progress: Any = None,
 ) -> dict[str, Any] | None:
     """:func:`calibrate_index` on a build folder (graph and vector families written, manifest not yet), with
-    ``embedder`` or one built from ``cfg.embedding``. A failure is reported in the record, never raised: the
-    index stays usable with the configured threshold."""
+    ``embedder``, or one ``make_embedder()`` builds (and this closes after): the caller, which knows the config
+    and the backends (``hxd2_ray.wiring.build_embedder``), injects it. A failure is reported in the record, never
+    raised: the index stays usable with the configured threshold."""
+    if (embedder is None) == (make_embedder is None):
+        raise TypeError("calibrate_build needs exactly one of embedder and make_embedder")
     started = time.perf_counter()
     own = embedder is None
     view = None
     try:
-        if own:
-            # the composition root sits above retrieval (and imports it)
-            from hxd2_ray.wiring import build_embedder  # noqa: PLC0415
-
-            embedder = build_embedder(cfg.embedding)
+        if make_embedder is not None:
+            embedder = make_embedder()
         view = _BuiltIndex(Path(root))
         record = calibrate_index(view, embedder, texts)
     except Exception as exc:  # noqa: BLE001 - calibration is advisory; the build must not fail on it

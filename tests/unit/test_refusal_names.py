@@ -200,7 +200,7 @@ def test_calibration_of_an_index_with_its_f1(rice):
 
 def test_calibration_of_a_build_folder_lands_in_the_manifest(rice, tmp_path):
     root, cfg, idx, embedder = rice
-    record = calibrate_build(root, cfg, pa.chunked_array([[t for _, t in RICE]]), embedder=embedder)
+    record = calibrate_build(root, pa.chunked_array([[t for _, t in RICE]]), embedder=embedder)
     assert record is not None and "error" not in record and record["seconds"] >= 0
     manifest = IndexManifest.create(
         fingerprint="f",
@@ -219,5 +219,22 @@ def test_calibration_of_a_build_folder_lands_in_the_manifest(rice, tmp_path):
     assert back.refusal["threshold"] == record["threshold"] and back.synonyms["edges"] == 3
     raw = json.loads((tmp_path / "manifest.json").read_text())
     assert raw["refusal"]["rule"] == "question"
-    failed = calibrate_build(tmp_path / "nowhere", cfg, ["text"], embedder=embedder)
+    failed = calibrate_build(tmp_path / "nowhere", ["text"], embedder=embedder)
     assert "error" in failed  # reported, never raised: the build goes on with the configured threshold
+
+
+def test_calibration_of_a_build_folder_with_an_injected_embedder_factory(rice):
+    root, _cfg, _idx, embedder = rice
+    closed: list[bool] = []
+
+    class Owned:  # the embedder a factory makes is the calibration's own: closed after
+        def __getattr__(self, name: str) -> object:
+            return getattr(embedder, name)
+
+        def close(self) -> None:
+            closed.append(True)
+
+    record = calibrate_build(root, pa.chunked_array([[t for _, t in RICE]]), make_embedder=Owned)
+    assert record is not None and "error" not in record and closed == [True]
+    with pytest.raises(TypeError):
+        calibrate_build(root, ["text"])  # the caller injects the embedder (or its factory): none is built here
