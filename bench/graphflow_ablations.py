@@ -46,7 +46,8 @@ def main() -> int:
 
     from hxd2_ray.config import load_config
     from hxd2_ray.graphflow.evaluation import evaluate_policy
-    from hxd2_ray.graphflow.trainer import SplitVectors, train_policy
+    from hxd2_ray.graphflow.trainer import train_policy
+    from hxd2_ray.graphflow.training_inputs import SplitVectors
 
     torch.set_num_threads(1)
     with open(args.inputs, "rb") as fh:

@@ -56,7 +56,8 @@ def main() -> int:
     from hxd2_ray.graphflow.examples import build_examples
     from hxd2_ray.graphflow.features import load_or_build_features
     from hxd2_ray.graphflow.linking import StartLinker
-    from hxd2_ray.graphflow.trainer import prepare_inputs, question_vectors, train_policy
+    from hxd2_ray.graphflow.trainer import train_policy
+    from hxd2_ray.graphflow.training_inputs import prepare_inputs, question_vectors
     from hxd2_ray.retrieval.index import open_index
     from hxd2_ray.wiring import build_embedder
 

@@ -59,7 +59,7 @@ def inputs_for(
         with path.open("wb") as fh:
             pickle.dump(inputs, fh)
     if max_train is not None and len(inputs.train) > max_train:
-        from hxd2_ray.graphflow.trainer import SplitVectors
+        from hxd2_ray.graphflow.training_inputs import SplitVectors
 
         vec = inputs.vectors["train"]
         inputs.train, inputs.demos = inputs.train[:max_train], inputs.demos[:max_train]

@@ -39,7 +39,7 @@ def main() -> int:
     import ray
 
     from hxd2_ray.config import GraphFlowConfig, HxdConfig, RayConfig
-    from hxd2_ray.graphflow.trainer import SplitVectors
+    from hxd2_ray.graphflow.training_inputs import SplitVectors
     from jobs.graphflow import fit_on_ray
 
     if args.synthetic:
@@ -107,7 +107,7 @@ def synthetic_inputs():
     from hxd2_ray.graphflow.features import build_features
     from hxd2_ray.graphflow.linking import StartLinker
     from hxd2_ray.graphflow.synthetic import movie_world
-    from hxd2_ray.graphflow.trainer import prepare_inputs
+    from hxd2_ray.graphflow.training_inputs import prepare_inputs
 
     world = movie_world(n_movies=400, n_people=150, seed=0)
     emb = HashingEmbedder(dim=64)

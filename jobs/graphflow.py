@@ -46,13 +46,8 @@ from hxd2_ray.graphflow.evaluation import evaluate_policy
 from hxd2_ray.graphflow.examples import TargetKind, build_examples, split_examples
 from hxd2_ray.graphflow.policy import build_policy
 from hxd2_ray.graphflow.retriever import GraphFlowRetriever
-from hxd2_ray.graphflow.trainer import (
-    CHECKPOINT_STATE,
-    TrainingResult,
-    export_policy,
-    question_vectors,
-    train_policy,
-)
+from hxd2_ray.graphflow.trainer import CHECKPOINT_STATE, TrainingResult, export_policy, train_policy
+from hxd2_ray.graphflow.training_inputs import question_vectors
 from hxd2_ray.retrieval.index import open_index
 from hxd2_ray.wiring import build_embedder
 from jobs import progress

@@ -16,7 +16,7 @@ from hxd2_ray.evaluation.datasets import EvalItem, get_benchmark
 from hxd2_ray.graphflow.examples import build_examples, split_examples, target_kind_of
 from hxd2_ray.graphflow.features import load_or_build_features
 from hxd2_ray.graphflow.linking import StartLinker
-from hxd2_ray.graphflow.trainer import TrainingInputs, prepare_inputs
+from hxd2_ray.graphflow.training_inputs import TrainingInputs, prepare_inputs
 
 __all__ = ["index_inputs", "load_items"]
 
