@@ -33,6 +33,7 @@ from hxd2_ray.config.index import (
     VectorsConfig,
     synonym_factors,
     title_mention_factors,
+    vector_factors,
 )
 from hxd2_ray.config.llm import LLMConfig, OpenAILLMConfig, ScriptedLLMConfig, VllmLLMConfig, llm_model_id
 from hxd2_ray.config.loading import config_from_data, load_config, validate_config
@@ -91,4 +92,5 @@ __all__ = [
     "synonym_factors",
     "title_mention_factors",
     "validate_config",
+    "vector_factors",
 ]

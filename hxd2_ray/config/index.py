@@ -112,6 +112,12 @@ class TitleMentionConfig(FrozenSection):
     )
 
 
+def vector_factors(cfg: VectorsConfig) -> dict[str, Any]:
+    """The vector settings that shape an index's families: the layout of the staged rows and the Faiss parameters
+    of the written shards (every field not marked ``NOT_IN_INDEX``)."""
+    return {**fingerprint_factors(cfg, "staging"), **fingerprint_factors(cfg, "graph")}
+
+
 def synonym_factors(cfg: SynonymConfig) -> dict[str, Any]:
     """The synonym settings that shape an index (those not marked ``NOT_IN_INDEX``: the batch size does not); a
     disabled section is only ``{"enabled": False}``."""

@@ -31,7 +31,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow.compute as pc
 
-from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, synonym_factors
+from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, synonym_factors, vector_factors
 from hxd2_ray.errors import HxdError
 from hxd2_ray.indexing import tables
 from hxd2_ray.indexing.embedding_texts import embedding_inputs
@@ -74,7 +74,7 @@ def kb_fingerprint(cfg: HxdConfig, triples_sha256: str, limit_entities: int | No
         "limit_entities": limit_entities,
         "extraction": cfg.extraction.model_dump(mode="json", include={"max_entity_name_chars"}),
         "embedding": [embedding_model_id(cfg.embedding), cfg.embedding.dim],
-        "vectors": cfg.vectors.model_dump(mode="json", include={"num_shards", "index_type"}),
+        "vectors": vector_factors(cfg.vectors),
         "synonyms": synonym_factors(cfg.synonyms),
     }
     blob = json.dumps(factors, sort_keys=True, separators=(",", ":")).encode()

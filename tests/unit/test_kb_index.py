@@ -17,7 +17,8 @@ from hxd2_ray.indexing.manifest import read_manifest
 from hxd2_ray.indexing.tables import VECTOR_FAMILIES
 from hxd2_ray.logic import EntityLinker, GraphQueries, LogicFormExecutor
 from hxd2_ray.logic.metaqa import read_triples, triples_to_tables
-from hxd2_ray.logic.plan import Plan, validate_plan
+from hxd2_ray.logic.plan import Plan
+from hxd2_ray.logic.plan_validation import validate_plan
 from hxd2_ray.retrieval import QueryPipeline, open_index
 from hxd2_ray.wiring import build_pipeline
 from tests.unit.retrieval_fixtures import keyword_reply, scripted_llm
@@ -107,6 +108,10 @@ def test_fingerprint_follows_file_content_and_model(kb_file, tmp_path):
     wider = HxdConfig(llm=ScriptedLLMConfig(), embedding=HashingEmbeddingConfig(dim=DIM * 2), vectors=cfg.vectors)
     assert kb_fingerprint(wider, digest, None) != kb_fingerprint(cfg, digest, None)
     assert kb_fingerprint(cfg, digest, 10) != kb_fingerprint(cfg, digest, None)
+    # every vector setting that shapes the written shards counts (the IVF lists, HNSW's M), not the layout only
+    for change in ({"ivf_nlist": 8}, {"hnsw_m": 8}):
+        other_vectors = cfg.model_copy(update={"vectors": cfg.vectors.model_copy(update=change)})
+        assert kb_fingerprint(other_vectors, digest, None) != kb_fingerprint(cfg, digest, None), change
 
 
 def test_dual_level_retrieval_finds_the_topic_entity(built, index):
