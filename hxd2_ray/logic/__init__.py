@@ -17,7 +17,8 @@ from hxd2_ray.logic.evidence import LogicFormEvidence, StepTrace, Value
 from hxd2_ray.logic.executor import LogicFormExecutor
 from hxd2_ray.logic.facts import PredicateMatcher, parse_number
 from hxd2_ray.logic.linking import EntityLinker, LinkResult
-from hxd2_ray.logic.plan import OPERATORS, Plan, PlanError, Ref, Step, plan_json_schema, validate_plan
+from hxd2_ray.logic.plan import OPERATORS, Plan, PlanError, Ref, Step
+from hxd2_ray.logic.plan_validation import plan_json_schema, validate_plan
 from hxd2_ray.logic.planner import LogicFormPlanner, PlanResult, load_logic_prompts
 from hxd2_ray.logic.queries import GraphQueries
 from hxd2_ray.logic.safe_math import MathError, evaluate_math

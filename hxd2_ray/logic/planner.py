@@ -16,7 +16,8 @@ from typing import Any, Sequence
 
 from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.llm.base import LLMClient, LLMRequest
-from hxd2_ray.logic.plan import MAX_STEPS, MAX_TEXT_CHARS, Plan, PlanError, plan_json_schema, validate_plan
+from hxd2_ray.logic.plan import MAX_STEPS, MAX_TEXT_CHARS, Plan, PlanError
+from hxd2_ray.logic.plan_validation import plan_json_schema, validate_plan
 from hxd2_ray.prompt_templates import (
     PromptSet,
     PromptSetLoader,

@@ -7,7 +7,8 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hxd2_ray.logic.plan import Plan, PlanError, parse_plan_json, validate_plan
+from hxd2_ray.logic.plan import Plan, PlanError, parse_plan_json
+from hxd2_ray.logic.plan_validation import validate_plan
 from hxd2_ray.logic.safe_math import MathError, evaluate_math
 from tests.property.strategies import any_text, hostile_text, is_valid_unicode, json_text, small_json
 

@@ -23,7 +23,8 @@ from hxd2_ray.logic.metaqa import (
     read_triples,
     triples_to_tables,
 )
-from hxd2_ray.logic.plan import Plan, validate_plan
+from hxd2_ray.logic.plan import Plan
+from hxd2_ray.logic.plan_validation import validate_plan
 from hxd2_ray.logic.verifier import EvidenceVerifier, parse_verdict
 from hxd2_ray.vectors.exact_index import ExactVectorIndex
 

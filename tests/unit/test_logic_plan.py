@@ -6,14 +6,8 @@ import json
 
 import pytest
 
-from hxd2_ray.logic.plan import (
-    Plan,
-    PlanError,
-    Ref,
-    parse_plan_json,
-    plan_json_schema,
-    validate_plan,
-)
+from hxd2_ray.logic.plan import Plan, PlanError, Ref, parse_plan_json
+from hxd2_ray.logic.plan_validation import plan_json_schema, validate_plan
 
 
 def step(op, args, alias=None, text="sub-question"):

@@ -8,7 +8,8 @@ import pytest
 
 from hxd2_ray.llm.base import LLMResponse
 from hxd2_ray.llm.scripted import ScriptedLLM
-from hxd2_ray.logic.plan import Plan, plan_json_schema
+from hxd2_ray.logic.plan import Plan
+from hxd2_ray.logic.plan_validation import plan_json_schema
 from hxd2_ray.logic.planner import LogicFormPlanner, load_logic_prompts, parse_logic_prompts
 
 VALID = {
