@@ -1,7 +1,9 @@
 """Kùzu graph store: one bulk writer and a parameterised reader. The only module that imports kuzu.
 
-Kùzu 0.11.3 is frozen (archived upstream), so everything engine-specific stays here: a later switch to
-LadybugDB is this file plus a rebuild from the staging Parquet. Rules this module keeps:
+Kùzu 0.11.3 is frozen (archived upstream), so everything engine-specific stays here and in its siblings (the
+tables' DDL in :mod:`~hxd2_ray.graph.kuzu_schema`, the Cypher in :mod:`~hxd2_ray.graph.kuzu_queries`, the Arrow
+tables a COPY loads in :mod:`~hxd2_ray.graph.kuzu_tables`): a later switch to LadybugDB is these four files plus
+a rebuild from the staging Parquet. Rules they keep:
 
 * Data never enters query text. Writes are ``COPY <table> FROM $t`` with pyarrow Tables (pandas-3
   string columns crash 0.11.3's COPY); reads are fixed templates with every ``$param`` bound, because an
@@ -17,9 +19,7 @@ LadybugDB is this file plus a rebuild from the staging Parquet. Rules this modul
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 import threading
 import warnings
 from pathlib import Path
@@ -28,10 +28,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import kuzu
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from hxd2_ray.errors import IndexMismatchError, IndexNotFoundError
-from hxd2_ray.graph import schema
 from hxd2_ray.graph.base import (
     COUNT_NAMES,
     GRAPH_SCHEMA_VERSION,
@@ -43,6 +41,46 @@ from hxd2_ray.graph.base import (
     entity_row,
     rank_neighbors,
     unique_in_order,
+)
+from hxd2_ray.graph.kuzu_queries import (
+    PAGE_NODE_TABLE,
+    Q_CHECKPOINT,
+    Q_CHUNK,
+    Q_CHUNK_COLUMNS,
+    Q_CHUNK_OFFSETS_OF_ENTITY,
+    Q_CHUNKS_OF_ENTITY,
+    Q_COPY,
+    Q_COUNTS,
+    Q_DEGREE,
+    Q_DOCUMENT,
+    Q_DOCUMENT_COLUMNS,
+    Q_ENTITY,
+    Q_ENTITY_BY_NAME,
+    Q_ENTITY_COLUMNS,
+    Q_LF_EDGES_BETWEEN_PAIR,
+    Q_LF_EDGES_OF,
+    Q_LF_ENTITY_NAMES,
+    Q_LF_NAME_OF,
+    Q_LF_PATHS_2HOP_OF,
+    Q_LF_PATHS_BETWEEN_PAIR,
+    Q_MAX_OFFSET,
+    Q_NEIGHBOR_OFFSETS_OF,
+    Q_NEIGHBORS_OF,
+    Q_PAGE,
+    Q_RELATION,
+    Q_RELATION_KEYWORDS,
+    Q_SCAN,
+    Q_SHOW_TABLES,
+    check_params,
+)
+from hxd2_ray.graph.kuzu_schema import (
+    DDL,
+    GRAPH_TABLES,
+    LOAD_ORDER,
+    OPTIONAL_TABLES,
+)
+from hxd2_ray.graph.kuzu_tables import (
+    prepare_tables,
 )
 from hxd2_ray.graph.templates import (
     LF_EDGES,
@@ -63,456 +101,6 @@ __all__ = [
     "load_graph",
     "prepare_tables",
 ]
-
-# ---------------------------------------------------------------------------------------------------
-# Schema. ``ord`` not ``order``: ORDER is a Cypher keyword. The Arrow schemas below mirror the DDL column
-# order exactly, since COPY is positional.
-
-DDL = (
-    "CREATE NODE TABLE Document(id STRING, source_id STRING, source_path STRING, title STRING, n_chars INT64,"
-    " PRIMARY KEY(id))",
-    "CREATE NODE TABLE Chunk(id STRING, doc_id STRING, ord INT64, start INT64, text STRING, header_path STRING,"
-    " language STRING, PRIMARY KEY(id))",
-    "CREATE NODE TABLE Entity(key STRING, name STRING, type STRING, description STRING,"
-    " source_chunk_ids STRING[], mention_count INT64, name_truncated BOOL, degree INT64, PRIMARY KEY(key))",
-    "CREATE REL TABLE RELATED(FROM Entity TO Entity, description STRING, keywords STRING[], weight DOUBLE,"
-    " source_chunk_ids STRING[], mention_count INT64)",
-    "CREATE REL TABLE MENTIONS(FROM Chunk TO Entity)",
-    "CREATE REL TABLE PART_OF(FROM Chunk TO Document)",
-    # Near entity names (index-time kNN over the entity_name vectors); the ranking walk reads them, nothing else.
-    "CREATE REL TABLE SYNONYM(FROM Entity TO Entity, score DOUBLE)",
-    # A chunk whose text names another document's title (index-time text scan); the ranking walk reads them.
-    "CREATE REL TABLE NAMES_TITLE(FROM Chunk TO Document)",
-)
-GRAPH_TABLES = ("Document", "Chunk", "Entity", "RELATED", "MENTIONS", "PART_OF")
-# Written by every build since they exist; a graph built before has none (read as no synonyms, no title names).
-OPTIONAL_TABLES = ("SYNONYM", "NAMES_TITLE")
-# Node tables before rel tables: a rel COPY looks its endpoints up by primary key.
-LOAD_ORDER = (*GRAPH_TABLES, *OPTIONAL_TABLES)
-
-_STR_LIST = pa.list_(pa.string())
-DOCUMENT_COLUMNS = pa.schema(
-    [
-        ("id", pa.string()),
-        ("source_id", pa.string()),
-        ("source_path", pa.string()),
-        ("title", pa.string()),
-        ("n_chars", pa.int64()),
-    ]
-)
-CHUNK_COLUMNS = pa.schema(
-    [
-        ("id", pa.string()),
-        ("doc_id", pa.string()),
-        ("ord", pa.int64()),
-        ("start", pa.int64()),
-        ("text", pa.string()),
-        ("header_path", pa.string()),
-        ("language", pa.string()),
-    ]
-)
-ENTITY_COLUMNS = pa.schema(
-    [
-        ("key", pa.string()),
-        ("name", pa.string()),
-        ("type", pa.string()),
-        ("description", pa.string()),
-        ("source_chunk_ids", _STR_LIST),
-        ("mention_count", pa.int64()),
-        ("name_truncated", pa.bool_()),
-        ("degree", pa.int64()),
-    ]
-)
-RELATED_COLUMNS = pa.schema(
-    [
-        ("from", pa.string()),
-        ("to", pa.string()),
-        ("description", pa.string()),
-        ("keywords", _STR_LIST),
-        ("weight", pa.float64()),
-        ("source_chunk_ids", _STR_LIST),
-        ("mention_count", pa.int64()),
-    ]
-)
-MENTIONS_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string())])
-SYNONYM_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string()), ("score", pa.float64())])
-PART_OF_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string())])
-NAMES_TITLE_COLUMNS = pa.schema([("from", pa.string()), ("to", pa.string())])
-
-# ---------------------------------------------------------------------------------------------------
-# Query templates: constants, so no data can ever be spliced into Cypher text.
-
-Q_SHOW_TABLES = "CALL show_tables() RETURN name"
-Q_COPY = {name: f"COPY {name} FROM $t" for name in LOAD_ORDER}
-Q_CHECKPOINT = "CHECKPOINT"
-Q_COUNTS = {
-    "documents": "MATCH (d:Document) RETURN count(d) AS n",
-    "chunks": "MATCH (c:Chunk) RETURN count(c) AS n",
-    "entities": "MATCH (e:Entity) RETURN count(e) AS n",
-    "relations": "MATCH ()-[r:RELATED]->() RETURN count(r) AS n",
-    "mentions": "MATCH ()-[m:MENTIONS]->() RETURN count(m) AS n",
-}
-_ENTITY_RETURN = (
-    "e.key AS key, e.name AS name, e.type AS type, e.description AS description,"
-    " e.source_chunk_ids AS source_chunk_ids, e.mention_count AS mention_count,"
-    " e.name_truncated AS name_truncated, e.degree AS degree"
-)
-_EDGE_RETURN = (
-    "a.key AS a_key, b.key AS b_key, r.description AS description, r.keywords AS keywords, r.weight AS weight,"
-    " r.source_chunk_ids AS source_chunk_ids, r.mention_count AS mention_count, a.degree + b.degree AS degree"
-)
-# Reads are per key: ``MATCH (e:Entity {key: $k})`` is a primary-key index lookup on 0.11.3, whereas
-# ``UNWIND $keys AS k MATCH (e:Entity {key: k})`` scans the table (cost grows with the graph: 28 ms for 6
-# entities at 100k vs 0.13 ms per key). The batch methods loop over keys with these fixed templates.
-Q_ENTITY = f"MATCH (e:Entity {{key: $k}}) RETURN {_ENTITY_RETURN}"
-# Kept for callers that still batch with UNWIND (slow: a table scan); the store itself no longer uses it.
-Q_GET_ENTITIES = f"UNWIND $keys AS k MATCH (e:Entity {{key: k}}) RETURN {_ENTITY_RETURN}"
-# Several entities can share a surface form only if the key function maps them apart; prefer the most
-# mentioned so the lookup is deterministic.
-Q_ENTITY_BY_NAME = (
-    f"MATCH (e:Entity) WHERE e.name = $name RETURN {_ENTITY_RETURN} ORDER BY e.mention_count DESC, e.key LIMIT 1"
-)
-# Neighbours: one undirected per-key query returning only the other endpoint's key and the edge; the
-# seed's ranking (sort_edges) and its per-entity limit are applied in Python. Measured at 100k entities
-# (per 6 seeds, median): 7.6 ms this way, 9.7 ms as two directed queries, 12.3 ms as two directed queries
-# with ORDER BY ... LIMIT in the query; all three give the same rows.
-#
-# Any property of the far node (``b.key``, ``c.id``) makes 0.11.3 plan PK scan -> rel scan -> semi-masked
-# scan of the far node table -> hash join; the masked scan reads a 2048-row vector per far node, which is
-# ~90% of the query (100k entities: 2.5-2.8 ms per seed with ``b.key``, 0.27 ms with only ``id(b)``).
-# Batched forms do not help: ``UNWIND $keys ... {key: k}``, ``WHERE e.key IN $keys``, ``list_contains``
-# and OR-chains all scan the whole table (30 keys at 100k: 13-17 ms vs 1.8 ms per key), and a UNION ALL of
-# per-key lookups costs the same as separate executions (8 chunks: 0.44 vs 0.47 ms). So the hot reads
-# return far nodes as ``offset(id(x))`` and resolve them against columns read once per store
-# (:class:`_NodeColumns`); the per-key templates below remain the fallback and the reference in tests.
-Q_NEIGHBORS_OF = (
-    "MATCH (a:Entity {key: $k})-[r:RELATED]-(b:Entity) RETURN b.key AS other, r.description AS description,"
-    " r.keywords AS keywords, r.weight AS weight, r.source_chunk_ids AS source_chunk_ids,"
-    " r.mention_count AS mention_count, a.degree + b.degree AS degree"
-)
-Q_RELATION = f"MATCH (a:Entity {{key: $s}})-[r:RELATED]->(b:Entity {{key: $t}}) RETURN {_EDGE_RETURN}"
-Q_CHUNKS_OF_ENTITY = (
-    "MATCH (c:Chunk)-[:MENTIONS]->(e:Entity {key: $k}) RETURN c.id AS id, c.doc_id AS doc_id, c.ord AS ord"
-)
-# Chunk by primary key with a plain MATCH (OPTIONAL MATCH on PART_OF costs ~17x), then its document by
-# primary key: PART_OF is loaded exactly when a Document with the chunk's doc_id exists.
-Q_CHUNK = (
-    "MATCH (c:Chunk {id: $i}) RETURN c.id AS id, c.doc_id AS doc_id, c.ord AS ord, c.start AS start,"
-    " c.text AS text, c.header_path AS header_path, c.language AS language"
-)
-Q_DOCUMENT = (
-    "MATCH (d:Document {id: $d}) RETURN d.title AS doc_title, d.source_id AS doc_source_id,"
-    " d.source_path AS doc_source_path"
-)
-Q_DEGREE = "MATCH (e:Entity {key: $k}) RETURN e.key AS key, e.degree AS degree"
-
-# Offset-returning forms of the hot reads (see above) and the column loads they resolve against. Node
-# offsets of a bulk-loaded table are dense (0..n-1); the loader checks that and otherwise falls back.
-Q_NEIGHBOR_OFFSETS_OF = (
-    "MATCH (a:Entity {key: $k})-[r:RELATED]-(b:Entity) RETURN offset(id(b)) AS other,"
-    " r.description AS description, r.keywords AS keywords, r.weight AS weight,"
-    " r.source_chunk_ids AS source_chunk_ids, r.mention_count AS mention_count, a.degree AS seed_degree"
-)
-Q_CHUNK_OFFSETS_OF_ENTITY = "MATCH (c:Chunk)-[:MENTIONS]->(e:Entity {key: $k}) RETURN offset(id(c)) AS o"
-Q_ENTITY_COLUMNS = "MATCH (e:Entity) RETURN offset(id(e)) AS o, e.key AS key, e.degree AS degree"
-Q_CHUNK_COLUMNS = "MATCH (c:Chunk) RETURN offset(id(c)) AS o, c.id AS id, c.doc_id AS doc_id, c.ord AS ord"
-# Documents are few next to chunks (one per source file), so their chunk-context fields are read once too.
-Q_DOCUMENT_COLUMNS = (
-    "MATCH (d:Document) RETURN offset(id(d)) AS o, d.id AS id, d.title AS doc_title,"
-    " d.source_id AS doc_source_id, d.source_path AS doc_source_path"
-)
-Q_RELATION_KEYWORDS = (
-    "MATCH ()-[r:RELATED]->() UNWIND r.keywords AS k"
-    " RETURN k AS keyword, count(*) AS n ORDER BY n DESC, keyword LIMIT $limit"
-)
-# Whole-table scans for a resident copy of a read-only graph (hxd2_ray.graph.resident): nodes by offset,
-# relationships as offset pairs. Read once when an index is opened, never per question.
-Q_SCAN = {
-    "Entity": f"MATCH (e:Entity) RETURN offset(id(e)) AS o, {_ENTITY_RETURN}",
-    "Chunk": (
-        "MATCH (c:Chunk) RETURN offset(id(c)) AS o, c.id AS id, c.doc_id AS doc_id, c.ord AS ord, c.start AS start,"
-        " c.text AS text, c.header_path AS header_path, c.language AS language"
-    ),
-    "Document": Q_DOCUMENT_COLUMNS,
-    "RELATED": (
-        "MATCH (a:Entity)-[r:RELATED]->(b:Entity) RETURN offset(id(a)) AS a, offset(id(b)) AS b,"
-        " r.description AS description, r.keywords AS keywords, r.weight AS weight,"
-        " r.source_chunk_ids AS source_chunk_ids, r.mention_count AS mention_count"
-    ),
-    "MENTIONS": "MATCH (c:Chunk)-[:MENTIONS]->(e:Entity) RETURN offset(id(c)) AS c, offset(id(e)) AS e",
-    "SYNONYM": (
-        "MATCH (a:Entity)-[s:SYNONYM]->(b:Entity) RETURN offset(id(a)) AS a, offset(id(b)) AS b, s.score AS score"
-    ),
-    "NAMES_TITLE": "MATCH (c:Chunk)-[:NAMES_TITLE]->(d:Document) RETURN offset(id(c)) AS c, d.id AS doc_id",
-}
-
-# Pages of whole tables for exports and statistics (hxd2_ray.graph_export, hxd2_ray.graph_views): rows of the
-# nodes whose offset is in [$lo, $hi); a relationship table pages by its FROM node's offset, so every
-# relationship comes once and a page costs what it returns (~0.1 s per 10k entities at 100k).
-_RANGE = "offset(id({v})) >= $lo AND offset(id({v})) < $hi"
-Q_PAGE = {
-    "Document": f"MATCH (d:Document) WHERE {_RANGE.format(v='d')} RETURN d.id AS id, d.source_id AS source_id,"
-    " d.source_path AS source_path, d.title AS title, d.n_chars AS n_chars",
-    "Chunk": f"MATCH (c:Chunk) WHERE {_RANGE.format(v='c')} RETURN c.id AS id, c.doc_id AS doc_id, c.ord AS ord,"
-    " c.start AS start, c.text AS text, c.header_path AS header_path, c.language AS language",
-    "Entity": f"MATCH (e:Entity) WHERE {_RANGE.format(v='e')} RETURN {_ENTITY_RETURN}",
-    "RELATED": f"MATCH (a:Entity)-[r:RELATED]->(b:Entity) WHERE {_RANGE.format(v='a')} RETURN a.key AS source_key,"
-    " b.key AS target_key, r.description AS description, r.keywords AS keywords, r.weight AS weight,"
-    " r.source_chunk_ids AS source_chunk_ids, r.mention_count AS mention_count",
-    # Endpoints only, as node offsets (connected components without the keys' strings).
-    "RELATED_ENDS": f"MATCH (a:Entity)-[r:RELATED]->(b:Entity) WHERE {_RANGE.format(v='a')}"
-    " RETURN offset(id(a)) AS a, offset(id(b)) AS b",
-    "MENTIONS": f"MATCH (c:Chunk)-[:MENTIONS]->(e:Entity) WHERE {_RANGE.format(v='c')}"
-    " RETURN c.id AS chunk_id, e.key AS entity_key",
-    "PART_OF": f"MATCH (c:Chunk)-[:PART_OF]->(d:Document) WHERE {_RANGE.format(v='c')}"
-    " RETURN c.id AS chunk_id, d.id AS doc_id",
-}
-# The node table a page's offsets count in, and the bound of those offsets.
-PAGE_NODE_TABLE = {
-    "Document": "Document",
-    "Chunk": "Chunk",
-    "Entity": "Entity",
-    "RELATED": "Entity",
-    "RELATED_ENDS": "Entity",
-    "MENTIONS": "Chunk",
-    "PART_OF": "Chunk",
-}
-Q_MAX_OFFSET = {
-    "Document": "MATCH (n:Document) RETURN max(offset(id(n))) AS m",
-    "Chunk": "MATCH (n:Chunk) RETURN max(offset(id(n))) AS m",
-    "Entity": "MATCH (n:Entity) RETURN max(offset(id(n))) AS m",
-}
-
-# The named reads of :mod:`hxd2_ray.graph.templates`, per key / per pair (a batched ``UNWIND $keys`` form
-# scans the table, see above). ``LIMIT $limit`` caps a named read's whole result, so each key's query is
-# limited to what is left after the earlier keys.
-_LF_EDGE = (
-    "a.key AS a_key, a.name AS a_name, b.key AS b_key, b.name AS b_name,"
-    " r.description AS description, r.keywords AS keywords"
-)
-_LF_PATH = (
-    "a.key AS a_key, a.name AS a_name, m.key AS m_key, m.name AS m_name, b.key AS b_key, b.name AS b_name,"
-    " r1.description AS d1, r1.keywords AS k1, r2.description AS d2, r2.keywords AS k2"
-)
-Q_LF_EDGES_OF = f"MATCH (a:Entity {{key: $k}})-[r:RELATED]-(b:Entity) RETURN {_LF_EDGE} LIMIT $limit"
-Q_LF_PATHS_2HOP_OF = (
-    "MATCH (a:Entity {key: $k})-[r1:RELATED]-(m:Entity)-[r2:RELATED]-(b:Entity) WHERE b.key <> $k"
-    f" RETURN {_LF_PATH} LIMIT $limit"
-)
-Q_LF_EDGES_BETWEEN_PAIR = f"MATCH (a:Entity {{key: $s}})-[r:RELATED]-(b:Entity {{key: $t}}) RETURN {_LF_EDGE}"
-Q_LF_PATHS_BETWEEN_PAIR = (
-    "MATCH (a:Entity {key: $s})-[r1:RELATED]-(m:Entity)-[r2:RELATED]-(b:Entity {key: $t})"
-    f" RETURN {_LF_PATH} LIMIT $limit"
-)
-Q_LF_ENTITY_NAMES = "MATCH (e:Entity) RETURN e.key AS key, e.name AS name ORDER BY e.key SKIP $skip LIMIT $limit"
-Q_LF_NAME_OF = "MATCH (e:Entity {key: $k}) RETURN e.key AS key, e.name AS name"
-
-_PARAM_RE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
-
-
-@functools.lru_cache(maxsize=256)
-def _template_params(query: str) -> frozenset[str]:
-    return frozenset(_PARAM_RE.findall(query))
-
-
-def check_params(query: str, params: Mapping[str, Any]) -> None:
-    """Every ``$name`` in the template must be bound, and nothing else (Kùzu rejects extras anyway).
-
-    Kùzu 0.11.3 runs a query with an unbound parameter as if the filter were absent, returning wrong
-    rows instead of failing; this guard turns that into an error.
-    """
-    names = _template_params(query)
-    missing = sorted(names - params.keys())
-    extra = sorted(params.keys() - names)
-    if missing or extra:
-        raise ValueError(f"query parameters do not match the template: unbound {missing}, unused {extra}: {query!r}")
-
-
-# ---------------------------------------------------------------------------------------------------
-# Arrow preparation (pure: no Kùzu), exposed so tests and the job can inspect what would be loaded.
-
-
-def _require_columns(table: pa.Table, schema: pa.Schema, what: str) -> None:
-    missing = [n for n in schema.names if n not in table.column_names]
-    if missing:
-        raise ValueError(f"{what} table lacks columns {missing}; expected {schema.names}")
-
-
-def _fill_nulls(col: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:
-    """Readers get "" / 0 / False / [] instead of None, so rows look the same however they were staged."""
-    col = col.cast(typ)
-    if col.null_count == 0:
-        return col
-    if pa.types.is_list(typ):
-        empty = pa.scalar([], type=typ)
-        return pc.if_else(pc.is_null(col), empty, col)
-    default = {pa.string(): "", pa.int64(): 0, pa.bool_(): False, pa.float64(): 0.0}[typ]
-    return pc.fill_null(col, pa.scalar(default, type=typ))
-
-
-def _select(table: pa.Table, source_names: list[str], schema: pa.Schema, what: str) -> pa.Table:
-    """Columns ``source_names`` renamed and cast to ``schema`` (the DDL order)."""
-    cols = []
-    for src, field in zip(source_names, schema):
-        if src not in table.column_names:
-            raise ValueError(f"{what} table lacks column {src!r}")
-        cols.append(_fill_nulls(table[src], field.type))
-    return pa.Table.from_arrays(cols, schema=schema)
-
-
-def _check_no_null(table: pa.Table, column: str, what: str) -> None:
-    nulls = table[column].null_count
-    if nulls:
-        raise ValueError(f"{what}: {nulls} rows have a null {column!r} (a primary key)")
-
-
-def _dedup(table: pa.Table, keys: list[str]) -> pa.Table:
-    """First row per key (duplicate primary keys make COPY fail); input order is otherwise kept."""
-    if table.num_rows == 0:
-        return table
-    if len(keys) == 1 and pc.count_distinct(table[keys[0]]).as_py() == table.num_rows:
-        return table
-    idx = pa.array(np.arange(table.num_rows, dtype=np.int64))
-    firsts = (
-        table.select(keys).append_column("__row", idx).group_by(keys, use_threads=False).aggregate([("__row", "min")])
-    )
-    return table.take(np.sort(firsts["__row_min"].to_numpy()))
-
-
-def _positions(values: pa.ChunkedArray | pa.Array, universe: pa.Array) -> np.ndarray:
-    """Row of each value in ``universe`` (unique strings), -1 where absent: joins as integer arrays."""
-    return pc.fill_null(pc.index_in(values, value_set=universe), -1).to_numpy().astype(np.int64)
-
-
-def _canonical_relations(rel: pa.Table) -> pa.Table:
-    """Orient every relation smaller-key-first (Arrow compares UTF-8 bytes, the same order as Python str)."""
-    src, tgt = rel["from"], rel["to"]
-    swap = pc.greater(src, tgt)
-    if pc.any(swap).as_py():
-        rel = rel.set_column(0, "from", pc.if_else(swap, tgt, src))
-        rel = rel.set_column(1, "to", pc.if_else(swap, src, tgt))
-    return rel
-
-
-def prepare_tables(
-    documents: pa.Table,
-    chunks: pa.Table,
-    entities: pa.Table,
-    relations: pa.Table,
-    synonyms: pa.Table | None = None,
-    title_mentions: pa.Table | None = None,
-) -> dict[str, pa.Table]:
-    """Turn the staging tables (graph.schema) into the COPY inputs, keyed by graph table.
-
-    ``synonyms`` (``schema.SYNONYMS``): entity pairs oriented smaller key first, one row per pair (the first),
-    self-pairs dropped; an endpoint that is not an entity is an error, as for relations.
-    ``title_mentions`` (``schema.TITLE_MENTIONS``): (chunk, document) pairs, one row per pair; an end that is not a
-    loaded chunk or document is an error."""
-    _require_columns(documents, schema.DOCUMENTS, "documents")
-    _require_columns(chunks, schema.CHUNKS.remove(schema.CHUNKS.get_field_index("shard")), "chunks")
-    _require_columns(entities, schema.ENTITIES, "entities")
-    _require_columns(relations, schema.RELATIONS, "relations")
-
-    docs = _select(documents, DOCUMENT_COLUMNS.names, DOCUMENT_COLUMNS, "documents")
-    _check_no_null(documents, "id", "documents")
-    docs = _dedup(docs, ["id"])
-
-    chunk_src = ["id", "doc_id", "order", "start", "text", "header_path", "language"]
-    chk = _select(chunks, chunk_src, CHUNK_COLUMNS, "chunks")
-    _check_no_null(chunks, "id", "chunks")
-    chk = _dedup(chk, ["id"])
-
-    ent_src = [n for n in ENTITY_COLUMNS.names if n != "degree"]
-    ent = _select(entities, ent_src, ENTITY_COLUMNS.remove(ENTITY_COLUMNS.get_field_index("degree")), "entities")
-    _check_no_null(entities, "key", "entities")
-    ent = _dedup(ent, ["key"])
-
-    rel_src = ["source_key", "target_key", "description", "keywords", "weight", "source_chunk_ids", "mention_count"]
-    for col in ("source_key", "target_key"):
-        _check_no_null(relations, col, "relations")
-    rel = _canonical_relations(_select(relations, rel_src, RELATED_COLUMNS, "relations"))
-    # Pairs, degrees and mentions are joined on integer row positions (not string group-bys): the
-    # entity keys are hashed once per column and the rest is numpy.
-    keys = ent["key"].combine_chunks()
-    n_ent = max(len(keys), 1)  # the pair-code base; 1 keeps the arithmetic defined with no entities
-    src, tgt = _positions(rel["from"], keys), _positions(rel["to"], keys)
-    absent = (src < 0) | (tgt < 0)
-    if absent.any():
-        ends = pa.chunked_array(rel["from"].chunks + rel["to"].chunks, type=pa.string())
-        missing = pc.unique(pc.filter(ends, pa.array(np.concatenate([src < 0, tgt < 0]))))
-        shown = ", ".join(repr(k) for k in missing.slice(0, 5).to_pylist())
-        raise ValueError(
-            f"{len(missing)} relation endpoints are not entities (e.g. {shown}); "
-            "the merge stage must create an entity for every relation endpoint"
-        )
-    _, first = np.unique(src * n_ent + tgt, return_index=True)
-    if len(first) < rel.num_rows:  # duplicate pairs: keep the first, in input order
-        keep = np.sort(first)
-        rel, src, tgt = rel.take(keep), src[keep], tgt[keep]
-    # LightRAG node degree: edges touching the entity, a self-loop counted once.
-    degree = np.bincount(src, minlength=n_ent) + np.bincount(tgt[src != tgt], minlength=n_ent)
-    ent = ent.append_column(ENTITY_COLUMNS.field("degree"), pa.array(degree[: len(keys)].astype(np.int64)))
-
-    # MENTIONS: chunk -> entity for each distinct source chunk id that is a loaded chunk.
-    chunk_ids = chk["id"].combine_chunks()
-    id_lists = ent["source_chunk_ids"].combine_chunks()
-    owner = pc.list_parent_indices(id_lists).to_numpy().astype(np.int64)
-    chunk_pos = _positions(pc.list_flatten(id_lists), chunk_ids)
-    found = chunk_pos >= 0
-    pairs = np.unique(chunk_pos[found] * n_ent + owner[found])  # sorted by chunk: COPY-friendly
-    men = pa.Table.from_arrays(
-        [chunk_ids.take(pa.array(pairs // n_ent)), keys.take(pa.array(pairs % n_ent))], schema=MENTIONS_COLUMNS
-    )
-
-    # PART_OF: chunk -> its document, when the document was loaded.
-    part = pa.Table.from_arrays([chk["id"], chk["doc_id"]], schema=PART_OF_COLUMNS)
-    part = part.filter(pc.is_in(part["to"], value_set=docs["id"].combine_chunks()))
-
-    syn = _prepare_synonyms(synonyms, keys, n_ent)
-    titles = _prepare_title_mentions(title_mentions, chunk_ids, docs["id"].combine_chunks())
-    return {
-        "Document": docs,
-        "Chunk": chk,
-        "Entity": ent,
-        "RELATED": rel,
-        "MENTIONS": men,
-        "PART_OF": part,
-        "SYNONYM": syn,
-        "NAMES_TITLE": titles,
-    }
-
-
-def _prepare_title_mentions(title_mentions: pa.Table | None, chunk_ids: pa.Array, doc_ids: pa.Array) -> pa.Table:
-    if title_mentions is None or title_mentions.num_rows == 0:
-        return NAMES_TITLE_COLUMNS.empty_table()
-    _require_columns(title_mentions, schema.TITLE_MENTIONS, "title_mentions")
-    for col in ("chunk_id", "doc_id"):
-        _check_no_null(title_mentions, col, "title_mentions")
-    rows = _dedup(
-        _select(title_mentions, ["chunk_id", "doc_id"], NAMES_TITLE_COLUMNS, "title_mentions"), ["from", "to"]
-    )
-    absent = (_positions(rows["from"], chunk_ids) < 0) | (_positions(rows["to"], doc_ids) < 0)
-    if absent.any():
-        raise ValueError(f"{int(absent.sum())} title mentions name chunks or documents that are not loaded")
-    return rows
-
-
-def _prepare_synonyms(synonyms: pa.Table | None, keys: pa.Array, n_ent: int) -> pa.Table:
-    if synonyms is None or synonyms.num_rows == 0:
-        return SYNONYM_COLUMNS.empty_table()
-    _require_columns(synonyms, schema.SYNONYMS, "synonyms")
-    for col in ("source_key", "target_key"):
-        _check_no_null(synonyms, col, "synonyms")
-    syn = _canonical_relations(_select(synonyms, ["source_key", "target_key", "score"], SYNONYM_COLUMNS, "synonyms"))
-    src, tgt = _positions(syn["from"], keys), _positions(syn["to"], keys)
-    if ((src < 0) | (tgt < 0)).any():
-        raise ValueError(f"{int(((src < 0) | (tgt < 0)).sum())} synonym pairs name entities that are not loaded")
-    keep = src != tgt
-    _, first = np.unique(src[keep] * n_ent + tgt[keep], return_index=True)
-    return syn.take(np.flatnonzero(keep)[np.sort(first)])
-
-
-# ---------------------------------------------------------------------------------------------------
 
 
 def _one_result(result: kuzu.QueryResult | list[kuzu.QueryResult]) -> kuzu.QueryResult:

@@ -1,4 +1,4 @@
-"""Arrow schemas of the staging tables the graph is bulk-loaded from (``kuzu_store.prepare_tables`` reads them).
+"""Arrow schemas of the staging tables the graph is bulk-loaded from (``kuzu_tables.prepare_tables`` reads them).
 
 The graph owns these: they are what a loader needs, whoever produces them (the index job's ingest and merge
 stages, the triple loader of :mod:`hxd2_ray.logic.metaqa`). The index job's other staging tables are in

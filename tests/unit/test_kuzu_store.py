@@ -6,14 +6,9 @@ import pyarrow as pa
 import pytest
 
 from hxd2_ray.errors import IndexNotFoundError
-from hxd2_ray.graph.kuzu_store import (
-    Q_GET_ENTITIES,
-    KuzuGraphStore,
-    KuzuGraphWriter,
-    check_params,
-    load_graph,
-    prepare_tables,
-)
+from hxd2_ray.graph.kuzu_queries import Q_GET_ENTITIES, check_params
+from hxd2_ray.graph.kuzu_store import KuzuGraphStore, KuzuGraphWriter, load_graph
+from hxd2_ray.graph.kuzu_tables import prepare_tables
 from hxd2_ray.graph.schema import CHUNKS, DOCUMENTS, ENTITIES, RELATIONS
 from hxd2_ray.graph.templates import LOGIC_TEMPLATES
 

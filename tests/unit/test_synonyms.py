@@ -8,7 +8,8 @@ import pyarrow as pa
 import pytest
 
 from hxd2_ray.config import HxdConfig, SynonymConfig
-from hxd2_ray.graph.kuzu_store import KuzuGraphStore, load_graph, prepare_tables
+from hxd2_ray.graph.kuzu_store import KuzuGraphStore, load_graph
+from hxd2_ray.graph.kuzu_tables import prepare_tables
 from hxd2_ray.graph.resident import ResidentGraph
 from hxd2_ray.indexing import tables
 from hxd2_ray.indexing.synonyms import synonym_edges
@@ -103,18 +104,18 @@ def test_a_graph_without_the_table_reads_as_no_synonyms(tmp_path):
     # An index built before synonym edges existed: its graph has no SYNONYM table.
     import kuzu
 
-    from hxd2_ray.graph import kuzu_store
+    from hxd2_ray.graph import kuzu_queries, kuzu_schema
 
     docs, chunks, ents, rels = tiny_tables()
     prepared = prepare_tables(docs, chunks.drop_columns(["shard"]), ents, rels)
     path = tmp_path / "old.kz"
     db = kuzu.Database(str(path))
     conn = kuzu.Connection(db)
-    for stmt in kuzu_store.DDL[:-2]:  # everything but SYNONYM and NAMES_TITLE
+    for stmt in kuzu_schema.DDL[:-2]:  # everything but SYNONYM and NAMES_TITLE
         conn.execute(stmt)
-    for name in kuzu_store.GRAPH_TABLES:
+    for name in kuzu_schema.GRAPH_TABLES:
         if prepared[name].num_rows:
-            conn.execute(kuzu_store.Q_COPY[name], {"t": prepared[name]})
+            conn.execute(kuzu_queries.Q_COPY[name], {"t": prepared[name]})
     conn.close()
     db.close()
     store = KuzuGraphStore(path)

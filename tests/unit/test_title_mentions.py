@@ -7,7 +7,8 @@ import pyarrow as pa
 import pytest
 
 from hxd2_ray.config import TitleMentionConfig
-from hxd2_ray.graph.kuzu_store import KuzuGraphStore, load_graph, prepare_tables
+from hxd2_ray.graph.kuzu_store import KuzuGraphStore, load_graph
+from hxd2_ray.graph.kuzu_tables import prepare_tables
 from hxd2_ray.graph.resident import open_resident
 from hxd2_ray.graph.schema import TITLE_MENTIONS
 from hxd2_ray.indexing.title_mentions import title_mention_edges
