@@ -20,7 +20,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
-from hxd2_ray.config import HxdConfig
+from hxd2_ray.config import HxdConfig, fingerprint_scope
+from hxd2_ray.config.base import FingerprintScope
 from serve.schemas import ServeAppArgs
 
 NO_DESCRIPTION = "*(no description)*"
@@ -46,6 +47,7 @@ class ConfigKey:
     type: str
     default: str
     description: str | None
+    scope: FingerprintScope = "staging"  # where it counts in an index's fingerprint (hxd2_ray.config.base)
 
 
 @dataclass
@@ -57,6 +59,7 @@ class ConfigSection:
     title: str
     model: type[BaseModel]
     owner: tuple[type[BaseModel], str] | None
+    scope: FingerprintScope = "staging"
     keys: list[ConfigKey] = field(default_factory=list)
 
     @property
@@ -71,12 +74,13 @@ class ConfigSection:
 
 @dataclass(frozen=True)
 class _Placement:
-    """Where a model is met: under ``key``, titled ``title``, as the field ``owner``."""
+    """Where a model is met: under ``key``, titled ``title``, as the field ``owner``, in fingerprint ``scope``."""
 
     model: type[BaseModel]
     key: str
     title: str
     owner: tuple[type[BaseModel], str] | None
+    scope: FingerprintScope = "staging"
 
 
 def _arms(annotation: Any) -> list[Any]:
@@ -102,12 +106,17 @@ def _mapped_model(annotation: Any) -> type[BaseModel] | None:
 
 
 def _placements(
-    models: list[type[BaseModel]], key: str, info: FieldInfo, owner: tuple[type[BaseModel], str]
+    models: list[type[BaseModel]],
+    key: str,
+    info: FieldInfo,
+    owner: tuple[type[BaseModel], str],
+    scope: FingerprintScope = "staging",
 ) -> list[_Placement]:
+    scope = fingerprint_scope(info, scope)
     if len(models) == 1:
-        return [_Placement(models[0], key, key, owner)]
+        return [_Placement(models[0], key, key, owner, scope)]
     tag = info.discriminator if isinstance(info.discriminator, str) else "backend"
-    return [_Placement(m, key, f"{key} ({tag}: {m.model_fields[tag].default})", owner) for m in models]
+    return [_Placement(m, key, f"{key} ({tag}: {m.model_fields[tag].default})", owner, scope) for m in models]
 
 
 def _type_alternatives(annotation: Any, sections: dict[type[BaseModel], ConfigSection]) -> list[str]:
@@ -172,7 +181,9 @@ def config_sections(root: type[BaseModel] = HxdConfig, key: str | None = None) -
     def visit(place: _Placement) -> None:
         if place.model in first_seen:
             return
-        section = ConfigSection(key=place.key, title=place.title, model=place.model, owner=place.owner)
+        section = ConfigSection(
+            key=place.key, title=place.title, model=place.model, owner=place.owner, scope=place.scope
+        )
         sections.append(section)
         first_seen[place.model] = section
         nested: list[_Placement] = []
@@ -180,12 +191,13 @@ def config_sections(root: type[BaseModel] = HxdConfig, key: str | None = None) -
             key = f"{place.key}.{name}"
             arms = _arms(info.annotation)
             models = [arm for arm in arms if _is_model(arm)]
-            nested += _placements(models, key, info, (place.model, name)) if models else []
+            nested += _placements(models, key, info, (place.model, name), place.scope) if models else []
             if models and len(models) == len(arms):  # a section of its own, not a value
                 continue
             mapped = _mapped_model(info.annotation)
             if mapped is not None:
-                nested.append(_Placement(mapped, f"{key}.{MAPPING_KEY}", f"{key}.{MAPPING_KEY}", None))
+                mapped_scope = fingerprint_scope(info, place.scope)
+                nested.append(_Placement(mapped, f"{key}.{MAPPING_KEY}", f"{key}.{MAPPING_KEY}", None, mapped_scope))
             fields.append((section, name, info))
         for child in nested:
             visit(child)
@@ -208,6 +220,7 @@ def config_sections(root: type[BaseModel] = HxdConfig, key: str | None = None) -
                 ),
                 default=_default(info),
                 description=info.description,
+                scope=fingerprint_scope(info, section.scope),
             )
         )
     return sections
@@ -219,14 +232,29 @@ def _tables(sections: list[ConfigSection], level: str) -> list[str]:
         lines += [f"{level} `{section.title}` {{#{section.anchor}}}", ""]
         if section.doc:
             lines += [section.doc, ""]
+        if section.scope != "staging" and section.keys:
+            lines += [_SCOPE_NOTES[section.scope].capitalize() + ".", ""]
         lines += ["| key | type | default | description |", "|---|---|---|---|"]
         lines += [
             f"| `{k.key}` | {_cell(k.type)} | {_cell(k.default)} | "
-            f"{_cell(k.description) if k.description else NO_DESCRIPTION} |"
+            f"{_cell(k.description) if k.description else NO_DESCRIPTION}{_scope_note(k, section)} |"
             for k in section.keys
         ]
         lines.append("")
     return lines
+
+
+# Where a key counts in an index's fingerprint, when not where its section does (hxd2_ray.config.base).
+_SCOPE_NOTES: dict[str, str] = {
+    "staging": "in the index fingerprint",
+    "graph": "in the index fingerprint, not the staging one: a change rebuilds the index from its staged work",
+    "model_id": "in the index fingerprint as the model id it resolves to",
+    "none": "not in the index fingerprint: a change never rebuilds an index",
+}
+
+
+def _scope_note(key: ConfigKey, section: ConfigSection) -> str:
+    return "" if key.scope == section.scope else f" *({_SCOPE_NOTES[key.scope]})*"
 
 
 def reference_sections() -> dict[str, list[ConfigSection]]:
@@ -262,6 +290,10 @@ def config_reference_page() -> str:
         "",
         "A section chosen by `backend` has one table per backend. In the type column `list[...]` is a YAML list "
         "and `null` is YAML's null; bounds follow the type.",
+        "",
+        "An index records a fingerprint of what shaped it: every key is part of it unless its section or its row "
+        "says otherwise (`hxd2_ray/config/base.py`). `hxd2 index` into an index of another fingerprint refuses, or, "
+        "when only keys of the final graph and its vector shards changed, builds it again from its staged work.",
         "",
         *_tables(sections, "###"),
         "## The Serve application's `args`",
