@@ -63,7 +63,7 @@ from hxd2_ray.errors import HxdError
 from hxd2_ray.llm.base import LLMClient, LLMRequest
 from hxd2_ray.llm.streaming import StreamOutcome, stream_completion
 from hxd2_ray.retrieval.budget import ContextLimits
-from hxd2_ray.retrieval.graph_walk import GraphWalkStep, WalkOutcome
+from hxd2_ray.retrieval.graph_walk import GraphWalkStep
 from hxd2_ray.retrieval.index import OpenIndex
 from hxd2_ray.retrieval.intent import Intent, IntentClassifier, MultiStagePromptSet, fill, system_text
 from hxd2_ray.retrieval.logic_form import LogicFormStep, PendingLogic
@@ -71,16 +71,12 @@ from hxd2_ray.retrieval.pipeline import QueryPipeline
 from hxd2_ray.retrieval.refusal import RefusalGate, RefusalScore
 from hxd2_ray.retrieval.results import (
     Answer,
-    ContextChunk,
     EmptyQuestionError,
-    Keywords,
     QueryEvent,
-    Reference,
     RetrievalResult,
-    SectionTokens,
-    references_of,
 )
 from hxd2_ray.retrieval.run_trace import RunTrace
+from hxd2_ray.retrieval.single_paths import SinglePaths
 from hxd2_ray.retrieval.speculation import BackgroundGenerator
 
 __all__ = ["MODES", "PATHS", "RETRIEVAL_ONLY_MODES", "ModeUnavailableError", "QueryFlow"]
@@ -99,7 +95,6 @@ PATHS = (
     "graphflow",
     "graphflow_failed",
 )
-CHUNK_VECTOR_K = 20  # chunks a chunk_vector query returns: enough for recall@k up to ~10 distinct passages
 
 
 class ModeUnavailableError(HxdError, ValueError):
@@ -149,6 +144,17 @@ class QueryFlow:
         )
         self._side: ThreadPoolExecutor | None = None
         self._side_lock = threading.Lock()
+        self.paths = SinglePaths(
+            limits=limits,
+            prompts=prompts,
+            prompt_versions=self.prompt_versions,
+            temperature=temperature,
+            llm=llm,
+            dual=dual,
+            index=index,
+            embedder=embedder,
+            walk=walk,
+        )
         self.modes = tuple(m for m in MODES if not self._missing(m))
         self.mode = self.check_mode(mode)
 
@@ -256,13 +262,13 @@ class QueryFlow:
             case "auto_post":
                 yield from self._auto(trace, q, gen_q, language, "post")
             case "llm_only":
-                yield from self._llm_only(trace, q, gen_q, language)
+                yield from self.paths.llm_only(trace, q, gen_q, language)
             case "chunk_vector":
-                yield self._chunk_vector(trace, q, language)
+                yield self.paths.chunk_vector(trace, q, language)
             case "dual_retrieval":
-                yield self._dual_retrieval(trace, q)
+                yield self.paths.dual_retrieval(trace, q)
             case "graphflow":
-                yield from self._graphflow_mode(trace, q, gen_q, language)
+                yield from self.paths.graphflow(trace, q, gen_q, language)
 
     # ---------------------------------------------------------------------------------------- auto
 
@@ -324,7 +330,7 @@ class QueryFlow:
                     assert retrieval is not None
                     if pending is not None:
                         pending.abandon()
-                    yield from self._refused(trace, q, language, retrieval, score)
+                    yield from self.paths.refused(trace, q, language, retrieval, score)
                     return
         else:
             trace["refusal"] = {"enabled": False}
@@ -377,10 +383,10 @@ class QueryFlow:
             yield from self._dual_path(trace, q, gen_q, retrieval, f"fallback: {empty}", fallback=empty)
             return
         trace["path_reason"] = why
-        answer = self._plain(
+        answer = self.paths.plain(
             gen_q, language, text, notices=notices, outcome=outcome, references=self.logic.references(evidence)
         )
-        yield self._final(trace, answer, "logic_form")
+        yield self.paths.final(trace, answer, "logic_form")
 
     def _retrieve(self, trace: RunTrace, q: str) -> RetrievalResult:
         assert self.dual is not None
@@ -422,8 +428,8 @@ class QueryFlow:
             return
         yield QueryEvent("delta", text=text)
         trace["path_reason"] = "post-check verifier said yes"
-        answer = self._plain(gen_q, language, text, outcome=outcome, references=self.logic.references(evidence))
-        yield self._final(trace, answer, "logic_form")
+        answer = self.paths.plain(gen_q, language, text, outcome=outcome, references=self.logic.references(evidence))
+        yield self.paths.final(trace, answer, "logic_form")
 
     def _after_logic(
         self, trace: RunTrace, q: str, gen_q: str, language: str, retrieval: RetrievalResult | None, failure: str
@@ -445,7 +451,7 @@ class QueryFlow:
                     text, outcome_llm, notices = yield from self.logic.answer_stream(trace, gen_q, language, evidence)
                     if text:
                         trace["path_reason"] = f"the logic form failed ({failure}); the graph walk's paths: {why}"
-                        answer = self._plain(
+                        answer = self.paths.plain(
                             gen_q,
                             language,
                             text,
@@ -454,7 +460,7 @@ class QueryFlow:
                             candidates=outcome.entity_names,
                             references=self.walk.references([t.key for t in evidence.targets if t.kind == "chunk"]),
                         )
-                        yield self._final(trace, answer, "graphflow")
+                        yield self.paths.final(trace, answer, "graphflow")
                         return
                     why = "the answer from the graph walk's paths was empty"
                 failure = f"{failure}; graph walk: {why}"
@@ -488,7 +494,7 @@ class QueryFlow:
                         "progress", step="verifier", detail={"supported": verdict, "reason": why, "gating": False}
                     )
                 trace["path_reason"] = "mode logic: the plan executed"
-                answer = self._plain(
+                answer = self.paths.plain(
                     gen_q,
                     language,
                     text,
@@ -496,7 +502,7 @@ class QueryFlow:
                     outcome=outcome,
                     references=self.logic.references(logic.evidence),
                 )
-                yield self._final(trace, answer, "logic_form")
+                yield self.paths.final(trace, answer, "logic_form")
                 return
             failure = "the logic-form answer was empty"
         if verifier_mode != "none" and trace["verifier"] is None:
@@ -505,8 +511,8 @@ class QueryFlow:
         trace["failure_reason"] = failure
         trace["path_reason"] = f"mode logic: no fallback; the logic form failed ({failure})"
         yield QueryEvent("delta", text=text)
-        answer = self._plain(gen_q, language, text, notices=(f"logic form failed: {failure}",))
-        yield self._final(trace, answer, "logic_form_failed")
+        answer = self.paths.plain(gen_q, language, text, notices=(f"logic form failed: {failure}",))
+        yield self.paths.final(trace, answer, "logic_form_failed")
 
     # ---------------------------------------------------------------------------------------- paths
 
@@ -542,22 +548,9 @@ class QueryFlow:
             notices.append("the direct reply was empty; a fixed reply was used")
             yield QueryEvent("delta", text=text)
         trace["path_reason"] = f"intent {intent.label} ({intent.source}): answered without retrieval"
-        yield self._final(trace, self._plain(q, language, text, notices=tuple(notices), outcome=outcome), "direct")
-
-    def _refused(
-        self, trace: RunTrace, q: str, language: str, retrieval: RetrievalResult, score: RefusalScore
-    ) -> Iterator[QueryEvent]:
-        text = self.prompts.for_language(language).refusal
-        trace["path_reason"] = f"refusal score {score.score:.4f} < threshold {score.threshold:.4f} ({score.basis})"
-        yield QueryEvent("delta", text=text)
-        answer = self._plain(
-            q,
-            language,
-            text,
-            retrieval.keywords,
-            notices=(f"refused: the question scored {score.score:.3f}, below the threshold {score.threshold:.3f}",),
+        yield self.paths.final(
+            trace, self.paths.plain(q, language, text, notices=tuple(notices), outcome=outcome), "direct"
         )
-        yield self._final(trace, replace(answer, refused=True), "refused")
 
     def _dual_path(
         self,
@@ -593,156 +586,4 @@ class QueryFlow:
             )
         trace["retrieval"] = final.retrieval.trace()
         trace["path_reason"] = reason
-        yield self._final(trace, replace(final, fallback_reason=fallback), "dual_level")
-
-    def _graphflow_mode(self, trace: RunTrace, q: str, gen_q: str, language: str) -> Iterator[QueryEvent]:
-        assert self.walk is not None
-        outcome: WalkOutcome = self.walk.run(trace, q)
-        yield QueryEvent("progress", step="graph_walk", detail={"ok": not outcome.failure, "failure": outcome.failure})
-        if outcome.failure:
-            text = fill(self.prompts.for_language(language).graph_walk_failed, reason=outcome.failure)
-            trace["failure_reason"] = outcome.failure
-            trace["path_reason"] = f"mode graphflow: the walk found nothing ({outcome.failure})"
-            yield QueryEvent("delta", text=text)
-            yield self._final(
-                trace,
-                self._plain(gen_q, language, text, notices=(f"graph walk: {outcome.failure}",)),
-                "graphflow_failed",
-            )
-            return
-        # The policy's ranking is the answer (MetaQA style: "first | second | ..."); chunks are the references.
-        names = outcome.entity_names
-        text = " | ".join(names)
-        if text:
-            yield QueryEvent("delta", text=text)
-        trace["path_reason"] = "mode graphflow: the ranked targets of the policy's trajectories"
-        answer = self._plain(q, language, text, references=self.walk.references(outcome.chunk_ids), candidates=names)
-        yield self._final(trace, answer, "graphflow")
-
-    def _llm_only(self, trace: RunTrace, q: str, gen_q: str, language: str) -> Iterator[QueryEvent]:
-        assert self.llm is not None
-        request = LLMRequest(
-            messages=({"role": "user", "content": gen_q},),
-            max_tokens=self.limits.answer_max_tokens,
-            temperature=self.temperature,
-            tag="answer",
-        )
-        outcome = StreamOutcome()
-        with trace.timed("generate"):
-            for delta in stream_completion(self.llm, request, outcome):
-                yield QueryEvent("delta", text=delta)
-        trace.tokens("answer", outcome.prompt_tokens, outcome.completion_tokens)
-        trace["path_reason"] = "mode llm_only: no retrieval"
-        yield self._final(trace, self._plain(gen_q, language, outcome.text.strip(), outcome=outcome), "llm_only")
-
-    def _chunk_vector(self, trace: RunTrace, q: str, language: str) -> QueryEvent:
-        assert self.index is not None and self.embedder is not None
-        with trace.timed("retrieve"):
-            vector = self.embedder.embed([q])
-            hits = self.index.family("chunk").search(vector, CHUNK_VECTOR_K)[0]
-            rows = {c["id"]: c for c in self.index.graph.get_chunks([key for key, _ in hits])}
-        chunks = tuple(
-            ContextChunk(
-                id=c["id"],
-                doc_id=c["doc_id"],
-                text=c["text"],
-                header_path=c["header_path"],
-                doc_title=c["doc_title"],
-                doc_source_id=c["doc_source_id"],
-                doc_source_path=c["doc_source_path"],
-                mentions=0,
-                first_entity_rank=None,
-                score=float(score),
-            )
-            for key, score in hits
-            if (c := rows.get(key)) is not None
-        )
-        trace["path_reason"] = "mode chunk_vector: the question's embedding against the chunk vectors"
-        context = self._empty_context(q, language, None, chunks=chunks)
-        answer = self._plain(q, language, "", references=references_of(chunks), context=context)
-        return self._final(trace, answer, "chunk_vector")
-
-    def _dual_retrieval(self, trace: RunTrace, q: str) -> QueryEvent:
-        assert self.dual is not None
-        with trace.timed("retrieve"):
-            context = self.dual.retrieve(q, topic=trace.topic)
-        trace.keywords(context.keywords)
-        trace["retrieval"] = context.trace()
-        trace["path_reason"] = "mode dual_retrieval: the budgeted chunks of dual-level retrieval, no generation"
-        answer = self._plain(
-            q,
-            context.language,
-            "",
-            context.keywords,
-            notices=context.notices,
-            references=references_of(context.chunks),
-            context=context,
-        )
-        return self._final(trace, answer, "dual_retrieval")
-
-    # -------------------------------------------------------------------------------------- records
-
-    def _empty_context(
-        self,
-        question: str,
-        language: str,
-        keywords: Keywords | None,
-        chunks: tuple[ContextChunk, ...] = (),
-        notices: tuple[str, ...] = (),
-    ) -> RetrievalResult:
-        return RetrievalResult(
-            question=question,
-            language=language,
-            keywords=keywords or Keywords(parsed=False),
-            entities=(),
-            relations=(),
-            chunks=chunks,
-            tokens=SectionTokens(),
-            input_cap=self.limits.input_cap,
-            answer_max_tokens=self.limits.answer_max_tokens,
-            notices=notices,
-        )
-
-    def _plain(
-        self,
-        question: str,
-        language: str,
-        text: str,
-        keywords: Keywords | None = None,
-        *,
-        notices: tuple[str, ...] = (),
-        outcome: StreamOutcome | None = None,
-        references: tuple[Reference, ...] = (),
-        context: RetrievalResult | None = None,
-        candidates: tuple[str, ...] = (),
-    ) -> Answer:
-        """An Answer for a path that did not generate from dual-level context."""
-        outcome = outcome or StreamOutcome()
-        return Answer(
-            question=question,
-            text=text,
-            language=language,
-            references=references,
-            retrieval=context or self._empty_context(question, language, keywords, notices=notices),
-            prompt_tokens=outcome.prompt_tokens,
-            completion_tokens=outcome.completion_tokens,
-            finish_reason=outcome.finish_reason,
-            notices=notices,
-            candidates=candidates,
-        )
-
-    def _final(self, trace: RunTrace, answer: Answer, path: str) -> QueryEvent:
-        """The answer with its path and trace; its usage is the whole query's (every LLM call it made)."""
-        data = trace.finish(path, self.prompt_versions)
-        totals = data["tokens_total"]
-        answer = replace(
-            answer,
-            path=path,
-            mode=data["mode"],
-            fallback_reason=data["fallback_reason"],
-            trace=data,
-            notices=(*answer.notices, *data["notices"]),
-            prompt_tokens=totals["prompt"],
-            completion_tokens=totals["completion"],
-        )
-        return QueryEvent("final", answer=answer)
+        yield self.paths.final(trace, replace(final, fallback_reason=fallback), "dual_level")
