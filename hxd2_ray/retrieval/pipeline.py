@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
 
 from hxd2_ray.chunking.splitter import detect_language
@@ -46,23 +46,17 @@ from hxd2_ray.retrieval.budget import (
 )
 from hxd2_ray.retrieval.index import DUAL_LEVEL_FAMILIES, OpenIndex
 from hxd2_ray.retrieval.keywords import keyword_request, parse_keywords
-from hxd2_ray.retrieval.lexical import lexical_shares, mix_channels
-from hxd2_ray.retrieval.names import named_entities, title_index
+from hxd2_ray.retrieval.names import named_entities
 from hxd2_ray.retrieval.ppr import EdgeWeights, PropagationGraph, graph_for
 from hxd2_ray.retrieval.query_prompts import QueryLanguagePrompts, QueryPromptSet, load_query_prompts
 from hxd2_ray.retrieval.ranking import (
-    ChunkCandidate,
-    RankedMatch,
     assemble_entities,
     assemble_relations,
-    calibrated_chunks,
     dense_first,
-    dense_probabilities,
     rank_chunks,
     rank_matches,
     relation_pair_of_key,
     vector_hits,
-    walk_seeds,
 )
 from hxd2_ray.retrieval.render import (
     HEADERS,
@@ -88,18 +82,11 @@ from hxd2_ray.retrieval.results import (
     SectionTokens,
     references_of,
 )
+from hxd2_ray.retrieval.walk_ranking import Matches, walk_rank
 
 __all__ = ["QueryPipeline"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class _Matches:
-    entities: list[RankedMatch]
-    relations: list[RankedMatch]
-    chunk_scores: dict[str, float]  # the question's best top_k_chunks chunk hits (cosine)
-    dense_hits: dict[str, float] = field(default_factory=dict)  # every chunk hit above the threshold (cosine)
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,9 +299,7 @@ class QueryPipeline:
 
     # ---------------------------------------------------------------------------------- matching
 
-    def _match(
-        self, keywords: Keywords, question: str, timings: dict[str, float], topic: str | None = None
-    ) -> _Matches:
+    def _match(self, keywords: Keywords, question: str, timings: dict[str, float], topic: str | None = None) -> Matches:
         cfg = self.cfg
         low, high = list(keywords.low_level), list(keywords.high_level)
         use_question = cfg.question_channel or keywords.empty
@@ -373,7 +358,7 @@ class QueryPipeline:
             for found in self.index.graph.get_entities([normalize_name(topic)]):
                 entity_hits.append((str(found["key"]), ChannelHit(channel="topic", query=topic, score=1.0)))
         timings["fuzzy"] = (time.perf_counter() - t2) * 1000
-        return _Matches(
+        return Matches(
             rank_matches(entity_hits, cfg.top_k_entities),
             rank_matches(relation_hits, cfg.top_k_relations),
             chunk_scores,
@@ -383,7 +368,7 @@ class QueryPipeline:
     # --------------------------------------------------------------------------------- expansion
 
     def _expand(
-        self, matches: _Matches, question: str, ranking: dict[str, Any], timings: dict[str, float]
+        self, matches: Matches, question: str, ranking: dict[str, Any], timings: dict[str, float]
     ) -> tuple[list[ContextEntity], list[ContextRelation], list[ContextChunk]]:
         """Context rows in rank order; ``ranking`` receives how the chunks were ranked (the trace's ``ranking``)."""
         graph, cfg = self.index.graph, self.cfg
@@ -415,7 +400,9 @@ class QueryPipeline:
         ranking["chunk_ranking"] = chosen
         if chosen == "ppr":
             t0 = time.perf_counter()
-            candidates = self._walk_rank(matches, question, context_keys, by_entity, ranking)
+            candidates = walk_rank(
+                self.cfg, self._walk, self.index, matches, question, context_keys, by_entity, ranking
+            )
             timings["walk"] = (time.perf_counter() - t0) * 1000
         else:
             candidates = rank_chunks(context_keys, by_entity, matches.chunk_scores, cfg.max_chunk_candidates, chosen)
@@ -450,117 +437,6 @@ class QueryPipeline:
             chunks = self._rerank(self.reranker, question, chunks, ranking)
             timings["rerank"] = (time.perf_counter() - t0) * 1000
         return entities, relations, chunks
-
-    def _walk_rank(
-        self,
-        matches: _Matches,
-        question: str,
-        context_keys: list[str],
-        by_entity: dict[str, list[str]],
-        ranking: dict[str, Any],
-    ) -> list[ChunkCandidate]:
-        """Chunks by personalized PageRank, on the dense floor's calibrated scale (:func:`calibrated_chunks`)."""
-        cfg, walk, graph = self.cfg, self._walk, self.index.graph
-        assert walk is not None
-        seed_dense = dict(list(matches.dense_hits.items())[: cfg.ppr_dense_seeds])
-        dense = dense_probabilities(matches.dense_hits, cfg.dense_temperature)
-        seed_probs = dense_probabilities(seed_dense, cfg.dense_temperature)
-        lexical = lexical_shares(getattr(self.index, "lexical", None), question, cfg.ppr_lexical_seeds)
-        if lexical:  # exact terms (names, codes, numbers) where the embedding is weakest: seeds and floor both
-            dense = mix_channels(dense, lexical, cfg.ppr_lexical_weight)
-            seed_probs = mix_channels(seed_probs, lexical, cfg.ppr_lexical_weight)
-            seed_dense = {**seed_dense, **{c: 0.0 for c in lexical if c not in seed_dense}}
-            ranking["lexical"] = {c: round(p, 6) for c, p in lexical.items()}
-        entity_keys = unique_in_order(
-            [*(str(m.key) for m in matches.entities), *(k for m in matches.relations for k in m.key)]  # type: ignore[attr-defined]
-        )
-        entity_offsets = dict(zip(entity_keys, graph.entity_offsets(entity_keys)))  # type: ignore[attr-defined]
-        counts = None
-        if cfg.ppr_specificity:
-            counts = {k: int(walk.entity_chunk_count[o]) for k, o in entity_offsets.items() if o is not None}
-        titled: dict[str, tuple[float, int]] = {}
-        if cfg.ppr_title_seeds:
-            titles = title_index(graph)
-            for named in named_entities(question, titles):
-                offsets = titles.chunks[named.key]
-                for cid in graph.chunk_ids_at(offsets):  # type: ignore[attr-defined]
-                    titled[cid] = (named.score, len(offsets))
-        seeds = walk_seeds(
-            matches.entities,
-            matches.relations,
-            seed_probs,
-            dense_share=cfg.ppr_dense_share,
-            chunk_counts=counts,
-            temperature=cfg.dense_temperature if cfg.ppr_seed_softmax else None,
-            titled=titled,
-        )
-        seed_chunks = [*seed_dense, *titled]
-        chunk_offsets = dict(zip(seed_chunks, graph.chunk_offsets(seed_chunks)))  # type: ignore[attr-defined]
-        nodes, weights = [], []
-        for s in seeds:
-            off = entity_offsets.get(s.key) if s.kind == "entity" else chunk_offsets.get(s.key)
-            if off is not None:
-                nodes.append(off if s.kind == "entity" else walk.n_entities + off)
-                weights.append(s.weight)
-        result = walk.personalized_pagerank(
-            nodes,
-            weights,
-            damping=cfg.ppr_damping,
-            radius=cfg.ppr_radius,
-            max_nodes=cfg.ppr_max_nodes,
-            max_fanout=cfg.ppr_max_fanout,
-        )
-        is_chunk = walk.is_chunk(result.nodes)
-        mass = result.scores[is_chunk]
-        total = float(mass.sum())
-        chunk_offsets_found = (result.nodes[is_chunk] - walk.n_entities).tolist()
-        chunk_ids = graph.chunk_ids_at(chunk_offsets_found)  # type: ignore[attr-defined]
-        graph_share = {c: float(m) / total for c, m in zip(chunk_ids, mass.tolist()) if m > 0} if total > 0 else {}
-        ranked = calibrated_chunks(graph_share, dense, cfg.max_chunk_candidates, cfg.dense_floor)
-        mention_info = {
-            c.id: c for c in rank_chunks(context_keys, by_entity, {}, sum(len(ids) for ids in by_entity.values()))
-        }
-        out = []
-        for pos, (cid, g, d, r) in enumerate(ranked):
-            info = mention_info.get(cid)
-            out.append(
-                ChunkCandidate(
-                    id=cid,
-                    mentions=info.mentions if info else 0,
-                    first_entity_rank=info.first_entity_rank if info else None,
-                    score=float(matches.dense_hits.get(cid, 0.0)),
-                    seen=pos,
-                    graph_score=g,
-                    dense_score=d,
-                    rank_score=r,
-                )
-            )
-        ranking.update(
-            {
-                "seeds": [
-                    {
-                        "kind": s.kind,
-                        "key": s.key,
-                        "weight": round(s.weight, 6),
-                        "score": round(s.score, 6),
-                        "channels": list(s.channels),
-                    }
-                    for s in seeds
-                ],
-                "walk": {
-                    "nodes": int(len(result.nodes)),
-                    "iterations": result.iterations,
-                    "residual": float(f"{result.residual:.3g}"),
-                    "mass_kept": round(float(result.scores.sum()), 6),
-                    "damping": cfg.ppr_damping,
-                    "dense_share": cfg.ppr_dense_share,
-                    "dense_floor": cfg.dense_floor,
-                    "synonym_edges": walk.n_synonym_edges,
-                    "title_edges": walk.n_title_edges,
-                },
-            }
-        )
-        return out
 
     def _rerank(
         self, reranker: Reranker, question: str, chunks: list[ContextChunk], ranking: dict[str, Any]
