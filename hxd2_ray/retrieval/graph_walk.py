@@ -78,22 +78,7 @@ class GraphWalkStep:
         if not ids:
             return ()
         rows = {c["id"]: c for c in self.graph.get_chunks(ids)}
-        chunks = [
-            ContextChunk(
-                id=c["id"],
-                doc_id=c["doc_id"],
-                text=c["text"],
-                header_path=c["header_path"],
-                doc_title=c["doc_title"],
-                doc_source_id=c["doc_source_id"],
-                doc_source_path=c["doc_source_path"],
-                mentions=0,
-                first_entity_rank=None,
-                score=0.0,
-            )
-            for cid in ids
-            if (c := rows.get(cid)) is not None
-        ]
+        chunks = [ContextChunk.from_row(c) for cid in ids if (c := rows.get(cid)) is not None]
         return references_of(chunks)
 
 

@@ -15,7 +15,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FuturesTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Generator, Mapping, Sequence
 
 from hxd2_ray.config import MultiStageConfig
@@ -308,19 +308,5 @@ class LogicFormStep:
             rows = self.graph.get_chunks(chunk_ids)
         except Exception:  # noqa: BLE001 - references are a courtesy; never fail an answer for them
             return ()
-        chunks = [
-            ContextChunk(
-                id=c["id"],
-                doc_id=c["doc_id"],
-                text="",
-                header_path=c["header_path"],
-                doc_title=c["doc_title"],
-                doc_source_id=c["doc_source_id"],
-                doc_source_path=c["doc_source_path"],
-                mentions=0,
-                first_entity_rank=None,
-                score=0.0,
-            )
-            for c in rows
-        ]
+        chunks = [replace(ContextChunk.from_row(c), text="") for c in rows]
         return references_of(chunks)

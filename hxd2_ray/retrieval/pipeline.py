@@ -416,14 +416,8 @@ class QueryPipeline:
             if c is None:
                 continue
             chunks.append(
-                ContextChunk(
-                    id=c["id"],
-                    doc_id=c["doc_id"],
-                    text=c["text"],
-                    header_path=c["header_path"],
-                    doc_title=c["doc_title"],
-                    doc_source_id=c["doc_source_id"],
-                    doc_source_path=c["doc_source_path"],
+                ContextChunk.from_row(
+                    c,
                     mentions=cand.mentions,
                     first_entity_rank=cand.first_entity_rank,
                     score=cand.score,

@@ -12,9 +12,12 @@ Channels name where a match came from, so a trace can say why a row is in the co
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from hxd2_ray.errors import HxdError
+
+if TYPE_CHECKING:
+    from hxd2_ray.graph.base import ChunkRow
 
 SECTIONS = ("entities", "relations", "chunks")
 
@@ -94,6 +97,35 @@ class ContextChunk:
     dense_score: float | None = None
     rank_score: float | None = None
     rerank_score: float | None = None  # the reranker's score, when one reordered the chunk
+
+    @classmethod
+    def from_row(
+        cls,
+        row: ChunkRow,
+        *,
+        mentions: int = 0,
+        first_entity_rank: int | None = None,
+        score: float = 0.0,
+        graph_score: float | None = None,
+        dense_score: float | None = None,
+        rank_score: float | None = None,
+    ) -> ContextChunk:
+        """The chunk the graph store read (text, header, its document's title and source), with how it ranked."""
+        return cls(
+            id=row["id"],
+            doc_id=row["doc_id"],
+            text=row["text"],
+            header_path=row["header_path"],
+            doc_title=row["doc_title"],
+            doc_source_id=row["doc_source_id"],
+            doc_source_path=row["doc_source_path"],
+            mentions=mentions,
+            first_entity_rank=first_entity_rank,
+            score=score,
+            graph_score=graph_score,
+            dense_score=dense_score,
+            rank_score=rank_score,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,20 +93,7 @@ class SinglePaths:
             hits = self.index.family("chunk").search(vector, CHUNK_VECTOR_K)[0]
             rows = {c["id"]: c for c in self.index.graph.get_chunks([key for key, _ in hits])}
         chunks = tuple(
-            ContextChunk(
-                id=c["id"],
-                doc_id=c["doc_id"],
-                text=c["text"],
-                header_path=c["header_path"],
-                doc_title=c["doc_title"],
-                doc_source_id=c["doc_source_id"],
-                doc_source_path=c["doc_source_path"],
-                mentions=0,
-                first_entity_rank=None,
-                score=float(score),
-            )
-            for key, score in hits
-            if (c := rows.get(key)) is not None
+            ContextChunk.from_row(c, score=float(score)) for key, score in hits if (c := rows.get(key)) is not None
         )
         trace["path_reason"] = "mode chunk_vector: the question's embedding against the chunk vectors"
         context = self.empty_context(q, language, None, chunks=chunks)
