@@ -29,8 +29,8 @@ to the actor's CPU request; here OMP_NUM_THREADS is set the same before torch lo
 adds a pass at this process's default thread count.
 
 Per-batch extraction times are taken from the extract stage's stats rows (read by wrapping
-``jobs.index._collect`` in this process; the job itself is unchanged). ``--ray-stats DIR`` also writes Ray
-Data's per-operator stats of every dataset the job collects.
+``hxd2_ray.stages.ray_runner.collect`` in this process; the job itself is unchanged). ``--ray-stats DIR`` also
+writes Ray Data's per-operator stats of every dataset the job collects.
 
 The ``__main__`` guard is required: vLLM may spawn processes that re-import this file.
 """
@@ -271,17 +271,18 @@ def embedding_section(name: str, base: str) -> dict:
 
 
 class CollectSpy:
-    """Wraps ``jobs.index._collect`` (driver side) to keep the stage stats tables and Ray Data's stats."""
+    """Wraps ``hxd2_ray.stages.ray_runner.collect`` (driver side) to keep the stage stats tables and Ray Data's
+    stats."""
 
     def __init__(self, want_ray_stats: bool) -> None:
-        import jobs.index as job
+        import hxd2_ray.stages.ray_runner as job
 
         self._job = job
-        self._orig = job._collect  # noqa: SLF001 - the spy wraps the job's private collector
+        self._orig = job.collect
         self.want_ray_stats = want_ray_stats
         self.tables: list[Any] = []
         self.ray_stats: list[tuple[str, str]] = []
-        job._collect = self._collect  # noqa: SLF001 - as above
+        job.collect = self._collect
 
     def reset(self) -> None:
         self.tables, self.ray_stats = [], []

@@ -45,8 +45,9 @@ def ray_shard_runner(job: Any) -> pa.Table:
     import ray
 
     from hxd2_ray.stages.eval_stage import AnswerQuestions
+    from hxd2_ray.stages.ray_runner import collect as _collect
     from hxd2_ray.wiring import check_llm_server
-    from jobs.index import _collect, init_ray
+    from jobs.index_wiring import init_ray
 
     if job.mode not in ("chunk_vector", "graphflow"):  # the modes that make no LLM call need no server
         check_llm_server(job.cfg.llm)  # a remote model server that is down: one line, exit 2, before Ray starts

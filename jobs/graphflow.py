@@ -52,7 +52,7 @@ from hxd2_ray.retrieval.index import open_index
 from hxd2_ray.wiring import build_embedder
 from jobs import progress
 from jobs.cli import run_and_report
-from jobs.index import init_ray
+from jobs.index_wiring import init_ray
 
 SUBCOMMANDS = ("train", "evaluate")
 _EXPECTED = (HxdError, ValueError, FileNotFoundError)

@@ -11,6 +11,11 @@ import hashlib
 import pyarrow as pa
 
 EMBED_INPUTS = pa.schema([("family", pa.string()), ("key", pa.string()), ("text", pa.string())])
+# Staged vectors live under <staging>/text_vectors, one row per distinct text; the rows the embed stage is given.
+TEXT_VECTORS_FOLDER = "text_vectors"
+TEXTS_TO_EMBED = pa.schema([("text_key", pa.string()), ("text", pa.string())])
+# Words -> tokens where the embedder has no tokenizer to ask (the hashing fake): a typical English ratio.
+TOKENS_PER_WORD_ESTIMATE = 1.3
 
 
 def relation_key(source_key: str, target_key: str) -> str:

@@ -190,7 +190,7 @@ def remerge(
         new_entities += [e for e in missing_endpoint_entities(known, named, cfg) if e.key in orphans]
 
     return Remerged(
-        entities=_entities_table(new_entities),
+        entities=entities_table(new_entities),
         relations=_relations_table(new_relations),
         entity_keys=frozenset(affected_keys),
         relation_pairs=frozenset(affected_pairs),
@@ -252,7 +252,7 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table.select(schema.names).cast(schema)
 
 
-def _entities_table(entities: list[MergedEntity]) -> pa.Table:
+def entities_table(entities: list[MergedEntity]) -> pa.Table:
     return pa.Table.from_pylist(
         [
             {

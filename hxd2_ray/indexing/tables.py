@@ -88,3 +88,10 @@ TEXT_VECTORS = pa.schema([("text_key", pa.string()), ("vector", pa.list_(pa.floa
 VECTOR_FAMILIES = ("entity_name", "entity_mix", "relation_keywords", "relation_mix", "chunk")
 
 # Entity pairs whose name vectors are near (hxd2_ray.indexing.synonyms); loaded as SYNONYM edges of the graph.
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with exactly ``schema``'s columns and types (an empty table: ``schema``'s empty table)."""
+    if table.num_rows == 0:
+        return schema.empty_table()
+    return table.select(schema.names).cast(schema)

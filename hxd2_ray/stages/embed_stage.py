@@ -19,7 +19,15 @@ from hxd2_ray.config import HxdConfig, embedding_model_id
 from hxd2_ray.embedding.base import Embedder
 from hxd2_ray.indexing import tables
 from hxd2_ray.indexing.cost import embedding_payload
-from hxd2_ray.indexing.embedding_texts import EMBED_INPUTS, embedding_inputs, relation_key, text_key
+from hxd2_ray.indexing.embedding_texts import (
+    EMBED_INPUTS,
+    TEXT_VECTORS_FOLDER,
+    TEXTS_TO_EMBED,
+    TOKENS_PER_WORD_ESTIMATE,
+    embedding_inputs,
+    relation_key,
+    text_key,
+)
 from hxd2_ray.indexing.faults import crash_point
 from hxd2_ray.progress import NO_COUNTER, StageCounter
 from hxd2_ray.stages.stage_run import StageRun, current_node
@@ -38,8 +46,6 @@ __all__ = [
     "text_key",
 ]
 
-TEXT_VECTORS_FOLDER = "text_vectors"
-TEXTS_TO_EMBED = pa.schema([("text_key", pa.string()), ("text", pa.string())])
 EMBED_STATS = pa.schema(
     [
         ("file", pa.string()),
@@ -55,8 +61,6 @@ EMBED_STATS = pa.schema(
         ("skipped", pa.int64()),
     ]
 )
-# Words -> tokens where the embedder has no tokenizer to ask (the hashing fake): a typical English ratio.
-TOKENS_PER_WORD_ESTIMATE = 1.3
 
 
 def count_embedding_tokens(embedder: Any, texts: Sequence[str]) -> int:

@@ -215,13 +215,13 @@ def test_a_changed_description_is_embedded_again_and_a_gone_key_has_no_vector(ra
 
     from hxd2_ray.config import load_config
     from hxd2_ray.indexing import tables
+    from hxd2_ray.indexing.build.flow import IndexBuild
     from hxd2_ray.wiring import build_embedder
-    from jobs.index import IndexBuild
-    from jobs.index_run import RunServices
+    from jobs.index import ray_runner
 
     cfg = load_config(None, ["embedding.dim=64", "extraction.description_token_budget=12"])
-    build = IndexBuild(cfg, "", str(tmp_path / "index"))
-    build.services = RunServices(cfg, build.options, build.fs, build.root, build.output_uri, "v")
+    build = IndexBuild(cfg, "", str(tmp_path / "index"), ray_runner)
+    build.start_runner()
 
     def entities(*rows: tuple[str, str]) -> pa.Table:
         return pa.Table.from_pylist(
