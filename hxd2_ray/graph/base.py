@@ -146,6 +146,23 @@ def entity_row(r: Mapping[str, Any]) -> EntityRow:
     )
 
 
+def chunk_row(r: Mapping[str, Any], doc: Mapping[str, Any]) -> ChunkRow:
+    """A chunk from a row holding its stored properties (``ord`` for its order), with its document's title and
+    source joined from ``doc`` (empty when the document row is missing)."""
+    return ChunkRow(
+        id=r["id"],
+        doc_id=r["doc_id"],
+        order=int(r["ord"]),
+        start=int(r["start"]),
+        text=r["text"],
+        header_path=r["header_path"],
+        language=r["language"],
+        doc_title=doc.get("doc_title") or "",
+        doc_source_id=doc.get("doc_source_id") or "",
+        doc_source_path=doc.get("doc_source_path") or "",
+    )
+
+
 def edge_row(a_key: str, b_key: str, r: Mapping[str, Any]) -> EdgeRow:
     """An edge between ``a_key`` and ``b_key`` from a row holding its properties and ``degree`` (oriented
     smaller key first, as stored, whichever end the read started from)."""

@@ -37,6 +37,7 @@ from hxd2_ray.graph.base import (
     EdgeRow,
     EntityRow,
     canonical_pair,
+    chunk_row,
     edge_row,
     entity_row,
     rank_neighbors,
@@ -483,24 +484,7 @@ class KuzuGraphStore:
             docs = {d: all_docs[d] for d in doc_ids if d in all_docs}
         else:
             docs = {d: rows[0] for d, rows in zip(doc_ids, self._rows_each(Q_DOCUMENT, "d", doc_ids)) if rows}
-        out: list[ChunkRow] = []
-        for r in chunks:
-            d = docs.get(r["doc_id"], {})
-            out.append(
-                ChunkRow(
-                    id=r["id"],
-                    doc_id=r["doc_id"],
-                    order=int(r["ord"]),
-                    start=int(r["start"]),
-                    text=r["text"],
-                    header_path=r["header_path"],
-                    language=r["language"],
-                    doc_title=d.get("doc_title") or "",
-                    doc_source_id=d.get("doc_source_id") or "",
-                    doc_source_path=d.get("doc_source_path") or "",
-                )
-            )
-        return out
+        return [chunk_row(r, docs.get(r["doc_id"], {})) for r in chunks]
 
     def entity_degree(self, keys: Iterable[str]) -> dict[str, int]:
         wanted = unique_in_order(keys)

@@ -32,6 +32,7 @@ from hxd2_ray.graph.base import (
     EntityRow,
     GraphStore,
     canonical_pair,
+    chunk_row,
     edge_row,
     entity_row,
     rank_neighbors,
@@ -298,24 +299,8 @@ class ResidentGraph:
 
     def get_chunks(self, ids: Iterable[str]) -> list[ChunkRow]:
         found = [i for c in unique_in_order(ids) if (i := self._chunk_of.get(c)) is not None]
-        out: list[ChunkRow] = []
-        for r in self._chunks.take(pa.array(found, type=pa.int64())).to_pylist():
-            d = self._docs.get(r["doc_id"], {})
-            out.append(
-                ChunkRow(
-                    id=r["id"],
-                    doc_id=r["doc_id"],
-                    order=int(r["ord"]),
-                    start=int(r["start"]),
-                    text=r["text"],
-                    header_path=r["header_path"],
-                    language=r["language"],
-                    doc_title=d.get("doc_title") or "",
-                    doc_source_id=d.get("doc_source_id") or "",
-                    doc_source_path=d.get("doc_source_path") or "",
-                )
-            )
-        return out
+        rows = self._chunks.take(pa.array(found, type=pa.int64())).to_pylist()
+        return [chunk_row(r, self._docs.get(r["doc_id"], {})) for r in rows]
 
     def entity_degree(self, keys: Iterable[str]) -> dict[str, int]:
         return {k: int(self._degree[i]) for k in unique_in_order(keys) if (i := self._entity_of.get(k)) is not None}
