@@ -22,6 +22,7 @@ from hxd2_ray.graph_export.rows import (
     PROPERTIES,
     ExportSummary,
     Pages,
+    counted_pages,
 )
 from hxd2_ray.progress import StageCounter
 
@@ -85,18 +86,14 @@ def write_cypher(pages: Pages, output: str, counter: StageCounter, batch_rows: i
         out.write("\n".join(_CONSTRAINTS) + "\n")
         for kind in NODE_KINDS:
             names = tuple(n for n, _t in PROPERTIES[kind])
-            counts[kind] = 0
-            for rows in pages(kind):
+            for rows in counted_pages(pages, kind, counts, counter):
                 for i in range(0, len(rows), batch_rows):
                     part = rows[i : i + batch_rows]
                     out.write(_NODE_STATEMENT.format(kind=kind, rows=",\n".join(lit.map(r, names) for r in part)))
-                counts[kind] += len(rows)
-                counter.add(done=len(rows))
         for kind in EDGE_KINDS:
             start, end, start_kind, end_kind = ENDPOINTS[kind]
             names = tuple(n for n, _t in PROPERTIES[kind])
-            counts[kind] = 0
-            for rows in pages(kind):
+            for rows in counted_pages(pages, kind, counts, counter):
                 for i in range(0, len(rows), batch_rows):
                     part = rows[i : i + batch_rows]
                     items = ",\n".join(
@@ -119,8 +116,6 @@ def write_cypher(pages: Pages, output: str, counter: StageCounter, batch_rows: i
                             set=" SET r = row.p" if names else "",
                         )
                     )
-                counts[kind] += len(rows)
-                counter.add(done=len(rows))
     return ExportSummary(
         format="cypher", output=output, files=[output], counts=counts, replaced_characters=lit.replaced
     )

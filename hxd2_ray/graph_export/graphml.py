@@ -22,6 +22,7 @@ from hxd2_ray.graph_export.rows import (
     PROPERTIES,
     ExportSummary,
     Pages,
+    counted_pages,
 )
 from hxd2_ray.progress import StageCounter
 
@@ -89,6 +90,16 @@ def _label(kind: str, row: dict[str, Any]) -> str:
     return row["id"]
 
 
+def _property_data(xml: _Xml, prefix: str, kind: str, row: dict[str, Any]) -> str:
+    """The ``<data>`` elements of the row's properties that have a value (``prefix``: ``n`` nodes, ``e`` edges)."""
+    parts = []
+    for name, typ in PROPERTIES[kind]:
+        text = _value_text(row[name], typ)
+        if text is not None:
+            parts.append(f'<data key="{prefix}_{name}">{xml.text(text)}</data>')
+    return "".join(parts)
+
+
 def write_graphml(pages: Pages, output: str, counter: StageCounter) -> ExportSummary:
     xml = _Xml()
     counts: dict[str, int] = {}
@@ -103,44 +114,28 @@ def write_graphml(pages: Pages, output: str, counter: StageCounter) -> ExportSum
         _key_declarations(out)
         out.write('  <graph id="hxd2" edgedefault="directed">\n')
         for kind in NODE_KINDS:
-            props = PROPERTIES[kind]
-            counts[kind] = 0
-            for rows in pages(kind):
-                buf = []
-                for row in rows:
-                    buf.append(
+            for rows in counted_pages(pages, kind, counts, counter):
+                out.write(
+                    "".join(
                         f'    <node id="{xml.attr(node_id(kind, row[ID_PROPERTY[kind]]))}">'
                         f'<data key="n_kind">{kind}</data>'
                         f'<data key="n_label">{xml.text(_label(kind, row))}</data>'
+                        f"{_property_data(xml, 'n', kind, row)}</node>\n"
+                        for row in rows
                     )
-                    for name, typ in props:
-                        text = _value_text(row[name], typ)
-                        if text is not None:
-                            buf.append(f'<data key="n_{name}">{xml.text(text)}</data>')
-                    buf.append("</node>\n")
-                out.write("".join(buf))
-                counts[kind] += len(rows)
-                counter.add(done=len(rows))
+                )
         for kind in EDGE_KINDS:
             start, end, start_kind, end_kind = ENDPOINTS[kind]
-            props = PROPERTIES[kind]
-            counts[kind] = 0
-            for rows in pages(kind):
-                buf = []
-                for row in rows:
-                    buf.append(
+            for rows in counted_pages(pages, kind, counts, counter):
+                out.write(
+                    "".join(
                         f'    <edge source="{xml.attr(node_id(start_kind, row[start]))}"'
                         f' target="{xml.attr(node_id(end_kind, row[end]))}">'
                         f'<data key="e_label">{kind}</data>'
+                        f"{_property_data(xml, 'e', kind, row)}</edge>\n"
+                        for row in rows
                     )
-                    for name, typ in props:
-                        text = _value_text(row[name], typ)
-                        if text is not None:
-                            buf.append(f'<data key="e_{name}">{xml.text(text)}</data>')
-                    buf.append("</edge>\n")
-                out.write("".join(buf))
-                counts[kind] += len(rows)
-                counter.add(done=len(rows))
+                )
         out.write("  </graph>\n</graphml>\n")
     return ExportSummary(
         format="graphml", output=output, files=[output], counts=counts, replaced_characters=xml.replaced

@@ -24,6 +24,7 @@ from hxd2_ray.graph_export.rows import (
     PROPERTIES,
     ExportSummary,
     Pages,
+    counted_pages,
 )
 from hxd2_ray.progress import StageCounter
 
@@ -93,14 +94,13 @@ def write_neo4j_csv(pages: Pages, output: str, counter: StageCounter) -> ExportS
     for kind in (*NODE_KINDS, *EDGE_KINDS):
         path = os.path.join(output, FILE_NAMES[kind])
         files.append(path)
-        counts[kind] = 0
         with open(path, "w", encoding="utf-8", newline="") as fh:
             writer = csv.writer(fh, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
             if kind in NODE_KINDS:
                 writer.writerow(node_header(kind))
             else:
                 writer.writerow(edge_header(kind))
-            for rows in pages(kind):
+            for rows in counted_pages(pages, kind, counts, counter):
                 if kind in NODE_KINDS:
                     writer.writerows([*(cells.cell(r[n], t) for n, t in PROPERTIES[kind]), kind] for r in rows)
                 else:
@@ -114,8 +114,6 @@ def write_neo4j_csv(pages: Pages, output: str, counter: StageCounter) -> ExportS
                         ]
                         for r in rows
                     )
-                counts[kind] += len(rows)
-                counter.add(done=len(rows))
     script = os.path.join(output, IMPORT_SCRIPT)
     with open(script, "w", encoding="utf-8") as fh:
         fh.write(

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hxd2_ray.progress import StageCounter
 
 NODE_KINDS = ("Document", "Chunk", "Entity")
 EDGE_KINDS = ("RELATED", "MENTIONS", "PART_OF")
@@ -79,6 +82,18 @@ def store_pages(store: Any) -> Pages:
             yield rows
 
     return pages
+
+
+def counted_pages(
+    pages: Pages, kind: str, counts: dict[str, int], counter: StageCounter
+) -> Iterator[list[dict[str, Any]]]:
+    """The pages of one kind, each added to ``counts[kind]`` and to the progress ``counter`` once the caller has
+    written it (the loop body between two pages)."""
+    counts[kind] = 0
+    for rows in pages(kind):
+        yield rows
+        counts[kind] += len(rows)
+        counter.add(done=len(rows))
 
 
 @dataclass
