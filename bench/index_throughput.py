@@ -426,13 +426,13 @@ def measure_actor_startup(cfg, staging_uri: str) -> dict[str, Any]:
         def __init__(self, cfg, staging_uri: str) -> None:
             import inspect
 
-            from hxd2_ray.ingest.sources import open_output_filesystem
+            from hxd2_ray.indexing.output import open_output
             from hxd2_ray.stages.extract_stage import ExtractAndPersist
 
             # The same constructor arguments the job passes (older signature: cfg, staging URI).
             params = inspect.signature(ExtractAndPersist.__init__).parameters
             if "staging_fs" in params:
-                args = (cfg, *open_output_filesystem(staging_uri, cfg.s3))
+                args = (cfg, *open_output(staging_uri, cfg.s3))
             else:
                 args = (cfg, staging_uri)
             t = time.perf_counter()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from hxd2_ray.config import HxdConfig
 from hxd2_ray.errors import HxdError
-from hxd2_ray.indexing.build.runner import LLM_CACHE_FOLDER, RunOptions
+from hxd2_ray.stages.runner import LLM_CACHE_FOLDER, RunOptions
 from jobs.index_format import format_summary
 from jobs.index_wiring import (
     EXIT_STOPPED,

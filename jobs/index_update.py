@@ -16,7 +16,7 @@ from typing import Any
 
 from hxd2_ray.config import HxdConfig
 from hxd2_ray.errors import HxdError
-from hxd2_ray.indexing.build.runner import RunOptions
+from hxd2_ray.stages.runner import RunOptions
 
 
 def run_delete(

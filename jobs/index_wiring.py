@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from hxd2_ray.config import HxdConfig, load_config
-from hxd2_ray.indexing.build.runner import BuildHooks, RunContext, StageRunner
+from hxd2_ray.stages.runner import BuildHooks, RunContext, StageRunner
 from jobs import telemetry
 
 

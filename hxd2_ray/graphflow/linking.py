@@ -6,7 +6,7 @@
 * A ``[bracketed]`` name (MetaQA marks its topic entity so) goes through the logic form's
   :class:`~hxd2_ray.logic.linking.EntityLinker` (exact key, fuzzy name, then the entity_name vectors).
 * Otherwise the names the question spells out, found the way the ``ppr`` ranking and the refusal gate find them
-  (:func:`~hxd2_ray.retrieval.names.named_entities`: name-like word n-grams looked up exactly among the entity
+  (:func:`~hxd2_ray.extraction.names.named_entities`: name-like word n-grams looked up exactly among the entity
   keys, longest first; a leading "the" may belong to the name, as in MetaQA's film titles), the best
   ``max_start_nodes`` kept: a typed question ("who directed The Public Eye") starts where its bracketed form
   would.
@@ -28,10 +28,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from hxd2_ray.extraction.merge import normalize_name
+from hxd2_ray.extraction.names import named_entities
 from hxd2_ray.graphflow.walk_graph import WalkGraph
 from hxd2_ray.logic.linking import EntityLinker
 from hxd2_ray.logic.queries import GraphQueries
-from hxd2_ray.retrieval.names import named_entities
 from hxd2_ray.retrieval.ranking import rank_matches, vector_hits
 
 __all__ = ["LinkedQuestion", "StartLinker", "StartNode", "TOPIC_PLACEHOLDER", "mark_topic", "plain_question"]

@@ -9,14 +9,14 @@ records each (chunk, document) pair. Only the ``ppr`` chunk ranking walks them (
 title node between the naming chunks and the named document's chunks).
 
 How a title is found in a text: as a run of whole words (the query side's word pattern) whose merge key equals
-the title's (:func:`hxd2_ray.retrieval.names.title_key`: "Mark King (musician)" is named by "Mark King"), longest
+the title's (:func:`hxd2_ray.extraction.names.title_key`: "Mark King (musician)" is named by "Mark King"), longest
 run first and left to right, so "Dragon Dice" does not also name "Dragon"; and only a run written as a name: a
 word in it that is no function word carries a capital letter, or mixes digits and letters ("The Simpsons",
 "B-52", but not "the band" for a document titled "The Band", nor a lower-case phrase). Only word positions whose
 word starts some title are tried, so the cost is one dictionary lookup per word plus a few per candidate:
 ~6,000-7,000 chunks of 150 words a second on one core (``bench/title_mentions_build.py``: 100,000 chunks in
 16 s). A Chinese chunk (no case, no spaces) is read with the question reader instead
-(:func:`~hxd2_ray.retrieval.names.named_entities`, jieba words).
+(:func:`~hxd2_ray.extraction.names.named_entities`, jieba words).
 
 They are derived from the chunks and documents alone, and every build (from scratch, or an incremental update,
 which rewrites the graph) recomputes them from all of both, so they always agree with what the index holds.
@@ -33,8 +33,8 @@ import pyarrow as pa
 from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.config import TitleMentionConfig
 from hxd2_ray.extraction.merge import normalize_name
+from hxd2_ray.extraction.names import STOPWORDS, WORD, named_entities, title_key
 from hxd2_ray.graph.schema import TITLE_MENTIONS
-from hxd2_ray.retrieval.names import STOPWORDS, WORD, named_entities, title_key
 
 __all__ = ["TITLE_MENTIONS", "title_mention_edges"]
 

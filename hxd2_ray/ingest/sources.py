@@ -40,15 +40,6 @@ _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 # --------------------------------------------------------------------------------------------- file systems
 
 
-def open_output_filesystem(uri: str, s3: S3Config) -> tuple[pafs.FileSystem, str]:
-    """Like :func:`resolve_filesystem`, for an output folder: checked and created by
-    :func:`hxd2_ray.indexing.output.open_output` (an ``OutputError`` says what is wrong with it)."""
-    # indexing.output sits above ingest and reads through resolve_filesystem: imported here, no cycle at import
-    from hxd2_ray.indexing.output import open_output  # noqa: PLC0415
-
-    return open_output(uri, s3)
-
-
 # --------------------------------------------------------------------------------------------- listing
 
 
@@ -334,7 +325,6 @@ def _records(
 __all__ = [
     "list_input_files",
     "load_documents",
-    "open_output_filesystem",
     "precheck",
     "read_documents",
     "resolve_filesystem",

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from hxd2_ray.retrieval.names import STOPWORDS, ZH_STOPWORDS
+from hxd2_ray.extraction.names import STOPWORDS, ZH_STOPWORDS
 
 __all__ = ["LEXICAL_DIR", "LexicalIndex", "lexical_shares", "lexical_tokens", "mix_channels", "write_lexical"]
 

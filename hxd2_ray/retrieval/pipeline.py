@@ -30,6 +30,7 @@ from hxd2_ray.config import RetrievalConfig
 from hxd2_ray.embedding.base import Embedder
 from hxd2_ray.errors import BackendError
 from hxd2_ray.extraction.merge import normalize_name
+from hxd2_ray.extraction.names import named_entities
 from hxd2_ray.graph.base import unique_in_order
 from hxd2_ray.indexing.manifest import check_compatible
 from hxd2_ray.llm.base import LLMClient, LLMRequest, Message
@@ -46,7 +47,6 @@ from hxd2_ray.retrieval.budget import (
 )
 from hxd2_ray.retrieval.index import DUAL_LEVEL_FAMILIES, OpenIndex
 from hxd2_ray.retrieval.keywords import keyword_request, parse_keywords
-from hxd2_ray.retrieval.names import named_entities
 from hxd2_ray.retrieval.ppr import EdgeWeights, PropagationGraph, graph_for
 from hxd2_ray.retrieval.query_prompts import QueryLanguagePrompts, QueryPromptSet, load_query_prompts
 from hxd2_ray.retrieval.ranking import (

@@ -12,7 +12,7 @@ reference's two (one for the gate, one for retrieval). Two more rules are offere
 small model's made-up keywords from carrying an off-topic question past the gate.
 
 **A question that names an entity of the index is never refused** (``names``, on by default): its word n-grams
-are looked up among the entity names, exactly and fuzzily (:mod:`hxd2_ray.retrieval.names`), and a hit passes
+are looked up among the entity names, exactly and fuzzily (:mod:`hxd2_ray.extraction.names`), and a hit passes
 the gate whatever the score says. A user asking about "Qinghe 17" in a corpus whose heading is "Qinghe 17" is
 asking about the corpus, even when a small model's keywords ("Research affiliation") and the question's own
 embedding score low; the score still decides for questions that name nothing the index knows.
@@ -46,9 +46,9 @@ import numpy as np
 
 from hxd2_ray.embedding.base import Embedder
 from hxd2_ray.extraction.merge import normalize_name
+from hxd2_ray.extraction.names import TitleIndex, named_entities, title_index
 from hxd2_ray.graph.base import unique_in_order
 from hxd2_ray.retrieval.intent import MultiStagePromptSet, load_multistage_prompts
-from hxd2_ray.retrieval.names import TitleIndex, named_entities, title_index
 from hxd2_ray.retrieval.results import Keywords
 
 __all__ = [

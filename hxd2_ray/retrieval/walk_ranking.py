@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hxd2_ray.config import RetrievalConfig
+from hxd2_ray.extraction.names import named_entities, title_index
 from hxd2_ray.graph.base import unique_in_order
 from hxd2_ray.retrieval.index import OpenIndex
 from hxd2_ray.retrieval.lexical import lexical_shares, mix_channels
-from hxd2_ray.retrieval.names import named_entities, title_index
 from hxd2_ray.retrieval.ppr import PropagationGraph
 from hxd2_ray.retrieval.ranking import (
     ChunkCandidate,

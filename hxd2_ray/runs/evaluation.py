@@ -37,7 +37,8 @@ from hxd2_ray.evaluation.grid import (
 from hxd2_ray.evaluation.report import aggregate, compare_runs, write_report
 from hxd2_ray.indexing.cluster_storage import ReportedFile, check_reported_files
 from hxd2_ray.indexing.manifest import check_compatible, read_manifest
-from hxd2_ray.ingest.sources import open_output_filesystem, resolve_filesystem
+from hxd2_ray.indexing.output import open_output
+from hxd2_ray.ingest.sources import resolve_filesystem
 from hxd2_ray.retrieval.index import open_index
 from hxd2_ray.retrieval.query_config import load_query_config
 from hxd2_ray.runs.refusal_rates import GATED_MODES, off_topic_refusals
@@ -91,7 +92,7 @@ def items_hash(ids: list[str]) -> str:
 
 
 def open_run_folder(uri: str, cfg: HxdConfig) -> tuple[Any, str]:
-    return open_output_filesystem(uri, cfg.s3)
+    return open_output(uri, cfg.s3)
 
 
 def run_config(req: EvalRunRequest | EvalGridRequest, index: str | None) -> HxdConfig:

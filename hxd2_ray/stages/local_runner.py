@@ -14,7 +14,6 @@ import pyarrow.fs as pafs
 
 from hxd2_ray.config import HxdConfig, llm_model_id
 from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.build.runner import InputListing, MergeResult, RunContext, cache_location
 from hxd2_ray.indexing.cluster_storage import ReportedFile, check_reported_files
 from hxd2_ray.indexing.cost import UsageLedger
 from hxd2_ray.ingest.sources import resolve_filesystem
@@ -31,6 +30,7 @@ from hxd2_ray.stages.merge_stage import (
     MergeRelationGroups,
     SummarizeLongDescriptions,
 )
+from hxd2_ray.stages.runner import InputListing, MergeResult, RunContext, cache_location
 from hxd2_ray.stages.stage_run import Ledger, StageRun
 
 # Files parsed per call of the ingest stage (the batch size of Ray Data's map over the files).

@@ -20,7 +20,6 @@ import ray.data
 
 from hxd2_ray.config import HxdConfig
 from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.build.runner import InputListing, MergeResult, RunContext
 from hxd2_ray.indexing.cluster_storage import ReadCheck
 from hxd2_ray.indexing.cost import UsageLedger
 from hxd2_ray.indexing.faults import worker_env
@@ -46,6 +45,7 @@ from hxd2_ray.stages.merge_stage import (
     MergeRelationGroups,
     SummarizeLongDescriptions,
 )
+from hxd2_ray.stages.runner import InputListing, MergeResult, RunContext
 from hxd2_ray.stages.stage_run import RemoteLedger
 
 log = logging.getLogger(__name__)

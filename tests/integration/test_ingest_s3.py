@@ -8,10 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from hxd2_ray.config import IngestConfig, S3Config
+from hxd2_ray.indexing.output import open_output
 from hxd2_ray.ingest.sources import (
     list_input_files,
     load_documents,
-    open_output_filesystem,
     read_documents,
     resolve_filesystem,
 )
@@ -107,7 +107,7 @@ def test_load_documents_checks_size_before_reading(s3_server, seeded):
 
 def test_output_filesystem_roundtrip(s3_server, s3_client, s3_bucket, tmp_path):
     s3 = S3Config(endpoint_url=s3_server)
-    fs, root = open_output_filesystem(f"s3://{s3_bucket}/index/v1", s3)
+    fs, root = open_output(f"s3://{s3_bucket}/index/v1", s3)
     pq.write_table(pa.table({"x": [1, 2]}), f"{root}/part-0.parquet", filesystem=fs)
     with fs.open_output_stream(f"{root}/manifest.json") as f:
         f.write(json.dumps({"ok": True}).encode())
@@ -115,6 +115,6 @@ def test_output_filesystem_roundtrip(s3_server, s3_client, s3_bucket, tmp_path):
     assert keys == ["index/v1/manifest.json", "index/v1/part-0.parquet"]
     assert pq.read_table(f"{root}/part-0.parquet", filesystem=fs).column("x").to_pylist() == [1, 2]
 
-    local_fs, local_root = open_output_filesystem(str(tmp_path / "out" / "idx"), s3)
+    local_fs, local_root = open_output(str(tmp_path / "out" / "idx"), s3)
     assert isinstance(local_fs, pafs.LocalFileSystem)
     assert (tmp_path / "out" / "idx").is_dir() and local_root == str(tmp_path / "out" / "idx")

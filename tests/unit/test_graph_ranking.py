@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from hxd2_ray.embedding.hashing import HashingEmbedder
+from hxd2_ray.extraction.names import candidate_ngrams, named_entities
 from hxd2_ray.rerank.overlap import OverlapReranker
 from hxd2_ray.retrieval import QueryPipeline, open_index
-from hxd2_ray.retrieval.names import candidate_ngrams, named_entities
 from hxd2_ray.retrieval.ranking import (
     ChunkCandidate,
     RankedMatch,
@@ -228,7 +228,7 @@ def test_entity_seeds_by_softmax_let_an_exact_name_outweigh_vague_matches():
 
 
 def test_a_named_document_title_seeds_its_chunks(index, tiny):
-    from hxd2_ray.retrieval.names import TitleIndex
+    from hxd2_ray.extraction.names import TitleIndex
 
     titles = TitleIndex([("Mark King (musician)", [3, 4]), ("Nick Hexum", [7]), ("", [9])])
     assert titles.chunks == {"mark king": [3, 4], "nick hexum": [7]}

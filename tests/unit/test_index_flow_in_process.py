@@ -9,8 +9,8 @@ from pathlib import Path
 
 from hxd2_ray.config import load_config
 from hxd2_ray.indexing.build.flow import IndexBuild
-from hxd2_ray.indexing.build.runner import RunOptions
 from hxd2_ray.stages.local_runner import InProcessRunner
+from hxd2_ray.stages.runner import RunOptions
 
 SAMPLE = Path(__file__).resolve().parents[2] / "hxd2_ray" / "sample_data" / "corpus"
 SETTINGS = ["chunking.chunk_size_chars=400", "ray.ner_batch_size=4", "embedding.dim=16"]

@@ -16,18 +16,19 @@ import pyarrow.fs as pafs
 from hxd2_ray.errors import HxdError
 from hxd2_ray.extraction.prompts import load_prompts
 from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.build.runner import BuildHooks, InputListing, RunContext, RunnerFactory, RunOptions
 from hxd2_ray.indexing.manifest import read_manifest
-from hxd2_ray.ingest.sources import open_output_filesystem, resolve_filesystem, select_inputs
+from hxd2_ray.indexing.output import open_output
+from hxd2_ray.ingest.sources import resolve_filesystem, select_inputs
 from hxd2_ray.stages import staging as st
+from hxd2_ray.stages.runner import BuildHooks, InputListing, RunContext, RunnerFactory, RunOptions
 
 if TYPE_CHECKING:
     from hxd2_ray.config import HxdConfig
-    from hxd2_ray.indexing.build.runner import StageRunner
     from hxd2_ray.indexing.disk_space import WriteSeam
     from hxd2_ray.indexing.manifest import IndexManifest
     from hxd2_ray.indexing.output import BuildOutput
     from hxd2_ray.ingest.sources import InputSelection
+    from hxd2_ray.stages.runner import StageRunner
 
 STAGES = ("ingest", "extract", "merge", "embed", "write")
 
@@ -74,7 +75,7 @@ class BuildContext:
         self.inputs = inputs
         self.hooks = hooks or BuildHooks()
         opened: tuple[pafs.FileSystem, str] = (
-            (output.fs, output.root) if output is not None else open_output_filesystem(output_uri, cfg.s3)
+            (output.fs, output.root) if output is not None else open_output(output_uri, cfg.s3)
         )
         self.fs, self.root = opened
         self.staging = posixpath.join(self.root, "_staging")

@@ -24,8 +24,8 @@ from hxd2_ray.indexing.generations import read_state
 
 if TYPE_CHECKING:
     from hxd2_ray.indexing.build.context import BuildContext
-    from hxd2_ray.indexing.build.runner import InputListing
     from hxd2_ray.indexing.manifest import IndexManifest
+    from hxd2_ray.stages.runner import InputListing
 
 
 def evenly_spaced(table: pa.Table, n: int) -> pa.Table:

@@ -1,6 +1,6 @@
 """The index build as one top-down flow: ingest -> chunk -> extract rounds -> merge -> embed -> write -> publish a
-generation, over an injected :class:`~.runner.StageRunner` (Ray Data in ``hxd2_ray.stages.ray_runner``, this
-process in ``hxd2_ray.stages.local_runner``).
+generation, over an injected :class:`~hxd2_ray.stages.runner.StageRunner` (Ray Data in
+``hxd2_ray.stages.ray_runner``, this process in ``hxd2_ray.stages.local_runner``).
 
 A full build, an update (``--input`` into an output that holds an index), a delete and a dry run are this flow
 with different inputs: :meth:`IndexBuild.run` picks the build, the rebuild (other graph settings), the update or
@@ -25,8 +25,8 @@ from hxd2_ray.indexing.build.update import IndexUpdate
 from hxd2_ray.indexing.generations import CorpusState, next_generation_id
 
 if TYPE_CHECKING:
-    from hxd2_ray.indexing.build.runner import InputListing
     from hxd2_ray.indexing.manifest import IndexManifest
+    from hxd2_ray.stages.runner import InputListing
 
 
 class IndexBuild(BuildContext):

@@ -2,7 +2,7 @@
 
 Each stage persists its results under ``<output>/_staging`` before the next starts, so a rerun after a crash skips
 finished work: ingest and merge by input fingerprint, extraction and embedding per row. The units of work run on
-the context's :class:`~.runner.StageRunner`; what to run, and what its results mean, is decided here.
+the context's :class:`~hxd2_ray.stages.runner.StageRunner`; what to run, and what its results mean, is decided here.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from hxd2_ray.types import RelationMention, vector_id
 
 if TYPE_CHECKING:
     from hxd2_ray.indexing.build.context import BuildContext
-    from hxd2_ray.indexing.build.runner import InputListing
     from hxd2_ray.indexing.embedding_texts import TEXT_VECTORS_FOLDER, TEXTS_TO_EMBED, embedding_inputs, text_key
+    from hxd2_ray.stages.runner import InputListing
 from hxd2_ray.indexing.corpus import ParsedCorpus
 
 

@@ -34,8 +34,8 @@ from hxd2_ray.llm.tokens import build_token_counter
 
 if TYPE_CHECKING:
     from hxd2_ray.indexing.build.context import BuildContext
-    from hxd2_ray.indexing.build.runner import InputListing
     from hxd2_ray.indexing.manifest import IndexManifest
+    from hxd2_ray.stages.runner import InputListing
 
 # What a delete named, kept in its generation's history entry (enough to know a repeat; ids past it are counted)
 DELETE_REQUEST_KEPT = 1000

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from hxd2_ray.ingest.sources import open_output_filesystem
+from hxd2_ray.indexing.output import open_output
 from hxd2_ray.llm.cache import CacheLocation
 from hxd2_ray.progress import NO_COUNTER, StageCounter
 
@@ -146,6 +146,6 @@ def cache_location(cfg: HxdConfig, fs: pafs.FileSystem, root: str) -> CacheLocat
     if not cfg.llm_cache.enabled:
         return None
     if cfg.llm_cache.location:
-        cache_fs, path = open_output_filesystem(cfg.llm_cache.location, cfg.s3)
+        cache_fs, path = open_output(cfg.llm_cache.location, cfg.s3)
         return CacheLocation(cache_fs, path)
     return CacheLocation(fs, posixpath.join(root, LLM_CACHE_FOLDER))
