@@ -27,7 +27,7 @@ import numpy as np
 import torch  # noqa: TID253 - a torch module: imported only by code that trains or walks
 
 from hxd2_ray.graphflow.model import FeatureTables, GraphFlowModel
-from hxd2_ray.graphflow.walker import PathStates, initial_states, sample_segments, score_actions
+from hxd2_ray.graphflow.walker import PathStates, StepScores, initial_states, sample_segments, score_actions
 
 __all__ = ["Finished", "WalkOutcome", "walk"]
 
@@ -133,6 +133,56 @@ def _finish(outcomes: list[WalkOutcome]) -> list[WalkOutcome]:
     return outcomes
 
 
+def _finished(states: PathStates, i: int, step: int, log_prob: float, actions: tuple[int, ...]) -> Finished:
+    """State ``i``'s trajectory after ``step`` moves, ended (by STOP or the step limit) with ``log_prob``."""
+    return Finished(float(log_prob), tuple(int(n) for n in states.paths[i, : step + 1]), actions)
+
+
+def _stop_all(
+    outcomes: list[WalkOutcome],
+    states: PathStates,
+    step: int,
+    logp: np.ndarray,
+    actions: list[tuple[int, ...]],
+) -> None:
+    """Every state still walking stops where it is (after the last step)."""
+    for i in range(len(states)):
+        outcomes[int(states.question[i])].finished.append(_finished(states, i, step, logp[i], actions[i]))
+
+
+def _scores(
+    model: GraphFlowModel,
+    tables: FeatureTables,
+    qh: torch.Tensor,
+    qfull: torch.Tensor,
+    states: PathStates,
+    return_to_start: bool,
+) -> tuple[StepScores, np.ndarray, np.ndarray]:
+    """Every action of every state scored, with the moves' and the STOPs' log-probabilities as arrays."""
+    scores = score_actions(model, tables, qh, qfull, states, return_to_start=return_to_start)
+    return scores, scores.move_logp.cpu().numpy(), scores.stop_logp.cpu().numpy()
+
+
+def _take_moves(
+    model: GraphFlowModel,
+    tables: FeatureTables,
+    scores: StepScores,
+    states: PathStates,
+    actions: list[tuple[int, ...]],
+    step: int,
+    ks: np.ndarray,
+    rows: list[int],
+) -> tuple[PathStates, list[tuple[int, ...]], np.ndarray]:
+    """States ``ks`` each take their chosen move (flat row ``rows[j]`` of ``scores``) as move ``step + 1``: the
+    new states, their actions so far, and the CSR entries just taken."""
+    entries = scores.entries[np.asarray(rows)]
+    g = model.next_path(scores.act[torch.as_tensor(rows)], states.g[torch.as_tensor(ks)])
+    paths = states.paths[ks].copy()
+    paths[:, step + 1] = tables.target[entries]
+    taken = [actions[i] + (int(e),) for i, e in zip(ks, entries)]
+    return PathStates(question=states.question[ks], g=g, paths=paths, steps=states.steps[ks] + 1), taken, entries
+
+
 def _beam(
     model: GraphFlowModel,
     tables: FeatureTables,
@@ -155,18 +205,10 @@ def _beam(
     chain_ids: dict[tuple[int, int], int] = {}  # (parent chain id, signature) -> chain id; 0 is the empty chain
     state_chain = np.zeros(len(q_rows), dtype=np.int64)
     states = initial_states(model, tables, qh, q_rows, start_nodes, max_steps)
-    for step in range(max_steps + 1):
+    for step in range(max_steps):
         if len(states) == 0:
             break
-        if step == max_steps:  # survivors stop
-            for i in range(len(states)):
-                outcomes[int(states.question[i])].finished.append(
-                    Finished(float(logp[i]), tuple(int(n) for n in states.paths[i, : step + 1]), actions[i])
-                )
-            break
-        scores = score_actions(model, tables, qh, qfull, states, return_to_start=return_to_start)
-        move_lp = scores.move_logp.cpu().numpy()
-        stop_lp = scores.stop_logp.cpu().numpy()
+        scores, move_lp, stop_lp = _scores(model, tables, qh, qfull, states, return_to_start)
         seg = np.repeat(np.arange(len(states)), np.diff(scores.seg_ptr))
         # Candidates: every move (flat row r) and every STOP (row -1 - i), with cumulative log-probabilities.
         move_rows = np.arange(len(seg))
@@ -196,9 +238,7 @@ def _beam(
             for c in mine:
                 i = int(cand_state[c])
                 if cand_row[c] < 0:
-                    outcomes[q].finished.append(
-                        Finished(float(cand_lp[c]), tuple(int(n) for n in states.paths[i, : step + 1]), actions[i])
-                    )
+                    outcomes[q].finished.append(_finished(states, i, step, cand_lp[c], actions[i]))
                 else:
                     keep_rows.append(int(cand_row[c]))
                     keep_states.append(i)
@@ -206,11 +246,7 @@ def _beam(
         if not keep_rows:
             break
         ks = np.asarray(keep_states)
-        entries = scores.entries[np.asarray(keep_rows)]
-        g = model.next_path(scores.act[torch.as_tensor(keep_rows)], states.g[torch.as_tensor(ks)])
-        paths = states.paths[ks].copy()
-        paths[:, step + 1] = tables.target[entries]
-        actions = [actions[i] + (int(e),) for i, e in zip(ks, entries)]
+        states, actions, entries = _take_moves(model, tables, scores, states, actions, step, ks, keep_rows)
         if merge:
             state_chain = np.array(
                 [
@@ -220,7 +256,8 @@ def _beam(
                 dtype=np.int64,
             )
         logp = np.asarray(keep_lp)
-        states = PathStates(question=states.question[ks], g=g, paths=paths, steps=states.steps[ks] + 1)
+    else:  # after max_steps moves the survivors stop
+        _stop_all(outcomes, states, max_steps, logp, actions)
     return _finish(outcomes)
 
 
@@ -260,26 +297,16 @@ def _sample(
     logp = -np.log(n_starts).astype(np.float64)
     actions: list[tuple[int, ...]] = [() for _ in range(len(q_rows))]
     states = initial_states(model, tables, qh, q_rows, start_nodes, max_steps)
-    for step in range(max_steps + 1):
+    for step in range(max_steps):
         if len(states) == 0:
             break
-        if step == max_steps:
-            for i in range(len(states)):
-                outcomes[int(states.question[i])].finished.append(
-                    Finished(float(logp[i]), tuple(int(n) for n in states.paths[i, : step + 1]), actions[i])
-                )
-            break
-        scores = score_actions(model, tables, qh, qfull, states, return_to_start=return_to_start)
-        move_lp = scores.move_logp.cpu().numpy()
-        stop_lp = scores.stop_logp.cpu().numpy()
+        scores, move_lp, stop_lp = _scores(model, tables, qh, qfull, states, return_to_start)
         picks = sample_segments(move_lp, stop_lp, scores.seg_ptr, rng)
         keep, rows, lps = [], [], []
         for i, pick in enumerate(picks):
             if pick < 0:
                 outcomes[int(states.question[i])].finished.append(
-                    Finished(
-                        float(logp[i] + stop_lp[i]), tuple(int(n) for n in states.paths[i, : step + 1]), actions[i]
-                    )
+                    _finished(states, i, step, logp[i] + stop_lp[i], actions[i])
                 )
             else:
                 keep.append(i)
@@ -287,12 +314,8 @@ def _sample(
                 lps.append(float(logp[i] + move_lp[pick]))
         if not keep:
             break
-        ks = np.asarray(keep)
-        entries = scores.entries[np.asarray(rows)]
-        g = model.next_path(scores.act[torch.as_tensor(rows)], states.g[torch.as_tensor(ks)])
-        paths = states.paths[ks].copy()
-        paths[:, step + 1] = tables.target[entries]
-        actions = [actions[i] + (int(e),) for i, e in zip(ks, entries)]
+        states, actions, _entries = _take_moves(model, tables, scores, states, actions, step, np.asarray(keep), rows)
         logp = np.asarray(lps)
-        states = PathStates(question=states.question[ks], g=g, paths=paths, steps=states.steps[ks] + 1)
+    else:  # after max_steps moves the survivors stop
+        _stop_all(outcomes, states, max_steps, logp, actions)
     return _finish(outcomes)
