@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 
@@ -94,13 +94,11 @@ def _check_nodes(job: Any) -> None:
     _NODES_CHECKED.add((job.root, job.index))
 
 
-def _run_request(args: argparse.Namespace) -> Any:
-    from hxd2_ray.runs.requests import EvalRunRequest
-
-    return EvalRunRequest(
+def _shared_run_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The request fields ``eval run`` and ``eval grid`` both take, from the options of :func:`build_run_parser`."""
+    return dict(
         benchmark=args.benchmark,
         output=args.output,
-        index=args.index,
         modes=tuple(args.modes),
         limit=args.limit,
         data_root=args.data_root,
@@ -113,31 +111,19 @@ def _run_request(args: argparse.Namespace) -> Any:
         gpus_per_worker=args.gpus_per_worker,
         config=args.config,
         overrides=tuple(args.overrides),
-        policy=args.policy,
     )
+
+
+def _run_request(args: argparse.Namespace) -> Any:
+    from hxd2_ray.runs.requests import EvalRunRequest
+
+    return EvalRunRequest(index=args.index, policy=args.policy, **_shared_run_fields(args))
 
 
 def _grid_request(args: argparse.Namespace) -> Any:
     from hxd2_ray.runs.requests import EvalGridRequest
 
-    return EvalGridRequest(
-        benchmark=args.benchmark,
-        output=args.output,
-        indexes=tuple(args.indexes),
-        axes=tuple(args.axes),
-        modes=tuple(args.modes),
-        limit=args.limit,
-        data_root=args.data_root,
-        questions=args.questions,
-        corpus=args.corpus,
-        workers=args.workers,
-        concurrency=args.concurrency,
-        shards=args.shards,
-        cpus_per_worker=args.cpus_per_worker,
-        gpus_per_worker=args.gpus_per_worker,
-        config=args.config,
-        overrides=tuple(args.overrides),
-    )
+    return EvalGridRequest(indexes=tuple(args.indexes), axes=tuple(args.axes), **_shared_run_fields(args))
 
 
 def _judge_request(args: argparse.Namespace) -> Any:
@@ -343,43 +329,51 @@ def build_run_parser(prog: str = "hxd2 eval run", grid: bool = False) -> argpars
     return p
 
 
-def _main_run(argv: list[str]) -> int:
-    args = build_run_parser().parse_args(argv)
+def _counts_below_one(args: argparse.Namespace) -> bool:
+    """Says so on stderr when --workers, --concurrency or --shards is below 1."""
     if args.workers < 1 or args.concurrency < 1 or (args.shards is not None and args.shards < 1):
         print("error: --workers, --concurrency and --shards must be >= 1", file=sys.stderr)
-        return 2
-    from hxd2_ray.runs.evaluation import run_evaluation
+        return True
+    return False
+
+
+def _run_sharded_job(
+    args: argparse.Namespace, command: str, work: Callable[[], Any], format_text: Callable[[dict[str, Any]], str]
+) -> int:
+    """``eval run`` / ``eval grid``: ``work`` under the console (its log in ``<output>``, JSON or text summary)."""
     from jobs.console import log_path_for, run_job
 
     return run_job(
-        lambda: run_evaluation(_run_request(args), ray_shard_runner, _log),
-        command="eval run",
-        log_path=log_path_for("eval-run", args.output),
+        work,
+        command=command,
+        log_path=log_path_for(command.replace(" ", "-"), args.output),
         verbose=args.verbose,
         as_json=args.json,
-        format_text=format_summary,
+        format_text=format_text,
         errors=_EXPECTED,
         run=args.output,
     )
 
 
+def _main_run(argv: list[str]) -> int:
+    args = build_run_parser().parse_args(argv)
+    if _counts_below_one(args):
+        return 2
+    from hxd2_ray.runs.evaluation import run_evaluation
+
+    return _run_sharded_job(
+        args, "eval run", lambda: run_evaluation(_run_request(args), ray_shard_runner, _log), format_summary
+    )
+
+
 def _main_grid(argv: list[str]) -> int:
     args = build_run_parser("hxd2 eval grid", grid=True).parse_args(argv)
-    if args.workers < 1 or args.concurrency < 1 or (args.shards is not None and args.shards < 1):
-        print("error: --workers, --concurrency and --shards must be >= 1", file=sys.stderr)
+    if _counts_below_one(args):
         return 2
     from hxd2_ray.runs.evaluation import run_grid
-    from jobs.console import log_path_for, run_job
 
-    return run_job(
-        lambda: run_grid(_grid_request(args), ray_shard_runner, _log),
-        command="eval grid",
-        log_path=log_path_for("eval-grid", args.output),
-        verbose=args.verbose,
-        as_json=args.json,
-        format_text=format_grid,
-        errors=_EXPECTED,
-        run=args.output,
+    return _run_sharded_job(
+        args, "eval grid", lambda: run_grid(_grid_request(args), ray_shard_runner, _log), format_grid
     )
 
 
