@@ -278,19 +278,25 @@ class LogicFormExecutor:
                         texts.append(f.text())
         rows = self.queries.run_template(LF_PATHS_2HOP, {"keys": list(known), "limit": self.max_rows})
         for r in rows:
-            f1 = edge_facts(r["a_key"], r["a_name"], r["m_key"], r["m_name"], r["d1"], r["k1"])
-            f2 = edge_facts(r["m_key"], r["m_name"], r["b_key"], r["b_name"], r["d2"], r["k2"])
-            hit1, hit2 = self.matcher.select(p, f1), self.matcher.select(p, f2)
-            if p is not None and not hit1 and not hit2:
-                continue
-            if r["b_key"] in known:
+            path = self._two_hop_path(p, r)
+            if path is None or r["b_key"] in known:
                 continue
             out[r["b_key"]] = r["b_name"]
-            texts.append(" / ".join(f.text() for f in (hit1 or f1)[:1] + (hit2 or f2)[:1]))
+            texts.append(path)
         if len(rows) >= self.max_rows:
             trace.notes.append(f"2-hop paths cut at {self.max_rows}")
         trace.facts.extend(dict.fromkeys(texts))
         return Value.entities(out.items())
+
+    def _two_hop_path(self, p: str | None, r: Mapping[str, Any]) -> str | None:
+        """A 2-hop path row (a -> m -> b, with each edge's description and keywords) as text: the first fact of
+        each edge that matches ``p`` (its first fact when none does); None when ``p`` matches neither edge."""
+        f1 = edge_facts(r["a_key"], r["a_name"], r["m_key"], r["m_name"], r["d1"], r["k1"])
+        f2 = edge_facts(r["m_key"], r["m_name"], r["b_key"], r["b_name"], r["d2"], r["k2"])
+        hit1, hit2 = self.matcher.select(p, f1), self.matcher.select(p, f2)
+        if p is not None and not hit1 and not hit2:
+            return None
+        return " / ".join(f.text() for f in (hit1 or f1)[:1] + (hit2 or f2)[:1])
 
     def _relations_between(
         self, s_keys: Mapping[str, str], o_keys: Mapping[str, str], p: str | None, hops: int, trace: StepTrace
@@ -313,12 +319,9 @@ class LogicFormExecutor:
             if hops == 2:
                 rows = self.queries.run_template(LF_PATHS_BETWEEN, {"pairs": pairs, "limit": self.max_rows})
                 for r in rows:
-                    f1 = edge_facts(r["a_key"], r["a_name"], r["m_key"], r["m_name"], r["d1"], r["k1"])
-                    f2 = edge_facts(r["m_key"], r["m_name"], r["b_key"], r["b_name"], r["d2"], r["k2"])
-                    hit1, hit2 = self.matcher.select(p, f1), self.matcher.select(p, f2)
-                    if p is not None and not hit1 and not hit2:
+                    path = self._two_hop_path(p, r)
+                    if path is None:
                         continue
-                    path = " / ".join(f.text() for f in (hit1 or f1)[:1] + (hit2 or f2)[:1])
                     strict.append(path)
                     texts.append(path)
         chosen = strict
