@@ -74,6 +74,7 @@ from hxd2_ray.retrieval.results import (
     EmptyQuestionError,
     QueryEvent,
     RetrievalResult,
+    final_answer,
 )
 from hxd2_ray.retrieval.run_trace import RunTrace
 from hxd2_ray.retrieval.single_paths import SinglePaths
@@ -220,14 +221,8 @@ class QueryFlow:
         on_delta: Callable[[str], None] | None = None,
         topic: str | None = None,
     ) -> Answer:
-        final: Answer | None = None
-        for event in self.answer_stream(question, mode=mode, generation_question=generation_question, topic=topic):
-            if event.kind == "delta" and on_delta is not None:
-                on_delta(event.text)
-            elif event.kind == "final":
-                final = event.answer
-        assert final is not None
-        return final
+        events = self.answer_stream(question, mode=mode, generation_question=generation_question, topic=topic)
+        return final_answer(events, on_delta)
 
     def answer_stream(
         self,

@@ -80,6 +80,7 @@ from hxd2_ray.retrieval.results import (
     RetrievalResult,
     SectionCounts,
     SectionTokens,
+    final_answer,
     references_of,
 )
 from hxd2_ray.retrieval.walk_ranking import Matches, walk_rank
@@ -234,14 +235,7 @@ class QueryPipeline:
 
         With ``stream`` the reply is produced through the streaming path and each delta handed to ``on_delta``.
         """
-        final: Answer | None = None
-        for event in self._generate_events(question, context, stream=stream):
-            if event.kind == "delta" and on_delta is not None:
-                on_delta(event.text)
-            elif event.kind == "final":
-                final = event.answer
-        assert final is not None
-        return final
+        return final_answer(self._generate_events(question, context, stream=stream), on_delta)
 
     def generate_stream(self, question: str | None, context: RetrievalResult) -> Iterator[QueryEvent]:
         return self._generate_events(question, context, stream=True)

@@ -12,7 +12,7 @@ Channels name where a match came from, so a trace can say why a row is in the co
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping
 
 from hxd2_ray.errors import HxdError
 
@@ -328,6 +328,18 @@ class QueryEvent:
     step: str = ""
     detail: Mapping[str, Any] | None = None
     answer: Answer | None = None
+
+
+def final_answer(events: Iterable[QueryEvent], on_delta: Callable[[str], None] | None = None) -> Answer:
+    """The answer of the events' ``final``, each ``delta``'s text handed to ``on_delta`` on the way."""
+    final: Answer | None = None
+    for event in events:
+        if event.kind == "delta" and on_delta is not None:
+            on_delta(event.text)
+        elif event.kind == "final":
+            final = event.answer
+    assert final is not None
+    return final
 
 
 def references_of(chunks: tuple[ContextChunk, ...] | list[ContextChunk]) -> tuple[Reference, ...]:
