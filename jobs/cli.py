@@ -6,9 +6,12 @@ import importlib
 import json
 import os
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from hxd2_ray.errors import HxdError
+
+if TYPE_CHECKING:
+    import argparse
 
 # subcommand -> (module with main(argv) -> int, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -58,6 +61,15 @@ def run_and_report(
             flush=True,
         )
     return 0
+
+
+def add_config_overrides(
+    parser: argparse.ArgumentParser, description: str = "override a config value (repeatable)"
+) -> None:
+    """``--set SECTION.KEY=VALUE``, repeatable, into ``args.overrides``: the config overrides a command takes."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE", help=description
+    )
 
 
 def _usage() -> str:

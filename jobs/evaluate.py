@@ -29,7 +29,7 @@ from hxd2_ray.errors import HxdError
 from hxd2_ray.retrieval.flow import MODES
 from hxd2_ray.runs.requests import GRID_DEFAULT_MODES
 from jobs import telemetry
-from jobs.cli import run_and_report
+from jobs.cli import add_config_overrides, run_and_report
 
 SUBCOMMANDS = ("run", "grid", "report", "compare", "judge", "corpus")
 # Errors a user can fix (bad names, paths, values): one line and exit status 2, not a traceback.
@@ -303,14 +303,7 @@ def build_run_parser(prog: str = "hxd2 eval run", grid: bool = False) -> argpars
     p.add_argument("--shards", type=int, default=None, help="question shards (default min(n, 4 x workers))")
     p.add_argument("--cpus-per-worker", type=float, default=1.0)
     p.add_argument("--gpus-per-worker", type=float, default=0.0)
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override a config value (repeatable)",
-    )
+    add_config_overrides(p)
     if not grid:
         p.add_argument(
             "--policy",

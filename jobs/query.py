@@ -29,6 +29,7 @@ from hxd2_ray.retrieval.flow import MODES
 if TYPE_CHECKING:
     from hxd2_ray.retrieval.results import Answer
 from hxd2_ray.text_validation import lone_surrogate
+from jobs.cli import add_config_overrides
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,14 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--config", default=None, help="YAML config (default: the config the index was built with, from its manifest)"
     )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override a config value (repeatable), e.g. retrieval.top_k_entities=10",
-    )
+    add_config_overrides(parser, "override a config value (repeatable), e.g. retrieval.top_k_entities=10")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--stream", action="store_true", help="print the answer as it is generated")
     parser.add_argument("--trace", action="store_true", help="show keywords, matches, chunks and token counts")

@@ -30,6 +30,8 @@ from typing import Any, Callable
 
 import yaml
 
+from jobs.cli import add_config_overrides
+
 log = logging.getLogger("hxd2.serve")
 DEFAULT_SERVE_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "serve.yaml"
 APP_NAME = "hxd2"
@@ -56,14 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="hxd2 YAML config (llm, embedding, retrieval, s3); with --index and no --config, the "
         "config the index was built with",
     )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override an hxd2 config value (repeatable)",
-    )
+    add_config_overrides(parser, "override an hxd2 config value (repeatable)")
     parser.add_argument(
         "--serve-config",
         default=None,
