@@ -460,6 +460,45 @@ def test_retriever_replica_killed_mid_load_is_replaced(served):
             assert c.post("/v1/query", json={"question": q}).status_code == 200
 
 
+def _auto(i: int) -> tuple[str, dict[str, Any]]:
+    return "/v1/query", {"question": QUESTIONS[i % len(QUESTIONS)], "mode": "auto"}
+
+
+@pytest.mark.parametrize("deployment", ["Planner", "Verifier", "LLM"])
+def test_a_part_replica_killed_mid_load_ends_requests_cleanly_and_is_replaced(served, deployment):
+    """Issue 33, a lost replica: the flow's parts (multi-stage ``auto`` mode calls the planner and verifier, every
+    mode the LLM) die under load. A query that was on the dead replica ends as a clean 503 (the Retriever maps the
+    actor error) or is answered without that step (a failed verifier or planner falls back); never a 500 or a
+    hang. Serve starts a new replica within 30 s, and queries answer again."""
+    import ray
+
+    def replicas() -> set[str]:
+        return {
+            a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if f"{APP}#{deployment}#" in a["name"]
+        }
+
+    victims = replicas()
+    assert victims, deployment
+    results: list[Any] = []
+    loader = threading.Thread(target=lambda: results.extend(asyncio.run(_fire(served.base, 60, 8, _auto))))
+    loader.start()
+    time.sleep(1.0)
+    ray.kill(ray.get_actor(sorted(victims)[0], namespace="serve"), no_restart=True)
+    loader.join(timeout=180)
+    assert not loader.is_alive(), "requests hung after the replica died"
+    statuses = [s for s, _, _ in results]
+    print(f"\n{deployment} killed mid-load: " + ", ".join(f"{statuses.count(s)} x {s}" for s in sorted(set(statuses))))
+    assert len(statuses) == 60 and set(statuses) <= {200, 503}, statuses
+    replaced_by = time.monotonic() + 30
+    while not (replicas() - victims):
+        assert time.monotonic() < replaced_by, f"no new {deployment} replica within 30 s"
+        time.sleep(0.5)
+    with served.client() as c:
+        for i in range(len(QUESTIONS)):
+            path, body = _auto(i)
+            assert c.post(path, json=body).status_code == 200
+
+
 # ------------------------------------------------------------------------------- the flow's deployments
 
 
