@@ -87,6 +87,26 @@ def section_text(kind: str, lang: str, section: Any, path: Sequence[str], *, str
     return node.strip() if strip else node
 
 
+def check_placeholders(
+    label: str,
+    lang: str,
+    prompts: Any,
+    *,
+    ends_with: Sequence[tuple[str, str]] = (),
+    contains: Sequence[tuple[str, str]] = (),
+) -> None:
+    """That a language's parsed templates hold their placeholders: for each ``(where, name)``, the template at
+    ``where`` ends with ``{name}`` (``ends_with``) or holds it anywhere (``contains``). ``where`` is the field of
+    ``prompts``, or the file's path to it with a dot for the field's underscore (``answer.user``: field
+    ``answer_user``), as the error names it: a ValueError ``<label> prompt file: <lang>.<where> must …``."""
+    for where, name in ends_with:
+        if not getattr(prompts, where.replace(".", "_")).endswith("{" + name + "}"):
+            raise ValueError(f"{label} prompt file: {lang}.{where} must end with {{{name}}}")
+    for where, name in contains:
+        if "{" + name + "}" not in getattr(prompts, where.replace(".", "_")):
+            raise ValueError(f"{label} prompt file: {lang}.{where} must contain {{{name}}}")
+
+
 @dataclass(frozen=True, slots=True)
 class PromptSet(Generic[L]):
     """One version of a kind of prompts: its templates per language (``L``: that kind's parsed section)."""

@@ -49,6 +49,7 @@ from hxd2_ray.llm.base import LLMClient, LLMRequest, LLMResponse
 from hxd2_ray.prompt_templates import (
     PromptSet,
     PromptSetLoader,
+    check_placeholders,
     placeholder_filler,
 )
 
@@ -111,13 +112,8 @@ def _language(lang: str, section: Any) -> JudgeLanguagePrompts:
         reply_text=text("reply_text"),
         criteria=MappingProxyType({str(k): v.strip() for k, v in criteria.items()}),
     )
-    for name in ("question", "reference", "answer_a", "answer_b"):
-        if "{" + name + "}" not in prompts.user:
-            raise ValueError(f"judge prompt file: {lang}.user must contain {{{name}}}")
-    if "{criterion}" not in prompts.system:
-        raise ValueError(f"judge prompt file: {lang}.system must contain {{criterion}}")
-    if "{reference}" not in prompts.reference:
-        raise ValueError(f"judge prompt file: {lang}.reference must contain {{reference}}")
+    needed = [("user", name) for name in ("question", "reference", "answer_a", "answer_b")]
+    check_placeholders("judge", lang, prompts, contains=[*needed, ("system", "criterion"), ("reference", "reference")])
     return prompts
 
 

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from hxd2_ray.prompt_templates import (
     TEXT_MARKER,
     PromptSetLoader,
+    check_placeholders,
     placeholder_filler,
     section_text,
 )
@@ -60,14 +61,16 @@ def _language_prompts(lang: str, section: Any) -> LanguagePrompts:
     for field in ("tuples_user", "json_user"):
         template = getattr(prompts, field)
         if not template.endswith(TEXT_MARKER + "\n{input_text}"):
-            raise ValueError(f"prompt file: {lang}.{field} must end with the line {TEXT_MARKER!r} then {{input_text}}")
-    if not prompts.summarize_user.endswith("{description_list}"):
-        raise ValueError(f"prompt file: {lang}.summarize.user must end with {{description_list}}")
-    if "{entity_name}" not in prompts.summarize_user:
-        raise ValueError(f"prompt file: {lang}.summarize.user must contain {{entity_name}}")
-    for field in ("tuples_system", "json_system"):
-        if "{entity_types}" not in getattr(prompts, field):
-            raise ValueError(f"prompt file: {lang}.{field} must contain {{entity_types}}")
+            raise ValueError(
+                f"extraction prompt file: {lang}.{field} must end with the line {TEXT_MARKER!r} then {{input_text}}"
+            )
+    check_placeholders(
+        "extraction",
+        lang,
+        prompts,
+        ends_with=[("summarize.user", "description_list")],
+        contains=[("summarize.user", "entity_name"), *((f, "entity_types") for f in ("tuples_system", "json_system"))],
+    )
     return prompts
 
 

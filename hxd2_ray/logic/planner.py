@@ -21,6 +21,7 @@ from hxd2_ray.logic.plan_validation import plan_json_schema, validate_plan
 from hxd2_ray.prompt_templates import (
     PromptSet,
     PromptSetLoader,
+    check_placeholders,
     placeholder_filler,
     section_text,
 )
@@ -93,20 +94,21 @@ def _language(lang: str, section: Any) -> LogicLanguagePrompts:
         verify_post_user=get("verify_post", "user"),
         examples=tuple(examples),
     )
-    for field_name in ("plan_user", "deduce_user", "verify_pre_user", "verify_post_user"):
-        if not getattr(prompts, field_name).endswith("{question}"):
-            raise ValueError(f"logic prompt file: {lang}.{field_name} must end with {{question}}")
-    for field_name, needed in (
-        ("deduce_user", "evidence"),
-        ("verify_pre_user", "evidence"),
-        ("verify_post_user", "evidence"),
-        ("verify_post_user", "answer"),
-        ("repair", "reason"),
-        ("relations_hint", "relations"),
-        ("plan_user", "relations"),
-    ):
-        if "{" + needed + "}" not in getattr(prompts, field_name):
-            raise ValueError(f"logic prompt file: {lang}.{field_name} must contain {{{needed}}}")
+    check_placeholders(
+        "logic",
+        lang,
+        prompts,
+        ends_with=[(f, "question") for f in ("plan_user", "deduce_user", "verify_pre_user", "verify_post_user")],
+        contains=[
+            ("deduce_user", "evidence"),
+            ("verify_pre_user", "evidence"),
+            ("verify_post_user", "evidence"),
+            ("verify_post_user", "answer"),
+            ("repair", "reason"),
+            ("relations_hint", "relations"),
+            ("plan_user", "relations"),
+        ],
+    )
     return prompts
 
 

@@ -31,6 +31,7 @@ from hxd2_ray.llm.base import LLMClient, LLMRequest
 from hxd2_ray.prompt_templates import (
     PromptSet,
     PromptSetLoader,
+    check_placeholders,
     placeholder_filler,
     section_text,
     section_value,
@@ -115,19 +116,20 @@ def _language(lang: str, section: Any) -> MultiStageLanguagePrompts:
         empty_answer=text("empty_answer"),
         greeting_reply=text("greeting_reply"),
     )
-    for field_name in ("intent_user", "direct_user", "logic_answer_user"):
-        if not getattr(prompts, field_name).endswith("{question}"):
-            raise ValueError(f"multi-stage prompt file: {lang}.{field_name} must end with {{question}}")
-    for field_name, needed in (
-        ("logic_answer_user", "evidence"),
-        ("logic_failed", "reason"),
-        ("graph_walk_failed", "reason"),
-        ("kb_hint", "kb"),
-        ("intent_system", "kb"),
-        ("direct_system", "kb"),
-    ):
-        if "{" + needed + "}" not in getattr(prompts, field_name):
-            raise ValueError(f"multi-stage prompt file: {lang}.{field_name} must contain {{{needed}}}")
+    check_placeholders(
+        "multi-stage",
+        lang,
+        prompts,
+        ends_with=[(field, "question") for field in ("intent_user", "direct_user", "logic_answer_user")],
+        contains=[
+            ("logic_answer_user", "evidence"),
+            ("logic_failed", "reason"),
+            ("graph_walk_failed", "reason"),
+            ("kb_hint", "kb"),
+            ("intent_system", "kb"),
+            ("direct_system", "kb"),
+        ],
+    )
     return prompts
 
 

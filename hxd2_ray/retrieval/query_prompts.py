@@ -12,6 +12,7 @@ from typing import Any
 from hxd2_ray.prompt_templates import (
     PromptSet,
     PromptSetLoader,
+    check_placeholders,
     placeholder_filler,
     section_text,
 )
@@ -47,12 +48,13 @@ def _language(lang: str, section: Any) -> QueryLanguagePrompts:
         empty_table=get("empty_table"),
         question_cut_marker=get("question_cut_marker", strip=False),
     )
-    for field in ("keywords_user", "answer_user"):
-        if not getattr(prompts, field).endswith("{question}"):
-            raise ValueError(f"query prompt file: {lang}.{field} must end with {{question}}")
-    for name in ("entities", "relations", "chunks"):
-        if "{" + name + "}" not in prompts.answer_user:
-            raise ValueError(f"query prompt file: {lang}.answer.user must contain {{{name}}}")
+    check_placeholders(
+        "query",
+        lang,
+        prompts,
+        ends_with=[("keywords_user", "question"), ("answer_user", "question")],
+        contains=[("answer.user", name) for name in ("entities", "relations", "chunks")],
+    )
     return prompts
 
 
