@@ -40,18 +40,27 @@ class LLMResponse:
 
 
 @dataclass
-class LLMUsage:
+class TagUsage:
+    """Calls, tokens and failures counted over responses (of one tag; :class:`LLMUsage`: of a whole client)."""
+
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     failures: int = 0
-    by_tag: dict[str, int] = field(default_factory=dict)
 
-    def add(self, req: LLMRequest, resp: LLMResponse) -> None:
+    def count(self, resp: LLMResponse) -> None:
         self.calls += 1
         self.prompt_tokens += resp.prompt_tokens
         self.completion_tokens += resp.completion_tokens
         self.failures += bool(resp.error)
+
+
+@dataclass
+class LLMUsage(TagUsage):
+    by_tag: dict[str, int] = field(default_factory=dict)  # calls per request tag
+
+    def add(self, req: LLMRequest, resp: LLMResponse) -> None:
+        self.count(resp)
         self.by_tag[req.tag] = self.by_tag.get(req.tag, 0) + 1
 
 

@@ -7,24 +7,9 @@ the cache costs nothing here. A stage reads and resets the counts per batch with
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Sequence
 
-from hxd2_ray.llm.base import LLMClient, LLMRequest, LLMResponse, LLMWrapper
-
-
-@dataclass
-class TagUsage:
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    failures: int = 0
-
-    def add(self, resp: LLMResponse) -> None:
-        self.calls += 1
-        self.prompt_tokens += resp.prompt_tokens
-        self.completion_tokens += resp.completion_tokens
-        self.failures += bool(resp.error)
+from hxd2_ray.llm.base import LLMClient, LLMRequest, LLMResponse, LLMWrapper, TagUsage
 
 
 class MeteredLLM(LLMWrapper):
@@ -42,7 +27,7 @@ class MeteredLLM(LLMWrapper):
         finally:
             self.seconds += time.perf_counter() - started
         for req, resp in zip(requests, responses):
-            self.by_tag.setdefault(req.tag, TagUsage()).add(resp)
+            self.by_tag.setdefault(req.tag, TagUsage()).count(resp)
         return responses
 
     def take(self) -> tuple[dict[str, TagUsage], float]:
