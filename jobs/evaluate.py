@@ -94,63 +94,28 @@ def _check_nodes(job: Any) -> None:
     _NODES_CHECKED.add((job.root, job.index))
 
 
-def _shared_run_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """The request fields ``eval run`` and ``eval grid`` both take, from the options of :func:`build_run_parser`."""
-    return dict(
-        benchmark=args.benchmark,
-        output=args.output,
-        modes=tuple(args.modes),
-        limit=args.limit,
-        data_root=args.data_root,
-        questions=args.questions,
-        corpus=args.corpus,
-        workers=args.workers,
-        concurrency=args.concurrency,
-        shards=args.shards,
-        cpus_per_worker=args.cpus_per_worker,
-        gpus_per_worker=args.gpus_per_worker,
-        config=args.config,
-        overrides=tuple(args.overrides),
-    )
+def _request(model: Any, args: argparse.Namespace) -> Any:
+    """A command's typed request (:mod:`hxd2_ray.runs.requests`): each field from the option of the same name
+    (every field has one; the model turns the options' lists into its tuples and checks every value)."""
+    return model(**{name: getattr(args, name) for name in model.model_fields})
 
 
 def _run_request(args: argparse.Namespace) -> Any:
     from hxd2_ray.runs.requests import EvalRunRequest
 
-    return EvalRunRequest(index=args.index, policy=args.policy, **_shared_run_fields(args))
+    return _request(EvalRunRequest, args)
 
 
 def _grid_request(args: argparse.Namespace) -> Any:
     from hxd2_ray.runs.requests import EvalGridRequest
 
-    return EvalGridRequest(indexes=tuple(args.indexes), axes=tuple(args.axes), **_shared_run_fields(args))
+    return _request(EvalGridRequest, args)
 
 
 def _judge_request(args: argparse.Namespace) -> Any:
     from hxd2_ray.runs.requests import JudgeRequest
 
-    return JudgeRequest(
-        a=args.a,
-        b=args.b,
-        mode_a=args.mode_a,
-        mode_b=args.mode_b,
-        limit=args.limit,
-        output=args.output,
-        criteria=tuple(args.criteria),
-        language=args.language,
-        no_reference=args.no_reference,
-        batch_size=args.batch_size,
-        max_tokens=args.max_tokens,
-        max_answer_chars=args.max_answer_chars,
-        prompt_version=args.prompt_version,
-        prompts=args.prompts,
-        seed=args.seed,
-        data_root=args.data_root,
-        questions=args.questions,
-        corpus=args.corpus,
-        config=args.config,
-        overrides=tuple(args.overrides),
-    )
+    return _request(JudgeRequest, args)
 
 
 def format_grid(s: dict[str, Any]) -> str:
