@@ -15,7 +15,7 @@ DOCS = ROOT / "docs"
 ARCHITECTURE = DOCS / "architecture.md"
 PAGES = sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]
 
-# `hxd2_ray/retrieval/index.py::open_index`, `jobs/index.py::IndexBuild.write`
+# `hxd2_ray/retrieval/index.py::open_index`, `hxd2_ray/indexing/build/flow.py::IndexBuild.run`
 CODE_REFERENCE = re.compile(r"`([\w/.-]+\.py)::([\w.]+)`")
 # A path into the repository's own folders, in backticks; placeholders (<id>, *, …) are not paths.
 REPO_PATH = re.compile(r"`((?:hxd2_ray|jobs|serve|bench|configs|cluster|scripts|tests|docs)/[^`\s<>*…{]*)`")
