@@ -1,13 +1,16 @@
-"""The Ingress's client of the Retriever deployment: deadlines, one retry on a replica that died under a read,
-Serve's back-pressure as 503 with ``Retry-After``, and the Retriever's error payloads as :class:`ApiError`."""
+"""The Ingress's client of the Retriever deployment: admission (a query that would miss its deadline under the
+current load is refused at once: :mod:`serve.admission`), deadlines, one retry on a replica that died under a
+read, Serve's back-pressure as 503 with ``Retry-After``, and the Retriever's error payloads as :class:`ApiError`."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator, AsyncIterator
 
+from serve.admission import Admission
 from serve.handles import cancel_quietly
 from serve.payloads import ApiError
 
@@ -17,10 +20,18 @@ log = logging.getLogger("hxd2.serve")
 class RetrieverBackend:
     """The Ingress's view of the Retriever deployment: deadlines, one retry on a dead replica, status mapping."""
 
-    def __init__(self, handle: Any, retry_after_s: int):
+    def __init__(self, handle: Any, retry_after_s: int, admission: Admission | None = None):
         self.handle = handle
         self.stream_handle = handle.options(stream=True)
         self.retry_after_s = retry_after_s
+        self.admission = admission or Admission()
+        self.refused = 0  # queries refused by admission so far (their 503s are in the HTTP metrics too)
+
+    def _admit(self, deadline: float) -> None:
+        refusal = self.admission.check(deadline)
+        if refusal is not None:
+            self.refused += 1
+            raise self._overloaded(refusal.message, refusal.retry_after_s)
 
     def _overloaded(self, message: str, retry_after: float | None = None) -> ApiError:
         seconds = self.retry_after_s if retry_after is None else max(0, int(-(-retry_after // 1)))
@@ -44,7 +55,16 @@ class RetrieverBackend:
     async def answer(
         self, index: str, question: str, trace: bool, deadline: float, mode: str | None = None, topic: str | None = None
     ) -> dict[str, Any]:
-        return await self._call("answer", (index, question, trace, deadline, mode, topic), deadline)
+        self._admit(deadline)
+        with self.admission.admitted() as answered:
+            try:
+                result = await self._call("answer", (index, question, trace, deadline, mode, topic), deadline)
+            except ApiError as exc:
+                if exc.status == 504:
+                    answered()  # what it took is less than an answer would have: still evidence of the load
+                raise
+            answered()
+            return result
 
     async def index_view(self, kind: str, index: str, params: dict[str, Any], deadline: float) -> dict[str, Any]:
         """A view of a served index (:mod:`serve.index_views`): a read, so a dead replica's is retried too."""
@@ -87,6 +107,23 @@ class RetrieverBackend:
     ) -> AsyncIterator[dict[str, Any]]:
         """Events from the retriever. Errors before the first event raise :class:`ApiError` (a real status);
         later ones arrive as ``{"type": "error"}`` events. Closing this generator cancels the stream below."""
+        self._admit(deadline)
+        with self.admission.admitted() as answered:
+            # aclosing: closing this generator closes the one below at once, which cancels the Retriever's work.
+            async with contextlib.aclosing(self._stream(index, question, trace, deadline, mode, topic)) as events:
+                try:
+                    async for event in events:
+                        if event.get("type") == "final" or _timed_out(event):
+                            answered()
+                        yield event
+                except ApiError as exc:
+                    if exc.status == 504:
+                        answered()
+                    raise
+
+    async def _stream(
+        self, index: str, question: str, trace: bool, deadline: float, mode: str | None, topic: str | None
+    ) -> AsyncGenerator[dict[str, Any], None]:
         from ray.exceptions import RayActorError
         from ray.serve.exceptions import BackPressureError
 
@@ -142,3 +179,7 @@ class RetrieverBackend:
 
     async def reload(self) -> dict[str, Any]:
         return await asyncio.wait_for(self.handle.reload.remote(), 120.0)
+
+
+def _timed_out(event: dict[str, Any]) -> bool:
+    return event.get("type") == "error" and int(event.get("error", {}).get("status", 0)) == 504
