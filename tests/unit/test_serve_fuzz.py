@@ -689,7 +689,9 @@ def test_fuzz_operation(schema, label):
     # requests that reached the Retriever (where one is called), streams.
     assert seen["bad key"] >= EXAMPLES[label] // 10, seen
     if label not in NOTHING_TO_GET_WRONG:
-        assert seen["invalid"] >= EXAMPLES[label] // 5, seen
+        # 1 in 10: the share Schemathesis makes invalid varies with what ran before in the process (34 of 200 for
+        # the chat route after the other routes under xdist, 57 alone), not only with the seed.
+        assert seen["invalid"] >= EXAMPLES[label] // 10, seen
         # 1 in 20: the share of valid requests with a good key is the draw's (5 to 10 of 80 for a view, by seed).
         assert seen["reached the retriever"] >= (1 if label == "GET /healthz" else EXAMPLES[label] // 20), seen
     if label == "POST /v1/chat/completions":
