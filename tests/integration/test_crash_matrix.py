@@ -24,10 +24,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from hxd2_ray.indexing.faults import CRASH_AT_ENV, CRASH_EXIT_CODE, CRASH_ONCE_DIR_ENV
+from tests.integration.index_content import GRAPH_ROWS, graph_rows, vector_contents
 
 pytestmark = pytest.mark.integration
 
@@ -45,16 +45,6 @@ SETTINGS = [
 ]
 
 # Each graph table as rows (module constants: the test reads fixed tables, nothing is pasted in).
-GRAPH_ROWS = {
-    "Document": "MATCH (d:Document) RETURN d.id, d.source_id, d.source_path, d.title, d.n_chars",
-    "Chunk": "MATCH (c:Chunk) RETURN c.id, c.doc_id, c.ord, c.start, c.text, c.header_path, c.language",
-    "Entity": "MATCH (e:Entity) RETURN e.key, e.name, e.type, e.description, e.source_chunk_ids, e.mention_count, "
-    "e.name_truncated, e.degree",
-    "RELATED": "MATCH (a:Entity)-[r:RELATED]->(b:Entity) RETURN a.key, b.key, r.description, r.keywords, r.weight, "
-    "r.source_chunk_ids, r.mention_count",
-    "MENTIONS": "MATCH (c:Chunk)-[:MENTIONS]->(e:Entity) RETURN c.id, e.key",
-    "PART_OF": "MATCH (c:Chunk)-[:PART_OF]->(d:Document) RETURN c.id, d.id",
-}
 
 
 @pytest.fixture(scope="module")
@@ -116,53 +106,12 @@ def _build(cluster, corpus, out, crash="", once_dir=None, extra=()) -> tuple[int
     return _finish(_start(cluster, corpus, out, crash, once_dir, extra))
 
 
-def _files(index: Path) -> Path:
-    """The folder of the manifest's current generation (graph and vectors)."""
-    generation = json.loads((index / "manifest.json").read_text()).get("generation", "")
-    return index / "generations" / generation if generation else index
-
-
-def _graph(index: Path) -> dict[str, list[str]]:
-    import kuzu
-
-    db = kuzu.Database(str(_files(index) / "graph.kuzu"), read_only=True)
-    conn = kuzu.Connection(db)
-    try:
-        return {name: sorted(repr(row) for row in conn.execute(q).get_all()) for name, q in GRAPH_ROWS.items()}
-    finally:
-        conn.close()
-        db.close()
-
-
-def _vectors(index: Path) -> dict[str, dict[str, bytes]]:
-    import faiss
-    import pyarrow.parquet as pq
-
-    from hxd2_ray.indexing.tables import VECTOR_FAMILIES
-
-    families = {}
-    for family in VECTOR_FAMILIES:
-        folder = _files(index) / "vectors" / family
-        idmap = pq.read_table(folder / "idmap.parquet").to_pydict()
-        key_of = dict(zip(idmap["vector_id"], idmap["key"], strict=True))
-        content: dict[str, bytes] = {}
-        for shard in sorted(folder.glob("shard-*.faiss")):
-            ix = faiss.read_index(str(shard))
-            ids = faiss.vector_to_array(ix.id_map)
-            vectors = faiss.downcast_index(ix.index).reconstruct_n(0, ix.ntotal)
-            for vid, vec in zip(ids.tolist(), np.asarray(vectors), strict=True):
-                content[key_of[vid]] = vec.tobytes()
-        assert len(content) == len(key_of), family
-        families[family] = content
-    return families
-
-
 def _same_content(index: Path, clean: Path) -> None:
     assert (index / "manifest.json").exists()
-    got, want = _graph(index), _graph(clean)
+    got, want = graph_rows(index), graph_rows(clean)
     for table in GRAPH_ROWS:
         assert got[table] == want[table], f"graph table {table} differs from the clean build"
-    got_v, want_v = _vectors(index), _vectors(clean)
+    got_v, want_v = vector_contents(index), vector_contents(clean)
     for family in want_v:
         assert got_v[family].keys() == want_v[family].keys(), f"vector family {family}: other keys"
         assert got_v[family] == want_v[family], f"vector family {family}: other vectors"

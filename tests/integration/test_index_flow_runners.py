@@ -8,12 +8,12 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from hxd2_ray.config import load_config
 from hxd2_ray.indexing.build.flow import IndexBuild
 from hxd2_ray.stages.local_runner import InProcessRunner
+from tests.integration.index_content import graph_rows, vector_contents
 
 pytestmark = pytest.mark.integration
 
@@ -28,52 +28,11 @@ SETTINGS = [
     "embedding.dim=32",
     "ray.num_cpus=2",
 ]
-GRAPH_ROWS = {
-    "Document": "MATCH (d:Document) RETURN d.id, d.source_id, d.source_path, d.title, d.n_chars",
-    "Chunk": "MATCH (c:Chunk) RETURN c.id, c.doc_id, c.ord, c.start, c.text, c.header_path, c.language",
-    "Entity": "MATCH (e:Entity) RETURN e.key, e.name, e.type, e.description, e.source_chunk_ids, e.mention_count, "
-    "e.name_truncated, e.degree",
-    "RELATED": "MATCH (a:Entity)-[r:RELATED]->(b:Entity) RETURN a.key, b.key, r.description, r.keywords, r.weight, "
-    "r.source_chunk_ids, r.mention_count",
-    "MENTIONS": "MATCH (c:Chunk)-[:MENTIONS]->(e:Entity) RETURN c.id, e.key",
-    "PART_OF": "MATCH (c:Chunk)-[:PART_OF]->(d:Document) RETURN c.id, d.id",
-}
-
-
-def _files(index: Path) -> Path:
-    generation = json.loads((index / "manifest.json").read_text())["generation"]
-    return index / "generations" / generation
 
 
 def _content(index: Path) -> tuple[dict, dict, dict]:
-    import faiss
-    import kuzu
-    import pyarrow.parquet as pq
-
-    from hxd2_ray.indexing.tables import VECTOR_FAMILIES
-
-    db = kuzu.Database(str(_files(index) / "graph.kuzu"), read_only=True)
-    conn = kuzu.Connection(db)
-    try:
-        graph = {name: sorted(repr(row) for row in conn.execute(q).get_all()) for name, q in GRAPH_ROWS.items()}
-    finally:
-        conn.close()
-        db.close()
-    families = {}
-    for family in VECTOR_FAMILIES:
-        folder = _files(index) / "vectors" / family
-        idmap = pq.read_table(folder / "idmap.parquet").to_pydict()
-        key_of = dict(zip(idmap["vector_id"], idmap["key"], strict=True))
-        content: dict[str, bytes] = {}
-        for shard in sorted(folder.glob("shard-*.faiss")):
-            ix = faiss.read_index(str(shard))
-            ids = faiss.vector_to_array(ix.id_map)
-            vectors = faiss.downcast_index(ix.index).reconstruct_n(0, ix.ntotal)
-            for vid, vec in zip(ids.tolist(), np.asarray(vectors), strict=True):
-                content[key_of[vid]] = vec.tobytes()
-        families[family] = content
     counts = json.loads((index / "manifest.json").read_text())["counts"]
-    return graph, families, counts
+    return graph_rows(index), vector_contents(index), counts
 
 
 def _in_process(corpus: Path, out: Path, *, delete: list[str] | None = None) -> dict:
