@@ -28,14 +28,20 @@ _BUFFER_POOL_BYTES = 256 * 1024 * 1024
 
 
 def open_graph(index: str) -> Any:
-    """The current generation's graph of the index at ``index``, read-only, through the index layout."""
+    """The current generation's graph of the index at ``index``, read-only, through the index layout, with the
+    engine that wrote it (the manifest's ``graph_backend``)."""
     from hxd2_ray.graph.kuzu_store import KuzuGraphStore
     from hxd2_ray.indexing.layout import locate_local_index
 
     if "://" in index:
         raise HxdError(f"hxd2 graph reads a local index folder; copy {index} to a local folder first")
     layout = locate_local_index(index)
-    return KuzuGraphStore(layout.graph_path, read_only=True, buffer_pool_bytes=_BUFFER_POOL_BYTES)
+    return KuzuGraphStore(
+        layout.graph_path,
+        read_only=True,
+        buffer_pool_bytes=_BUFFER_POOL_BYTES,
+        engine=layout.manifest.graph_backend,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- export

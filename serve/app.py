@@ -88,7 +88,9 @@ def check_local_indexes(indexes: dict[str, str], cfg: HxdConfig) -> None:
         if "://" in location:
             continue  # read by each replica with its own credentials
         try:
-            check_compatible(read_manifest(location), embedding_model_id(cfg.embedding), cfg.embedding.dim)
+            check_compatible(
+                read_manifest(location), embedding_model_id(cfg.embedding), cfg.embedding.dim, cfg.graph.backend
+            )
         except IndexMismatchError as exc:
             raise IndexMismatchError(f"index {name!r} at {location}: {exc}") from None
 

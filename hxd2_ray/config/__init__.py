@@ -28,6 +28,7 @@ from hxd2_ray.config.graphflow import GraphFlowConfig
 from hxd2_ray.config.index import (
     TITLE_SCAN_RULES,
     GenerationsConfig,
+    GraphConfig,
     SynonymConfig,
     TitleMentionConfig,
     VectorsConfig,
@@ -62,6 +63,7 @@ __all__ = [
     "FlagRerankerConfig",
     "FrozenSection",
     "GenerationsConfig",
+    "GraphConfig",
     "GraphFlowConfig",
     "HashingEmbeddingConfig",
     "HxdConfig",

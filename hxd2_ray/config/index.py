@@ -61,6 +61,17 @@ class VectorsConfig(FrozenSection):
     )
 
 
+class GraphConfig(FrozenSection):
+    """The embedded graph engine the index's graph is written with and read by (part of the index fingerprint)."""
+
+    backend: Literal["kuzu", "ladybug"] = Field(
+        "kuzu",
+        description="kuzu: Kùzu 0.11.3 (archived upstream; vector/fts/algo extensions built in, none used here). "
+        "ladybug: LadybugDB, Kùzu's maintained fork (same Cypher; extensions not built in, none needed). The files "
+        "are not interchangeable: an index is queried with the engine that wrote it (switching is a rebuild).",
+    )
+
+
 class GenerationsConfig(FrozenSection):
     """Index generations on disk: each build or update publishes a new one."""
 

@@ -12,7 +12,14 @@ from hxd2_ray.config.base import GRAPH_ONLY, NOT_IN_INDEX, FrozenSection, finger
 from hxd2_ray.config.embedding import EmbeddingConfig, HashingEmbeddingConfig, embedding_model_id
 from hxd2_ray.config.extraction import ChunkingConfig, ExtractionConfig
 from hxd2_ray.config.graphflow import GraphFlowConfig
-from hxd2_ray.config.index import TITLE_SCAN_RULES, GenerationsConfig, SynonymConfig, TitleMentionConfig, VectorsConfig
+from hxd2_ray.config.index import (
+    TITLE_SCAN_RULES,
+    GenerationsConfig,
+    GraphConfig,
+    SynonymConfig,
+    TitleMentionConfig,
+    VectorsConfig,
+)
 from hxd2_ray.config.llm import LLMConfig, ScriptedLLMConfig, llm_model_id
 from hxd2_ray.config.multistage import MultiStageConfig
 from hxd2_ray.config.rerank import NoRerankerConfig, RerankConfig
@@ -35,6 +42,9 @@ class HxdConfig(FrozenSection):
         HashingEmbeddingConfig(), description="The embedding model of the index's vectors and of queries."
     )
     vectors: VectorsConfig = Field(VectorsConfig(), description="Layout and Faiss index types of the vector families.")
+    graph: GraphConfig = Field(
+        GraphConfig(), description="The graph engine of the index (Kùzu or LadybugDB).", json_schema_extra=GRAPH_ONLY
+    )
     ray: RayConfig = Field(
         RayConfig(),
         description="The Ray cluster and the resources of the indexing job.",
@@ -78,10 +88,10 @@ class HxdConfig(FrozenSection):
         """Hash of everything that shapes the index: what the staged rows depend on (:meth:`staging_fingerprint`)
         plus every field marked ``GRAPH_ONLY`` (synonym and title edges, the Faiss index parameters). Every field
         not marked ``NOT_IN_INDEX`` is part of it (``hxd2_ray.config.base``)."""
-        factors: dict[str, Any] = {
-            "staging": self.staging_fingerprint(prompt_version),
-            "graph": fingerprint_factors(self, "graph"),
-        }
+        graph = fingerprint_factors(self, "graph")
+        if graph.get("graph") == {"backend": "kuzu"}:
+            del graph["graph"]  # the default engine: indexes written before the option keep their fingerprint
+        factors: dict[str, Any] = {"staging": self.staging_fingerprint(prompt_version), "graph": graph}
         if self.title_mentions.enabled:
             factors["title_scan_rules"] = TITLE_SCAN_RULES
         return _digest(factors)

@@ -1,9 +1,10 @@
-"""Kùzu graph store: one bulk writer and a parameterised reader. The only module that imports kuzu.
+"""The graph store of record: one bulk writer and a parameterised reader, on Kùzu or on LadybugDB (its fork).
 
-Kùzu 0.11.3 is frozen (archived upstream), so everything engine-specific stays here and in its siblings (the
-tables' DDL in :mod:`~hxd2_ray.graph.kuzu_schema`, the Cypher in :mod:`~hxd2_ray.graph.kuzu_queries`, the Arrow
-tables a COPY loads in :mod:`~hxd2_ray.graph.kuzu_tables`): a later switch to LadybugDB is these four files plus
-a rebuild from the staging Parquet. Rules they keep:
+The engine is a parameter (:class:`~hxd2_ray.graph.engine.GraphEngine`, ``graph.backend``; Kùzu by default):
+both speak the same DDL and Cypher, so everything engine-specific stays here and in its siblings (the tables' DDL
+in :mod:`~hxd2_ray.graph.kuzu_schema`, the Cypher in :mod:`~hxd2_ray.graph.kuzu_queries`, the Arrow tables a COPY
+loads in :mod:`~hxd2_ray.graph.kuzu_tables`), and only :mod:`~hxd2_ray.graph.engine` imports a package. Switching
+an index to the other engine is a rebuild (the files are not interchangeable). Rules they keep:
 
 * Data never enters query text. Writes are ``COPY <table> FROM $t`` with pyarrow Tables (pandas-3
   string columns crash 0.11.3's COPY); reads are fixed templates with every ``$param`` bound, because an
@@ -25,7 +26,6 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-import kuzu
 import numpy as np
 import pyarrow as pa
 
@@ -43,6 +43,7 @@ from hxd2_ray.graph.base import (
     rank_neighbors,
     unique_in_order,
 )
+from hxd2_ray.graph.engine import DEFAULT_GRAPH_BACKEND, GraphEngine, graph_engine
 from hxd2_ray.graph.kuzu_queries import (
     PAGE_NODE_TABLE,
     Q_CHECKPOINT,
@@ -104,17 +105,18 @@ __all__ = [
 ]
 
 
-def _one_result(result: kuzu.QueryResult | list[kuzu.QueryResult]) -> kuzu.QueryResult:
+def _one_result(result: Any) -> Any:
     """``Connection.execute`` gives a list only for text holding several statements; every template is one."""
     if isinstance(result, list):
         raise TypeError(f"expected one statement's result, got {len(result)}: the query text holds several")
     return result
 
 
-def _open_database(path: Path, read_only: bool, max_threads: int, buffer_pool_bytes: int) -> kuzu.Database:
-    return kuzu.Database(
-        str(path), read_only=read_only, max_num_threads=max_threads, buffer_pool_size=buffer_pool_bytes
-    )
+def _engine(engine: GraphEngine | str | None) -> GraphEngine:
+    """``engine`` as given, or the one a ``graph.backend`` name (None: the default, Kùzu) selects."""
+    if isinstance(engine, GraphEngine):
+        return engine
+    return graph_engine(engine or DEFAULT_GRAPH_BACKEND)
 
 
 class KuzuGraphWriter:
@@ -124,11 +126,22 @@ class KuzuGraphWriter:
     renames it into place after ``close()``, so a half graph is never published.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, max_threads: int = 0, buffer_pool_bytes: int = 0):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_threads: int = 0,
+        buffer_pool_bytes: int = 0,
+        engine: GraphEngine | str | None = None,
+    ):
+        """``engine``: a :class:`GraphEngine` or a ``graph.backend`` name (None: Kùzu)."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db: kuzu.Database | None = _open_database(self.path, False, max_threads, buffer_pool_bytes)
-        self._conn: kuzu.Connection | None = kuzu.Connection(self._db)
+        self.engine = _engine(engine)
+        self._db: Any = self.engine.database(
+            self.path, read_only=False, max_threads=max_threads, buffer_pool_bytes=buffer_pool_bytes
+        )
+        self._conn: Any = self.engine.connection(self._db)
         existing = _one_result(self._conn.execute(Q_SHOW_TABLES)).get_as_arrow()["name"].to_pylist()
         if existing:
             self.close()
@@ -200,9 +213,10 @@ def load_graph(
     max_threads: int = 0,
     synonyms: pa.Table | None = None,
     title_mentions: pa.Table | None = None,
+    engine: GraphEngine | str | None = None,
 ) -> dict[str, int]:
-    """Open a writer on a fresh ``path``, load, close. Returns the loaded counts."""
-    with KuzuGraphWriter(path, max_threads=max_threads) as writer:
+    """Open a writer on a fresh ``path`` (with ``engine``, None: Kùzu), load, close. Returns the loaded counts."""
+    with KuzuGraphWriter(path, max_threads=max_threads, engine=engine) as writer:
         return writer.bulk_load(documents, chunks, entities, relations, synonyms, title_mentions)
 
 
@@ -228,7 +242,7 @@ class _NodeColumns:
 
 
 class KuzuGraphStore:
-    """Read side (:class:`hxd2_ray.graph.base.GraphStore`). Thread-safe: one Kùzu connection per thread."""
+    """Read side (:class:`hxd2_ray.graph.base.GraphStore`). Thread-safe: one engine connection per thread."""
 
     def __init__(
         self,
@@ -238,18 +252,23 @@ class KuzuGraphStore:
         max_threads: int = 0,
         buffer_pool_bytes: int = 0,
         node_columns: bool | None = None,
+        engine: GraphEngine | str | None = None,
     ):
         """``node_columns``: resolve far nodes of neighbour and mention reads through offset-indexed columns
         (:class:`_NodeColumns`, loaded on first use or by :meth:`warm`). Default: on for a read-only store
-        (the offsets cannot change under it), off otherwise; off reads everything per key (same rows)."""
+        (the offsets cannot change under it), off otherwise; off reads everything per key (same rows).
+        ``engine``: a :class:`GraphEngine` or a ``graph.backend`` name (None: Kùzu), the one that wrote the file."""
         self.path = Path(path)
         if not self.path.exists():
             raise IndexNotFoundError(f"no graph database at {self.path}: the index is missing or was never completed")
-        self._db: kuzu.Database | None = _open_database(self.path, read_only, max_threads, buffer_pool_bytes)
+        self.engine = _engine(engine)
+        self._db: Any = self.engine.database(
+            self.path, read_only=read_only, max_threads=max_threads, buffer_pool_bytes=buffer_pool_bytes
+        )
         self._open_args = (read_only, max_threads)
-        self.buffer_pool_bytes = buffer_pool_bytes  # 0: Kùzu's default (a share of the machine's memory)
+        self.buffer_pool_bytes = buffer_pool_bytes  # 0: the engine's default (a share of the machine's memory)
         self._local = threading.local()
-        self._conns: list[kuzu.Connection] = []
+        self._conns: list[Any] = []
         self._lock = threading.Lock()
         self._use_columns = read_only if node_columns is None else bool(node_columns)
         self._columns: dict[str, _NodeColumns | None] = {}  # None: not dense, use the per-key reads
@@ -266,24 +285,25 @@ class KuzuGraphStore:
 
     # -- plumbing --------------------------------------------------------------------------------
 
-    def _conn(self) -> kuzu.Connection:
+    def _conn(self) -> Any:
         if self._db is None:
             raise RuntimeError("KuzuGraphStore is closed")
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = kuzu.Connection(self._db)
+            conn = self.engine.connection(self._db)
             self._local.conn = conn
             self._local.prepared = {}
             with self._lock:
                 self._conns.append(conn)
         return conn
 
-    def _prepared(self, query: str) -> tuple[kuzu.Connection, Any]:
+    def _prepared(self, query: str) -> tuple[Any, Any]:
         """This thread's connection and its prepared statement for ``query`` (a template constant).
 
         Repeated per-key lookups are ~3-4x cheaper prepared once and executed with new bindings than
-        re-planned on every ``execute(text, params)``. ``Connection.prepare`` is deprecated in 0.11.3
-        (the engine is frozen, so it stays); the warning is silenced here, once per template and thread.
+        re-planned on every ``execute(text, params)``. ``Connection.prepare`` is deprecated in Kùzu 0.11.3
+        (frozen) and in LadybugDB 0.22 (where it still works); the warning is silenced here, once per template
+        and thread.
         """
         conn = self._conn()
         cache = self._local.prepared
@@ -409,7 +429,9 @@ class KuzuGraphStore:
         read_only, max_threads = self._open_args
         self.close()
         self._local = threading.local()
-        self._db = _open_database(self.path, read_only, max_threads, buffer_pool_bytes)
+        self._db = self.engine.database(
+            self.path, read_only=read_only, max_threads=max_threads, buffer_pool_bytes=buffer_pool_bytes
+        )
         self.buffer_pool_bytes = buffer_pool_bytes
 
     @property

@@ -20,6 +20,7 @@ import os
 import posixpath
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -55,6 +56,9 @@ class IndexManifest(BaseModel):
     counts: dict[str, int] = Field(default_factory=dict)
     vector_families: dict[str, dict[str, Any]] = Field(default_factory=dict)  # family -> FamilyInfo.to_dict()
     graph_schema_version: int = GRAPH_SCHEMA_VERSION
+    # The engine that wrote the graph (graph.backend) and its package version; a manifest without it is Kùzu's.
+    graph_backend: str = "kuzu"
+    graph_engine_version: str = ""
     created_at: str = Field(default_factory=lambda: utc_now_iso())
     config: dict[str, Any] = Field(default_factory=dict)  # the HxdConfig used, as JSON
     hxd2_ray_version: str = hxd2_ray.__version__
@@ -89,11 +93,15 @@ class IndexManifest(BaseModel):
         files: Mapping[str, Mapping[str, Any]] | None = None,
         synonyms: Mapping[str, Any] | None = None,
         refusal: Mapping[str, Any] | None = None,
+        graph_backend: str = "kuzu",
     ) -> "IndexManifest":
         """A manifest stamped now, with this version's format, graph schema and package version.
 
-        ``files``: :func:`record_files` of the finished generation's folder (sizes and checksums)."""
+        ``files``: :func:`record_files` of the finished generation's folder (sizes and checksums).
+        ``graph_backend``: the engine that wrote the graph (``graph.backend``), recorded with its version."""
         return cls(
+            graph_backend=graph_backend,
+            graph_engine_version=_package_version(graph_backend),
             synonyms=dict(synonyms or {}),
             refusal=dict(refusal) if refusal is not None else None,
             fingerprint=fingerprint,
@@ -109,6 +117,13 @@ class IndexManifest(BaseModel):
             generations=list(generations or []),
             files={k: dict(v) for k, v in (files or {}).items()},
         )
+
+
+def _package_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return ""
 
 
 def utc_now_iso() -> str:
@@ -131,6 +146,7 @@ def build_manifest(
         counts=counts,
         vector_families=vector_families,
         config=cfg.model_dump(mode="json"),
+        graph_backend=cfg.graph.backend,
     )
 
 
@@ -209,13 +225,22 @@ def read_manifest(path: str | os.PathLike[str], filesystem: pafs.FileSystem | No
     return manifest
 
 
-def check_compatible(manifest: IndexManifest, embedding_model_id: str, dim: int) -> None:
-    """The query side must embed with the model and dimension the index was built with."""
+def check_compatible(
+    manifest: IndexManifest, embedding_model_id: str, dim: int, graph_backend: str | None = None
+) -> None:
+    """The query side must embed with the model and dimension the index was built with, and (``graph_backend``
+    given) read the graph with the engine that wrote it."""
     if manifest.embedding_model_id != embedding_model_id or manifest.embedding_dim != dim:
         raise IndexMismatchError(
             f"the index was built with embedding model {manifest.embedding_model_id!r} (dim "
             f"{manifest.embedding_dim}) but the query configuration uses {embedding_model_id!r} (dim {dim}); "
             "query with the same embedding model or rebuild the index"
+        )
+    if graph_backend is not None and manifest.graph_backend != graph_backend:
+        raise IndexMismatchError(
+            f"the index's graph was written by {manifest.graph_backend} but the query configuration reads graphs "
+            f"with {graph_backend} (graph.backend); the two engines' files are not interchangeable: query with "
+            f"--set graph.backend={manifest.graph_backend}, or rebuild the index with graph.backend={graph_backend}"
         )
     if manifest.graph_schema_version != GRAPH_SCHEMA_VERSION:
         raise IndexMismatchError(
@@ -226,8 +251,9 @@ def check_compatible(manifest: IndexManifest, embedding_model_id: str, dim: int)
 
 # --------------------------------------------------------------------------------------------- file checks
 
-# What the query side reads, relative to the index root: the graph and every vector family's files.
-QUERY_FILE_ROOTS = ("graph.kuzu", "vectors")
+# What the query side reads, relative to the index root: the graph, its read structures and every vector
+# family's files.
+QUERY_FILE_ROOTS = ("graph.kuzu", "reads", "vectors")
 _HASH_BLOCK = 1 << 20
 
 
@@ -238,11 +264,12 @@ def _sha256(stream: Any) -> str:
     return h.hexdigest()
 
 
-def record_files(root: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
-    """Size and sha256 of every file under ``root`` that the query side reads (``graph.kuzu``, ``vectors/``)."""
+def record_files(root: str | os.PathLike[str], tops: tuple[str, ...] = QUERY_FILE_ROOTS) -> dict[str, dict[str, Any]]:
+    """Size and sha256 of every file under ``root`` that the query side reads (``graph.kuzu``, ``reads/``,
+    ``vectors/``; or only those under ``tops``)."""
     base = Path(root)
     out: dict[str, dict[str, Any]] = {}
-    for top in QUERY_FILE_ROOTS:
+    for top in tops:
         path = base / top
         paths = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
         for p in paths:

@@ -182,13 +182,13 @@ class _BuiltIndex:
     """What the gate reads, opened from a finished build folder (graph read-only, the two score families, the
     fuzzy names): the index before its manifest exists."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, graph_backend: str = "kuzu") -> None:
         # the backends' modules load Kùzu and Faiss: imported when a build folder is opened
         from hxd2_ray.graph.kuzu_store import KuzuGraphStore
         from hxd2_ray.vectors.faiss_index import FaissFamilyIndex
 
         self.families = {f: FaissFamilyIndex.open(root, f) for f in ("entity_mix", "relation_mix")}
-        self.graph = KuzuGraphStore(root / "graph.kuzu", read_only=True)
+        self.graph = KuzuGraphStore(root / "graph.kuzu", read_only=True, engine=graph_backend)
         keys = pq.read_table(family_dir(root, "entity_name") / IDMAP_PARQUET, columns=["key"]).column("key")
         self.names = FuzzyNameIndex(keys.to_pylist())
         self.lexical = LexicalIndex.open(root / LEXICAL_DIR)
@@ -209,11 +209,13 @@ def calibrate_build(
     embedder: Any = None,
     make_embedder: Callable[[], Any] | None = None,
     progress: Any = None,
+    graph_backend: str = "kuzu",
 ) -> dict[str, Any] | None:
     """:func:`calibrate_index` on a build folder (graph and vector families written, manifest not yet), with
     ``embedder``, or one ``make_embedder()`` builds (and this closes after): the caller, which knows the config
     and the backends (``hxd2_ray.wiring.build_embedder``), injects it. A failure is reported in the record, never
-    raised: the index stays usable with the configured threshold."""
+    raised: the index stays usable with the configured threshold. ``graph_backend``: the engine that wrote the
+    build's graph (``graph.backend``)."""
     if (embedder is None) == (make_embedder is None):
         raise TypeError("calibrate_build needs exactly one of embedder and make_embedder")
     started = time.perf_counter()
@@ -222,7 +224,7 @@ def calibrate_build(
     try:
         if make_embedder is not None:
             embedder = make_embedder()
-        view = _BuiltIndex(Path(root))
+        view = _BuiltIndex(Path(root), graph_backend)
         record = calibrate_index(view, embedder, texts)
     except Exception as exc:  # noqa: BLE001 - calibration is advisory; the build must not fail on it
         record = {"error": f"{type(exc).__name__}: {exc}"}

@@ -134,8 +134,16 @@ def _leaves(
             yield (*path, name), info.annotation, field_scope
 
 
-# Every backend tag of a union section (llm, embedding, rerank); an invalid one for a section fails validation.
-_BACKENDS = sorted({m.model_fields["backend"].default for m in _models() if "backend" in m.model_fields})
+# Every backend tag of a union section (llm, embedding, rerank) and every value of a plain one (graph: kuzu,
+# ladybug); an invalid one for a section fails validation.
+_BACKENDS = sorted(
+    {
+        value
+        for m in _models()
+        if "backend" in m.model_fields
+        for value in typing.get_args(m.model_fields["backend"].annotation) or (m.model_fields["backend"].default,)
+    }
+)
 
 # One config per backend of each union section, so every backend's fields are walked.
 _BASES = {

@@ -1,5 +1,5 @@
-"""Both graph stores (Kùzu, and the resident copy over it) expose the whole GraphStore protocol, with its
-signatures, and answer every member of it alike on the same graph."""
+"""Both graph stores (the engine's, and the resident copy over it) expose the whole GraphStore protocol, with its
+signatures, and answer every member of it alike on the same graph (on the engine under test: see test_kuzu_store)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 
 from hxd2_ray.graph.base import GraphStore
 from hxd2_ray.graph.kuzu_store import KuzuGraphStore
+from hxd2_ray.graph.read_structures import write_graph_reads_from
 from hxd2_ray.graph.resident import ResidentGraph, open_resident
 from hxd2_ray.graph.templates import LOGIC_TEMPLATES
-from tests.unit.test_kuzu_store import ALL_KEYS, HOSTILE_NAMES, richer_path  # noqa: F401 - fixture
+from tests.unit.test_kuzu_store import ALL_KEYS, HOSTILE_NAMES, open_store, richer_path  # noqa: F401 - fixture
 
 PROTOCOL = sorted(name for name, member in vars(GraphStore).items() if callable(member) and not name.startswith("_"))
 
@@ -75,10 +76,16 @@ def _calls() -> dict[str, Callable[[GraphStore], Any]]:
     }
 
 
-def test_both_stores_answer_every_member_alike(richer_path):  # noqa: F811
+@pytest.mark.parametrize("arrays", ["built_in_memory", "mapped_read_structures"])
+def test_both_stores_answer_every_member_alike(richer_path, arrays, tmp_path):  # noqa: F811
     calls = _calls()
     assert sorted([*calls, "close"]) == PROTOCOL
-    with KuzuGraphStore(richer_path) as kuzu, open_resident(KuzuGraphStore(richer_path), "on", 1) as mem:
+    reads_dir = None
+    if arrays == "mapped_read_structures":  # written as the index job writes them, then mapped as a reader does
+        with open_store(richer_path) as store:
+            write_graph_reads_from(store, tmp_path / "reads")
+        reads_dir = tmp_path / "reads"
+    with open_store(richer_path) as kuzu, open_resident(open_store(richer_path), "on", 1, reads_dir=reads_dir) as mem:
         assert isinstance(mem, ResidentGraph)
         for name, call in calls.items():
             assert call(mem) == call(kuzu), name

@@ -1,13 +1,18 @@
-"""Kùzu graph store: bulk load from Arrow, counts/degree/derived edges, hostile strings, parameter guard."""
+"""The graph store of record: bulk load from Arrow, counts/degree/derived edges, hostile strings, parameter guard.
+
+Runs on the engine ``HXD2_TEST_GRAPH_BACKEND`` names (kuzu when unset): ``tests/unit/test_graph_engine.py`` runs
+this module and the store contract again on ladybug in a process of its own (the two cannot share a process)."""
 
 from __future__ import annotations
+
+import os
 
 import pyarrow as pa
 import pytest
 
 from hxd2_ray.errors import IndexNotFoundError
+from hxd2_ray.graph import kuzu_store
 from hxd2_ray.graph.kuzu_queries import Q_GET_ENTITIES, check_params
-from hxd2_ray.graph.kuzu_store import KuzuGraphStore, KuzuGraphWriter, load_graph
 from hxd2_ray.graph.kuzu_tables import prepare_tables
 from hxd2_ray.graph.schema import CHUNKS, DOCUMENTS, ENTITIES, RELATIONS
 from hxd2_ray.graph.templates import LOGIC_TEMPLATES
@@ -20,6 +25,23 @@ HOSTILE_NAMES = [
     "multi\nline\r\nname\t",
     "MATCH RETURN CREATE $keys",
 ]
+GRAPH_BACKEND = os.environ.get("HXD2_TEST_GRAPH_BACKEND", "kuzu")
+
+
+def open_store(path, **kwargs):
+    """A store on the engine under test."""
+    return kuzu_store.KuzuGraphStore(path, engine=GRAPH_BACKEND, **kwargs)
+
+
+def load_graph(path, *tables, **kwargs):
+    """A graph loaded by the engine under test."""
+    return kuzu_store.load_graph(path, *tables, engine=GRAPH_BACKEND, **kwargs)
+
+
+def new_writer(path):
+    return kuzu_store.KuzuGraphWriter(path, engine=GRAPH_BACKEND)
+
+
 LONG_DESCRIPTION = ("αβγ'\"\\\n😀" * 2000)[:10_000]  # quotes, backslash, newline, emoji
 
 
@@ -117,7 +139,7 @@ def store(tmp_path, small_tables):
     path = tmp_path / "graph.kz"
     counts = load_graph(path, *small_tables)
     assert counts == {"documents": 2, "chunks": 4, "entities": 4, "relations": 3, "mentions": 4}
-    s = KuzuGraphStore(path)
+    s = open_store(path)
     yield s
     s.close()
 
@@ -174,7 +196,7 @@ def test_hostile_strings_stored_verbatim(tmp_path):
     rels = [_rel("k0", "k2", desc=HOSTILE_NAMES[0]), _rel(HOSTILE_NAMES[2], "k1", desc=LONG_DESCRIPTION)]
     path = tmp_path / "g.kz"
     load_graph(path, _docs([_doc(1, title=HOSTILE_NAMES[1])]), _chunks([_chunk(1, "d1", 0)]), _ents(ents), _rels(rels))
-    with KuzuGraphStore(path) as s:
+    with open_store(path) as s:
         assert s.counts()["entities"] == len(ents)
         for i, name in enumerate(HOSTILE_NAMES):
             hit = s.find_entity_by_name(name, key_fn=lambda n, i=i: f"k{i}")
@@ -209,7 +231,7 @@ def test_store_rejects_unbound_query(store):
 def test_two_read_only_stores(tmp_path, small_tables):
     path = tmp_path / "g.kz"
     load_graph(path, *small_tables)
-    with KuzuGraphStore(path) as s1, KuzuGraphStore(path) as s2:
+    with open_store(path) as s1, open_store(path) as s2:
         assert s1.counts() == s2.counts()
         assert s1.get_entities(["a"])[0]["key"] == s2.get_entities(["a"])[0]["key"]
 
@@ -218,8 +240,8 @@ def test_refuses_non_empty_db(tmp_path, small_tables):
     path = tmp_path / "g.kz"
     load_graph(path, *small_tables)
     with pytest.raises(ValueError, match="not empty"):
-        KuzuGraphWriter(path)
-    with KuzuGraphStore(path) as s:  # the refused writer left the data alone
+        new_writer(path)
+    with open_store(path) as s:  # the refused writer left the data alone
         assert s.counts()["entities"] == 4
 
 
@@ -242,7 +264,7 @@ def test_nulls_become_defaults_and_empty_tables_load(tmp_path):
     path = tmp_path / "g.kz"
     counts = load_graph(path, _docs([]), _chunks([]), _ents([ent]), _rels([]))
     assert counts == {"documents": 0, "chunks": 0, "entities": 1, "relations": 0, "mentions": 0}
-    with KuzuGraphStore(path) as s:
+    with open_store(path) as s:
         row = s.get_entities(["a"])[0]
         assert row["description"] == "" and row["source_chunk_ids"] == [] and row["mention_count"] == 0
         assert s.neighbors(["a"]) == [] and s.chunks_for_entities(["a"]) == {"a": []}
@@ -250,14 +272,14 @@ def test_nulls_become_defaults_and_empty_tables_load(tmp_path):
 
 def test_missing_db_is_index_not_found(tmp_path):
     with pytest.raises(IndexNotFoundError):
-        KuzuGraphStore(tmp_path / "absent.kz")
+        open_store(tmp_path / "absent.kz")
 
 
 def test_bulk_load_closes_and_is_single_use(tmp_path, small_tables):
     path = tmp_path / "g.kz"
-    writer = KuzuGraphWriter(path)
+    writer = new_writer(path)
     writer.bulk_load(*small_tables)  # no explicit close: the file must be complete and unlocked already
-    with KuzuGraphStore(path) as s:
+    with open_store(path) as s:
         assert s.counts()["relations"] == 3
     with pytest.raises(RuntimeError, match="loads once"):
         writer.bulk_load(*small_tables)
@@ -356,7 +378,7 @@ def richer_path(tmp_path):
 
 @pytest.fixture()
 def richer_store(richer_path):
-    with KuzuGraphStore(richer_path) as s:
+    with open_store(richer_path) as s:
         yield s
 
 
@@ -517,7 +539,7 @@ def _all_reads(s, keys, pairs, chunk_ids):
 def test_node_columns_match_per_key_reads(richer_path):
     pairs = [("x", "h"), ("ghost", "h"), ("w", "w"), ("y", "z"), ("h", HOSTILE_NAMES[2])]
     chunk_ids = ["c4", "c1", "nope", "c3", "c1", "c2", "c5", ""]
-    with KuzuGraphStore(richer_path, node_columns=False) as per_key, KuzuGraphStore(richer_path) as cols:
+    with open_store(richer_path, node_columns=False) as per_key, open_store(richer_path) as cols:
         assert cols._use_columns and not per_key._use_columns  # read-only stores default to columns
         for keys in (ALL_KEYS, ["ghost"], ["w"], ["y", "h"], [HOSTILE_NAMES[2]], []):
             assert _all_reads(cols, keys, pairs, chunk_ids) == _all_reads(per_key, keys, pairs, chunk_ids)
@@ -528,13 +550,11 @@ def test_node_columns_match_per_key_reads(richer_path):
 
 def test_node_columns_scattered_offsets(richer_path, monkeypatch):
     """A parallel scan returns offsets out of order (seen at 1M entities); the columns are put back by offset."""
-    from hxd2_ray.graph import kuzu_store
-
     loads = dict(kuzu_store._COLUMN_LOADS)
     for table, (query, names) in loads.items():
         loads[table] = (query + " ORDER BY o DESC", names)
     monkeypatch.setattr(kuzu_store, "_COLUMN_LOADS", loads)
-    with KuzuGraphStore(richer_path, node_columns=False) as per_key, KuzuGraphStore(richer_path) as cols:
+    with open_store(richer_path, node_columns=False) as per_key, open_store(richer_path) as cols:
         cols.warm()
         assert cols._columns["Entity"].size == 7
         assert _all_reads(cols, ALL_KEYS, [("x", "h")], ["c1", "c5"]) == _all_reads(
@@ -545,9 +565,9 @@ def test_node_columns_scattered_offsets(richer_path, monkeypatch):
 def test_node_columns_thread_safe(richer_path):
     from concurrent.futures import ThreadPoolExecutor
 
-    with KuzuGraphStore(richer_path) as s:
+    with open_store(richer_path) as s:
         expected = (s.neighbors(ALL_KEYS), s.chunks_for_entities(ALL_KEYS))
-    with KuzuGraphStore(richer_path) as s, ThreadPoolExecutor(4) as pool:  # cold: threads race to load
+    with open_store(richer_path) as s, ThreadPoolExecutor(4) as pool:  # cold: threads race to load
         got = list(pool.map(lambda _: (s.neighbors(ALL_KEYS), s.chunks_for_entities(ALL_KEYS)), range(16)))
     assert all(g == expected for g in got)
 
@@ -556,7 +576,7 @@ def test_node_columns_thread_safe(richer_path):
 def test_malicious_keys_return_nothing_and_change_nothing(store, tmp_path, small_tables, node_columns):
     before = store.counts()
     path = tmp_path / "graph.kz"  # the path the ``store`` fixture loaded
-    with KuzuGraphStore(path, node_columns=node_columns) as s:
+    with open_store(path, node_columns=node_columns) as s:
         reads = _all_reads(s, MALICIOUS, [(m, "a") for m in MALICIOUS] + [("a", m) for m in MALICIOUS], MALICIOUS)
         assert reads == {
             "neighbors": [[]] * 5,
