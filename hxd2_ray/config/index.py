@@ -13,8 +13,11 @@ class VectorsConfig(FrozenSection):
     """The vector families' layout (in the staged rows) and the Faiss index each shard is written as (graph only)."""
 
     num_shards: int = Field(2, ge=1, description="Shards per vector family.")
-    index_type: Literal["auto", "flat", "hnsw", "ivf"] = Field(
-        "auto", description="auto: flat up to flat_max_vectors per shard, then IVF."
+    index_type: Literal["auto", "flat", "hnsw", "ivf", "ivfpq"] = Field(
+        "auto",
+        description="auto: flat up to flat_max_vectors per shard, then IVF. ivfpq: IVF over product-quantized codes "
+        "(ivfpq_m bytes a vector at 8 bits: about 1/32 of flat at dim 384; approximate scores) for tens of millions "
+        "of vectors; a family too small to train its codebooks is written flat.",
     )
     flat_max_vectors: int = Field(
         200_000,
@@ -43,20 +46,35 @@ class VectorsConfig(FrozenSection):
     )
     ivf_nlist: int | None = Field(
         None,
-        description="IVF: inverted lists (k-means centroids) per shard; None: about 4*sqrt(n), capped so each list "
-        "trains on 39+ points.",
+        description="IVF and IVF-PQ: inverted lists (k-means centroids) per shard; None: about 4*sqrt(n), capped so "
+        "each list trains on 39+ points.",
         json_schema_extra=GRAPH_ONLY,
     )
     ivf_nprobe: int = Field(
         16,
         gt=0,
-        description="IVF: lists searched per query, stored with the shard (more: better recall, slower).",
+        description="IVF and IVF-PQ: lists searched per query, stored with the shard (more: better recall, slower).",
         json_schema_extra=GRAPH_ONLY,
     )
     train_sample_size: int = Field(
         100_000,
         gt=0,
-        description="Vectors sampled (evenly, seeded) to train IVF.",
+        description="Vectors sampled (evenly, seeded) to train IVF and IVF-PQ (centroids and codebooks).",
+        json_schema_extra=GRAPH_ONLY,
+    )
+    ivfpq_m: int | None = Field(
+        None,
+        ge=1,
+        description="index_type=ivfpq: sub-quantizers per vector (bytes a vector at 8 bits); must divide the "
+        "dimension. None: dim/8 rounded to a divisor of dim (48 at dim 384).",
+        json_schema_extra=GRAPH_ONLY,
+    )
+    ivfpq_nbits: int = Field(
+        8,
+        ge=4,
+        le=12,
+        description="index_type=ivfpq: bits per sub-quantizer code (2**nbits centroids each; a family needs "
+        "39 * 2**nbits vectors to train them, else it is written flat).",
         json_schema_extra=GRAPH_ONLY,
     )
 

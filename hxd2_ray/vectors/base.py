@@ -26,7 +26,7 @@ METRIC = "ip"  # inner product of L2-normalised vectors, i.e. cosine similarity
 FAMILY_JSON = "family.json"
 IDMAP_PARQUET = "idmap.parquet"
 
-IndexKind = Literal["flat", "hnsw", "ivf"]
+IndexKind = Literal["flat", "hnsw", "ivf", "ivfpq"]
 SearchHits = list[list[tuple[str, float]]]  # per query: (key, cosine score), best first
 
 
@@ -45,7 +45,7 @@ class FamilyInfo:
     family: str
     dim: int
     count: int
-    index_type: str  # resolved kind: flat | hnsw | ivf (never "auto")
+    index_type: str  # resolved kind: flat | hnsw | ivf | ivfpq (never "auto")
     num_shards: int
     metric: str = METRIC
     params: dict[str, Any] = field(default_factory=dict)  # nlist/nprobe, M/efSearch…
@@ -154,6 +154,25 @@ def auto_nlist(n: int, requested: int | None, sample_size: int) -> int:
     cap = max(1, train_points // 39)
     want = requested if requested is not None else int(4 * math.sqrt(n))
     return max(1, min(want, cap))
+
+
+def auto_pq_m(dim: int, requested: int | None) -> int:
+    """IVF-PQ sub-quantizers: ``requested`` (it must divide ``dim``), or about one per 8 dimensions (the largest
+    divisor of ``dim`` at most dim/8; 48 at dim 384, 8 at dim 64)."""
+    if requested is not None:
+        if dim % requested:
+            divisors = [d for d in range(1, dim + 1) if dim % d == 0 and d <= 256]
+            raise ValueError(
+                f"vectors.ivfpq_m={requested} does not divide the dimension {dim}; divisors: "
+                f"{', '.join(map(str, divisors))}"
+            )
+        return requested
+    return max(d for d in range(1, max(1, dim // 8) + 1) if dim % d == 0)
+
+
+def pq_min_train(nbits: int) -> int:
+    """Vectors a product quantizer of ``nbits`` needs to train its centroids (Faiss' floor: 39 per centroid)."""
+    return 39 * (1 << nbits)
 
 
 def training_sample(n: int, size: int, seed: int) -> np.ndarray:
