@@ -105,7 +105,19 @@ def train_ivfpq(sample: np.ndarray, dim: int, nlist: int, m: int, nbits: int, np
     index = faiss.IndexIVFPQ(quantizer, dim, nlist, m, nbits, faiss.METRIC_INNER_PRODUCT)
     index.cp.seed = seed
     index.pq.cp.seed = seed
-    index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    x = np.ascontiguousarray(sample, dtype=np.float32)
+    # The coarse centroids first, on every OpenMP thread (what IndexIVF.train would do; it then sees a trained
+    # quantizer and goes on to the codebooks)...
+    faiss.Clustering(dim, nlist, index.cp).train(x, quantizer)
+    quantizer.is_trained = True
+    # ...then the codebooks on one: m small k-means that OpenMP's spin-waits only slow down (2 s against 22 s on
+    # two cores for 20,000 vectors of dim 384, m=48).
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        index.train(x)
+    finally:
+        faiss.omp_set_num_threads(threads)
     index.nprobe = nprobe
     return _to_bytes(index)
 
