@@ -38,8 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from hxd2_ray.config import HashingEmbeddingConfig, HxdConfig, RetrievalConfig, VectorsConfig
 from hxd2_ray.extraction.merge import normalize_name
 from hxd2_ray.graph.kuzu_store import load_graph
+from hxd2_ray.graph.read_structures import READS_DIR
 from hxd2_ray.indexing import tables
 from hxd2_ray.indexing.manifest import build_manifest, write_manifest
+from hxd2_ray.indexing.query_reads import write_query_reads
 from hxd2_ray.llm.scripted import ScriptedLLM
 from hxd2_ray.retrieval import QueryPipeline, open_index
 from hxd2_ray.retrieval.index import DUAL_LEVEL_FAMILIES
@@ -243,6 +245,7 @@ def build(root: Path, n: int, dim: int, ivf: bool, seed: int):
     t0 = time.perf_counter()
     docs, chunks, ents, rels = graph_tables
     counts = load_graph(root / "graph.kuzu", docs, chunks.drop_columns(["shard"]), ents, rels)
+    write_query_reads(root / "graph.kuzu", root / READS_DIR)  # as the index job's write stage does
     t_graph = time.perf_counter() - t0
     t0 = time.perf_counter()
     infos = {f: write_family(root, f, family_keys[f], vectors[f], cfg.vectors).to_dict() for f in DUAL_LEVEL_FAMILIES}

@@ -152,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         from jobs.index_verify import main as verify_main
 
         return verify_main(argv[1:])
+    if argv and argv[0] == "reindex-reads":  # hxd2 index reindex-reads --index DIR: an older index's read structures
+        from jobs.index_reads import main as reads_main
+
+        return reads_main(argv[1:])
     args = build_parser().parse_args(argv)
     # A bad input or output is one error line before the console opens its log inside the output.
     try:

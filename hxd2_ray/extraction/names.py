@@ -19,14 +19,20 @@ Longest match first: the parts of a matched name are not names of their own.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
 
 from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.extraction.merge import normalize_name
+from hxd2_ray.graph.read_structures import KeyLookup
 
 __all__ = [
     "STOPWORDS",
@@ -174,10 +180,11 @@ def title_key(title: str | None) -> str:
 
 class TitleIndex:
     """Document titles as names: normalised title (a trailing "(disambiguation)" dropped) -> chunk offsets.
-    Quacks like a graph for :func:`named_entities` (``get_entities``)."""
+    Quacks like a graph for :func:`named_entities` (``get_entities``). Written with the generation's read
+    structures (:meth:`write`) and memory-mapped by its readers (:meth:`open`)."""
 
     def __init__(self, documents: Any) -> None:
-        self.chunks: dict[str, list[int]] = {}
+        self.chunks: Any = {}  # title key -> chunk offsets (a dict, or _MappedTitleChunks once opened)
         for title, offsets in documents:
             key = title_key(title)
             if key:
@@ -185,6 +192,66 @@ class TitleIndex:
 
     def get_entities(self, keys: Any) -> list[dict[str, str]]:
         return [{"key": k} for k in keys if k in self.chunks]
+
+    def write(self, folder: str | os.PathLike[str]) -> None:
+        root = Path(folder)
+        keys = list(self.chunks)
+        column = pa.array(keys, pa.large_string())
+        lookup = KeyLookup.build(column)
+        ptr = np.zeros(len(keys) + 1, np.int64)
+        np.cumsum([len(self.chunks[k]) for k in keys], out=ptr[1:])
+        flat = np.asarray([o for k in keys for o in self.chunks[k]], np.int64)
+        table = pa.table({"key": column})
+        with pa.OSFile(str(root / "titles_keys.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
+            out.write_table(table, max_chunksize=max(table.num_rows, 1))
+        for name, array in (("hash", lookup.hashes), ("hash_row", lookup.rows), ("ptr", ptr), ("chunks", flat)):
+            np.save(root / f"titles_{name}.npy", array)
+
+    @classmethod
+    def open(cls, folder: str | os.PathLike[str]) -> "TitleIndex | None":
+        """The title index written in ``folder``, memory-mapped; None where there is none (an older index)."""
+        root = Path(folder)
+        if not (root / "titles_keys.arrow").is_file():
+            return None
+        column = pa.ipc.open_file(pa.memory_map(str(root / "titles_keys.arrow"), "r")).read_all().column("key")
+        arrays = {name: _mapped(root / f"titles_{name}.npy") for name in ("hash", "hash_row", "ptr", "chunks")}
+        index = cls([])
+        index.chunks = _MappedTitleChunks(
+            KeyLookup(arrays["hash"], arrays["hash_row"], column.combine_chunks()), arrays["ptr"], arrays["chunks"]
+        )
+        return index
+
+
+def _mapped(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="r")
+    except ValueError:  # numpy cannot map an array of no elements
+        return np.load(path)
+
+
+class _MappedTitleChunks:
+    """Title key -> chunk offsets over mapped arrays: ``in``, ``[]`` and ``get`` as a dict answers them."""
+
+    def __init__(self, lookup: KeyLookup, ptr: np.ndarray, chunks: np.ndarray):
+        self._lookup, self._ptr, self._chunks = lookup, ptr, chunks
+
+    def get(self, key: str, default: Any = None) -> Any:
+        row = self._lookup.get(key)
+        if row is None:
+            return default
+        return [int(o) for o in self._chunks[self._ptr[row] : self._ptr[row + 1]]]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._lookup.get(key) is not None
+
+    def __getitem__(self, key: str) -> list[int]:
+        found = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __len__(self) -> int:
+        return len(self._lookup)
 
 
 _TITLES: "weakref.WeakKeyDictionary[object, TitleIndex]" = weakref.WeakKeyDictionary()
@@ -196,7 +263,11 @@ def title_index(graph: Any) -> TitleIndex:
     with _TITLES_LOCK:
         index = _TITLES.get(graph)
         if index is None:
-            docs = getattr(graph, "document_chunks", None)
-            index = TitleIndex(docs() if callable(docs) else [])
+            # Mapped from the generation's read structures where the index job wrote it; built otherwise.
+            folder = getattr(getattr(graph, "reads", None), "folder", None)
+            index = TitleIndex.open(folder) if folder is not None else None
+            if index is None:
+                docs = getattr(graph, "document_chunks", None)
+                index = TitleIndex(docs() if callable(docs) else [])
             _TITLES[graph] = index
         return index

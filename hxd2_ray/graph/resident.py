@@ -1,29 +1,30 @@
-"""A read-only graph held in memory: the query pipeline's reads as array lookups instead of Kùzu statements.
+"""A read-only graph read from arrays: the query pipeline's reads as array lookups instead of Kùzu statements.
 
 A question touches 40-100 keys (matched entities, their neighbours' endpoints, the chunks that mention them),
 and Kùzu 0.11.3 answers a key at a time: every list-parameter form scans the table, so each key costs a
 prepared statement of ~0.15-0.25 ms, 8 of the sample index's 10 ms retrieval and 20-26 of 25-35 ms on
-synthetic graphs of 10k-1M entities. A served or evaluated index is read-only,
-so it can be read once into Arrow columns and offset arrays (a CSR adjacency per relationship table) and
-looked up in microseconds. What is held is what Kùzu holds; every read returns exactly the rows the Kùzu
-store returns for the same keys (contract-tested against it), and anything else (counts, logic-form
-templates) still goes to Kùzu, which stays the store of record.
+synthetic graphs of 10k-1M entities. A served or evaluated index is read-only, so its reads are answered from
+Arrow columns and CSR arrays (:mod:`hxd2_ray.graph.read_structures`) in microseconds. What is held is what
+Kùzu holds; every read returns exactly the rows the Kùzu store returns for the same keys (contract-tested
+against it), and anything else (counts, logic-form templates) still goes to Kùzu, the store of record.
 
-Memory is about 3.5x the database file (Arrow columns, key -> offset dicts for entities and chunks, the CSR
-arrays): 1.13 GB for a 333 MB file of 1M entities, 1.5M relations and 250k chunks, read in ~5 s. So
-:func:`open_resident` holds a graph only while its file is under a configured limit.
+The arrays are the generation's read structures, written at index time and memory-mapped: opening costs
+milliseconds at any size and every process on a node shares the pages. An index written before them has its
+arrays built in memory from the Kùzu file (about 3.5x the file, ~5 s per million entities, in every process),
+up to ``retrieval.resident_graph_max_mb``; :func:`open_resident` says so, naming the command that writes them.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, cast
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from hxd2_ray.errors import IndexMismatchError
 from hxd2_ray.graph.base import (
@@ -38,6 +39,15 @@ from hxd2_ray.graph.base import (
     rank_neighbors,
     unique_in_order,
 )
+from hxd2_ray.graph.read_structures import (
+    GraphReads,
+    NotDenseError,
+    build_graph_reads,
+    document_chunks,
+    has_graph_reads,
+    open_graph_reads,
+)
+from hxd2_ray.graph.walk_matrix import WalkMatrix
 
 if TYPE_CHECKING:
     from hxd2_ray.graph.kuzu_store import KuzuGraphStore
@@ -45,8 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["ResidentArrays", "ResidentGraph", "WalkEdges", "open_resident"]
-
-_EDGE_PROPS = ("description", "keywords", "weight", "source_chunk_ids", "mention_count")
 
 
 @dataclass(frozen=True)
@@ -67,56 +75,9 @@ class ResidentArrays:
     mention_chunk: np.ndarray
 
 
-class NotDenseError(ValueError):
-    """A node table's offsets have gaps (never the case for a bulk-loaded index): rows cannot be found by offset."""
-
-
-def _by_offset(table: pa.Table, what: str) -> pa.Table:
-    """Rows in offset order; offsets of a bulk-loaded table are 0..n-1, so row i is node offset i."""
-    if table.num_rows == 0:
-        return table
-    offsets = table["o"].to_numpy()
-    order = np.argsort(offsets, kind="stable")
-    if not np.array_equal(offsets[order], np.arange(len(offsets))):
-        raise NotDenseError(f"{what} node offsets are not dense (0..n-1); the resident graph cannot index them")
-    return table.take(pa.array(order)) if not np.array_equal(order, np.arange(len(order))) else table
-
-
-def _csr(owner: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row positions grouped by ``owner`` (0..n-1): ``order[indptr[i]:indptr[i+1]]`` are owner i's rows."""
-    order = np.argsort(owner, kind="stable")
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(owner, minlength=n), out=indptr[1:])
-    return indptr, order
-
-
-def _ints(table: pa.Table, column: str) -> np.ndarray:
-    if table.num_rows == 0:
-        return np.zeros(0, dtype=np.int64)
-    return table[column].to_numpy().astype(np.int64)
-
-
-def _title_edges(names: pa.Table | None, chunks: pa.Table) -> tuple[np.ndarray, np.ndarray, int]:
-    """The walk's chunk--title edges from the NAMES_TITLE rows (chunk offset ``c``, document id ``doc_id``): one
-    title node per named document, joined to the chunks that name it and to the document's own chunks."""
-    empty = np.zeros(0, np.int64)
-    if names is None or not names.num_rows or not chunks.num_rows:
-        return empty, empty, 0
-    named_docs, naming_node = np.unique(np.asarray(names["doc_id"].to_pylist(), dtype=object), return_inverse=True)
-    doc_of_chunk = np.asarray(chunks["doc_id"].to_pylist(), dtype=object)
-    slot = {d: i for i, d in enumerate(named_docs.tolist())}
-    own_node = np.fromiter((slot.get(d, -1) for d in doc_of_chunk), dtype=np.int64, count=len(doc_of_chunk))
-    own_chunk = np.flatnonzero(own_node >= 0)
-    return (
-        np.concatenate([_ints(names, "c"), own_chunk]),
-        np.concatenate([naming_node.astype(np.int64).ravel(), own_node[own_chunk]]),
-        len(named_docs),
-    )
-
-
 @dataclass(frozen=True)
 class WalkEdges:
-    """The graph as offset arrays, for a random walk over entities and chunks (``retrieval.ppr``)."""
+    """The walk graph's edge lists as offset arrays (what :class:`WalkMatrix` is built from): for inspection."""
 
     n_entities: int
     n_chunks: int
@@ -125,86 +86,47 @@ class WalkEdges:
     synonyms: tuple[np.ndarray, np.ndarray, np.ndarray]  # entity offsets and cosine of each SYNONYM edge
     # (chunk offset, title node) of each chunk--title edge: a title node per document some other chunk's text names
     # (NAMES_TITLE), joined to its own chunks and to the chunks naming it; ``n_titles`` such nodes.
-    titles: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
-    n_titles: int = 0
+    titles: tuple[np.ndarray, np.ndarray]
+    n_titles: int
 
 
 class ResidentGraph:
-    """:class:`~hxd2_ray.graph.base.GraphStore` reads from memory, over the store it was loaded from.
+    """:class:`~hxd2_ray.graph.base.GraphStore` reads from arrays (:class:`GraphReads`: memory-mapped read
+    structures written at index time, or built in memory from the store's tables), over the store of record.
 
-    ``store`` is the open (read-only) Kùzu store; ``tables`` its :meth:`scan_tables` output. The store is
-    kept for the reads not held here and closed with this object.
+    ``store`` is the open (read-only) Kùzu store, kept for the reads not held here and closed with this object.
     """
 
-    def __init__(self, store: GraphStore, tables: Mapping[str, pa.Table]):
+    def __init__(self, store: GraphStore, reads: GraphReads):
         self.store = store
-        # One chunk per column: ``take`` on a multi-chunk column costs time in proportion to the whole table.
-        tables = {name: t.combine_chunks() for name, t in tables.items()}
-        entities = _by_offset(tables["Entity"], "Entity")
-        chunks = _by_offset(tables["Chunk"], "Chunk")
-        self._entities = entities.drop_columns(["o"]) if entities.num_rows else entities
-        self._chunks = chunks.drop_columns(["o"]) if chunks.num_rows else chunks
-        self._entity_keys: list[str] = self._entities["key"].to_pylist()
-        self._entity_of = {k: i for i, k in enumerate(self._entity_keys)}  # shares the key strings
-        self._chunk_ids: list[str] = self._chunks["id"].to_pylist()
-        self._chunk_of = {c: i for i, c in enumerate(self._chunk_ids)}
-        self._degree = _ints(self._entities, "degree")
-        # Each chunk's rank in (doc_id, ord, id) order, the order chunks_for_entities returns a key's chunks in
-        # (Arrow sorts strings by UTF-8 bytes, which is Python's code-point order).
-        self._chunk_rank = np.zeros(len(self._chunk_ids), dtype=np.int64)
-        if self._chunk_ids:
-            order = pc.sort_indices(
-                self._chunks, sort_keys=[("doc_id", "ascending"), ("ord", "ascending"), ("id", "ascending")]
-            ).to_numpy()
-            self._chunk_rank[order] = np.arange(len(order))
-        docs = tables["Document"]
-        fields = ("doc_title", "doc_source_id", "doc_source_path")
-        self._docs = (
-            {d: dict(zip(fields, v)) for d, *v in zip(*(docs[c].to_pylist() for c in ("id", *fields)))}
-            if docs.num_rows
-            else {}
-        )
+        self.reads = reads
+        a = reads.arrays
+        self._entities = reads.entities
+        self._chunks = reads.chunks
+        self._documents = reads.documents
+        self._entity_of = reads.entity_lookup
+        self._chunk_of = reads.chunk_lookup
+        self._entity_keys = reads.entity_lookup.column  # entity offset -> key (an Arrow array)
+        self._chunk_ids = reads.chunk_lookup.column
+        self._degree = a["degree"]
+        self._chunk_rank = a["chunk_rank"]
+        self._rel_a, self._rel_b = a["rel_a"], a["rel_b"]
+        self._rel_props = reads.edges
+        self._rel_weight = a["rel_weight"]
+        self._adj_ptr, self._adj_other, self._adj_edge = a["adj_ptr"], a["adj_other"], a["adj_edge"]
+        self._men_ptr, self._men_chunk = a["men_ptr"], a["men_chunk"]
 
-        n_ent = len(self._entity_keys)
-        rel = tables["RELATED"]
-        self._rel_a, rel_b = _ints(rel, "a"), _ints(rel, "b")
-        self._rel_b = rel_b
-        self._rel_props = rel.select(list(_EDGE_PROPS)) if rel.num_rows else rel
-        self._rel_weight = rel["weight"].to_numpy() if rel.num_rows else np.zeros(0)
-        # Undirected adjacency: each edge under both ends, a self-loop once (the ranking folds pairs anyway).
-        # Within each entity's span the far ends are sorted, so a pair is a binary search, even at a hub.
-        edge_ids = np.arange(len(self._rel_a), dtype=np.int64)
-        loop = self._rel_a == rel_b
-        ends = np.concatenate([self._rel_a, rel_b[~loop]])
-        others = np.concatenate([rel_b, self._rel_a[~loop]])
-        order = np.lexsort((others, ends))
-        self._adj_edge = np.concatenate([edge_ids, edge_ids[~loop]])[order]
-        self._adj_other = others[order]
-        self._adj_ptr = np.zeros(n_ent + 1, dtype=np.int64)
-        np.cumsum(np.bincount(ends, minlength=n_ent), out=self._adj_ptr[1:])
-
-        men = tables["MENTIONS"]
-        men_chunk, men_entity = _ints(men, "c"), _ints(men, "e")
-        self._men_ptr, order = _csr(men_entity, n_ent)
-        self._men_chunk = men_chunk[order]
-        self._men_entity = men_entity[order]  # aligned with _men_chunk: the walk needs both ends
-
-        # SYNONYM edges (near entity names, written by index builds since synonym edges exist; an older graph
-        # has none). Only the random walk of the ``ppr`` chunk ranking reads them.
-        syn = tables.get("SYNONYM")
-        self._syn_a = _ints(syn, "a") if syn is not None else np.zeros(0, np.int64)
-        self._syn_b = _ints(syn, "b") if syn is not None else np.zeros(0, np.int64)
-        self._syn_score = (
-            syn["score"].to_numpy().astype(np.float64) if syn is not None and syn.num_rows else np.zeros(0)
-        )
-        self._title_chunk, self._title_node, self._n_titles = _title_edges(tables.get("NAMES_TITLE"), self._chunks)
+    @classmethod
+    def from_tables(cls, store: GraphStore, tables: Mapping[str, pa.Table]) -> "ResidentGraph":
+        """Held in memory, built from ``store.scan_tables()`` (an index written before read structures)."""
+        return cls(store, build_graph_reads(tables))
 
     def arrays(self) -> ResidentArrays:
-        """Everything held, as shared read-only views (no copy)."""
+        """Everything held, as shared read-only views (no copy but the key lists)."""
         return ResidentArrays(
-            entity_keys=self._entity_keys,
+            entity_keys=self._entity_keys.to_pylist(),
             entities=self._entities,
-            chunk_ids=self._chunk_ids,
+            chunk_ids=self._chunk_ids.to_pylist(),
             chunks=self._chunks,
             adj_ptr=self._adj_ptr,
             adj_other=self._adj_other,
@@ -215,10 +137,20 @@ class ResidentGraph:
             mention_chunk=self._men_chunk,
         )
 
+    def _entity_key(self, offset: int) -> str:
+        return str(self._entity_keys[offset].as_py())
+
+    def _keys_at(self, column: pa.Array, offsets: Iterable[int]) -> list[str]:
+        offsets = list(offsets)
+        if not offsets:
+            return []
+        return column.take(pa.array(offsets, type=pa.int64())).to_pylist()
+
     # -- reads held in memory ------------------------------------------------------------------------
 
     def get_entities(self, keys: Iterable[str]) -> list[EntityRow]:
-        found = [i for k in unique_in_order(keys) if (i := self._entity_of.get(k)) is not None]
+        wanted = unique_in_order(keys)
+        found = [i for i in self._entity_of.find(wanted) if i is not None]
         return [entity_row(r) for r in self._entities.take(pa.array(found, type=pa.int64())).to_pylist()]
 
     def find_entity_by_name(self, name: str, key_fn: Callable[[str], str] | None = None) -> EntityRow | None:
@@ -232,8 +164,7 @@ class ResidentGraph:
         if not seeds:
             return []
         spans: list[tuple[int, np.ndarray, np.ndarray]] = []  # (seed offset, edge ids, far ends)
-        for seed in seeds:
-            i = self._entity_of.get(seed)
+        for i in self._entity_of.find(seeds):
             if i is None:
                 spans.append((-1, self._adj_edge[:0], self._adj_other[:0]))
                 continue
@@ -243,13 +174,15 @@ class ResidentGraph:
                 edges, others = self._best_edges(edges, others, limit_per_entity)
             spans.append((i, edges, others))
         edge_ids = np.concatenate([edges for _, edges, _ in spans])
+        far = np.concatenate([others for _, _, others in spans]).astype(np.int64)
         rows = iter(self._rel_props.take(pa.array(edge_ids, type=pa.int64())).to_pylist() if len(edge_ids) else [])
+        far_keys = iter(self._keys_at(self._entity_keys, far.tolist()))
         per_seed: list[list[dict[str, Any]]] = []
-        for i, edges, others in spans:
+        for i, _, others in spans:
             mine = []
             for other in others.tolist():
                 r = next(rows)
-                r["other"] = self._entity_keys[other]
+                r["other"] = next(far_keys)
                 r["degree"] = int(self._degree[i] + self._degree[other])
                 mine.append(r)
             per_seed.append(mine)
@@ -267,12 +200,14 @@ class ResidentGraph:
         return edges[keep], others[keep]
 
     def get_relations(self, pairs: Iterable[tuple[str, str]]) -> list[EdgeRow]:
+        wanted = unique_in_order(canonical_pair(a, b) for a, b in pairs)
+        offsets = self._entity_of.find([k for pair in wanted for k in pair])
         found: list[tuple[int, int, int]] = []
-        for s, t in unique_in_order(canonical_pair(a, b) for a, b in pairs):
-            i, j = self._entity_of.get(s), self._entity_of.get(t)
+        for n, _ in enumerate(wanted):
+            i, j = offsets[2 * n], offsets[2 * n + 1]
             if i is None or j is None:
                 continue
-            lo, hi = self._adj_ptr[i], self._adj_ptr[i + 1]
+            lo, hi = int(self._adj_ptr[i]), int(self._adj_ptr[i + 1])
             at = lo + int(np.searchsorted(self._adj_other[lo:hi], j))
             # The loader keeps one edge per pair, stored smaller key first: the orientation asked.
             if at < hi and self._adj_other[at] == j and self._rel_a[self._adj_edge[at]] == i:
@@ -283,68 +218,67 @@ class ResidentGraph:
         out = []
         for (_, i, j), r in zip(found, props):
             r["degree"] = int(self._degree[i] + self._degree[j])
-            out.append(edge_row(self._entity_keys[i], self._entity_keys[j], r))
+            out.append(edge_row(self._entity_key(i), self._entity_key(j), r))
         return out
 
     def chunks_for_entities(self, keys: Iterable[str]) -> dict[str, list[str]]:
+        wanted = unique_in_order(keys)
         out: dict[str, list[str]] = {}
-        for key in unique_in_order(keys):
-            i = self._entity_of.get(key)
+        for key, i in zip(wanted, self._entity_of.find(wanted)):
             if i is None:
                 out[key] = []
                 continue
-            mine = self._men_chunk[self._men_ptr[i] : self._men_ptr[i + 1]]
-            out[key] = [self._chunk_ids[c] for c in mine[np.argsort(self._chunk_rank[mine])].tolist()]
+            mine = np.asarray(self._men_chunk[self._men_ptr[i] : self._men_ptr[i + 1]])
+            out[key] = self._keys_at(self._chunk_ids, mine[np.argsort(self._chunk_rank[mine], kind="stable")].tolist())
         return out
 
     def get_chunks(self, ids: Iterable[str]) -> list[ChunkRow]:
-        found = [i for c in unique_in_order(ids) if (i := self._chunk_of.get(c)) is not None]
+        found = [i for i in self._chunk_of.find(unique_in_order(ids)) if i is not None]
         rows = self._chunks.take(pa.array(found, type=pa.int64())).to_pylist()
-        return [chunk_row(r, self._docs.get(r["doc_id"], {})) for r in rows]
+        doc_ids = unique_in_order(r["doc_id"] for r in rows)
+        doc_rows = [i for i in self.reads.document_lookup.find(doc_ids) if i is not None]
+        docs = {d["id"]: d for d in self._documents.take(pa.array(doc_rows, type=pa.int64())).to_pylist()}
+        return [chunk_row(r, docs.get(r["doc_id"], {})) for r in rows]
 
     def entity_degree(self, keys: Iterable[str]) -> dict[str, int]:
-        return {k: int(self._degree[i]) for k in unique_in_order(keys) if (i := self._entity_of.get(k)) is not None}
+        wanted = unique_in_order(keys)
+        return {k: int(self._degree[i]) for k, i in zip(wanted, self._entity_of.find(wanted)) if i is not None}
 
     # -- the arrays a random walk needs (chunk ranking ``ppr``) -------------------------------------------
 
+    def walk_matrix(self) -> WalkMatrix:
+        return self.reads.walk
+
     def walk_edges(self) -> WalkEdges:
+        a = self.reads.arrays
         return WalkEdges(
-            n_entities=len(self._entity_keys),
-            n_chunks=len(self._chunk_ids),
-            related=(self._rel_a, self._rel_b),
-            mentions=(self._men_chunk, self._men_entity),
-            synonyms=(self._syn_a, self._syn_b, self._syn_score),
-            titles=(self._title_chunk, self._title_node),
-            n_titles=self._n_titles,
+            n_entities=self._entities.num_rows,
+            n_chunks=self._chunks.num_rows,
+            related=(a["rel_a"], a["rel_b"]),
+            mentions=(a["men_chunk"], a["men_entity"]),
+            synonyms=(a["syn_a"], a["syn_b"], a["syn_score"]),
+            titles=(a["title_chunk"], a["title_node"]),
+            n_titles=self.reads.n_titles,
         )
 
     def entity_offsets(self, keys: Iterable[str]) -> list[int | None]:
-        return [self._entity_of.get(k) for k in keys]
+        return self._entity_of.find(list(keys))
 
     def chunk_offsets(self, ids: Iterable[str]) -> list[int | None]:
-        return [self._chunk_of.get(c) for c in ids]
+        return self._chunk_of.find(list(ids))
 
     def entity_keys_at(self, offsets: Iterable[int]) -> list[str]:
-        return [self._entity_keys[i] for i in offsets]
+        return self._keys_at(self._entity_keys, offsets)
 
     def chunk_ids_at(self, offsets: Iterable[int]) -> list[str]:
-        return [self._chunk_ids[i] for i in offsets]
+        return self._keys_at(self._chunk_ids, offsets)
 
     def synonym_count(self) -> int:
-        return len(self._syn_a)
+        return len(self.reads.arrays["syn_a"])
 
     def document_chunks(self) -> list[tuple[str, np.ndarray]]:
         """(document title, offsets of its chunks) per document that has chunks."""
-        if not self._chunk_ids:
-            return []
-        doc_of = self._chunks["doc_id"].to_pylist()
-        by_doc: dict[str, list[int]] = {}
-        for i, d in enumerate(doc_of):
-            by_doc.setdefault(d, []).append(i)
-        return [
-            (self._docs.get(d, {}).get("doc_title") or "", np.asarray(rows, dtype=np.int64))
-            for d, rows in by_doc.items()
-        ]
+        return document_chunks(self.reads)
 
     # -- everything else: the store of record ------------------------------------------------------
 
@@ -374,19 +308,81 @@ class ResidentGraph:
         self.close()
 
 
-def open_resident(store: KuzuGraphStore, mode: str, max_mb: int) -> GraphStore:
-    """``store`` held in memory (a :class:`ResidentGraph` over it) when ``mode`` is ``on``, or ``auto`` and the
-    database file is at most ``max_mb``; otherwise ``store`` itself. ``off`` always reads through Kùzu."""
+class LazyStore:
+    """The store of record, opened on first use. A query process whose reads all come from the mapped structures
+    never opens the Kùzu file: opening one costs ~75 MB of private memory per process (100k entities), which
+    is most of what each extra Serve replica or evaluation actor would otherwise hold."""
+
+    def __init__(self, opener: Callable[[], GraphStore]):
+        self._opener = opener
+        self._store: GraphStore | None = None
+        self._lock = threading.Lock()
+
+    def opened(self) -> GraphStore:
+        with self._lock:
+            if self._store is None:
+                self._store = self._opener()
+            return self._store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.opened(), name)
+
+    def close(self) -> None:
+        with self._lock:
+            store, self._store = self._store, None
+        if store is not None:
+            store.close()
+
+
+# The command an index without read structures is pointed to (one line, in the log and on the terminal).
+REINDEX_READS_HINT = "hxd2 index reindex-reads --index {index}"
+
+
+def open_resident(
+    store: KuzuGraphStore | LazyStore,
+    mode: str,
+    max_mb: int,
+    reads_dir: str | os.PathLike[str] | None = None,
+    index: str = "",
+) -> GraphStore:
+    """``store`` read from arrays (a :class:`ResidentGraph` over it) unless ``mode`` is ``off``: the read
+    structures in ``reads_dir``, memory-mapped, at any size; for an index without them (written before they
+    existed), arrays built in memory from the store while its file is at most ``max_mb`` (``auto``) or always
+    (``on``), and a warning naming the command that writes them. A :class:`LazyStore` stays unopened while the
+    mapped structures answer."""
+    if mode != "off" and reads_dir is not None and has_graph_reads(reads_dir):
+        started = time.perf_counter()
+        try:
+            graph = ResidentGraph(cast(GraphStore, store), open_graph_reads(reads_dir))
+        except BaseException:
+            store.close()
+            raise
+        log.info("graph read structures mapped in %.3f s", time.perf_counter() - started)
+        return graph
+    if isinstance(store, LazyStore):
+        store = cast("KuzuGraphStore", store.opened())
     if mode == "off":
         return store
+    hint = REINDEX_READS_HINT.format(index=index or "<index>")
     size_mb = store.size_bytes / 2**20
     if mode == "auto" and size_mb > max_mb:
-        log.info("graph of %.0f MB above resident_graph_max_mb=%d: reading it through Kùzu", size_mb, max_mb)
+        log.warning(
+            "this index has no graph read structures (written before they existed) and its %.0f MB graph is above "
+            "retrieval.resident_graph_max_mb=%d: reading it through Kùzu, and ppr cannot rank; run %s",
+            size_mb,
+            max_mb,
+            hint,
+        )
         return store
+    log.warning(
+        "this index has no graph read structures (written before they existed): building them in memory in "
+        "this process; run %s to write them once",
+        hint,
+    )
     started = time.perf_counter()
     try:
         try:
-            graph = ResidentGraph(store, store.scan_tables())
+            graph = ResidentGraph.from_tables(store, store.scan_tables())
         except NotDenseError as exc:
             if mode == "on":
                 raise IndexMismatchError(f"retrieval.resident_graph=on cannot hold this graph: {exc}") from None

@@ -173,7 +173,7 @@ def walk_graph_of_index(index: Any) -> tuple[WalkGraph, list[str]]:
     graph = index.graph
     if not isinstance(graph, ResidentGraph):
         _log("the index graph is read through Kùzu; holding a resident copy for GraphFlow")
-        graph = ResidentGraph(graph, graph.scan_tables())
+        graph = ResidentGraph.from_tables(graph, graph.scan_tables())
     arrays = graph.arrays()
     chunk_rows = graph.get_chunks(arrays.chunk_ids) if arrays.chunk_ids else []
     walk = WalkGraph.from_resident(arrays, chunk_rows)

@@ -38,7 +38,7 @@ from hxd2_ray.indexing.leases import held_generations
 from hxd2_ray.indexing.manifest import GENERATIONS_DIR, IndexManifest, generation_dir, utc_now_iso
 
 TABLES_DIR = "tables"
-QUERY_FILES = ("graph.kuzu", "vectors", "lexical")  # what a reader opens, relative to a generation's folder
+QUERY_FILES = ("graph.kuzu", "reads", "vectors", "lexical")  # what a reader opens, relative to a generation's folder
 HISTORY_LIMIT = 200
 
 STATE_SCHEMAS: Mapping[str, pa.Schema] = {

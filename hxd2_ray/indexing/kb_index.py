@@ -191,6 +191,8 @@ def build_kb_index(
     ``wiring.build_embedder(cfg.embedding)``). ``board``: the stages (read, embed, graph, vectors) as they run.
     """
     from hxd2_ray.graph.kuzu_store import load_graph
+    from hxd2_ray.graph.read_structures import READS_DIR
+    from hxd2_ray.indexing.query_reads import write_query_reads
     from hxd2_ray.vectors.faiss_index import FaissFamilyIndex, write_family
 
     say = progress or (lambda _msg: None)
@@ -287,13 +289,27 @@ def build_kb_index(
         t0 = time.perf_counter()
         board.begin("graph")
         counts = load_graph(
-            build_dir / "graph.kuzu", empty_documents(), empty_chunks(), entities, relations, synonyms=synonyms
+            build_dir / "graph.kuzu",
+            empty_documents(),
+            empty_chunks(),
+            entities,
+            relations,
+            synonyms=synonyms,
+            engine=cfg.graph.backend,
         )
         board.end("graph", f"{counts['entities']:,} entities, {counts['relations']:,} edges")
+        # What every query process maps instead of building its own copy (hxd2_ray.graph.read_structures).
+        write_query_reads(build_dir / "graph.kuzu", build_dir / READS_DIR, cfg.graph.backend)
         seconds["graph"] = round(time.perf_counter() - t0, 3)
         say(f"graph loaded: {counts['entities']:,} entities, {counts['relations']:,} edges in {seconds['graph']:.1f}s")
         # A KB has no chunks: its questions are made from the edge descriptions ("S --rel--> O").
-        refusal = calibrate_build(build_dir, relations.column("description"), embedder=embedder, progress=progress)
+        refusal = calibrate_build(
+            build_dir,
+            relations.column("description"),
+            embedder=embedder,
+            progress=progress,
+            graph_backend=cfg.graph.backend,
+        )
 
         fingerprint = kb_fingerprint(cfg, digest, limit_entities)
         summary: dict[str, Any] = {
@@ -339,6 +355,7 @@ def build_kb_index(
             files=record_files(build_dir),
             synonyms={**synonym_factors(cfg.synonyms), "edges": synonyms.num_rows},
             refusal=refusal if refusal and "error" not in refusal else None,
+            graph_backend=cfg.graph.backend,
         )
         write_manifest(build_dir, manifest)  # last file of the build
         read_manifest(build_dir)

@@ -24,14 +24,26 @@ full.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import unicodedata
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import pyarrow as pa
 from rapidfuzz import fuzz, process
 
 _SEPARATOR = 0  # code point that joins names in the build buffer; never inside a folded name
+_META = "names.json"  # written last by FuzzyNameIndex.write
+_ARRAYS = ("lengths", "length_start", "vocab", "starts", "postings", "key_ptr")
+
+
+def _mapped_column(path: Path, name: str) -> pa.Array:
+    table = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()  # zero-copy: points into the mapping
+    column = table.column(name)
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def fold_name(text: str) -> str:
@@ -89,28 +101,64 @@ class FuzzyNameIndex:
         folded_all = np.fromiter(by_folded, dtype=object, count=n)
         groups = np.fromiter(by_folded.values(), dtype=object, count=n)
         del by_folded
-        self._folded = folded_all[order]  # object array: fancy indexing without a Python loop
-        # A folded form's keys: a str when there is one, else a sorted tuple.
-        self._keys = groups[order]
-        for i in np.flatnonzero([not isinstance(g, str) for g in self._keys]):
-            self._keys[i] = tuple(sorted(self._keys[i]))
+        folded = folded_all[order].tolist()
+        # A folded form's keys: one, or several sorted; flattened, with each name's span in _key_ptr.
+        key_lists = [(g,) if isinstance(g, str) else tuple(sorted(g)) for g in groups[order].tolist()]
         del folded_all, groups
+        self._key_ptr = np.zeros(n + 1, np.int64)
+        np.cumsum([len(k) for k in key_lists], out=self._key_ptr[1:])
+        self._key_flat = pa.array([k for ks in key_lists for k in ks], pa.large_string())
+        del key_lists
         self._lengths = lengths[order]
         max_len = int(self._lengths[-1]) if n else 0
         # _length_start[L]: the first name of length >= L (L = 0 .. max_len + 1).
         self._length_start = np.searchsorted(self._lengths, np.arange(max_len + 2), side="left").astype(np.int64)
-        self._build_bigrams()
+        self._build_bigrams(folded)
+        self._folded = pa.array(folded, pa.large_string())
 
-    def _build_bigrams(self) -> None:
+    # -- files: written once per generation, memory-mapped by every reader -----------------------------------
+
+    def write(self, folder: str | os.PathLike[str]) -> None:
+        """Write this index into ``folder`` (beside the graph's read structures) for :meth:`open` to map."""
+        root = Path(folder)
+        root.mkdir(parents=True, exist_ok=True)
+        table = pa.table({"folded": self._folded})
+        keys = pa.table({"key": self._key_flat})
+        for name, t in (("names_folded", table), ("names_keys", keys)):
+            with pa.OSFile(str(root / f"{name}.arrow"), "wb") as sink, pa.ipc.new_file(sink, t.schema) as out:
+                out.write_table(t.combine_chunks(), max_chunksize=max(t.num_rows, 1))
+        for name in _ARRAYS:
+            np.save(root / f"names_{name}.npy", np.ascontiguousarray(getattr(self, f"_{name}")))
+        (root / _META).write_text(json.dumps({"size": self.size}) + "\n", encoding="utf-8")
+
+    @classmethod
+    def open(cls, folder: str | os.PathLike[str]) -> "FuzzyNameIndex | None":
+        """The index written in ``folder``, memory-mapped; None when there is none (an older index)."""
+        root = Path(folder)
+        if not (root / _META).is_file():
+            return None
+        index = cls.__new__(cls)
+        index.size = int(json.loads((root / _META).read_text(encoding="utf-8"))["size"])
+        for name in _ARRAYS:
+            path = root / f"names_{name}.npy"
+            try:
+                setattr(index, f"_{name}", np.load(path, mmap_mode="r"))
+            except ValueError:  # numpy cannot map an array of no elements
+                setattr(index, f"_{name}", np.load(path))
+        setattr(index, "_folded", _mapped_column(root / "names_folded.arrow", "folded"))
+        setattr(index, "_key_flat", _mapped_column(root / "names_keys.arrow", "key"))
+        return index
+
+    def _build_bigrams(self, folded: list[str]) -> None:
         """Postings of every (bigram, occurrence) pair: the k-th occurrence of a bigram in a name is its own
         term, so counting shared terms counts the multiset overlap of bigrams exactly."""
-        n = len(self._folded)
+        n = len(folded)
         self._vocab = np.zeros(0, np.int64)
         self._starts = np.zeros(1, np.int64)
         self._postings = np.zeros(0, np.int32)
         if n == 0 or self._lengths[-1] < 2:  # no name has a bigram
             return
-        cps = _codepoints("\x00".join(self._folded.tolist()))
+        cps = _codepoints("\x00".join(folded))
         valid = (cps[:-1] != _SEPARATOR) & (cps[1:] != _SEPARATOR)
         # Dense letter numbers (code-point order kept), so a bigram code is small and one or two 16-bit radix
         # passes sort it.
@@ -170,15 +218,13 @@ class FuzzyNameIndex:
         candidates = self._candidates(q, score_cutoff / 100.0)
         if len(candidates) == 0:
             return []
-        folded = self._folded[candidates]
-        found = process.extract(
-            q, folded.tolist(), scorer=fuzz.ratio, processor=None, score_cutoff=score_cutoff, limit=None
-        )
+        folded = self._folded.take(pa.array(candidates, pa.int64())).to_pylist()
+        found = process.extract(q, folded, scorer=fuzz.ratio, processor=None, score_cutoff=score_cutoff, limit=None)
         scored = sorted(((score, folded[pos], candidates[pos]) for _, score, pos in found), key=lambda t: (-t[0], t[1]))
         out: list[tuple[str, float]] = []
         for score, _, idx in scored:
-            keys = self._keys[idx]
-            for key in (keys,) if isinstance(keys, str) else keys:
+            lo, hi = int(self._key_ptr[idx]), int(self._key_ptr[idx + 1])
+            for key in self._key_flat.slice(lo, hi - lo).to_pylist():
                 out.append((key, float(score)))
                 if len(out) >= limit:
                     return out

@@ -31,7 +31,8 @@ import pyarrow.parquet as pq
 from hxd2_ray.config import HxdConfig, RetrievalConfig, embedding_model_id
 from hxd2_ray.errors import HxdError, IndexDamagedError, IndexMismatchError, IndexNotFoundError
 from hxd2_ray.graph.base import GraphStore
-from hxd2_ray.graph.resident import open_resident
+from hxd2_ray.graph.read_structures import READS_DIR
+from hxd2_ray.graph.resident import LazyStore, open_resident
 from hxd2_ray.indexing.layout import GRAPH_NAME, IndexLayout
 from hxd2_ray.indexing.manifest import (
     MANIFEST_NAME,
@@ -50,7 +51,7 @@ from hxd2_ray.vectors.base import IDMAP_PARQUET, VectorIndex, family_dir
 # What dual-level retrieval searches; relation_keywords is for logic-form predicate linking.
 DUAL_LEVEL_FAMILIES = ("entity_name", "entity_mix", "relation_mix", "chunk")
 # Copied from S3; the build's _staging folder (large, not needed to query) is left behind.
-_QUERY_FILES = (GRAPH_NAME, "vectors", LEXICAL_DIR, "index_summary.json")
+_QUERY_FILES = (GRAPH_NAME, READS_DIR, "vectors", LEXICAL_DIR, "index_summary.json")
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ def open_index(
             raise IndexNotFoundError(_no_manifest(location))
         manifest = _pinned(read_manifest(path, filesystem=fs), generation)
         root = _cached_copy(fs, path, location, manifest, _cache_root(cfg))
-    check_compatible(manifest, embedding_model_id(cfg.embedding), cfg.embedding.dim)
+    check_compatible(manifest, embedding_model_id(cfg.embedding), cfg.embedding.dim, cfg.graph.backend)
     # Sizes always (a stat per file), checksums on request: a damaged file is named before Kùzu or Faiss reads it.
     check_files(
         root,
@@ -117,6 +118,7 @@ def open_index(
         checksums=cfg.retrieval.verify_checksums,
         only=(
             GRAPH_NAME,
+            f"{READS_DIR}/",
             *(f"vectors/{f}/" for f in families),
             *(f"vectors/{f}/{IDMAP_PARQUET}" for f in ("entity_name", "entity_mix")),
         ),
@@ -174,12 +176,26 @@ def _open_local(
                 )
             opened[name] = index
         with _unreadable_as_damage(location, "the entity id map"):
-            names = FuzzyNameIndex(_entity_keys(root))
+            # Mapped from the generation's read structures; an index written before them builds it here.
+            names = FuzzyNameIndex.open(root / READS_DIR) or FuzzyNameIndex(_entity_keys(root))
         with _unreadable_as_damage(location, "the lexical index"):
             lexical = LexicalIndex.open(root / LEXICAL_DIR)
+
+        def open_store() -> KuzuGraphStore:
+            with _unreadable_as_damage(location, GRAPH_NAME):
+                return KuzuGraphStore(
+                    graph_path, read_only=True, max_threads=retrieval.graph_threads, engine=manifest.graph_backend
+                )
+
         with _unreadable_as_damage(location, GRAPH_NAME):
-            store = KuzuGraphStore(graph_path, read_only=True, max_threads=retrieval.graph_threads)
-            graph = open_resident(store, retrieval.resident_graph, retrieval.resident_graph_max_mb)
+            # Opened when a read needs it: with read structures, most processes never do (LazyStore).
+            graph = open_resident(
+                LazyStore(open_store),
+                retrieval.resident_graph,
+                retrieval.resident_graph_max_mb,
+                reads_dir=root / READS_DIR,
+                index=location,
+            )
     except BaseException:
         for ix in opened.values():
             ix.close()

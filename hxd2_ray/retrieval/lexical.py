@@ -96,7 +96,8 @@ class LexicalIndex:
         import bm25s  # noqa: PLC0415
 
         ids = tuple(json.loads(ids_file.read_text(encoding="utf-8")))
-        bm25 = bm25s.BM25.load(str(root), show_progress=False) if ids else bm25s.BM25()
+        # Memory-mapped: every process on a node shares the score matrix's pages (as the graph's read structures).
+        bm25 = bm25s.BM25.load(str(root), show_progress=False, mmap=True) if ids else bm25s.BM25()
         return cls(ids, bm25)
 
     def search(self, question: str, k: int) -> list[tuple[str, float]]:

@@ -172,8 +172,9 @@ class QueryPipeline:
             )
             if self._walk is None:
                 log.warning(
-                    "retrieval.chunk_ranking=ppr needs the graph held in memory (retrieval.resident_graph); "
-                    "this index's graph is read through Kùzu, so chunks are ranked 'fused'"
+                    "retrieval.chunk_ranking=ppr needs the graph's read structures, and this index's graph is read "
+                    "through Kùzu (retrieval.resident_graph=off, or an index written before them: run hxd2 index "
+                    "reindex-reads), so chunks are ranked 'fused'"
                 )
 
     # ------------------------------------------------------------------------------------ public
@@ -389,7 +390,8 @@ class QueryPipeline:
         if chosen == "ppr" and self._walk is None:
             chosen = "fused"
             ranking["notice"] = (
-                "chunk ranking ppr needs the graph held in memory (retrieval.resident_graph); ranked 'fused' instead"
+                "chunk ranking ppr needs the graph's read structures (retrieval.resident_graph=off, or an index "
+                "written before them: run hxd2 index reindex-reads); ranked 'fused' instead"
             )
         ranking["chunk_ranking"] = chosen
         if chosen == "ppr":

@@ -1,7 +1,8 @@
 """Personalized PageRank over entity and chunk nodes: the ``ppr`` chunk ranking (HippoRAG 2's idea, our code).
 
-The graph (:class:`PropagationGraph`) is undirected and weighted, built once per open index from the resident
-graph's arrays: entity nodes ``0 .. E-1`` and chunk nodes ``E .. E+C-1``, joined by
+The graph (:class:`PropagationGraph`) is undirected and weighted: a stored
+:class:`~hxd2_ray.graph.walk_matrix.WalkMatrix` (written at index time, memory-mapped) under the query's edge
+weights, entity nodes ``0 .. E-1`` and chunk nodes ``E .. E+C-1``, joined by
 
 * MENTIONS (chunk -- entity it mentions), weight ``mention``: the only way from a passage to another passage;
 * RELATED (entity -- entity), weight ``related`` per edge: the extractor's relations;
@@ -17,10 +18,11 @@ graph's arrays: entity nodes ``0 .. E-1`` and chunk nodes ``E .. E+C-1``, joined
 A walk from a node picks an edge in proportion to its weight; with probability ``1 - damping`` it jumps back to
 the personalization (reset) vector ``s``. The PPR vector solves ``x = (1 - d) s + d P^T x`` with
 ``P = D^-1 A`` (``A`` symmetric, ``D`` its row sums). Since ``A`` is symmetric, ``P^T x = A (x / D)``: each step is
-one scipy sparse product. Power iteration converges geometrically with ratio ``d`` (0.5 by default, as in
-HippoRAG 2: 40 steps reach 1e-12), and unlike a direct solve (SuperLU fills in badly on graph matrices: 0.9 s
-for 2,000 nodes) or GMRES/BiCGSTAB (10-40x slower per solve at 20,000 nodes here), it costs one product per
-step. The result equals networkx's ``pagerank`` with the same personalization (contract-tested), normalised.
+one scipy sparse product over the neighbourhood's rows. Power iteration converges geometrically with ratio ``d``
+(0.5 by default, as in HippoRAG 2: 40 steps reach 1e-12), and unlike a direct solve (SuperLU fills in badly on
+graph matrices: 0.9 s for 2,000 nodes) or GMRES/BiCGSTAB (10-40x slower per solve at 20,000 nodes here), it costs
+one product per step. The result equals networkx's ``pagerank`` with the same personalization (contract-tested),
+normalised.
 
 **Locality.** A question's walk is confined to a neighbourhood of its seeds: nodes within ``radius`` hops,
 expanding no node whose neighbour count exceeds ``max_fanout`` (a hub spreads each unit of mass so thin that
@@ -41,6 +43,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+from hxd2_ray.graph.walk_matrix import WalkMatrix, build_walk_matrix, mention_idf
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -65,19 +69,15 @@ class WalkResult:
     residual: float  # L1 change of the last step
 
 
-def _gather(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Concatenated column indices of ``rows`` of a CSR matrix (no Python loop)."""
-    starts, ends = indptr[rows], indptr[rows + 1]
-    lengths = ends - starts
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=indices.dtype)
-    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-    return indices[offsets + np.arange(total)]
+# Rows longer than this (or than 4x the neighbourhood) are never read whole by a walk (PropagationGraph._submatrix);
+# 0 reads every row whole.
+_LONG_ROW = 4096
 
 
 class PropagationGraph:
-    """The symmetric weighted adjacency of entities and chunks as one scipy CSR matrix; read-only, thread-safe."""
+    """The walk over a :class:`~hxd2_ray.graph.walk_matrix.WalkMatrix` under one set of edge weights; read-only,
+    thread-safe. Nothing proportional to the graph is computed or copied: a question's weights are computed for
+    the rows its neighbourhood touches, so a memory-mapped matrix stays shared between processes."""
 
     def __init__(
         self,
@@ -91,66 +91,105 @@ class PropagationGraph:
         n_titles: int = 0,
         weights: EdgeWeights = EdgeWeights(),
     ):
-        # scipy.sparse (about half a second) loads when a graph is built, not with the query pipeline
+        """The walk over edge lists (entity, chunk and title offsets), built in memory."""
+        matrix = build_walk_matrix(
+            n_entities,
+            n_chunks,
+            related=related,
+            mentions=mentions,
+            synonyms=synonyms,
+            titles=titles,
+            n_titles=n_titles,
+        )
+        self._attach(matrix, weights)
+
+    @classmethod
+    def over(cls, matrix: WalkMatrix, weights: EdgeWeights = EdgeWeights()) -> "PropagationGraph":
+        """The walk over a stored (typically memory-mapped) matrix: O(1), nothing read up front."""
+        graph = cls.__new__(cls)
+        cls._attach(graph, matrix, weights)
+        return graph
+
+    def _attach(self, matrix: WalkMatrix, weights: EdgeWeights) -> None:
+        self.matrix = matrix
+        self.weights = weights
+        self.n_entities = matrix.n_entities
+        self.n_chunks = matrix.n_chunks
+        self.n_titles = matrix.n_titles
+        self.entity_chunk_count = matrix.entity_chunk_count  # chunks mentioning each entity (seed specificity)
+        self.n_synonym_edges = matrix.synonym_edges if weights.synonym > 0 else 0
+        self.n_title_edges = matrix.title_edges if weights.title > 0 else 0
+        mention = weights.mention if len(matrix.indices) else 0.0
+        self._kinds = tuple(
+            (w, values)
+            for w, values in (
+                (weights.related, matrix.related),
+                (mention, matrix.mention),
+                (weights.synonym, matrix.synonym),
+                (weights.title, matrix.title),
+            )
+            if w > 0
+        )
+        self._idf = mention_idf(matrix.n_chunks, matrix.entity_chunk_count) if weights.mention_idf else None
+        # Every stored entry has some kind with a positive value; with every weight positive, every entry has a
+        # positive weight, so the stored structure is the weighted graph's. Otherwise entries are filtered.
+        self._all_entries = all(w > 0 for w in (weights.related, weights.mention, weights.synonym, weights.title))
+
+    def _entries(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(position in ``rows``, column, weight) of every positive-weight entry of ``rows``, row by row."""
+        m = self.matrix
+        starts, ends = m.indptr[rows], m.indptr[rows + 1]
+        lengths = ends - starts
+        total = int(lengths.sum())
+        if total == 0:
+            empty = np.zeros(0, np.int64)
+            return empty, empty, np.zeros(0)
+        owner = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
+        at = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths) + np.arange(total)
+        cols = m.indices[at].astype(np.int64)
+        weight = self._weights(at, rows[owner], cols)
+        if not self._all_entries:
+            keep = weight > 0
+            owner, cols, weight = owner[keep], cols[keep], weight[keep]
+        return owner, cols, weight
+
+    def _weights(self, at: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """The weights of the stored entries at positions ``at`` (entry (rows[k], cols[k]))."""
+        m = self.matrix
+        weight = np.zeros(len(at))
+        for w, values in self._kinds:
+            part = values[at]
+            if values is m.mention and self._idf is not None:
+                entity = np.where(rows < self.n_entities, rows, cols)
+                part = part * self._idf[np.minimum(entity, max(self.n_entities - 1, 0))]
+            weight += w * part
+        return weight
+
+    def strength(self, nodes: np.ndarray) -> np.ndarray:
+        """Weighted degree of ``nodes`` in the whole graph."""
+        m, w = self.matrix, self.weights
+        out = w.related * m.strength_related[nodes]
+        out += w.mention * (m.strength_mention_idf if w.mention_idf else m.strength_mention)[nodes]
+        out += w.synonym * m.strength_synonym[nodes]
+        out += w.title * m.strength_title[nodes]
+        return out
+
+    def fanout(self, nodes: np.ndarray) -> np.ndarray:
+        """Neighbour count of ``nodes`` (pairs with a positive weight)."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        if self._all_entries:
+            return self.matrix.indptr[nodes + 1] - self.matrix.indptr[nodes]
+        owner, _, _ = self._entries(nodes)
+        return np.bincount(owner, minlength=len(nodes))
+
+    @property
+    def adjacency(self) -> "sp.csr_matrix":
+        """The whole weighted adjacency as a scipy matrix: for tests and small graphs (it is built in memory)."""
         import scipy.sparse as sp  # noqa: PLC0415
 
-        self.n_entities = int(n_entities)
-        self.n_chunks = int(n_chunks)
-        self.n_titles = int(n_titles)
-        self.weights = weights
-        n = self.n_entities + self.n_chunks + self.n_titles
-        rows: list[np.ndarray] = []
-        cols: list[np.ndarray] = []
-        data: list[np.ndarray] = []
-
-        def add(a: np.ndarray, b: np.ndarray, w: np.ndarray | float) -> None:
-            a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
-            keep = a != b  # a self-loop only delays the walk; it carries no evidence
-            a, b = a[keep], b[keep]
-            weight = np.broadcast_to(np.asarray(w, dtype=np.float64), keep.shape)[keep]
-            keep = weight > 0
-            rows.extend((a[keep], b[keep]))
-            cols.extend((b[keep], a[keep]))
-            data.extend((weight[keep], weight[keep]))
-
-        if weights.related > 0:
-            add(related[0], related[1], weights.related)
-        men_entity = np.asarray(mentions[1], dtype=np.int64)
-        chunk_count = np.bincount(men_entity, minlength=self.n_entities)
-        if weights.mention > 0:
-            mention_w: np.ndarray | float = weights.mention
-            if weights.mention_idf and len(men_entity):
-                # From a chunk, the walk prefers its rare entities: a name many chunks share ("United States") says
-                # little about which passage comes next; an entity's own edges stay uniform among its chunks.
-                mention_w = weights.mention * np.log1p(max(1, self.n_chunks) / np.maximum(chunk_count[men_entity], 1))
-            add(np.asarray(mentions[0], dtype=np.int64) + self.n_entities, men_entity, mention_w)
-        self.n_synonym_edges = 0
-        if synonyms is not None and weights.synonym > 0 and len(synonyms[0]):
-            add(synonyms[0], synonyms[1], weights.synonym * np.asarray(synonyms[2], dtype=np.float64))
-            self.n_synonym_edges = int(len(synonyms[0]))
-        self.n_title_edges = 0
-        if titles is not None and weights.title > 0 and len(titles[0]):
-            title_nodes = np.asarray(titles[1], dtype=np.int64)
-            if title_nodes.min() < 0 or title_nodes.max() >= self.n_titles:
-                raise ValueError(f"title node ids must be in [0, {self.n_titles})")
-            add(
-                np.asarray(titles[0], dtype=np.int64) + self.n_entities,
-                title_nodes + self.n_entities + self.n_chunks,
-                weights.title,
-            )
-            self.n_title_edges = int(len(titles[0]))
-        r = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-        c = np.concatenate(cols) if cols else np.zeros(0, np.int64)
-        v = np.concatenate(data) if data else np.zeros(0, np.float64)
-        # Duplicate pairs (an edge listed twice, or RELATED and SYNONYM on the same pair) add up.
-        matrix = sp.csr_matrix((v, (r, c)), shape=(n, n))
-        matrix.sum_duplicates()
-        self.adjacency: sp.csr_matrix = matrix
-        self.strength = np.asarray(matrix.sum(axis=1)).ravel()  # weighted degree in the whole graph
-        self.fanout = np.diff(matrix.indptr)  # neighbour count
-        self._inv_strength = np.divide(1.0, self.strength, out=np.zeros(n), where=self.strength > 0)
-        # Chunks that mention each entity (node specificity of an entity seed).
-        self.entity_chunk_count = chunk_count
+        nodes = np.arange(self.size, dtype=np.int64)
+        owner, cols, weight = self._entries(nodes)
+        return sp.csr_matrix((weight, (owner, cols)), shape=(self.size, self.size))
 
     @property
     def size(self) -> int:
@@ -170,12 +209,12 @@ class PropagationGraph:
         most edges into the frontier first, ties by id)."""
         inside = np.unique(np.asarray(seeds, dtype=np.int64))
         frontier = inside
-        indptr, indices = self.adjacency.indptr, self.adjacency.indices
         for _ in range(max(0, radius)):
             if len(inside) >= max_nodes:
                 break
-            expand = frontier[self.fanout[frontier] <= max_fanout]
-            reached, hits = np.unique(_gather(indptr, indices, expand), return_counts=True)
+            expand = frontier[self.fanout(frontier) <= max_fanout]
+            _, reached_cols, _ = self._entries(expand)
+            reached, hits = np.unique(reached_cols, return_counts=True)
             new_mask = ~np.isin(reached, inside, assume_unique=True)
             new, hits = reached[new_mask], hits[new_mask]
             if not len(new):
@@ -187,6 +226,46 @@ class PropagationGraph:
             inside = np.union1d(inside, new)
             frontier = new
         return inside
+
+    def _submatrix(self, nodes: np.ndarray) -> "sp.csr_matrix":
+        """The weighted adjacency among ``nodes`` (ascending) as a CSR matrix over their positions.
+
+        A hub's row can hold hundreds of thousands of entries, nearly all outside the neighbourhood, so long rows
+        are not read whole: the matrix is symmetric, so a long row's entries towards short rows are the short
+        rows' entries towards it, mirrored, and entries between two long rows are binary searches."""
+        import scipy.sparse as sp  # noqa: PLC0415
+
+        n = len(nodes)
+        indptr = self.matrix.indptr
+        lengths = indptr[nodes + 1] - indptr[nodes]
+        long_row = lengths > min(_LONG_ROW, 4 * n) if _LONG_ROW else np.zeros(n, bool)
+        short_pos = np.flatnonzero(~long_row)
+        owner, cols, weight = self._entries(nodes[short_pos])
+        pos = np.minimum(np.searchsorted(nodes, cols), n - 1)
+        inside = nodes[pos] == cols
+        rows_out, cols_out, data = [short_pos[owner[inside]]], [pos[inside]], [weight[inside]]
+        if long_row.any():
+            towards_long = long_row[cols_out[0]]
+            rows_out.append(cols_out[0][towards_long])
+            cols_out.append(rows_out[0][towards_long])
+            data.append(data[0][towards_long])
+            long_pos = np.flatnonzero(long_row)
+            long_nodes = nodes[long_pos]
+            for p, node in zip(long_pos.tolist(), long_nodes.tolist()):
+                lo, hi = int(indptr[node]), int(indptr[node + 1])
+                row_cols = self.matrix.indices[lo:hi]
+                at = np.searchsorted(row_cols, long_nodes)
+                found = at < (hi - lo)
+                found[found] = row_cols[at[found]] == long_nodes[found]
+                if not found.any():
+                    continue
+                other = long_pos[found]
+                w = self._weights(lo + at[found], np.full(len(other), node, np.int64), long_nodes[found])
+                keep = w > 0
+                rows_out.append(np.full(int(keep.sum()), p, np.int64))
+                cols_out.append(other[keep])
+                data.append(w[keep])
+        return sp.csr_matrix((np.concatenate(data), (np.concatenate(rows_out), np.concatenate(cols_out))), shape=(n, n))
 
     def personalized_pagerank(
         self,
@@ -222,8 +301,9 @@ class PropagationGraph:
         reset = np.zeros(len(nodes))
         np.add.at(reset, np.searchsorted(nodes, seeds), weights)
         reset *= (1.0 - damping) / reset.sum()
-        sub = self.adjacency[nodes][:, nodes]
-        inv = self._inv_strength[nodes]  # whole-graph degree: mass sent outside is lost
+        sub = self._submatrix(nodes)
+        strength = self.strength(nodes)
+        inv = np.divide(1.0, strength, out=np.zeros(len(nodes)), where=strength > 0)  # mass sent outside is lost
         x = reset.copy()
         residual, steps = 0.0, 0
         for steps in range(1, max_iter + 1):
@@ -240,25 +320,15 @@ _GRAPHS_LOCK = threading.Lock()
 
 
 def graph_for(resident: object, weights: EdgeWeights) -> PropagationGraph | None:
-    """The propagation graph of a resident graph (built once per graph and weights, then shared by every
-    pipeline over it); None when the graph is not held in memory (a Kùzu store has no arrays to walk)."""
-    edges = getattr(resident, "walk_edges", None)
-    if not callable(edges):
+    """The walk over a graph's stored walk matrix (one per graph and weights, shared by every pipeline over it);
+    None when the graph has none (a Kùzu store read statement by statement has no arrays to walk)."""
+    matrix_of = getattr(resident, "walk_matrix", None)
+    if not callable(matrix_of):
         return None
     with _GRAPHS_LOCK:
         cache = _GRAPHS.setdefault(resident, {})
         graph = cache.get(weights)
         if graph is None:
-            e = edges()
-            graph = PropagationGraph(
-                e.n_entities,
-                e.n_chunks,
-                related=e.related,
-                mentions=e.mentions,
-                synonyms=e.synonyms,
-                titles=e.titles,
-                n_titles=e.n_titles,
-                weights=weights,
-            )
+            graph = PropagationGraph.over(matrix_of(), weights)
             cache[weights] = graph
     return graph

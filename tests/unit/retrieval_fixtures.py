@@ -25,8 +25,10 @@ from hxd2_ray.config import HashingEmbeddingConfig, HxdConfig, RetrievalConfig, 
 from hxd2_ray.embedding.hashing import HashingEmbedder
 from hxd2_ray.extraction.merge import normalize_name
 from hxd2_ray.graph.kuzu_store import load_graph
+from hxd2_ray.graph.read_structures import READS_DIR
 from hxd2_ray.indexing import tables
 from hxd2_ray.indexing.manifest import build_manifest, write_manifest
+from hxd2_ray.indexing.query_reads import write_query_reads
 from hxd2_ray.llm.base import LLMRequest, LLMResponse
 from hxd2_ray.llm.scripted import ScriptedLLM
 from hxd2_ray.stages.embed_stage import embedding_inputs
@@ -179,9 +181,11 @@ def write_index(
     embed: Callable[[list[str]], np.ndarray],
     manifest: bool = True,
 ) -> dict[str, int]:
-    """Graph + the five vector families + manifest (last), as the index job lays them out."""
+    """Graph, its read structures, the five vector families and the manifest (last), as the index job lays them
+    out."""
     root.mkdir(parents=True, exist_ok=True)
     counts = load_graph(root / "graph.kuzu", docs, chunks.drop_columns(["shard"]), entities, relations)
+    write_query_reads(root / "graph.kuzu", root / READS_DIR)
     inputs = embedding_inputs(entities, relations, chunks)
     families = {}
     for family in tables.VECTOR_FAMILIES:

@@ -147,7 +147,7 @@ def test_without_a_resident_graph_ppr_falls_back_to_fused_with_a_notice(tiny):
         llm = scripted_llm(keyword_reply(["Brian Kobilka"], []))
         result = _pipeline(idx, tiny, llm).retrieve("Who is Brian Kobilka?")
     assert result.ranking["chunk_ranking"] == "fused"
-    assert any("ppr needs the graph held in memory" in n for n in result.notices)
+    assert any("ppr needs the graph's read structures" in n and "reindex-reads" in n for n in result.notices)
 
 
 def test_reranker_reorders_the_top_candidates_before_the_budget(index, tiny):
@@ -245,3 +245,16 @@ def test_a_named_document_title_seeds_its_chunks(index, tiny):
     assert seeds == [("chunk", "c4", ["question:title"])] and result.chunks[0].id == "c4"
     off = _pipeline(index, tiny, llm, similarity_threshold=0.99, fuzzy_limit=0)
     assert off.retrieve("What did Brian Kobilka win?").ranking["seeds"] == []
+
+
+def test_ppr_ranks_at_any_size_limit_with_read_structures(tiny):
+    # Issue 32: the size cap is gone for an index with read structures (every build writes them): the smallest
+    # limit still maps them, and the trace says ppr ran.
+    cfg = tiny.cfg.model_copy(
+        update={"retrieval": tiny.cfg.retrieval.model_copy(update={"resident_graph_max_mb": 1, "chunk_ranking": "ppr"})}
+    )
+    with open_index(tiny.root, cfg) as idx:
+        llm = scripted_llm(keyword_reply(["Brian Kobilka"], []))
+        result = _pipeline(idx, tiny, llm).retrieve("Who is Brian Kobilka?")
+    assert result.ranking["chunk_ranking"] == "ppr" and "notice" not in result.ranking
+    assert result.ranking["seeds"] and result.chunks

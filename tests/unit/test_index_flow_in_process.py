@@ -8,7 +8,10 @@ import shutil
 from pathlib import Path
 
 from hxd2_ray.config import load_config
+from hxd2_ray.graph.read_structures import READS_DIR, has_graph_reads
+from hxd2_ray.graph.resident import ResidentGraph
 from hxd2_ray.indexing.build.flow import IndexBuild
+from hxd2_ray.retrieval import open_index
 from hxd2_ray.stages.local_runner import InProcessRunner
 from hxd2_ray.stages.runner import RunOptions
 
@@ -39,6 +42,14 @@ def test_a_build_in_process_publishes_a_generation_and_a_rerun_changes_nothing(t
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["generation"] == summary["generation"]
     assert (out / "generations" / summary["generation"] / "graph.kuzu").exists()
+    # The graph's read structures are in the generation, recorded with their checksums, and a reader maps them.
+    generation = out / "generations" / summary["generation"]
+    assert has_graph_reads(generation / READS_DIR)
+    recorded = [f for f in manifest["files"] if f.startswith(f"{READS_DIR}/")]
+    assert f"{READS_DIR}/walk_indptr.npy" in recorded and f"{READS_DIR}/entities.arrow" in recorded
+    with open_index(str(out), load_config(None, SETTINGS)) as index:
+        assert isinstance(index.graph, ResidentGraph) and index.graph.store._store is None  # Kùzu not opened
+        assert index.graph.counts()["entities"] == summary["entities"]  # a store read opens it
 
     again = _build(corpus, out)
     assert again["status"] == "unchanged" and again["generation"] == summary["generation"]

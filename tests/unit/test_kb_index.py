@@ -92,7 +92,7 @@ def test_counts_match_the_staging_tables(built, index):
     assert set(m.vector_families) == set(VECTOR_FAMILIES)
     assert json.loads((out / "index_summary.json").read_text(encoding="utf-8"))["entities"] == entities.num_rows
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["graph.kuzu", "index_summary.json", "manifest.json", "vectors"]
+    assert files == ["graph.kuzu", "index_summary.json", "manifest.json", "reads", "vectors"]
     assert not list(out.parent.glob(".index.building-*"))  # the temp folder was renamed, nothing left over
     # progress lines: every 5 batches of 16 and one at the end
     embeds = [line for line in log if line.startswith("embedded ")]

@@ -141,11 +141,11 @@ def test_scattered_offsets_are_put_back(tmp_path, small_tables):  # noqa: F811
     reversed_tables = {
         name: t.take(pa.array(list(range(t.num_rows))[::-1], type=pa.int64())) for name, t in scanned.items()
     }
-    with ResidentGraph(KuzuGraphStore(path), reversed_tables) as mem:
+    with ResidentGraph.from_tables(KuzuGraphStore(path), reversed_tables) as mem:
         assert _all_reads(mem, ["a", "b", "c", "d"], [("b", "a")], ["c1", "c3"]) == expected
     holey = dict(scanned, Entity=scanned["Entity"].slice(1))  # offsets 1..n-1: not dense
     with pytest.raises(ValueError, match="not dense"):
-        ResidentGraph(None, holey)
+        ResidentGraph.from_tables(None, holey)
 
 
 def test_config_lists_the_modes():

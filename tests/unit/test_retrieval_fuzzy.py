@@ -169,3 +169,22 @@ def test_every_folded_form_shared_by_the_same_number_of_keys():
     index = FuzzyNameIndex(["Ab", "ab", "Cd", "cd"])
     assert index.search("ab", 100, 5) == [("Ab", 100.0), ("ab", 100.0)]
     assert index.search("CD", 100, 1) == [("Cd", 100.0)]
+
+
+@pytest.mark.parametrize("names", [[], ["Thomas Südhof"], None], ids=["empty", "one", "random"])
+def test_a_written_index_maps_back_and_searches_alike(tmp_path, names):
+    import numpy as np
+
+    names = _random_names(3000, 11) + ["Thomas Südhof", "thomas sudhof", "THOMAS SÜDHOF"] if names is None else names
+    built = FuzzyNameIndex(names)
+    built.write(tmp_path)
+    mapped = FuzzyNameIndex.open(tmp_path)
+    assert mapped is not None and FuzzyNameIndex.open(tmp_path / "none") is None
+    assert len(mapped) == len(built) and mapped.size == built.size
+    if len(built):
+        assert isinstance(mapped._postings, np.memmap) or not len(built._postings)
+    rng = random.Random(5)
+    queries = ["Thomas Sudhoff", "thomas südhof", ""] + [_mutate(rng.choice(names), rng) for _ in range(40) if names]
+    for q in queries:
+        for cutoff in (70, 85):
+            assert mapped.search(q, cutoff, 10) == built.search(q, cutoff, 10), q

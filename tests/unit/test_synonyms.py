@@ -89,7 +89,7 @@ def test_graph_stores_them_and_the_resident_copy_walks_them(tmp_path):
     path = tmp_path / "g.kz"
     load_graph(path, docs, chunks.drop_columns(["shard"]), ents, rels, synonyms=syn)
     store = KuzuGraphStore(path)
-    with ResidentGraph(store, store.scan_tables()) as mem:
+    with ResidentGraph.from_tables(store, store.scan_tables()) as mem:
         walk = mem.walk_edges()
         assert mem.synonym_count() == 2
         pairs = {tuple(sorted(mem.entity_keys_at([a, b]))) for a, b in zip(*walk.synonyms[:2])}
@@ -119,7 +119,7 @@ def test_a_graph_without_the_table_reads_as_no_synonyms(tmp_path):
     conn.close()
     db.close()
     store = KuzuGraphStore(path)
-    with ResidentGraph(store, store.scan_tables()) as mem:
+    with ResidentGraph.from_tables(store, store.scan_tables()) as mem:
         assert mem.synonym_count() == 0 and len(mem.walk_edges().synonyms[0]) == 0
         assert mem.walk_edges().n_titles == 0
 

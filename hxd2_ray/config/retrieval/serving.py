@@ -33,12 +33,19 @@ class RetrievalServing(FrozenSection):
     )
     resident_graph: Literal["auto", "on", "off"] = Field(
         "auto",
-        description="Hold the read-only graph in memory for the query path's reads (microseconds per key instead "
-        "of a Kùzu statement each; memory about 3.5x the database file: 1.13 GB for a 333 MB file of 1M "
-        "entities and 1.5M relations). auto: when the file is at most resident_graph_max_mb. off: every "
-        "read through Kùzu.",
+        description="Read the graph from arrays instead of a Kùzu statement per key (microseconds per key; the "
+        "ppr ranking needs them). auto and on: the generation's read structures, written at index time and "
+        "memory-mapped (open in milliseconds at any size, pages shared by every process on a node). An index "
+        "written before them has its arrays built in memory instead (about 3.5x the graph file, ~5 s per 1M "
+        "entities), always with on, with auto while the file is at most resident_graph_max_mb; either way a "
+        "warning names `hxd2 index reindex-reads`. off: every read through Kùzu.",
     )
-    resident_graph_max_mb: int = Field(512, gt=0, description="Largest graph file (MB) `auto` holds in memory.")
+    resident_graph_max_mb: int = Field(
+        512,
+        gt=0,
+        description="Only for an index without read structures: the largest graph file (MB) `auto` builds "
+        "arrays for in memory (an index with them is mapped at any size).",
+    )
     verify_checksums: bool = Field(
         False,
         description="Check every index file's sha256 against the manifest when an index opens (sizes are "

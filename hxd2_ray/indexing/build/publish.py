@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from hxd2_ray.config import embedding_model_id, llm_model_id, synonym_factors
+from hxd2_ray.graph.read_structures import READS_DIR
 from hxd2_ray.indexing import tables
 from hxd2_ray.indexing.build.context import STAGES
 from hxd2_ray.indexing.disk_space import WriteSeam, estimate_graph_bytes, write_seam_for
@@ -27,6 +28,7 @@ from hxd2_ray.indexing.faults import crash_point, disk_fault
 from hxd2_ray.indexing.generations import history, prune, publish, write_state
 from hxd2_ray.indexing.manifest import IndexManifest, generation_dir, read_manifest, record_files, write_manifest
 from hxd2_ray.indexing.output import BUILDING_PREFIX
+from hxd2_ray.indexing.query_reads import write_query_reads
 from hxd2_ray.indexing.synonyms import synonym_edges
 from hxd2_ray.indexing.title_mentions import title_mention_edges
 from hxd2_ray.retrieval.lexical import write_lexical
@@ -88,8 +90,9 @@ def write(b: BuildContext, state: CorpusState, vectors: pa.Table) -> dict[str, A
             )
             # Kùzu may abort the process on a failed write: refuse first when the room is plainly missing.
             b.write_seam.check_room(build_dir, estimate_graph_bytes(graph), "the graph")
-            KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu")).bulk_load(*graph)
+            KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu"), engine=b.cfg.graph.backend).bulk_load(*graph)
             disk_fault("graph", os.path.join(build_dir, "graph.kuzu"))
+            _graph_reads(b, build_dir)
             crash_point("driver:write")
             # The lexical channel of this generation, from its whole chunk table (an update rebuilds it too).
             write_lexical(build_dir, state.chunks.column("id").to_pylist(), state.chunks.column("text").to_pylist())
@@ -98,6 +101,7 @@ def write(b: BuildContext, state: CorpusState, vectors: pa.Table) -> dict[str, A
                 state.chunks.column("text"),
                 make_embedder=lambda: build_embedder(b.cfg.embedding),  # the composition root's backend
                 progress=b.log,
+                graph_backend=b.cfg.graph.backend,
             )
             b.files = record_files(build_dir)  # sizes and sha256 for the manifest, before the files move
             write_state(build_dir, state)
@@ -105,6 +109,15 @@ def write(b: BuildContext, state: CorpusState, vectors: pa.Table) -> dict[str, A
     finally:
         shutil.rmtree(build_dir, ignore_errors=True)
     return families
+
+
+def _graph_reads(b: BuildContext, build_dir: str) -> None:
+    """The generation's graph read structures (hxd2_ray.graph.read_structures), from the graph just loaded: what
+    every query process maps instead of building its own copy."""
+    started = time.perf_counter()
+    write_query_reads(os.path.join(build_dir, "graph.kuzu"), os.path.join(build_dir, READS_DIR), b.cfg.graph.backend)
+    b.clock.seconds["graph_reads"] = round(time.perf_counter() - started, 3)
+    b.log(f"graph read structures written in {b.clock.seconds['graph_reads']:.1f}s")
 
 
 def _synonyms(b: BuildContext, build_dir: str, name_vectors: tuple[list[str], Any] | None) -> pa.Table:
@@ -165,6 +178,7 @@ def commit(
         files=b.files,
         synonyms={**summary["synonyms"], "edges": summary["synonym_edges"]},
         refusal=b.refusal if b.refusal and "error" not in b.refusal else None,
+        graph_backend=b.cfg.graph.backend,
     )
     # A failed switch leaves the written generation unread: it goes, to give its space back.
     local = isinstance(b.fs, pafs.LocalFileSystem)

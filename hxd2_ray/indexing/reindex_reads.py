@@ -1,0 +1,58 @@
+"""Write the graph read structures of an index built before they existed (``hxd2 index reindex-reads``).
+
+The read structures (:mod:`hxd2_ray.graph.read_structures`) are derived from the generation's Kùzu file alone,
+so they are written into the current generation in place, under the build lock (no build changes the index
+meanwhile), replaced whole by a rename, and recorded in the manifest with their sizes and checksums. A reader
+that opened the generation before keeps what it holds; the next open maps them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pyarrow.fs as pafs
+
+from hxd2_ray.config import HxdConfig
+from hxd2_ray.errors import HxdError, IndexNotFoundError
+from hxd2_ray.graph.read_structures import READS_DIR
+from hxd2_ray.indexing.build_lock import acquire_build_lock
+from hxd2_ray.indexing.layout import IndexLayout
+from hxd2_ray.indexing.manifest import MANIFEST_NAME, read_manifest, record_files, write_manifest
+from hxd2_ray.indexing.query_reads import write_query_reads
+from hxd2_ray.ingest.sources import resolve_filesystem
+
+__all__ = ["reindex_reads"]
+
+
+def reindex_reads(location: str, cfg: HxdConfig, progress: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+    """Write (or rewrite) the read structures of the index at ``location``'s current generation."""
+    fs, root = resolve_filesystem(location, cfg.s3)
+    if not isinstance(fs, pafs.LocalFileSystem):
+        raise HxdError(
+            f"reindex-reads writes into a local index folder; {location} is not one (rerun the index job on it "
+            "with --update, which writes a new generation with read structures)"
+        )
+    if not (Path(root) / MANIFEST_NAME).is_file():
+        raise IndexNotFoundError(f"no index at {location}: no {MANIFEST_NAME} there")
+    with acquire_build_lock(fs, root, location, cfg.s3, "hxd2 index reindex-reads"):
+        manifest = read_manifest(root)
+        layout = IndexLayout(root=Path(root), manifest=manifest)
+        if not layout.graph_path.exists():
+            raise HxdError(f"index at {location} has no graph at {layout.graph_path}: rebuild it")
+        started = time.perf_counter()
+        progress(f"writing the graph read structures of generation {manifest.generation or '(root)'}")
+        reads = write_query_reads(layout.graph_path, layout.generation_root / READS_DIR, manifest.graph_backend)
+        seconds = time.perf_counter() - started
+        if manifest.files:  # an older manifest without file records stays without them (verify says so)
+            files = {k: v for k, v in manifest.files.items() if not k.startswith(f"{READS_DIR}/")}
+            files.update(record_files(layout.generation_root, tops=(READS_DIR,)))
+            write_manifest(root, manifest.model_copy(update={"files": files}))
+    return {
+        "index": location,
+        "generation": manifest.generation,
+        "entities": reads.entities.num_rows,
+        "chunks": reads.chunks.num_rows,
+        "seconds": round(seconds, 2),
+    }
