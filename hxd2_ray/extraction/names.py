@@ -25,7 +25,7 @@ import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -63,6 +63,7 @@ ZH_STOPWORDS = frozenset(
     ("的 了 是 在 和 与 及 或 比 它 他 她 们 这 那 哪 什么 多少 怎么 为什么 吗 呢 吧 有 个 请 问 谁 哪个").split()
 )
 
+_TAIL = re.compile(r"[!?.…]+")
 WORD = re.compile(r"[^\W_](?:[\w'’&.-]*[^\W_])?")
 
 
@@ -79,6 +80,16 @@ class _Gram:
     start: int  # first word
     end: int  # one past the last word
     fuzzy: bool  # long enough to match fuzzily
+    tail: str = ""  # punctuation right after it in the question ("!", "?", "..."), tried as part of the name
+
+
+def _title_word(span: list[tuple[str, int]], at: int, words: list[tuple[str, int]]) -> bool:
+    """Whether the function word at ``span[at]`` belongs to a title: capitalised, not the question's first word,
+    and the span has another capitalised word."""
+    word, pos = span[at]
+    if not word[:1].isupper() or pos == words[0][1]:
+        return False
+    return any(w[:1].isupper() for i, (w, _) in enumerate(span) if i != at)
 
 
 def _en_ngrams(question: str, max_words: int) -> list[_Gram]:
@@ -89,15 +100,23 @@ def _en_ngrams(question: str, max_words: int) -> list[_Gram]:
         for i in range(len(words) - n + 1):
             span = words[i : i + n]
             first, last = span[0][0].lower(), span[-1][0].lower()
-            if first in STOPWORDS or last in STOPWORDS:
-                continue
             capital = any(any(ch.isupper() for ch in w) for w, pos in span if pos != words[0][1])
+            # A function word ends an n-gram only where it is written as part of a title: capitalised, past the
+            # question's first word, in a name that has another capital ("From Up on Poppy Hill", "The Harvey
+            # Girls", "Horton Hears a Who"); "the director of" stays out.
+            if (first in STOPWORDS and not _title_word(span, 0, words)) or (
+                last in STOPWORDS and not _title_word(span, len(span) - 1, words)
+            ):
+                continue
             # A digit marks a name ("Qinghe 17", "B-52") only beside letters: a bare number is not one.
             digit = any(ch.isdigit() for w, _ in span for ch in w) and any(ch.isalpha() for w, _ in span for ch in w)
             if not (n >= 2 or capital or digit):
                 continue
-            text = question[span[0][1] : span[-1][1] + len(span[-1][0])]
-            out.append(_Gram(text, i, i + n, len(text) >= FUZZY_MIN_CHARS))
+            end = span[-1][1] + len(span[-1][0])
+            text = question[span[0][1] : end]
+            # Punctuation right after the words may be the name's own ("Fired Up!", "Quo Vadis, Baby?").
+            tail = _TAIL.match(question, end)
+            out.append(_Gram(text, i, i + n, len(text) >= FUZZY_MIN_CHARS, tail.group() if tail else ""))
     return out
 
 
@@ -142,7 +161,11 @@ def named_entities(
     grams = _grams(question, max_words)
     if not grams:
         return []
-    variants = {g: {normalize_name(g.text), normalize_name(_JOINERS.sub(" ", g.text))} for g in grams}
+    variants = {
+        g: {normalize_name(g.text), normalize_name(_JOINERS.sub(" ", g.text))}
+        | ({normalize_name(g.text + g.tail)} if g.tail else set())
+        for g in grams
+    }
     known = {row["key"] for row in graph.get_entities(list({k for keys in variants.values() for k in keys}))}
     covered: set[int] = set()
     found: dict[str, NamedEntity] = {}
@@ -252,6 +275,9 @@ class _MappedTitleChunks:
 
     def __len__(self) -> int:
         return len(self._lookup)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._lookup.column.to_pylist())
 
 
 _TITLES: "weakref.WeakKeyDictionary[object, TitleIndex]" = weakref.WeakKeyDictionary()

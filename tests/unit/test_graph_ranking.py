@@ -258,3 +258,22 @@ def test_ppr_ranks_at_any_size_limit_with_read_structures(tiny):
         result = _pipeline(idx, tiny, llm).retrieve("Who is Brian Kobilka?")
     assert result.ranking["chunk_ranking"] == "ppr" and "notice" not in result.ranking
     assert result.ranking["seeds"] and result.chunks
+
+
+def test_a_title_spelled_with_function_words_and_punctuation_is_one_name():
+    # MetaQA's film titles typed without brackets: a capitalised function word at either end belongs to the title,
+    # and so does punctuation right after it; the question's own function words stay out.
+    titles = {"from up on poppy hill", "the harvey girls", "fired up!", "horton hears a who!", "o brother", "hill"}
+    graph = _Names({*titles, "the director"})
+    cases = {
+        "which movies have the same screenwriter of From Up on Poppy Hill": "from up on poppy hill",
+        "the films that share actors with the film The Harvey Girls were in which genres": "the harvey girls",
+        "who starred movies for the director of Fired Up!": "fired up!",
+        "which person wrote the movies directed by the director of Horton Hears a Who!": "horton hears a who!",
+    }
+    for question, key in cases.items():
+        assert [m.key for m in named_entities(question, graph, max_words=10)][:1] == [key], question
+    # lower-case function words at the edges are the question's: "the director of" names nothing
+    assert named_entities("the director of which film", graph) == []
+    # a capitalised first word of the question is sentence case, not a title's
+    assert "The director" not in dict(candidate_ngrams("The director of Heat"))

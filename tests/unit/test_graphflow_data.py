@@ -185,7 +185,7 @@ def test_a_typed_question_starts_where_its_bracketed_form_does(kb_index):
     linker = StartLinker.for_index(kb_index, graph, HashingEmbedder(dim=DIM), GraphFlowConfig())
     typed, marked = linker.link("who directed The Public Eye"), linker.link("who directed [The Public Eye]")
     assert [s.node for s in typed.starts] == [s.node for s in marked.starts] == [graph.node_of("the public eye")]
-    assert typed.starts[0].method == "question:name" and typed.starts[0].mention == "Public Eye"
+    assert typed.starts[0].method == "question:name" and typed.starts[0].mention == "The Public Eye"
     assert typed.policy_text == marked.policy_text == f"who directed {TOPIC_PLACEHOLDER}"
     films = linker.link("which films did Howard Franklin direct")  # no leading article
     assert [s.key for s in films.starts] == ["howard franklin"]
