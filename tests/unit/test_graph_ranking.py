@@ -271,8 +271,8 @@ def test_a_title_spelled_with_function_words_and_punctuation_is_one_name():
         "who starred movies for the director of Fired Up!": "fired up!",
         "which person wrote the movies directed by the director of Horton Hears a Who!": "horton hears a who!",
     }
-    for question, key in cases.items():
-        assert [m.key for m in named_entities(question, graph, max_words=10)][:1] == [key], question
+    for question, title in cases.items():
+        assert [m.key for m in named_entities(question, graph, max_words=10)][:1] == [title], question
     # lower-case function words at the edges are the question's: "the director of" names nothing
     assert named_entities("the director of which film", graph) == []
     # a capitalised first word of the question is sentence case, not a title's
