@@ -101,10 +101,11 @@ class GraphStore(Protocol):
         an unknown name, ``ValueError`` for missing or extra parameters); rows as that module lists them."""
         ...
 
-    def scan_tables(self) -> dict[str, pa.Table]:
+    def scan_tables(self, page_nodes: int | None = None) -> dict[str, pa.Table]:
         """Every table as Arrow, for a copy held elsewhere: ``Entity``, ``Chunk`` and ``Document`` with each
         node's offset ``o`` and its properties, ``RELATED`` (``a``, ``b``) and ``MENTIONS`` (``c``, ``e``) as
-        node-offset pairs with the relationship's properties."""
+        node-offset pairs with the relationship's properties. ``page_nodes``: read a page of that many nodes at a
+        time (the same rows; the engine holds one page's result at once)."""
         ...
 
     def warm(self) -> None:

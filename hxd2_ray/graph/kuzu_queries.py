@@ -118,6 +118,25 @@ Q_SCAN = {
     "NAMES_TITLE": "MATCH (c:Chunk)-[:NAMES_TITLE]->(d:Document) RETURN offset(id(c)) AS c, d.id AS doc_id",
 }
 
+# Q_SCAN a page at a time (the rows of the nodes whose offset is in [$lo, $hi); a relationship table by its FROM
+# node), so a scan of a large graph holds one page's result in the engine's buffer pool, not the whole table's.
+_SCAN_PAGE_VAR = {"Entity": "e", "Chunk": "c", "Document": "d", "RELATED": "a", "MENTIONS": "c", "SYNONYM": "a"}
+_SCAN_PAGE_VAR["NAMES_TITLE"] = "c"
+Q_SCAN_PAGE = {
+    name: query.replace(" RETURN ", f" WHERE offset(id({var})) >= $lo AND offset(id({var})) < $hi RETURN ", 1)
+    for name, query in Q_SCAN.items()
+    if (var := _SCAN_PAGE_VAR[name])
+}
+SCAN_PAGE_NODE_TABLE = {
+    "Entity": "Entity",
+    "Chunk": "Chunk",
+    "Document": "Document",
+    "RELATED": "Entity",
+    "MENTIONS": "Chunk",
+    "SYNONYM": "Entity",
+    "NAMES_TITLE": "Chunk",
+}
+
 # Pages of whole tables for exports and statistics (hxd2_ray.graph_export, hxd2_ray.graph_views): rows of the
 # nodes whose offset is in [$lo, $hi); a relationship table pages by its FROM node's offset, so every
 # relationship comes once and a page costs what it returns (~0.1 s per 10k entities at 100k).

@@ -72,7 +72,9 @@ from hxd2_ray.graph.kuzu_queries import (
     Q_RELATION,
     Q_RELATION_KEYWORDS,
     Q_SCAN,
+    Q_SCAN_PAGE,
     Q_SHOW_TABLES,
+    SCAN_PAGE_NODE_TABLE,
     check_params,
 )
 from hxd2_ray.graph.kuzu_schema import (
@@ -384,13 +386,18 @@ class KuzuGraphStore:
         self._documents()
 
     # -- queries ---------------------------------------------------------------------------------
-    def scan_tables(self) -> dict[str, pa.Table]:
+    def scan_tables(self, page_nodes: int | None = None) -> dict[str, pa.Table]:
         """Every table of the graph as Arrow (:data:`Q_SCAN`'s columns; nodes carry their offset ``o``,
-        relationships their endpoints' offsets), for a resident copy of a read-only index."""
+        relationships their endpoints' offsets), for a resident copy of a read-only index. ``page_nodes``: read
+        each table a page of that many (FROM) nodes at a time (:data:`Q_SCAN_PAGE`), so the engine holds one page's
+        result, not the table's (the index job's read structures at millions of entities); None: one query each."""
         out = {}
         present = {row["name"] for row in self._rows(Q_SHOW_TABLES, {})}
         for name, query in Q_SCAN.items():
             if name in OPTIONAL_TABLES and name not in present:
+                continue
+            if page_nodes is not None:
+                out[name] = self._scan_pages(name, int(page_nodes))
                 continue
             check_params(query, {})
             res = _one_result(self._conn().execute(query))
@@ -399,6 +406,28 @@ class KuzuGraphStore:
             finally:
                 res.close()
         return out
+
+    def _scan_pages(self, name: str, page_nodes: int) -> pa.Table:
+        top = self._rows(Q_MAX_OFFSET[SCAN_PAGE_NODE_TABLE[name]], {})[0]["m"]
+        pages = []
+        step = max(1, page_nodes)
+        for lo in range(0, -1 if top is None else int(top) + 1, step):
+            params = {"lo": lo, "hi": lo + step}
+            check_params(Q_SCAN_PAGE[name], params)
+            conn, stmt = self._prepared(Q_SCAN_PAGE[name])
+            res = _one_result(conn.execute(stmt, params))
+            try:
+                pages.append(res.get_as_arrow(chunk_size=1_000_000))
+            finally:
+                res.close()
+        if not pages:  # an empty table: its columns, no rows
+            check_params(Q_SCAN[name], {})
+            res = _one_result(self._conn().execute(Q_SCAN[name]))
+            try:
+                return res.get_as_arrow(chunk_size=1024)
+            finally:
+                res.close()
+        return pa.concat_tables(pages)
 
     def iter_pages(self, table: str, page_nodes: int = 50_000) -> Iterator[pa.Table]:
         """Every row of ``table`` (a key of :data:`Q_PAGE`) as Arrow pages: the rows of ``page_nodes`` consecutive

@@ -204,10 +204,12 @@ def _title_edges(names: pa.Table | None, chunks: pa.Table) -> tuple[np.ndarray, 
 
 def build_graph_reads(tables: Mapping[str, pa.Table]) -> GraphReads:
     """The read structures of a graph from its tables (:meth:`KuzuGraphStore.scan_tables`: nodes with their offset
-    ``o``, relationships with their ends' offsets)."""
-    entities = _large_strings(_by_offset(tables["Entity"], "Entity"))
-    chunks = _large_strings(_by_offset(tables["Chunk"], "Chunk"))
-    documents = _large_strings(_by_offset(tables["Document"], "Document"))
+    ``o``, relationships with their ends' offsets). Each table is released once converted: at millions of
+    entities the scan's tables are the largest thing in memory."""
+    tables = dict(tables)
+    entities = _large_strings(_by_offset(tables.pop("Entity"), "Entity"))
+    chunks = _large_strings(_by_offset(tables.pop("Chunk"), "Chunk"))
+    documents = _large_strings(_by_offset(tables.pop("Document"), "Document"))
     n_ent, n_chunk = entities.num_rows, chunks.num_rows
     arrays: dict[str, np.ndarray] = {"degree": _ints(entities, "degree")}
     # Each chunk's rank in (doc_id, ord, id) order, the order chunks_for_entities returns a key's chunks in
@@ -220,10 +222,11 @@ def build_graph_reads(tables: Mapping[str, pa.Table]) -> GraphReads:
         rank[order] = np.arange(n_chunk)
     arrays["chunk_rank"] = rank
 
-    rel = tables["RELATED"].combine_chunks()
+    rel = tables.pop("RELATED").combine_chunks()
     rel_a, rel_b = _ints(rel, "a"), _ints(rel, "b")
     edges = _large_strings(rel.select(list(_EDGE_PROPS))) if rel.num_rows else rel
     arrays.update(rel_a=rel_a, rel_b=rel_b, rel_weight=_floats(rel, "weight"))
+    del rel
     # Undirected adjacency: each edge under both ends, a self-loop once (the ranking folds pairs anyway).
     # Within each entity's span the far ends are sorted, so a pair is a binary search, even at a hub.
     edge_ids = np.arange(len(rel_a), dtype=np.int64)
@@ -235,8 +238,9 @@ def build_graph_reads(tables: Mapping[str, pa.Table]) -> GraphReads:
     np.cumsum(np.bincount(ends, minlength=n_ent), out=adj_ptr[1:])
     arrays.update(adj_ptr=adj_ptr, adj_other=others[order], adj_edge=np.concatenate([edge_ids, edge_ids[~loop]])[order])
 
-    men = tables["MENTIONS"]
+    men = tables.pop("MENTIONS")
     men_chunk, men_entity = _ints(men, "c"), _ints(men, "e")
+    del men
     men_ptr, order = _csr(men_entity, n_ent)
     arrays.update(men_ptr=men_ptr, men_chunk=men_chunk[order], men_entity=men_entity[order])
 
@@ -339,7 +343,8 @@ def _mapped_table(path: Path) -> pa.Table:
 
 def _mapped_array(path: Path) -> np.ndarray:
     try:
-        return np.load(path, mmap_mode="r")
+        # A plain ndarray view of the mapping: np.memmap's own __getitem__ costs ~15 us a call in Python.
+        return np.load(path, mmap_mode="r").view(np.ndarray)
     except ValueError:  # numpy cannot map an array of no elements
         return np.load(path)
 
@@ -399,8 +404,7 @@ def write_graph_reads_from(
     """Build the read structures of an open store's graph (its ``scan_tables()``) and write them to ``folder``:
     the index job's step after the graph is loaded. ``also(reads, folder)`` adds files derived from them.
     Returns what was written (in memory)."""
-    tables = store.scan_tables()  # type: ignore[attr-defined]
-    reads = build_graph_reads(tables)
-    del tables
+    # A page of a million nodes at a time: the engine holds one page's result (hxd2_ray.graph.kuzu_store).
+    reads = build_graph_reads(store.scan_tables(page_nodes=1_000_000))  # type: ignore[attr-defined]
     write_graph_reads(reads, folder, None if also is None else (lambda tmp: also(reads, tmp)))
     return reads

@@ -291,8 +291,8 @@ class ResidentGraph:
     def top_relation_keywords(self, limit: int) -> list[str]:
         return self.store.top_relation_keywords(limit)
 
-    def scan_tables(self) -> dict[str, pa.Table]:
-        return self.store.scan_tables()
+    def scan_tables(self, page_nodes: int | None = None) -> dict[str, pa.Table]:
+        return self.store.scan_tables(page_nodes)
 
     def warm(self) -> None:
         """Nothing to load: what this object answers was loaded with it, and the Kùzu store's node columns would

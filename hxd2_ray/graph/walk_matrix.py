@@ -98,25 +98,20 @@ def build_walk_matrix(
     titles: tuple[np.ndarray, np.ndarray] | None = None,  # (chunk offset, title node index)
     n_titles: int = 0,
 ) -> WalkMatrix:
-    """The typed CSR of the walk graph from its edge lists (entity, chunk and title offsets as stored)."""
-    import scipy.sparse as sp  # noqa: PLC0415 (about half a second; only builds need it)
+    """The typed CSR of the walk graph from its edge lists (entity, chunk and title offsets as stored).
 
+    Memory stays a few arrays of the entry count (one sort of the pair codes), so the index job builds it at
+    tens of millions of edges: every pair's kinds are summed into one slot of the sorted unique pairs."""
     n_entities, n_chunks, n_titles = int(n_entities), int(n_chunks), int(n_titles)
     n = n_entities + n_chunks + n_titles
     kinds = ("related", "mention", "synonym", "title")
-    rows: list[np.ndarray] = []
-    cols: list[np.ndarray] = []
-    values: dict[str, list[np.ndarray]] = {k: [] for k in kinds}
+    ends: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []  # (a, b, value, kind) with self-loops dropped
 
     def add(kind: str, a: np.ndarray, b: np.ndarray, value: np.ndarray | float) -> None:
         a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
         v = np.broadcast_to(np.asarray(value, dtype=np.float64), a.shape)
         keep = (a != b) & (v > 0)  # a self-loop only delays the walk; a non-positive weight carries nothing
-        a, b, v = a[keep], b[keep], v[keep]
-        rows.extend((a, b))
-        cols.extend((b, a))
-        for k in kinds:
-            values[k].extend((v, v) if k == kind else (np.zeros(len(a)), np.zeros(len(a))))
+        ends.append((a[keep], b[keep], np.ascontiguousarray(v[keep]), kinds.index(kind)))
 
     add("related", related[0], related[1], 1.0)
     men_chunk = np.asarray(mentions[0], dtype=np.int64)
@@ -126,7 +121,7 @@ def build_walk_matrix(
     if synonyms is not None and len(synonyms[0]):
         score = np.asarray(synonyms[2], dtype=np.float64)
         add("synonym", synonyms[0], synonyms[1], score)
-        synonym_edges = int(((score > 0) & (np.asarray(synonyms[0]) != np.asarray(synonyms[1]))).sum())
+        synonym_edges = len(ends[-1][0])
     title_edges = 0
     if titles is not None and len(titles[0]):
         title_nodes = np.asarray(titles[1], dtype=np.int64)
@@ -134,44 +129,42 @@ def build_walk_matrix(
             raise ValueError(f"title node ids must be in [0, {n_titles})")
         add("title", np.asarray(titles[0], dtype=np.int64) + n_entities, title_nodes + n_entities + n_chunks, 1.0)
         title_edges = int(len(titles[0]))
-    r = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-    c = np.concatenate(cols) if cols else np.zeros(0, np.int64)
-    index_type = np.int32 if n < 2**31 else np.int64
-    per_kind: dict[str, np.ndarray] = {}
-    structure: sp.csr_matrix | None = None
-    for k in kinds:
-        v = np.concatenate(values[k]) if values[k] else np.zeros(0)
-        # Duplicate pairs (an edge listed twice, or RELATED and SYNONYM on one pair) add up within each kind;
-        # every kind is built over the same entries (zeros included), so the structures agree entry for entry.
-        m = sp.csr_matrix((v, (r, c)), shape=(n, n))
-        m.sum_duplicates()
-        if structure is None:
-            structure = m
-        elif not (np.array_equal(m.indptr, structure.indptr) and np.array_equal(m.indices, structure.indices)):
-            raise AssertionError("walk matrix kinds disagree on structure")  # scipy keeps explicit zeros
-        per_kind[k] = m.data
-        del values[k]
-    assert structure is not None
-    indptr = structure.indptr.astype(np.int64)
-    owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    # Each edge both ways, as pair codes row * n + column; sorted unique codes are the CSR's entries in order.
+    codes = np.concatenate([np.concatenate((a * n + b, b * n + a)) for a, b, _, _ in ends] or [np.zeros(0, np.int64)])
+    unique, slot = np.unique(codes, return_inverse=True)
+    del codes
+    rows = unique // n
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    indices = (unique % n).astype(np.int32 if n < 2**31 else np.int64)
+    del unique
+    # Duplicate pairs (an edge listed twice, or RELATED and SYNONYM on one pair) add up within each kind.
+    per_kind = {k: np.zeros(len(indices)) for k in kinds}
+    start = 0
+    for _, _, v, kind in ends:
+        both = slot[start : start + 2 * len(v)]
+        per_kind[kinds[kind]] += np.bincount(both, weights=np.concatenate((v, v)), minlength=len(indices))
+        start += 2 * len(v)
+    del slot
+    ends.clear()
     entity_chunk_count = np.bincount(men_entity, minlength=n_entities).astype(np.int64)[:n_entities]
     idf = mention_idf(n_chunks, entity_chunk_count)
-    cols_all = structure.indices.astype(np.int64)
-    entity_end = np.where(owner < n_entities, owner, cols_all)
+    entity_end = np.where(rows < n_entities, rows, indices.astype(np.int64))
     mention_values = per_kind["mention"]
     entry_idf = np.zeros(len(mention_values))
     is_mention = mention_values > 0
     entry_idf[is_mention] = mention_values[is_mention] * idf[entity_end[is_mention]]
+    del entity_end
 
     def row_sums(values: np.ndarray) -> np.ndarray:
-        return np.bincount(owner, weights=values, minlength=n).astype(np.float64)
+        return np.bincount(rows, weights=values, minlength=n).astype(np.float64)
 
     return WalkMatrix(
         n_entities=n_entities,
         n_chunks=n_chunks,
         n_titles=n_titles,
         indptr=indptr,
-        indices=structure.indices.astype(index_type),
+        indices=indices,
         related=per_kind["related"].astype(np.float32),
         mention=mention_values.astype(np.float32),
         synonym=per_kind["synonym"].astype(np.float64),

@@ -33,9 +33,11 @@ import pyarrow.compute as pc
 
 from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, synonym_factors, vector_factors
 from hxd2_ray.errors import HxdError
+from hxd2_ray.graph.read_structures import READS_DIR
 from hxd2_ray.indexing import tables
 from hxd2_ray.indexing.embedding_texts import embedding_inputs
 from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, record_files, write_manifest
+from hxd2_ray.indexing.query_reads import write_query_reads
 from hxd2_ray.indexing.synonyms import synonym_edges
 from hxd2_ray.logic.metaqa import empty_chunks, empty_documents, read_triples, triples_to_tables
 from hxd2_ray.progress import NO_BOARD, NO_COUNTER, BoardCounter, StageBoard, StageCounter
@@ -191,8 +193,6 @@ def build_kb_index(
     ``wiring.build_embedder(cfg.embedding)``). ``board``: the stages (read, embed, graph, vectors) as they run.
     """
     from hxd2_ray.graph.kuzu_store import load_graph
-    from hxd2_ray.graph.read_structures import READS_DIR
-    from hxd2_ray.indexing.query_reads import write_query_reads
     from hxd2_ray.vectors.faiss_index import FaissFamilyIndex, write_family
 
     say = progress or (lambda _msg: None)

@@ -15,6 +15,8 @@ from hxd2_ray.retrieval.fuzzy import FuzzyNameIndex
 
 __all__ = ["write_query_reads"]
 
+SCAN_BUFFER_POOL = 2 << 30
+
 
 def _names(reads: GraphReads, folder: Path) -> None:
     FuzzyNameIndex(reads.entities.column("key").to_pylist() if reads.entities.num_rows else []).write(folder)
@@ -28,5 +30,7 @@ def write_query_reads(
     ``reads_dir``, replacing what is there whole."""
     from hxd2_ray.graph.kuzu_store import KuzuGraphStore
 
-    with KuzuGraphStore(graph_path, read_only=True, engine=engine) as store:
+    # A bounded buffer pool: the scan reads a page at a time, and the engine's default (most of the machine's
+    # memory) would sit beside the tables being converted.
+    with KuzuGraphStore(graph_path, read_only=True, engine=engine, buffer_pool_bytes=SCAN_BUFFER_POOL) as store:
         return write_graph_reads_from(store, reads_dir, also=_names)

