@@ -171,8 +171,11 @@ def named_entities(
     found: dict[str, NamedEntity] = {}
 
     def take(gram: _Gram, key: str, score: float) -> None:
+        # A name that takes the punctuation after the words spells more of the question ("Moulin Rouge!" beside
+        # "Moulin Rouge"): its text includes it, so it ranks first.
+        text = gram.text + gram.tail if gram.tail and key == normalize_name(gram.text + gram.tail) else gram.text
         if key not in found or found[key].score < score:
-            found[key] = NamedEntity(text=gram.text, key=key, score=score)
+            found[key] = NamedEntity(text=text, key=key, score=score)
 
     for gram in grams:  # longest first
         if covered.issuperset(range(gram.start, gram.end)):

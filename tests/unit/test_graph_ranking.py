@@ -273,6 +273,9 @@ def test_a_title_spelled_with_function_words_and_punctuation_is_one_name():
     }
     for question, title in cases.items():
         assert [m.key for m in named_entities(question, graph, max_words=10)][:1] == [title], question
+    # two titles, one with the question's "!": the one that spells more of the question comes first
+    both = named_entities("who acted in the movie Moulin Rouge!", _Names({"moulin rouge", "moulin rouge!"}))
+    assert [(m.text, m.key) for m in both] == [("Moulin Rouge!", "moulin rouge!"), ("Moulin Rouge", "moulin rouge")]
     # lower-case function words at the edges are the question's: "the director of" names nothing
     assert named_entities("the director of which film", graph) == []
     # a capitalised first word of the question is sentence case, not a title's
