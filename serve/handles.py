@@ -45,6 +45,7 @@ from hxd2_ray.config import (
 )
 from hxd2_ray.errors import HxdError
 from hxd2_ray.llm.base import LLMRequest, LLMResponse
+from serve.replica_failures import count_replica_failure, is_replica_loss
 
 T = TypeVar("T")
 
@@ -165,8 +166,18 @@ def cancel_soon(scope: RequestScope) -> None:
     threading.Thread(target=scope.cancel, name="hxd2-cancel", daemon=True).start()
 
 
-def _wait(response: Any) -> Any:
-    """``response.result()`` bounded by the current scope, registered for cancellation."""
+def _wait(response: Any, deployment: str) -> Any:
+    """``response.result()`` bounded by the current scope, registered for cancellation; a replica of
+    ``deployment`` lost under the call is counted (:mod:`serve.replica_failures`)."""
+    try:
+        return _bounded(response)
+    except BaseException as exc:
+        if is_replica_loss(exc):
+            count_replica_failure(deployment)
+        raise
+
+
+def _bounded(response: Any) -> Any:
     scope = current_scope()
     if scope is None:
         return response.result()
@@ -217,7 +228,7 @@ class HandleLLM:
     def complete(self, requests: Sequence[LLMRequest]) -> list[LLMResponse]:
         if not requests:
             return []
-        return _wait(self._handle.complete.remote(list(requests)))
+        return _wait(self._handle.complete.remote(list(requests)), "LLM")
 
     def stream(self, request: LLMRequest) -> Iterator[str]:
         """Text deltas from the LLM deployment. Closing this generator early cancels the remote stream, and the
@@ -233,9 +244,11 @@ class HandleLLM:
             for delta in gen:
                 yield delta
             finished = True
-        except BaseException:
+        except BaseException as exc:
             if scope is not None and scope.cancelled:
                 raise RequestCancelled("the request was cancelled while streaming") from None
+            if is_replica_loss(exc):
+                count_replica_failure("LLM")
             raise
         finally:
             if scope is not None:
@@ -256,7 +269,7 @@ class HandleEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        out = _wait(self._handle.embed.remote(list(texts)))
+        out = _wait(self._handle.embed.remote(list(texts)), "Embedder")
         return np.ascontiguousarray(out, dtype=np.float32)
 
 
@@ -277,7 +290,7 @@ class HandlePlanner:
         self._handle = handle
 
     def plan(self, question: str, *, language: str | None = None, relations: Sequence[str] = ()) -> Any:
-        return _wait(self._handle.plan.remote(question, language, list(relations), _deadline()))
+        return _wait(self._handle.plan.remote(question, language, list(relations), _deadline()), "Planner")
 
 
 class HandlePlanExecutor:
@@ -288,7 +301,9 @@ class HandlePlanExecutor:
         self.index = index
 
     def execute(self, plan: Any, question: str = "") -> Any:
-        return _wait(self._handle.execute.remote(self.index, plan, question, _deadline(), _generation()))
+        return _wait(
+            self._handle.execute.remote(self.index, plan, question, _deadline(), _generation()), "PlanExecutor"
+        )
 
 
 class HandleVerifier:
@@ -299,7 +314,9 @@ class HandleVerifier:
         self.mode = mode
 
     def verify(self, question: str, evidence: Any, answer: str | None = None, *, language: str | None = None) -> Any:
-        return _wait(self._handle.verify.remote(question, evidence, answer, language, self.mode, _deadline()))
+        return _wait(
+            self._handle.verify.remote(question, evidence, answer, language, self.mode, _deadline()), "Verifier"
+        )
 
 
 class HandleGraphRetriever:
@@ -312,4 +329,6 @@ class HandleGraphRetriever:
         self.index = index
 
     def retrieve(self, question: str, topic: str | None = None) -> Any:
-        return _wait(self._handle.retrieve.remote(self.index, question, _deadline(), topic, _generation()))
+        return _wait(
+            self._handle.retrieve.remote(self.index, question, _deadline(), topic, _generation()), "GraphWalker"
+        )

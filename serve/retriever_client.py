@@ -13,6 +13,7 @@ from typing import Any, AsyncGenerator, AsyncIterator
 from serve.admission import Admission
 from serve.handles import cancel_quietly
 from serve.payloads import ApiError
+from serve.replica_failures import count_replica_failure
 
 log = logging.getLogger("hxd2.serve")
 
@@ -89,6 +90,7 @@ class RetrieverBackend:
             except BackPressureError as exc:
                 raise self._overloaded(f"the retriever is at capacity ({exc})", exc.retry_after_s) from None
             except RayActorError as exc:
+                count_replica_failure("Retriever")
                 # The replica died under this (read-only, idempotent) call: retry once on another replica.
                 if attempt == 0 and time.time() < deadline:
                     log.warning("retriever replica failed (%s); retrying once", type(exc).__name__)
@@ -148,6 +150,7 @@ class RetrieverBackend:
                     done = True
                     raise self._overloaded(f"the retriever is at capacity ({exc})", exc.retry_after_s) from None
                 except RayActorError as exc:
+                    count_replica_failure("Retriever")
                     if first:
                         raise self._overloaded(f"the retriever replica went away ({type(exc).__name__})") from None
                     yield {"type": "error", "error": {"status": 503, "message": "the retriever replica went away"}}

@@ -428,8 +428,12 @@ def test_client_disconnect_mid_stream_cancels_generation(served):
     assert now["finished"] - before["finished"] <= 1  # the keyword call; the answer stream never finished
 
 
-def test_retriever_replica_killed_mid_load_is_replaced(served):
+def test_retriever_replica_killed_mid_load_is_replaced(served, ray_metrics_url):
+    import urllib.request
+
     import ray
+
+    from jobs.job_metrics import metric_value, parse_prometheus
 
     def retriever_actors() -> set[str]:
         return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if f"{APP}#Retriever#" in a["name"]}
@@ -458,6 +462,19 @@ def test_retriever_replica_killed_mid_load_is_replaced(served):
     with served.client() as c:
         for q in QUESTIONS:
             assert c.post("/v1/query", json={"question": q}).status_code == 200
+    # The endpoint's metrics show the loss: the ingress counted the calls the dead replica failed (exported by Ray's
+    # metrics agent every few seconds; a counter may carry Prometheus' _total suffix).
+    lost = 0.0
+    shown_by = time.monotonic() + 60
+    while lost < 1 and time.monotonic() < shown_by:
+        with urllib.request.urlopen(ray_metrics_url, timeout=10) as resp:
+            samples = parse_prometheus(resp.read().decode("utf-8"))
+        lost = sum(
+            metric_value(samples, name, target="Retriever")
+            for name in ("ray_hxd2_replica_failures", "ray_hxd2_replica_failures_total")
+        )
+        time.sleep(1.0)
+    assert lost >= 1, "the lost replica does not show on the endpoint's metrics"
 
 
 def _auto(i: int) -> tuple[str, dict[str, Any]]:
