@@ -155,7 +155,7 @@ def _tree_bytes(path: Path) -> int:
     return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def args_pool_bytes(n: int) -> int:
+def writer_pool_bytes(n: int) -> int:
     return min(8 << 30, max(1 << 30, n * 800))
 
 
@@ -171,7 +171,7 @@ def build(root: Path, n: int, seed: int) -> dict:
     t0 = time.perf_counter()
     # Kùzu's default buffer pool is 80% of the machine's memory, on top of the tables being loaded: bounded here
     # so the 10M case fits in 24 GB.
-    with KuzuGraphWriter(root / "graph.kuzu", buffer_pool_bytes=args_pool_bytes(n)) as writer:
+    with KuzuGraphWriter(root / "graph.kuzu", buffer_pool_bytes=writer_pool_bytes(n)) as writer:
         writer.bulk_load(docs, chunks.drop_columns(["shard"]), ents, rels, syn, titles)
     out["kuzu_load_s"] = time.perf_counter() - t0
     del docs, chunks, ents, rels, syn, titles

@@ -396,60 +396,39 @@ class KuzuGraphStore:
         for name, query in Q_SCAN.items():
             if name in OPTIONAL_TABLES and name not in present:
                 continue
-            if page_nodes is not None:
-                out[name] = self._scan_pages(name, int(page_nodes))
-                continue
-            check_params(query, {})
-            res = _one_result(self._conn().execute(query))
-            try:
-                out[name] = res.get_as_arrow(chunk_size=1_000_000)
-            finally:
-                res.close()
+            pages = (
+                []
+                if page_nodes is None
+                else list(self._pages(Q_SCAN_PAGE[name], SCAN_PAGE_NODE_TABLE[name], page_nodes))
+            )
+            # One query, also for an empty table (its columns, no rows).
+            out[name] = pa.concat_tables(pages) if pages else self._arrow(query, {}, 1_000_000)
         return out
 
-    def _scan_pages(self, name: str, page_nodes: int) -> pa.Table:
-        top = self._rows(Q_MAX_OFFSET[SCAN_PAGE_NODE_TABLE[name]], {})[0]["m"]
-        pages = []
-        step = max(1, page_nodes)
+    def _arrow(self, query: str, params: Mapping[str, Any], chunk_size: int) -> pa.Table:
+        check_params(query, params)
+        conn, stmt = self._prepared(query)
+        res = _one_result(conn.execute(stmt, dict(params)))
+        try:
+            return res.get_as_arrow(chunk_size=chunk_size)
+        finally:
+            res.close()
+
+    def _pages(self, query: str, node_table: str, page_nodes: int) -> Iterator[pa.Table]:
+        """The non-empty results of ``query`` over consecutive ranges of ``page_nodes`` offsets of ``node_table``."""
+        top = self._rows(Q_MAX_OFFSET[node_table], {})[0]["m"]
+        step = max(1, int(page_nodes))
         for lo in range(0, -1 if top is None else int(top) + 1, step):
-            params = {"lo": lo, "hi": lo + step}
-            check_params(Q_SCAN_PAGE[name], params)
-            conn, stmt = self._prepared(Q_SCAN_PAGE[name])
-            res = _one_result(conn.execute(stmt, params))
-            try:
-                pages.append(res.get_as_arrow(chunk_size=1_000_000))
-            finally:
-                res.close()
-        if not pages:  # an empty table: its columns, no rows
-            check_params(Q_SCAN[name], {})
-            res = _one_result(self._conn().execute(Q_SCAN[name]))
-            try:
-                return res.get_as_arrow(chunk_size=1024)
-            finally:
-                res.close()
-        return pa.concat_tables(pages)
+            page = self._arrow(query, {"lo": lo, "hi": lo + step}, max(step, 1024))
+            if page.num_rows:
+                yield page
 
     def iter_pages(self, table: str, page_nodes: int = 50_000) -> Iterator[pa.Table]:
         """Every row of ``table`` (a key of :data:`Q_PAGE`) as Arrow pages: the rows of ``page_nodes`` consecutive
         nodes at a time (for a relationship table, of its FROM nodes), so memory stays bounded by the page."""
         if table not in Q_PAGE:
             raise ValueError(f"unknown page table {table!r}; valid: {', '.join(Q_PAGE)}")
-        node_table = PAGE_NODE_TABLE[table]
-        top = self._rows(Q_MAX_OFFSET[node_table], {})[0]["m"]
-        if top is None:  # an empty table
-            return
-        step = max(1, int(page_nodes))
-        for lo in range(0, int(top) + 1, step):
-            params = {"lo": lo, "hi": lo + step}
-            check_params(Q_PAGE[table], params)
-            conn, stmt = self._prepared(Q_PAGE[table])
-            res = _one_result(conn.execute(stmt, params))
-            try:
-                page = res.get_as_arrow(chunk_size=max(step, 1024))
-            finally:
-                res.close()
-            if page.num_rows:
-                yield page
+        return self._pages(Q_PAGE[table], PAGE_NODE_TABLE[table], page_nodes)
 
     def reopen(self, buffer_pool_bytes: int) -> None:
         """Close and reopen the database (a buffer pool of ``buffer_pool_bytes``, 0: the default), which drops

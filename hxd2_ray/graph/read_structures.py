@@ -316,9 +316,13 @@ def write_graph_reads(
             also(tmp)
         meta = {"format": READS_FORMAT, "n_titles": reads.n_titles, "walk": reads.walk.counts()}
         (tmp / _META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        # Renames only between the old folder and the new one: a reader opening meanwhile finds one or the other
+        # (a process that mapped the old files keeps them: their pages outlive the unlink).
+        old = target.with_name(f".{target.name}-old-{uuid.uuid4().hex[:8]}")
         if target.exists():
-            shutil.rmtree(target)
+            os.replace(target, old)
         os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
