@@ -56,6 +56,10 @@ _ALL: tuple[Any, ...] = (
 )
 DEPLOYMENTS: dict[str, Any] = {d.name: d for d in _ALL}
 PART_DEPLOYMENTS = ("Planner", "PlanExecutor", "Verifier", "GraphWalker")
+# A Retriever replica's default max_ongoing_requests, per pipeline thread: queries beyond its threads wait in the
+# replica (handed a thread at once when one frees) rather than in Serve's router, which polls full replicas with a
+# backoff of up to 0.5 s and so leaves freed slots idle under overload.
+QUEUED_PER_THREAD = 4
 
 
 def load_hxd_config(args: ServeAppArgs) -> HxdConfig:
@@ -157,7 +161,7 @@ def build_app(args: Union[ServeAppArgs, dict[str, Any]]) -> Application:
             parts["walker"] = _options(GraphWalkerServer, args).bind(
                 cfg_json, indexes, embedder, args.transport, poll_s=args.generation_poll_s
             )
-    retriever = _options(Retriever, args, {"max_ongoing_requests": args.pipeline_threads}).bind(
+    retriever = _options(Retriever, args, {"max_ongoing_requests": QUEUED_PER_THREAD * args.pipeline_threads}).bind(
         cfg_json,
         indexes,
         llm,

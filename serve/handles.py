@@ -149,16 +149,25 @@ async def run_in_thread(
     ctx = contextvars.copy_context()
     ctx.run(_scope.set, scope)
     loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(pool, functools.partial(ctx.run, fn, *args, **kwargs))
+    future = loop.run_in_executor(pool, functools.partial(ctx.run, _unless_given_up, scope, fn, *args, **kwargs))
     timeout = None if scope.deadline is None else max(0.0, scope.deadline - time.time())
     try:
         return await asyncio.wait_for(asyncio.shield(future), timeout)
     except asyncio.TimeoutError:
         cancel_soon(scope)
+        future.cancel()  # still waiting for a thread: it never starts
         raise DeadlineExceeded("the request deadline passed") from None
     except asyncio.CancelledError:
         cancel_soon(scope)
+        future.cancel()
         raise
+
+
+def _unless_given_up(scope: RequestScope, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args)``, unless the request was cancelled or ran out of time while it waited for a thread (a pool
+    queues what its threads cannot take yet): work nobody waits for is not started."""
+    scope.remaining()  # raises RequestCancelled or DeadlineExceeded
+    return fn(*args, **kwargs)
 
 
 def cancel_soon(scope: RequestScope) -> None:

@@ -431,7 +431,12 @@ class ServeAppArgs(BaseModel):
         description="module:function(ctx: PipelineContext) -> an object with answer()/answer_stream() like the "
         "query flow (benchmarks: the Serve floor); None: the query flow of hxd2_ray.wiring.build_pipeline.",
     )
-    pipeline_threads: int = Field(16, gt=0, description="Threads running pipelines per retriever replica.")
+    pipeline_threads: int = Field(
+        16,
+        gt=0,
+        description="Queries a Retriever replica runs at once (its pipeline threads). Its max_ongoing_requests may "
+        "be larger (default 4x): the queries beyond wait in the replica, handed a thread the moment one frees.",
+    )
     parts: Literal["deployments", "in_replica"] = Field(
         "deployments",
         description="deployments: the planner, plan executor and verifier run as their own deployments (Planner, "

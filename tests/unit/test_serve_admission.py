@@ -74,6 +74,18 @@ def test_above_every_load_seen_the_time_grows_with_the_queue_only_once_queueing_
     assert refusal.retry_after_s == 3
 
 
+def test_a_long_overload_does_not_forget_what_an_answer_takes_on_a_light_load():
+    clock = Clock()
+    admission = Admission(clock=clock)
+    record(admission, clock, in_flight=0, seconds=0.2)
+    for load in range(10, 21):  # minutes of overload: hundreds of answers, all at high loads
+        record(admission, clock, in_flight=load, seconds=0.1 * load, n=30)
+    assert admission.baseline_s() == pytest.approx(0.2)
+    admission.in_flight = 14
+    refusal = admission.check(deadline=2.0, now=0.0)  # 1.4 s of 2: queueing against 0.2 s when light
+    assert refusal is not None and refusal.predicted_s == pytest.approx(1.4)
+
+
 def test_only_answers_are_remembered_and_in_flight_counts_the_block():
     clock = Clock()
     admission = Admission(clock=clock)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import Any, AsyncIterator
 
 import httpx
@@ -447,7 +448,7 @@ def test_serve_cli_plan_merges_the_serve_config_and_flags(tmp_path, monkeypatch)
     assert args["overrides"] == ["retrieval.top_k_entities=3"]
     assert http["host"] == "127.0.0.1" and http["port"] == 9123 and http["request_timeout_s"] == 120
     # The file's deployments list becomes deployment_options, checked by the same args model Serve uses.
-    assert args["deployment_options"]["Retriever"]["max_ongoing_requests"] == 16
+    assert args["deployment_options"]["Retriever"]["max_ongoing_requests"] == 64
     assert args["deployment_options"]["LLM"]["ray_actor_options"] == {"num_cpus": 1}
     assert args["embedder"] == "in_replica" and "Embedder" not in args["deployment_options"]  # CPU default
     ServeAppArgs.model_validate(args)
@@ -545,6 +546,33 @@ def test_handle_calls_wait_at_most_the_time_left_and_are_cancelled_with_the_requ
     emb = HandleEmbedder(_FakeHandle(embed=[_FakeResponse(vecs)]), HashingEmbeddingConfig(dim=4))
     assert emb.embed(["a", "b"]).shape == (2, 4) and emb.embed([]).shape == (0, 4)
     pool.shutdown()
+
+
+def test_a_query_whose_deadline_passes_while_it_waits_for_a_thread_never_starts():
+    """A Retriever replica queues the queries beyond its threads in the pool (serve/app.py QUEUED_PER_THREAD): one
+    that runs out of time there ends 504 at its deadline and its work is not started when a thread frees."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from serve.handles import DeadlineExceeded, RequestScope, run_in_thread
+
+    pool = ThreadPoolExecutor(1)
+    release, started = threading.Event(), []
+
+    async def go() -> None:
+        busy = asyncio.ensure_future(run_in_thread(pool, RequestScope.after(30.0), release.wait, 30))
+        await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExceeded):
+            await run_in_thread(pool, RequestScope.after(0.2), started.append, "queued")
+        assert time.monotonic() - t0 < 1.0  # at its deadline, not when the thread frees
+        release.set()
+        assert await busy is True
+        assert await run_in_thread(pool, RequestScope.after(2.0), started.append, "later") is None
+
+    run(go())
+    pool.shutdown(wait=True)
+    assert started == ["later"]
 
 
 def test_stream_error_after_the_first_event_ends_the_sse_cleanly(backend):
