@@ -357,6 +357,11 @@ def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argpars
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # Serve's proxies on the Ray this starts run the front door (a lost Ingress answers a JSON 503, deadlines count
+    # from the proxy); a cluster's nodes get it from their environment (cluster/Dockerfile).
+    from serve.front_door import PROXY_CALLBACK, PROXY_CALLBACK_ENV
+
+    os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_CALLBACK)
     try:
         if ns.address:
             start_ray_with_retries(

@@ -20,6 +20,7 @@ from typing import Any, AsyncIterator, Iterable
 from fastapi import Request  # module level: FastAPI resolves the routes' string annotations in these globals
 
 from hxd2_ray.text_validation import find_lone_surrogate
+from serve.front_door import ARRIVED_HEADER, arrival_of
 from serve.index_routes import INDEX_ROUTES, add_index_routes
 from serve.metrics import Metrics
 from serve.openapi import DEADLINE_HEADER
@@ -192,7 +193,8 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
                     code="invalid_deadline",
                 )
             seconds = min(seconds, value)
-        return time.time() + seconds
+        # From the arrival at Serve's proxy (serve/front_door.py), not here: it may have waited there for a replica.
+        return arrival_of(request.headers.get(ARRIVED_HEADER), time.time()) + seconds
 
     def check_question(index: str, question: str) -> None:
         if index not in settings.indexes:

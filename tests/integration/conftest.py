@@ -8,6 +8,7 @@ and pyarrow both read them). It does not set ``AWS_ENDPOINT_URL``: code under te
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
 import subprocess
 import sys
@@ -111,6 +112,9 @@ def ray_local() -> Iterator[None]:
     import ray
 
     if not ray.is_initialized():
+        from serve.front_door import PROXY_CALLBACK, PROXY_CALLBACK_ENV
+
+        os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_CALLBACK)  # as `hxd2 serve` does: Serve's proxies run it
         port = _free_port()
         ray.init(
             address="local",  # never a `ray start` cluster that happens to run on this machine

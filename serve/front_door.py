@@ -1,0 +1,140 @@
+"""The front door: an ASGI middleware that runs inside Ray Serve's HTTP proxy, in front of the Ingress replicas
+(issue 35, "the front door under faults").
+
+Two things only the proxy can do:
+
+- **Stamp the arrival time.** A request may wait at the proxy (for an Ingress replica to be free, or to be
+  replaced) before the Ingress sees it; its deadline (``x-hxd2-deadline-s``) counts from here, so the Ingress
+  reads the stamp (``x-hxd2-arrived``; a client's own is replaced) instead of its own clock.
+- **Answer for a lost Ingress.** When the Ingress replica holding a request dies, Serve's proxy sends nothing and
+  the HTTP server answers a plain-text 500. Here such a request gets a JSON 503 with ``Retry-After`` (the error
+  shape of every other route), and one whose response has not started by its deadline + 1 s a JSON 504, so no
+  answer comes later than deadline + 2 s however long the proxy waits for a replica.
+
+Serve applies it through ``RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH`` (:data:`PROXY_CALLBACK`), which must be
+in the environment of every node's processes when Ray starts them: ``hxd2 serve`` sets it for the local cluster
+it starts; ``cluster/Dockerfile`` sets it for the image's nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+from typing import Any, Awaitable, Callable
+
+from serve.openapi import DEADLINE_HEADER
+from serve.schemas import error_body
+
+PROXY_CALLBACK = "serve.front_door:proxy_middlewares"
+PROXY_CALLBACK_ENV = "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"
+ARRIVED_HEADER = "x-hxd2-arrived"
+# A response not started this long after its deadline is answered 504 here (the Ingress answers 504 at the
+# deadline itself; this is for a request that never reached a live one).
+GRACE_S = 1.0
+RETRY_AFTER_S = 1
+
+_DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?")
+_ARRIVED = ARRIVED_HEADER.encode()
+_DEADLINE = DEADLINE_HEADER.encode()
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def arrival_of(value: str | None, now: float) -> float:
+    """The time a request arrived at the proxy, from its stamp; ``now`` when unstamped or unreadable. Never
+    later than ``now``: a stamp can only shorten a deadline, never lengthen it."""
+    if value is None or not _DECIMAL.fullmatch(value.strip()):
+        return now
+    return min(now, float(value))
+
+
+def _deadline_s(headers: list[tuple[bytes, bytes]]) -> float | None:
+    for key, value in headers:
+        if key.lower() == _DEADLINE:
+            text = value.decode("latin-1").strip()
+            seconds = float(text) if _DECIMAL.fullmatch(text) else math.nan
+            return seconds if math.isfinite(seconds) and seconds > 0 else None  # the Ingress answers 400
+    return None
+
+
+async def _send_json(send: Send, status: int, message: str, type_: str, code: str) -> None:
+    body = json.dumps(error_body(message, type_, code)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 503:
+        headers.append((b"retry-after", str(RETRY_AFTER_S).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class FrontDoor:
+    """Pure ASGI middleware (no body buffering, streams pass through untouched)."""
+
+    def __init__(self, app: ASGIApp, clock: Callable[[], float] = time.time):
+        self.app = app
+        self.clock = clock
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        arrived = self.clock()
+        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != _ARRIVED]
+        headers.append((_ARRIVED, repr(arrived).encode()))
+        scope = {**scope, "headers": headers}
+        deadline_s = _deadline_s(headers)
+        started = asyncio.Event()
+
+        async def tracked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                started.set()
+            await send(message)
+
+        inner = asyncio.ensure_future(self.app(scope, receive, tracked))
+        try:
+            if deadline_s is not None:
+                waiter = asyncio.ensure_future(started.wait())
+                limit = max(0.0, arrived + deadline_s + GRACE_S - self.clock())
+                await asyncio.wait({inner, waiter}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if not started.is_set() and not inner.done():
+                    inner.cancel()  # the proxy stops waiting for a replica, and cancels the request downstream
+                    await asyncio.gather(inner, return_exceptions=True)
+                    await _send_json(
+                        send,
+                        504,
+                        "the request deadline passed before the service could answer",
+                        "timeout_error",
+                        "deadline_exceeded",
+                    )
+                    return
+            await inner
+        except asyncio.CancelledError:
+            inner.cancel()
+            raise
+        except Exception:
+            if started.is_set():
+                raise
+        if not started.is_set():
+            # Serve's proxy returned without a response: the Ingress replica holding the request was lost.
+            await _send_json(
+                send,
+                503,
+                "the service lost the replica answering this request; retry",
+                "service_unavailable",
+                "replica_lost",
+            )
+
+
+def proxy_middlewares() -> list[Any]:
+    """What Serve's proxy calls (``RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH``): the front door, as a Starlette
+    middleware."""
+    from starlette.middleware import Middleware
+
+    return [Middleware(FrontDoor)]

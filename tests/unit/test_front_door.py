@@ -1,0 +1,108 @@
+"""The front door in Serve's proxy (issue 35): a lost Ingress answers a JSON 503 with ``Retry-After`` instead of
+the HTTP server's plain-text 500; a response not started by its deadline + 1 s is a JSON 504; the arrival stamp is
+the proxy's own. Driven as plain ASGI, the way the proxy's HTTP server calls it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+
+from serve.front_door import ARRIVED_HEADER, GRACE_S, FrontDoor, arrival_of, proxy_middlewares
+
+
+def _call(app: Any, headers: list[tuple[bytes, bytes]] | None = None) -> list[dict[str, Any]]:
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/query", "headers": headers or []}
+    asyncio.run(FrontDoor(app)(scope, receive, send))
+    return sent
+
+
+def _status_and_body(sent: list[dict[str, Any]]) -> tuple[int, dict[str, str], dict[str, Any]]:
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    headers = {k.decode(): v.decode() for k, v in start["headers"]}
+    return start["status"], headers, json.loads(body)
+
+
+def test_a_request_the_proxy_returns_without_answering_gets_a_json_503_with_retry_after():
+    async def lost_replica(scope, receive, send):  # Serve's proxy after the Ingress replica died: sends nothing
+        return None
+
+    status, headers, body = _status_and_body(_call(lost_replica))
+    assert status == 503 and headers["retry-after"] == "1" and headers["content-type"] == "application/json"
+    assert body["error"]["code"] == "replica_lost" and "retry" in body["error"]["message"]
+
+
+def test_a_proxy_error_before_the_response_is_a_json_503_too():
+    async def failing(scope, receive, send):
+        raise RuntimeError("ActorDiedError")
+
+    status, _, body = _status_and_body(_call(failing))
+    assert status == 503 and body["error"]["type"] == "service_unavailable"
+
+
+def test_answers_pass_through_untouched_and_the_arrival_is_stamped_by_the_proxy():
+    seen: list[dict[bytes, bytes]] = []
+
+    async def ingress(scope, receive, send):
+        seen.append(dict(scope["headers"]))
+        await send({"type": "http.response.start", "status": 500, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"the app's own 500"})
+
+    before = time.time()
+    sent = _call(ingress, [(ARRIVED_HEADER.encode(), b"1.0"), (b"x-hxd2-deadline-s", b"5")])
+    assert [m.get("status") for m in sent if m["type"] == "http.response.start"] == [500]
+    assert sent[-1]["body"] == b"the app's own 500"
+    stamps = [v for k, v in seen[0].items() if k == ARRIVED_HEADER.encode()]
+    assert len(stamps) == 1 and before <= float(stamps[0]) <= time.time()  # the client's "1.0" was replaced
+
+
+def test_no_response_by_the_deadline_plus_grace_is_a_json_504_and_the_wait_is_cancelled():
+    cancelled = []
+
+    async def waiting_for_a_replica(scope, receive, send):
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    t0 = time.monotonic()
+    status, _, body = _status_and_body(_call(waiting_for_a_replica, [(b"x-hxd2-deadline-s", b"0.3")]))
+    took = time.monotonic() - t0
+    assert status == 504 and body["error"]["code"] == "deadline_exceeded"
+    assert 0.3 + GRACE_S - 0.1 <= took < 0.3 + GRACE_S + 1.0 and cancelled == [True]
+
+
+def test_a_started_stream_is_not_cut_at_the_deadline():
+    async def streaming(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await asyncio.sleep(0.3 + GRACE_S + 0.2)
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+
+    sent = _call(streaming, [(b"x-hxd2-deadline-s", b"0.3")])
+    assert sent[0]["status"] == 200 and sent[-1]["body"] == b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize(
+    ("stamp", "expected"), [(None, 100.0), ("90.5", 90.5), ("150", 100.0), ("-3", 100.0), ("nan", 100.0)]
+)
+def test_a_stamp_can_only_shorten_a_deadline(stamp, expected):
+    assert arrival_of(stamp, now=100.0) == expected
+
+
+def test_serve_gets_it_as_a_starlette_middleware():
+    (middleware,) = proxy_middlewares()
+    assert middleware.cls is FrontDoor
