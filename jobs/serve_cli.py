@@ -31,6 +31,7 @@ from typing import Any, Callable
 import yaml
 
 from jobs.cli import add_config_overrides
+from jobs.serve_placement import POLL_S, PlacementWatch
 
 log = logging.getLogger("hxd2.serve")
 DEFAULT_SERVE_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "serve.yaml"
@@ -410,8 +411,16 @@ def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argpars
         )
         if ns.detach:
             return 0
+        watch = PlacementWatch(ns.name, app_args.get("deployment_options") or {}, say)
+        next_look = time.monotonic() + POLL_S
         while not stop["now"]:
             time.sleep(0.5)
+            if time.monotonic() >= next_look:
+                next_look = time.monotonic() + POLL_S
+                try:
+                    watch.poll()
+                except Exception as exc:  # noqa: BLE001 - a status call that failed once is tried again next time
+                    log.debug("placement watch: %s", exc)
     except KeyboardInterrupt:
         pass
     except Exception as exc:  # noqa: BLE001 - report, then leave a clean exit code
