@@ -445,6 +445,7 @@ def test_retriever_replica_killed_mid_load_is_replaced(served, ray_metrics_url):
     loader.start()
     time.sleep(1.0)
     ray.kill(ray.get_actor(next(iter(victims)), namespace="serve"), no_restart=True)
+    killed_at = time.monotonic()
     loader.join(timeout=120)
     assert not loader.is_alive()
     statuses = [s for s, _, _ in results]
@@ -452,13 +453,13 @@ def test_retriever_replica_killed_mid_load_is_replaced(served, ray_metrics_url):
     # In-flight queries on the dead replica are retried once by the ingress; anything else is a clean 503.
     assert set(statuses) <= {200, 503}, statuses
     assert statuses.count(200) >= 100
-    deadline = time.monotonic() + 60
     while True:
         current = retriever_actors()
         if current and not (current & victims):
             break
-        assert time.monotonic() < deadline, "the killed retriever replica was not replaced"
+        assert time.monotonic() < killed_at + 30, "the killed retriever replica was not replaced within 30 s"
         time.sleep(0.5)
+    print(f"retriever replaced {time.monotonic() - killed_at:.1f} s after the kill")
     with served.client() as c:
         for q in QUESTIONS:
             assert c.post("/v1/query", json={"question": q}).status_code == 200
@@ -501,15 +502,16 @@ def test_a_part_replica_killed_mid_load_ends_requests_cleanly_and_is_replaced(se
     loader.start()
     time.sleep(1.0)
     ray.kill(ray.get_actor(sorted(victims)[0], namespace="serve"), no_restart=True)
+    killed_at = time.monotonic()
     loader.join(timeout=180)
     assert not loader.is_alive(), "requests hung after the replica died"
     statuses = [s for s, _, _ in results]
     print(f"\n{deployment} killed mid-load: " + ", ".join(f"{statuses.count(s)} x {s}" for s in sorted(set(statuses))))
     assert len(statuses) == 60 and set(statuses) <= {200, 503}, statuses
-    replaced_by = time.monotonic() + 30
     while not (replicas() - victims):
-        assert time.monotonic() < replaced_by, f"no new {deployment} replica within 30 s"
+        assert time.monotonic() < killed_at + 30, f"no new {deployment} replica within 30 s of the kill"
         time.sleep(0.5)
+    print(f"{deployment} replaced {time.monotonic() - killed_at:.1f} s after the kill")
     with served.client() as c:
         for i in range(len(QUESTIONS)):
             path, body = _auto(i)
