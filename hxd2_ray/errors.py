@@ -29,6 +29,10 @@ class ClusterStorageError(HxdError):
     """A path the job writes or reads is not the same on every node of the Ray cluster (a node-local disk)."""
 
 
+class ClusterResourcesError(HxdError):
+    """No alive node of the Ray cluster can host a stage's actors (the node that offered what they ask for is lost)."""
+
+
 class BudgetReached(HxdError):
     """The run's token or cost budget is spent; what finished is kept and a rerun continues."""
 

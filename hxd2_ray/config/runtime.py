@@ -44,6 +44,14 @@ class RayConfig(FrozenSection):
         description="Custom Ray resources every LLM and embedding actor asks for, e.g. {gpu_node: 1}: pins the "
         "stages to the nodes that offer them (`ray start --resources`).",
     )
+    resource_wait_s: float = Field(
+        600,
+        ge=0,
+        description="Fail an LLM or embedding stage when no alive node can host its actors (the node offering "
+        "ray.stage_resources or the GPUs was lost, or never joined) for this long, naming what is missing; a rerun "
+        "resumes. Ray would wait for such a node for ever. 0: wait for ever (an autoscaler that may take longer to "
+        "add one).",
+    )
     check_nodes: bool = Field(
         True,
         description="On a cluster of several nodes, check before the first stage that every node reaches the "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pyarrow as pa
@@ -25,6 +26,7 @@ from hxd2_ray.indexing.cost import UsageLedger
 from hxd2_ray.indexing.faults import worker_env
 from hxd2_ray.ingest.sources import resolve_filesystem
 from hxd2_ray.progress import StageCounter
+from hxd2_ray.stages.actor_capacity import ActorNeeds, watch_capacity
 from hxd2_ray.stages.embed_stage import EmbedAndPersist
 from hxd2_ray.stages.extract_stage import ExtractAndPersist
 from hxd2_ray.stages.ingest_stage import ParseAndChunk
@@ -131,6 +133,12 @@ class RayRunner(RunnerBase):
             "resources": self.cfg.ray.stage_resources or None,
         }
 
+    def _watched(self, stage: str, cpus: float, gpus: float) -> AbstractContextManager[None]:
+        """The stage's datasets fail once no alive node can host its actors for ``ray.resource_wait_s`` (a lost
+        node that offered ``ray.stage_resources``), instead of waiting for one for ever."""
+        needs = {"CPU": cpus, "GPU": gpus, **self.cfg.ray.stage_resources}
+        return watch_capacity(ActorNeeds(stage, needs, self.cfg.ray.resource_wait_s))
+
     def parse(self, listing: InputListing) -> pa.Table:
         ds = ray.data.read_binary_files(
             [resolve_filesystem(u, self.cfg.s3)[1] for u in listing.readable], include_paths=True, filesystem=listing.fs
@@ -147,21 +155,19 @@ class RayRunner(RunnerBase):
 
     def extract(self, pending: pa.Table) -> pa.Table:
         """Extract ``pending`` chunks on the NER actor pool."""
-        batch = self.cfg.ray.ner_batch_size
-        ds = ray.data.from_arrow(blocks(pending.drop_columns(["shard"]), batch))
+        batch, ray_cfg = self.cfg.ray.ner_batch_size, self.cfg.ray
         counter = self.hooks.counter("extract", unit="chunks", total=pending.num_rows)
-        return collect(
-            ds.map_batches(
-                ExtractAndPersist,
-                fn_constructor_args=(self.cfg, self.fs, self.staging),
-                fn_constructor_kwargs={"run": self.stage_run, "counter": counter},
-                batch_size=batch,
-                batch_format="pyarrow",
-                **self._actor_pool(
-                    self.cfg.ray.ner_actors, self.cfg.ray.cpus_per_ner_actor, self.cfg.ray.gpus_per_ner_actor
-                ),
+        with self._watched("extract", ray_cfg.cpus_per_ner_actor, ray_cfg.gpus_per_ner_actor):
+            return collect(
+                ray.data.from_arrow(blocks(pending.drop_columns(["shard"]), batch)).map_batches(
+                    ExtractAndPersist,
+                    fn_constructor_args=(self.cfg, self.fs, self.staging),
+                    fn_constructor_kwargs={"run": self.stage_run, "counter": counter},
+                    batch_size=batch,
+                    batch_format="pyarrow",
+                    **self._actor_pool(ray_cfg.ner_actors, ray_cfg.cpus_per_ner_actor, ray_cfg.gpus_per_ner_actor),
+                )
             )
-        )
 
     def merge(self, ok: pa.Table) -> MergeResult:
         if ok.num_rows < self.cfg.ray.merge_in_driver_below:
@@ -195,34 +201,35 @@ class RayRunner(RunnerBase):
 
     def summarize(self, long_rows: pa.Table, schema: pa.Schema) -> pa.Table:
         """LLM summaries on the NER actors."""
-        return collect(
-            ray.data.from_arrow(blocks(long_rows, self.cfg.ray.ner_batch_size)).map_batches(
-                SummarizeLongDescriptions,
-                fn_constructor_args=(self.cfg,),
-                batch_format="pyarrow",
-                fn_constructor_kwargs={"run": self.stage_run, "counter": self.hooks.counter("merge")},
-                batch_size=self.cfg.ray.ner_batch_size,
-                **self._actor_pool(
-                    self.cfg.ray.ner_actors, self.cfg.ray.cpus_per_ner_actor, self.cfg.ray.gpus_per_ner_actor
-                ),
+        ray_cfg = self.cfg.ray
+        with self._watched("merge (LLM summaries)", ray_cfg.cpus_per_ner_actor, ray_cfg.gpus_per_ner_actor):
+            return collect(
+                ray.data.from_arrow(blocks(long_rows, ray_cfg.ner_batch_size)).map_batches(
+                    SummarizeLongDescriptions,
+                    fn_constructor_args=(self.cfg,),
+                    batch_format="pyarrow",
+                    fn_constructor_kwargs={"run": self.stage_run, "counter": self.hooks.counter("merge")},
+                    batch_size=ray_cfg.ner_batch_size,
+                    **self._actor_pool(ray_cfg.ner_actors, ray_cfg.cpus_per_ner_actor, ray_cfg.gpus_per_ner_actor),
+                )
             )
-        )
 
     def embed(self, pending: pa.Table) -> pa.Table:
-        batch = self.cfg.ray.embed_batch_size
+        batch, ray_cfg = self.cfg.ray.embed_batch_size, self.cfg.ray
         counter = self.hooks.counter("embed", unit="texts", total=pending.num_rows)
-        return collect(
-            ray.data.from_arrow(blocks(pending, batch)).map_batches(
-                EmbedAndPersist,
-                fn_constructor_args=(self.cfg, self.fs, self.staging),
-                batch_size=batch,
-                fn_constructor_kwargs={"run": self.stage_run, "counter": counter},
-                batch_format="pyarrow",
-                **self._actor_pool(
-                    self.cfg.ray.embed_actors, self.cfg.ray.cpus_per_embed_actor, self.cfg.ray.gpus_per_embed_actor
-                ),
+        with self._watched("embed", ray_cfg.cpus_per_embed_actor, ray_cfg.gpus_per_embed_actor):
+            return collect(
+                ray.data.from_arrow(blocks(pending, batch)).map_batches(
+                    EmbedAndPersist,
+                    fn_constructor_args=(self.cfg, self.fs, self.staging),
+                    batch_size=batch,
+                    fn_constructor_kwargs={"run": self.stage_run, "counter": counter},
+                    batch_format="pyarrow",
+                    **self._actor_pool(
+                        ray_cfg.embed_actors, ray_cfg.cpus_per_embed_actor, ray_cfg.gpus_per_embed_actor
+                    ),
+                )
             )
-        )
 
     def totals(self) -> dict[str, Any]:
         totals: dict[str, Any] = ray.get(self.ledger.totals.remote())

@@ -8,6 +8,9 @@ the folder (never ``ray stop``, which ends every Ray process of the machine).
 The second node can be given node-local folders: it is started in its own mount namespace (``unshare -m``) with
 a private folder bound over each path, the way a node-local disk at the same path looks on a real cluster (the
 head and the driver see the real folder, the second node's processes see its private one).
+
+The second node can be lost (:meth:`TwoNodeCluster.kill_second_node`: its processes SIGKILLed, as a machine that
+dies) and another started in its place (:meth:`TwoNodeCluster.start_second_node`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -69,6 +73,15 @@ def can_unshare_mounts() -> bool:
         shutil.rmtree(probe, ignore_errors=True)
 
 
+def _child_of(pid: int, parents: set[int]) -> bool:
+    import psutil
+
+    try:
+        return any(parent.pid in parents for parent in psutil.Process(pid).parents())
+    except psutil.NoSuchProcess:
+        return True
+
+
 @dataclass
 class TwoNodeCluster:
     second_node_resources: dict[str, float]
@@ -78,6 +91,7 @@ class TwoNodeCluster:
     temp_dir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="hxd2rc-", dir="/tmp"))
     address: str = ""
     private: dict[str, str] = field(default_factory=dict)  # path -> the second node's private folder behind it
+    second_node: list[int] = field(default_factory=list)  # the pids `ray start` left for the second node
 
     def _ray(self) -> str:
         return str(Path(sys.executable).with_name("ray"))
@@ -85,9 +99,11 @@ class TwoNodeCluster:
     def env(self) -> dict[str, str]:
         return {**os.environ, **ENV}
 
+    def _common(self) -> list[str]:
+        return ["--temp-dir", self.temp_dir, "--disable-usage-stats", "--node-ip-address", "127.0.0.1"]
+
     def start(self, timeout: float = 300) -> "TwoNodeCluster":
         port = free_port()
-        common = ["--temp-dir", self.temp_dir, "--disable-usage-stats", "--node-ip-address", "127.0.0.1"]
         head = [
             self._ray(),
             "start",
@@ -99,11 +115,17 @@ class TwoNodeCluster:
             "--ray-client-server-port",
             str(free_port()),
             "--include-dashboard=false",
-            *common,
+            *self._common(),
             *_ports(),
         ]
         self._run(head, timeout)
         self.address = f"127.0.0.1:{port}"
+        self.start_second_node(timeout)
+        return self
+
+    def start_second_node(self, timeout: float = 300) -> None:
+        """Join a second node (``second_node_resources``, ``node_local``) to the head; again after
+        :meth:`kill_second_node`, a new node in the lost one's place."""
         second = [
             self._ray(),
             "start",
@@ -113,18 +135,21 @@ class TwoNodeCluster:
             str(self.second_cpus),
             "--resources",
             json.dumps(self.second_node_resources),
-            *common,
+            *self._common(),
             *_ports(),
         ]
         if self.node_local:
             binds = []
             for path in self.node_local:
                 path.mkdir(parents=True, exist_ok=True)
-                self.private[str(path)] = tempfile.mkdtemp(prefix="hxd2-node-local-", dir=self.temp_dir)
+                self.private.setdefault(str(path), tempfile.mkdtemp(prefix="hxd2-node-local-", dir=self.temp_dir))
                 binds.append(f"mount --bind {self.private[str(path)]} {path}")
             second = ["unshare", "-m", "sh", "-c", " && ".join(binds) + ' && exec "$@"', "sh", *second]
+        before = set(self.processes())
         self._run(second, timeout)
-        return self
+        # What `ray start` left running for this node (its raylet, log monitor), not a head's worker starting
+        # meanwhile; the node's agents and workers are the raylet's children.
+        self.second_node = [pid for pid in sorted(set(self.processes()) - before) if not _child_of(pid, before)]
 
     def _run(self, cmd: list[str], timeout: float) -> None:
         done = subprocess.run(cmd, env=self.env(), capture_output=True, text=True, timeout=timeout)
@@ -145,6 +170,28 @@ class TwoNodeCluster:
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
         return mine
+
+    def kill_second_node(self, sig: signal.Signals = signal.SIGKILL) -> list[int]:
+        """Send ``sig`` (SIGKILL: a machine lost; SIGSTOP: one frozen, which a later SIGKILL loses) to every
+        process of the second node at once: its raylet, log monitor and agents, and every worker the raylet
+        started (found as the raylet's descendants, before any is signalled). Returns the pids signalled."""
+        import psutil
+
+        procs = []
+        for pid in self.second_node:
+            try:
+                root = psutil.Process(pid)
+                procs += [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue
+        for proc in procs:
+            try:
+                proc.send_signal(sig)
+            except psutil.NoSuchProcess:
+                continue
+        if sig == signal.SIGKILL:
+            psutil.wait_procs(procs, timeout=15)
+        return [proc.pid for proc in procs]
 
     def stop(self) -> None:
         """End every process of this cluster (and only those), then remove its folder."""
