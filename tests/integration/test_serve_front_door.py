@@ -18,8 +18,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from tests.integration.servers import free_port
-from tests.unit.retrieval_fixtures import DIM, build_tiny_index
+from tests.integration.tiny_app import served_tiny_app
 
 pytestmark = pytest.mark.integration
 
@@ -33,33 +32,19 @@ QUESTIONS = ("Where does Robert Malenka work?", "Which prize did Thomas Südhof 
 
 @pytest.fixture(scope="module")
 def base(ray_local, tmp_path_factory) -> Iterator[str]:
-    from ray import serve
-
-    from serve.app import build_app
-
-    tmp = tmp_path_factory.mktemp("front_door")
-    root = build_tiny_index(tmp / "index").root
-    keys = tmp / "api_keys"
-    keys.write_text(f"{KEY}\n")
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60})
-    app = build_app(
-        {
-            "indexes": {"tiny": str(root)},
-            "config_data": {"llm": {"backend": "scripted"}, "embedding": {"backend": "hashing", "dim": DIM}},
-            "api_keys_file": str(keys),
-            "pipeline_threads": 8,
-            "scripted": {"delay_s": 0.2},
-            "deployment_options": {
-                "Ingress": {"num_replicas": 2, "max_ongoing_requests": 64, "ray_actor_options": {"num_cpus": 0.1}},
-                "Retriever": {"num_replicas": 1, "max_ongoing_requests": 32, "ray_actor_options": {"num_cpus": 0.2}},
-                "LLM": {"max_ongoing_requests": 128, "ray_actor_options": {"num_cpus": 0.1}},
-            },
-        }
-    )
-    serve.run(app, name=APP, route_prefix="/")
-    yield f"http://127.0.0.1:{port}"
-    serve.delete(APP)
+    with served_tiny_app(
+        tmp_path_factory.mktemp("front_door"),
+        APP,
+        KEY,
+        pipeline_threads=8,
+        scripted={"delay_s": 0.2},
+        deployment_options={
+            "Ingress": {"num_replicas": 2, "max_ongoing_requests": 64, "ray_actor_options": {"num_cpus": 0.1}},
+            "Retriever": {"num_replicas": 1, "max_ongoing_requests": 32, "ray_actor_options": {"num_cpus": 0.2}},
+            "LLM": {"max_ongoing_requests": 128, "ray_actor_options": {"num_cpus": 0.1}},
+        },
+    ) as url:
+        yield url
 
 
 def _ingress_replicas() -> set[str]:

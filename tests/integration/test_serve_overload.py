@@ -19,8 +19,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from tests.integration.servers import free_port
-from tests.unit.retrieval_fixtures import DIM, build_tiny_index
+from tests.integration.tiny_app import served_tiny_app
 
 pytestmark = pytest.mark.integration
 
@@ -35,33 +34,19 @@ QUESTIONS = ("Where does Robert Malenka work?", "Which prize did Thomas Südhof 
 
 @pytest.fixture(scope="module")
 def base(ray_local, tmp_path_factory) -> Iterator[str]:
-    from ray import serve
-
-    from serve.app import build_app
-
-    tmp = tmp_path_factory.mktemp("overload")
-    root = build_tiny_index(tmp / "index").root
-    keys = tmp / "api_keys"
-    keys.write_text(f"{KEY}\n")
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60})
-    app = build_app(
-        {
-            "indexes": {"tiny": str(root)},
-            "config_data": {"llm": {"backend": "scripted"}, "embedding": {"backend": "hashing", "dim": DIM}},
-            "api_keys_file": str(keys),
-            "pipeline_threads": ONGOING,
-            "scripted": {"delay_s": DELAY_S},
-            "deployment_options": {
-                "Ingress": {"num_replicas": 1, "max_ongoing_requests": 512, "max_queued_requests": 512},
-                "Retriever": {"num_replicas": 1, "max_ongoing_requests": 4 * ONGOING, "max_queued_requests": 256},
-                "LLM": {"max_ongoing_requests": 256},
-            },
-        }
-    )
-    serve.run(app, name=APP, route_prefix="/")
-    yield f"http://127.0.0.1:{port}"
-    serve.shutdown()
+    with served_tiny_app(
+        tmp_path_factory.mktemp("overload"),
+        APP,
+        KEY,
+        pipeline_threads=ONGOING,
+        scripted={"delay_s": DELAY_S},
+        deployment_options={
+            "Ingress": {"num_replicas": 1, "max_ongoing_requests": 512, "max_queued_requests": 512},
+            "Retriever": {"num_replicas": 1, "max_ongoing_requests": 4 * ONGOING, "max_queued_requests": 256},
+            "LLM": {"max_ongoing_requests": 256},
+        },
+    ) as url:
+        yield url
 
 
 async def _closed_loop(base: str, concurrency: int, seconds: float) -> float:

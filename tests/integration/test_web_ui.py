@@ -20,8 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.integration.servers import free_port
-from tests.unit.retrieval_fixtures import DIM, build_tiny_index
+from tests.integration.tiny_app import served_tiny_app
 
 pytestmark = pytest.mark.integration
 
@@ -50,39 +49,20 @@ def _small(cpus: float, **extra: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def base_url(ray_local, tmp_path_factory) -> Iterator[str]:
-    from ray import serve
-
-    from serve.app import build_app
-
-    tmp = tmp_path_factory.mktemp("web-ui")
-    root = build_tiny_index(tmp / "index").root
-    keys = tmp / "api_keys"
-    keys.write_text(f"{KEY}\n")
-    port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60})
-    app = build_app(
-        {
-            "indexes": {"tiny": str(root)},
-            "config_data": {
-                "llm": {"backend": "scripted"},
-                "embedding": {"backend": "hashing", "dim": DIM},
-                "retrieval": {"context_length": 4096, "answer_reserve_tokens": 1024},
-            },
-            "api_keys_file": str(keys),
-            # A word every 40 ms: the answer visibly grows for about a second.
-            "scripted": {"token_delay_s": 0.04},
-            # The smallest app: the parts and the embedder inside the Retriever (2 cores in CI).
-            "parts": "in_replica",
-            "embedder": "in_replica",
-            "pipeline_threads": 4,
-            "deployment_options": {"Ingress": _small(0.1), "Retriever": _small(0.2), "LLM": _small(0.1)},
-        }
-    )
-    serve.run(app, name=APP, route_prefix="/")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        serve.shutdown()
+    with served_tiny_app(
+        tmp_path_factory.mktemp("web-ui"),
+        APP,
+        KEY,
+        config_data={"retrieval": {"context_length": 4096, "answer_reserve_tokens": 1024}},
+        # A word every 40 ms: the answer visibly grows for about a second.
+        scripted={"token_delay_s": 0.04},
+        # The smallest app: the parts and the embedder inside the Retriever (2 cores in CI).
+        parts="in_replica",
+        embedder="in_replica",
+        pipeline_threads=4,
+        deployment_options={"Ingress": _small(0.1), "Retriever": _small(0.2), "LLM": _small(0.1)},
+    ) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
