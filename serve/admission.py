@@ -14,7 +14,9 @@ the lowest load).
 Answers are kept per load, not in one window of the latest: under a long overload the latest answers are all at
 high loads, and a window of them forgot what an answer takes on a light load, so the queueing test compared the
 queue with itself and admitted more than the service could answer (at twice the capacity for 60 s: 388 of 1,117
-admitted queries ran out of time).
+admitted queries ran out of time). Predictions use only the answers of the last ``FRESH_S`` seconds (the light
+load's time, the baseline, is kept however old): a load refused on old evidence is never admitted to renew it, so
+after an outage (a replica lost, each answer at its deadline) old evidence would refuse that load for ever.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Callable, Iterable, Iterator
 
 # Answers remembered per load (per Ingress replica), and how many of them must be near a load to predict from them.
 PER_LOAD = 32
+# Answers older than this do not predict (the service may have changed since: a replica came back).
+FRESH_S = 10.0
 MIN_SAMPLES = 5
 # The answers at the highest load show queueing when they took this much longer than those at the lowest.
 QUEUEING_RATIO = 1.5
@@ -65,22 +69,29 @@ class Refusal:
 class Admission:
     """Predicts a query's time from this replica's recent answers and refuses one that would miss its deadline."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, per_load: int = PER_LOAD):
+    def __init__(self, clock: Callable[[], float] = time.monotonic, per_load: int = PER_LOAD, fresh_s: float = FRESH_S):
         self.clock = clock
         self.in_flight = 0
         self._per_load = per_load
-        self._by_load: dict[int, deque[float]] = {}  # in flight when sent -> the latest answers' seconds
+        self._fresh_s = fresh_s
+        # in flight when sent -> the latest answers at that load: (when it ended, seconds it took)
+        self._by_load: dict[int, deque[tuple[float, float]]] = {}
 
     def _answers(self) -> int:
         return sum(len(times) for times in self._by_load.values())
 
-    def _gathered(self, loads: Iterable[int]) -> tuple[list[float], int | None]:
-        """The answers at ``loads``, taken in that order until there are enough; and the last load taken."""
+    def _times(self, load: int, since: float | None) -> list[float]:
+        return [s for ended, s in self._by_load.get(load, ()) if since is None or ended >= since]
+
+    def _gathered(self, loads: Iterable[int], since: float | None) -> tuple[list[float], int | None]:
+        """The answers at ``loads`` (ended after ``since``), taken in that order until there are enough; and the
+        last load taken."""
         times: list[float] = []
         last = None
         for load in loads:
-            if load in self._by_load:
-                times.extend(self._by_load[load])
+            found = self._times(load, since)
+            if found:
+                times.extend(found)
                 last = load
                 if len(times) >= MIN_SAMPLES:
                     break
@@ -90,14 +101,15 @@ class Admission:
         """Seconds a query sent with ``in_flight`` others outstanding is likely to take; None without evidence."""
         if self._answers() < MIN_SAMPLES:
             return None
+        since = self.clock() - self._fresh_s
         spread = max(2, in_flight // 4)
         near = [
-            t for load in range(max(0, in_flight - spread), in_flight + spread + 1) for t in self._by_load.get(load, ())
+            t for load in range(max(0, in_flight - spread), in_flight + spread + 1) for t in self._times(load, since)
         ]
         if len(near) >= MIN_SAMPLES:
             return statistics.median(near)
-        highest, top_load = self._gathered(sorted(self._by_load, reverse=True))
-        if top_load is None or in_flight <= top_load:
+        highest, top_load = self._gathered(sorted(self._by_load, reverse=True), since)
+        if top_load is None or in_flight <= top_load or len(highest) < MIN_SAMPLES:
             return None  # between loads seen, without enough answers near this one
         slow, fast = statistics.median(highest), self.baseline_s()
         if fast is None or slow < QUEUEING_RATIO * fast:
@@ -108,7 +120,7 @@ class Admission:
         """What an answer takes at the lowest load seen (the median of the answers sent with the fewest in flight)."""
         if self._answers() < MIN_SAMPLES:
             return None
-        lowest, _ = self._gathered(sorted(self._by_load))
+        lowest, _ = self._gathered(sorted(self._by_load), since=None)
         return statistics.median(lowest)
 
     def check(self, deadline: float, now: float | None = None) -> Refusal | None:
@@ -138,7 +150,8 @@ class Admission:
             times = self._by_load.get(sent_with)
             if times is None:
                 times = self._by_load[sent_with] = deque(maxlen=self._per_load)
-            times.append(self.clock() - started)
+            ended = self.clock()
+            times.append((ended, ended - started))
 
         try:
             yield answered

@@ -23,11 +23,13 @@ class Clock:
 
 
 def record(admission: Admission, clock: Clock, in_flight: int, seconds: float, n: int = MIN_SAMPLES) -> None:
-    """``n`` answers sent with ``in_flight`` others outstanding, each taking ``seconds``."""
+    """``n`` answers sent together with ``in_flight`` others outstanding, each taking ``seconds``."""
+    sent = clock.now
     for _ in range(n):
+        clock.now = sent
         admission.in_flight = in_flight
         with admission.admitted() as answered:
-            clock.now += seconds
+            clock.now = sent + seconds
             answered()
     admission.in_flight = 0
 
@@ -82,8 +84,23 @@ def test_a_long_overload_does_not_forget_what_an_answer_takes_on_a_light_load():
         record(admission, clock, in_flight=load, seconds=0.1 * load, n=30)
     assert admission.baseline_s() == pytest.approx(0.2)
     admission.in_flight = 14
-    refusal = admission.check(deadline=2.0, now=0.0)  # 1.4 s of 2: queueing against 0.2 s when light
-    assert refusal is not None and refusal.predicted_s == pytest.approx(1.4)
+    refusal = admission.check(deadline=2.0, now=0.0)  # 1.6 s of 2: queueing against 0.2 s when light
+    # From the answers of the last 10 s near load 14: loads 15-17 (1.5-1.7 s); loads 11-14 ended earlier.
+    assert refusal is not None and refusal.predicted_s == pytest.approx(1.6)
+
+
+def test_after_an_outage_old_evidence_stops_refusing():
+    """Answers that took their whole deadline while a replica was replaced must not refuse that load for ever: a
+    refused load is never admitted to renew its evidence."""
+    clock = Clock()
+    admission = Admission(clock=clock, fresh_s=10)
+    record(admission, clock, in_flight=0, seconds=0.2)
+    record(admission, clock, in_flight=3, seconds=10.0)  # the outage: every answer at its deadline
+    admission.in_flight = 3
+    assert admission.check(deadline=10.0, now=0.0) is not None
+    clock.now += 10.5  # nothing admitted at this load since
+    assert admission.check(deadline=10.0, now=0.0) is None
+    assert admission.baseline_s() == pytest.approx(0.2)  # the light load's time is kept however old
 
 
 def test_only_answers_are_remembered_and_in_flight_counts_the_block():
