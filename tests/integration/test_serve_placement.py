@@ -59,4 +59,4 @@ def test_an_unplaceable_replica_is_said_once_and_counted_on_the_metrics_endpoint
             watch.poll()  # as the wait loop does every few seconds: a gauge not set again expires
             time.sleep(1.0)
     finally:
-        serve.delete(APP, _blocking=False)
+        serve.shutdown()  # the next module starts Serve on a port of its own

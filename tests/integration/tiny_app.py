@@ -26,6 +26,7 @@ def served_tiny_app(tmp: Path, name: str, key: str, **args: Any) -> Iterator[str
     config = {"llm": {"backend": "scripted"}, "embedding": {"backend": "hashing", "dim": DIM}}
     config.update(args.pop("config_data", {}))
     port = free_port()
+    serve.shutdown()  # a Serve left running by an earlier module would keep its own port and ignore this one
     serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60})
     app = build_app({"indexes": {"tiny": str(root)}, "config_data": config, "api_keys_file": str(keys), **args})
     serve.run(app, name=name, route_prefix="/")
