@@ -11,8 +11,6 @@ here, before any work: what cannot be processed gets a 4xx with a reason, never 
 from __future__ import annotations
 
 import logging
-import math
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterable
@@ -23,7 +21,7 @@ from hxd2_ray.text_validation import find_lone_surrogate
 from serve.front_door import ARRIVED_HEADER, arrival_of
 from serve.index_routes import INDEX_ROUTES, add_index_routes
 from serve.metrics import Metrics
-from serve.openapi import DEADLINE_HEADER
+from serve.openapi import DEADLINE_HEADER, positive_seconds
 from serve.payloads import ApiError
 from serve.rate_limit import KeyRateLimiter
 from serve.schemas import ERROR_TYPES
@@ -88,8 +86,6 @@ class HttpMetricsMiddleware:
             self.metrics.http_requests.inc(tags={"route": route, "status": str(status["code"])})
             self.metrics.http_latency.observe((time.perf_counter() - started) * 1000, tags={"route": route})
 
-
-_DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 
 ROUTES = (
     "/v1/chat/completions",
@@ -184,9 +180,8 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
         seconds = settings.request_deadline_s
         asked = request.headers.get(DEADLINE_HEADER)
         if asked is not None:
-            # A number as the document says (not Python's float(): "1_0", " 5", "nan"); sent empty, it is refused.
-            value = float(asked) if _DECIMAL.fullmatch(asked) else math.nan
-            if not math.isfinite(value) or value <= 0:
+            value = positive_seconds(asked)  # sent empty, it is refused
+            if value is None:
                 raise ApiError(
                     400,
                     f"{DEADLINE_HEADER} must be a positive, finite number of seconds; got {asked[:40]!r}",

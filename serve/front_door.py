@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
-import re
 import time
 from typing import Any, Awaitable, Callable
 
-from serve.openapi import DEADLINE_HEADER
+from serve.openapi import DEADLINE_HEADER, positive_seconds
 from serve.schemas import error_body
 
 PROXY_CALLBACK = "serve.front_door:proxy_middlewares"
@@ -36,7 +34,6 @@ ARRIVED_HEADER = "x-hxd2-arrived"
 GRACE_S = 1.0
 RETRY_AFTER_S = 1
 
-_DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?")
 _ARRIVED = ARRIVED_HEADER.encode()
 _DEADLINE = DEADLINE_HEADER.encode()
 
@@ -50,17 +47,15 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 def arrival_of(value: str | None, now: float) -> float:
     """The time a request arrived at the proxy, from its stamp; ``now`` when unstamped or unreadable. Never
     later than ``now``: a stamp can only shorten a deadline, never lengthen it."""
-    if value is None or not _DECIMAL.fullmatch(value.strip()):
-        return now
-    return min(now, float(value))
+    stamp = None if value is None else positive_seconds(value)
+    return now if stamp is None else min(now, stamp)
 
 
 def _deadline_s(headers: list[tuple[bytes, bytes]]) -> float | None:
+    """The request's deadline header as the Ingress reads it; None when absent or invalid (the Ingress answers 400)."""
     for key, value in headers:
         if key.lower() == _DEADLINE:
-            text = value.decode("latin-1").strip()
-            seconds = float(text) if _DECIMAL.fullmatch(text) else math.nan
-            return seconds if math.isfinite(seconds) and seconds > 0 else None  # the Ingress answers 400
+            return positive_seconds(value.decode("latin-1"))
     return None
 
 

@@ -14,6 +14,8 @@ and the last one is ``[DONE]``.
 from __future__ import annotations
 
 import copy
+import math
+import re
 from typing import Any
 
 from serve.schemas import ERROR_TYPES
@@ -21,6 +23,17 @@ from serve.schemas import ERROR_TYPES
 OPENAPI_VERSION = "3.2.0"
 BEARER = "bearer"
 DEADLINE_HEADER = "x-hxd2-deadline-s"
+_DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
+
+def positive_seconds(text: str) -> float | None:
+    """A header's positive, finite number of seconds, written as the document says (digits, an optional fraction
+    and exponent; not Python's float(): "1_0", " 5", "nan", "inf"); None for anything else."""
+    if not _DECIMAL.fullmatch(text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) and value > 0 else None
+
 
 _SCHEMAS = "#/components/schemas/"
 

@@ -97,7 +97,8 @@ def test_a_started_stream_is_not_cut_at_the_deadline():
 
 
 @pytest.mark.parametrize(
-    ("stamp", "expected"), [(None, 100.0), ("90.5", 90.5), ("150", 100.0), ("-3", 100.0), ("nan", 100.0)]
+    ("stamp", "expected"),
+    [(None, 100.0), ("90.5", 90.5), ("9.05e1", 90.5), ("150", 100.0), ("-3", 100.0), ("nan", 100.0), (" 90", 100.0)],
 )
 def test_a_stamp_can_only_shorten_a_deadline(stamp, expected):
     assert arrival_of(stamp, now=100.0) == expected
