@@ -34,6 +34,7 @@ from hxd2_ray.llm.base import LLMRequest, LLMResponse
 from hxd2_ray.llm.vllm_setup import (
     caller_ld_preload,
     engine_kwargs,
+    engine_start_scan_safe,
     prepare_process,
     resolve_model_path,
     sampling_params,
@@ -106,7 +107,7 @@ class AsyncVllmEngine:
             structured_outputs_config=StructuredOutputsConfig(**structured_outputs_kwargs(self.compact_json)),
             disable_log_stats=True,
         )
-        with caller_ld_preload():
+        with caller_ld_preload(), engine_start_scan_safe():
             return AsyncLLM.from_engine_args(args)
 
     def close(self) -> None:

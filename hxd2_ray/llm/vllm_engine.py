@@ -24,6 +24,7 @@ from hxd2_ray.llm.base import LLMRequest, LLMResponse
 from hxd2_ray.llm.vllm_setup import (
     caller_ld_preload,
     engine_kwargs,
+    engine_start_scan_safe,
     prepare_process,
     resolve_model_path,
     sampling_params,
@@ -87,7 +88,7 @@ class VllmEngineLLM:
         from vllm import LLM
 
         try:
-            with caller_ld_preload():
+            with caller_ld_preload(), engine_start_scan_safe():
                 return LLM(
                     **engine_kwargs(self.cfg, self.model_path, self.model_id),
                     structured_outputs_config=structured_outputs_kwargs(self.compact_json) or None,

@@ -7,13 +7,17 @@ vLLM is imported inside the functions: importing this module stays cheap.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
 from hxd2_ray.config import VllmLLMConfig
 from hxd2_ray.llm.base import LLMRequest
 from hxd2_ray.models import resolve_llm_path
+
+log = logging.getLogger(__name__)
 
 
 def resolve_model_path(model: str) -> str:
@@ -52,6 +56,45 @@ def caller_ld_preload() -> Iterator[None]:
             os.environ.pop("LD_PRELOAD", None)
         else:
             os.environ["LD_PRELOAD"] = ld_preload
+
+
+@contextlib.contextmanager
+def engine_start_scan_safe() -> Iterator[None]:
+    """Hide, while an engine starts in this process, the module attributes that break vLLM's kernel scan.
+
+    When its CPU worker starts, vLLM (0.32, ``vllm/triton_utils/dispatcher.py``) walks every attribute of every
+    loaded module and reads ``vars(value).get("kernel")``. An object whose ``__dict__`` is not a mapping breaks that
+    walk and the engine never starts: llvmlite's ``ffi.lib`` answers any attribute, ``__dict__`` included, with a
+    C-function wrapper, and llvmlite is loaded by numba, which ``bm25s`` (the lexical channel) imports. So the
+    engine could start only in a process that had not opened a lexical index. Those few attributes are taken out
+    of their modules' namespaces for the start and put back after it, so the engine starts whatever was imported
+    before; nothing calls into them meanwhile (the start is the one thing this process does).
+    """
+    hidden: list[tuple[dict[str, Any], str, Any]] = []
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for attr, value in list(namespace.items()):
+            if _breaks_vars(value):
+                hidden.append((namespace, attr, value))
+    for namespace, attr, _ in hidden:
+        del namespace[attr]
+    if hidden:
+        log.debug("hid %d module attributes from vLLM's kernel scan: %s", len(hidden), [a for _, a, _ in hidden])
+    try:
+        yield
+    finally:
+        for namespace, attr, value in hidden:
+            namespace[attr] = value
+
+
+def _breaks_vars(value: Any) -> bool:
+    """Whether ``vars(value).get`` fails for ``value`` although it claims a ``__dict__`` (what vLLM's scan does)."""
+    try:
+        return hasattr(value, "__dict__") and not hasattr(vars(value), "get")
+    except Exception:  # noqa: BLE001 - an attribute whose own lookup raises would break the scan just the same
+        return True
 
 
 def engine_kwargs(cfg: VllmLLMConfig, model_path: str, served_name: str) -> dict[str, Any]:
