@@ -7,6 +7,7 @@ builders in ``__init__``, so each actor pays only for the backend it actually ru
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from hxd2_ray.config import (
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from hxd2_ray.retrieval.flow import QueryFlow
     from hxd2_ray.retrieval.index import OpenIndex
     from hxd2_ray.retrieval.parts import FlowParts, GraphRetriever
+
+log = logging.getLogger(__name__)
 
 
 def build_llm(cfg: LLMConfig, *, concurrent: bool = False) -> "LLMClient":
@@ -202,7 +205,8 @@ def build_pipeline(
         if ms.planner_relation_hints:
             try:
                 relations = [k for k in index.graph.top_relation_keywords(ms.planner_relation_hints) if k.strip()]
-            except Exception:  # noqa: BLE001 - a hint, not a requirement
+            except Exception as exc:  # noqa: BLE001 - a hint, not a requirement
+                log.warning("the planner goes without relation hints: %s: %s", type(exc).__name__, exc)
                 relations = []
         if parts.planner is not None and parts.executor is not None:
             logic = LogicFormStep(

@@ -111,7 +111,7 @@ def engine_logs_to(command: str, output: str | None, *, verbose: bool = False) -
 def _redirected_fds(log_file: TextIO) -> Iterator[TextIO]:
     """Point fds 1 and 2 at ``log_file`` for the block; yields a stream on the original stderr."""
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken stream has nothing to flush
             stream.flush()
     saved = {fd: os.dup(fd) for fd in (1, 2)}
     terminal = os.fdopen(os.dup(saved[2]), "w", buffering=1, encoding="utf-8", errors="replace")
@@ -121,7 +121,7 @@ def _redirected_fds(log_file: TextIO) -> Iterator[TextIO]:
         yield terminal
     finally:
         for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(OSError, ValueError):
                 stream.flush()
         for fd, copy in saved.items():
             os.dup2(copy, fd)

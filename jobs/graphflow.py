@@ -88,13 +88,19 @@ class ProgressRelay:
         self._stop.set()
         self._thread.join(timeout=5)
         self._flush()
-        with contextlib.suppress(Exception):  # the queue's actor may already be gone with Ray
+        try:
             self.queue.shutdown()
+        except Exception as exc:  # noqa: BLE001 - the queue's actor may already be gone with Ray
+            _log(f"the progress queue did not shut down ({type(exc).__name__}: {exc})")
 
     def _flush(self) -> None:
-        with contextlib.suppress(Exception):
-            for line in self.queue.get_nowait_batch(self.queue.qsize()):
-                _log(line)
+        try:
+            lines = self.queue.get_nowait_batch(self.queue.qsize())
+        except Exception as exc:  # noqa: BLE001 - the queue's actor may already be gone with Ray
+            _log(f"the last progress lines are lost ({type(exc).__name__}: {exc})")
+            return
+        for line in lines:
+            _log(line)
 
     def _drain(self) -> None:
         from ray.util.queue import Empty
@@ -104,14 +110,21 @@ class ProgressRelay:
                 _log(self.queue.get(timeout=0.5))
             except Empty:
                 continue
-            except Exception:  # noqa: BLE001 - Ray going down under the thread: the driver reports the outcome
+            except Exception as exc:  # noqa: BLE001 - Ray going down under the thread: the driver reports the outcome
+                _log(f"progress lines stop here ({type(exc).__name__}: {exc})")
                 return
 
 
 def _relayed(queue: Any) -> Callable[[str], None]:
+    lost = [0]
+
     def put(line: str) -> None:
-        with contextlib.suppress(Exception):  # a full or gone queue loses a progress line, never the training
+        try:
             queue.put_nowait(line)
+        except Exception as exc:  # noqa: BLE001 - a full or gone queue loses a progress line, never the training
+            lost[0] += 1
+            if lost[0] == 1:  # said once, in the worker's log: the driver's lines stop anyway
+                print(f"[hxd2 graphflow] progress lines are lost ({type(exc).__name__}: {exc})", file=sys.stderr)
 
     return put
 

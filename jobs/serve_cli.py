@@ -122,8 +122,8 @@ def start_ray_with_retries(
             last = " ".join(str(exc).split())[:200] or type(exc).__name__
             try:
                 shutdown()  # what a failed start left running, before the next try
-            except Exception:  # noqa: BLE001 - nothing to tear down is fine
-                pass
+            except Exception as cleanup:  # noqa: BLE001 - said with the start's own failure
+                last += f"; its cleanup failed too: {type(cleanup).__name__}: {' '.join(str(cleanup).split())[:200]}"
             if attempt < attempts:
                 log(f"Ray did not start ({last}); trying again in {wait:.0f} s ({attempt}/{attempts})")
                 sleep(wait)
@@ -413,14 +413,18 @@ def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argpars
             return 0
         watch = PlacementWatch(ns.name, app_args.get("deployment_options") or {}, say)
         next_look = time.monotonic() + POLL_S
+        watch_error = ""
         while not stop["now"]:
             time.sleep(0.5)
             if time.monotonic() >= next_look:
                 next_look = time.monotonic() + POLL_S
                 try:
                     watch.poll()
+                    watch_error = ""
                 except Exception as exc:  # noqa: BLE001 - a status call that failed once is tried again next time
-                    log.debug("placement watch: %s", exc)
+                    if f"{type(exc).__name__}: {exc}" != watch_error:  # once per new error, not every poll
+                        watch_error = f"{type(exc).__name__}: {exc}"
+                        log.warning("placement watch: %s (tried again every %s s)", watch_error, POLL_S)
     except KeyboardInterrupt:
         pass
     except Exception as exc:  # noqa: BLE001 - report, then leave a clean exit code

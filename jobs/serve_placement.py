@@ -84,6 +84,7 @@ class PlacementWatch:
         self._starting_since: dict[str, float] = {}
         self._said: dict[str, Unplaced] = {}
         self._gauge: Any = None
+        self._gauge_failed = False
 
     def unplaced(self, deployments: Mapping[str, Any], free: Mapping[str, float]) -> list[Unplaced]:
         """The deployments with replicas that cannot be placed, from a ``serve.status()`` application's
@@ -131,7 +132,7 @@ class PlacementWatch:
                 gauge.set(float(now[name].replicas if name in now else 0), tags={"deployment": name})
 
     def _metric(self) -> Any:
-        if self._gauge is None:
+        if self._gauge is None and not self._gauge_failed:
             try:
                 from ray.util.metrics import Gauge
 
@@ -141,6 +142,7 @@ class PlacementWatch:
                     "them (hxd2 serve's placement watch).",
                     tag_keys=("deployment",),
                 )
-            except Exception:  # noqa: BLE001 - outside a Ray driver (a unit test): the lines are said anyway
-                return None
+            except Exception as exc:  # noqa: BLE001 - outside a Ray driver (a unit test): the lines are said anyway
+                log.warning("the unplaced-replica gauge is not exported (%s: %s)", type(exc).__name__, exc)
+                self._gauge_failed = True
         return self._gauge

@@ -143,11 +143,15 @@ class JobTelemetry:
             time.sleep(wait_s)
 
     def _poll(self) -> None:
+        said = ""
         while not self._stop.wait(self.poll_s):
             try:
                 self.sync(timeout_s=max(5.0, 4 * self.poll_s))
+                said = ""
             except Exception as exc:  # noqa: BLE001 - progress is best effort; the job's own errors surface elsewhere
-                log.debug("telemetry poll failed: %s", exc)
+                if type(exc).__name__ != said:  # once per new kind of failure, not every poll
+                    said = type(exc).__name__
+                    log.warning("progress counts are not updating (%s: %s); trying again", said, exc)
 
     def close(self) -> None:
         self._stop.set()
@@ -183,7 +187,7 @@ class StageRun:
                 telemetry.settle(self.name)
                 telemetry.stage_seconds(self.name, seconds)
             except Exception as exc:  # noqa: BLE001 - the board keeps its last counts; the job's error matters more
-                log.debug("final telemetry of stage %s failed: %s", self.name, exc)
+                log.warning("the final counts of stage %s are missing (%s: %s)", self.name, type(exc).__name__, exc)
         progress.current().end(self.name, status)
 
 

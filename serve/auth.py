@@ -167,8 +167,8 @@ class GuardMiddleware:
         if self.on_reject is not None:
             try:
                 self.on_reject(status, path)
-            except Exception:
-                log.debug("on_reject failed", exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - a metric's failure must not change the answer
+                log.warning("counting a rejected request failed: %s: %s", type(exc).__name__, exc)
         for message in _json_response(status, body, headers):
             await send(message)
 

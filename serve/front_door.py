@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from typing import Any, Awaitable, Callable
 
 from serve.openapi import DEADLINE_HEADER, positive_seconds
 from serve.schemas import error_body
+
+log = logging.getLogger("hxd2.serve")
 
 PROXY_CALLBACK = "serve.front_door:proxy_middlewares"
 PROXY_CALLBACK_ENV = "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"
@@ -113,11 +116,15 @@ class FrontDoor:
         except asyncio.CancelledError:
             inner.cancel()
             raise
-        except Exception:
+        except Exception as exc:
             if started.is_set():
                 raise
+            lost = f"{type(exc).__name__}: {exc}"
+        else:
+            lost = "the proxy returned without a response"
         if not started.is_set():
-            # Serve's proxy returned without a response: the Ingress replica holding the request was lost.
+            # Serve's proxy failed or returned without a response: the Ingress replica holding it was lost.
+            log.warning("%s %s answered 503 replica_lost: %s", scope.get("method"), scope.get("path"), lost[:300])
             await _send_json(
                 send,
                 503,

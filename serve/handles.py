@@ -29,6 +29,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
+import logging
 import threading
 import time
 from typing import Any, Callable, Iterator, Sequence, TypeVar
@@ -46,6 +47,8 @@ from hxd2_ray.config import (
 from hxd2_ray.errors import HxdError
 from hxd2_ray.llm.base import LLMRequest, LLMResponse
 from serve.replica_failures import count_replica_failure, is_replica_loss
+
+log = logging.getLogger("hxd2.serve")
 
 T = TypeVar("T")
 
@@ -127,8 +130,8 @@ def cancel_quietly(response: Any) -> None:
     that error was (or is being) answered already."""
     try:
         response.cancel()
-    except Exception:  # noqa: BLE001 - already finished, or the replica is gone
-        pass
+    except Exception as exc:  # noqa: BLE001 - already finished, or the replica is gone: the call's own answer says so
+        log.warning("cancelling a handle call raised %s: %s (the call answers for it)", type(exc).__name__, exc)
 
 
 _scope: contextvars.ContextVar[RequestScope | None] = contextvars.ContextVar("hxd2_request_scope", default=None)

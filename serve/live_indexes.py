@@ -10,6 +10,7 @@ of the index lies under), or its S3 URI, never the absolute path of the machine 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import posixpath
 from collections.abc import Callable, Mapping
@@ -18,6 +19,8 @@ from typing import Any, TypeVar
 from hxd2_ray.config import HxdConfig
 from hxd2_ray.errors import IndexNotFoundError
 from hxd2_ray.retrieval.live_index import LiveIndex
+
+log = logging.getLogger("hxd2.serve")
 
 T = TypeVar("T")
 
@@ -57,8 +60,8 @@ def close_live(lives: Mapping[str, LiveIndex[Any]]) -> None:
     for live in lives.values():
         try:
             live.close()
-        except Exception:  # noqa: BLE001 - a replica being torn down has no one to report to
-            pass
+        except Exception as exc:  # noqa: BLE001 - the replica's log has it; the other indexes still close
+            log.warning("closing index %s failed: %s: %s", live.location, type(exc).__name__, exc)
 
 
 def live_of(lives: Mapping[str, LiveIndex[T]], name: str) -> LiveIndex[T]:

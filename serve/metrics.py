@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ray import serve
+from ray.serve.exceptions import RayServeException
 
 # Phases of a query whose latency is recorded (the flow's and the dual-level retrieval's timing keys).
 TIMING_PHASES = (
@@ -87,12 +88,12 @@ class Metrics:
 def replica_max_ongoing() -> int | None:
     try:
         return int(serve.get_replica_context()._deployment_config.max_ongoing_requests)  # noqa: SLF001
-    except Exception:  # noqa: BLE001 - outside a replica, or a Serve version without the field
+    except (RayServeException, AttributeError):  # outside a replica, or a Serve version without the field
         return None
 
 
 def in_replica() -> bool:
     try:
         return serve.get_replica_context() is not None
-    except Exception:  # noqa: BLE001 - RayServeException outside a replica
+    except RayServeException:  # outside a replica
         return False

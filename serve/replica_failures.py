@@ -29,11 +29,12 @@ def count_replica_failure(deployment: str) -> None:
     """Count one call that found a replica of ``deployment`` gone (tag ``target``)."""
     with _LOCK:
         if not _COUNTER:
-            try:
-                from ray import serve
+            from ray import serve
+            from ray.serve.exceptions import RayServeException
 
+            try:
                 in_replica = serve.get_replica_context() is not None
-            except Exception:  # noqa: BLE001 - RayServeException outside a replica
+            except RayServeException:  # outside a replica
                 in_replica = False
             if not in_replica:
                 return

@@ -163,8 +163,8 @@ class FlagModelEmbedder:
             return
         try:
             model.stop_self_pool()  # no-op with one device; kept for safety if devices ever widen
-        except Exception:
-            log.debug("stop_self_pool failed", exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - the model is dropped either way
+            log.warning("stopping the embedder's worker pool failed: %s: %s", type(exc).__name__, exc)
         del model
         gc.collect()
         if self.device.startswith("cuda"):

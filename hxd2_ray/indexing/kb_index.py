@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -43,6 +44,8 @@ from hxd2_ray.logic.metaqa import empty_chunks, empty_documents, read_triples, t
 from hxd2_ray.progress import NO_BOARD, NO_COUNTER, BoardCounter, StageBoard, StageCounter
 from hxd2_ray.retrieval.refusal_calibration import calibrate_build
 from hxd2_ray.wiring import build_embedder
+
+log = logging.getLogger(__name__)
 
 __all__ = ["KB_PROMPT_VERSION", "build_kb_index", "embed_texts", "kb_fingerprint"]
 
@@ -121,6 +124,15 @@ def embed_texts(
                         f"embedding batch {b + 1}/{n_batches} failed after {max_retries + 1} "
                         f"attempts: {type(exc).__name__}: {exc}"
                     ) from exc
+                log.warning(
+                    "embedding batch %d/%d failed (%s: %s); trying again (%d/%d)",
+                    b + 1,
+                    n_batches,
+                    type(exc).__name__,
+                    exc,
+                    attempt + 1,
+                    max_retries,
+                )
         out[idx] = vectors
         counter.add(done=len(batch))
         done = b + 1

@@ -305,8 +305,8 @@ class OpenAILLM:
             return
         try:
             self._run(self.engine.aclose()).result(timeout=10)
-        except Exception:
-            log.debug("closing the HTTP client failed", exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - the loop is stopped either way
+            log.warning("closing the HTTP client failed: %s: %s", type(exc).__name__, exc)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         self._loop.close()

@@ -101,7 +101,7 @@ class FlagRerankerBackend:
             return
         try:
             model.stop_self_pool()
-        except Exception:
-            log.debug("stop_self_pool failed", exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - the model is dropped either way
+            log.warning("stopping the reranker's worker pool failed: %s: %s", type(exc).__name__, exc)
         del model
         gc.collect()

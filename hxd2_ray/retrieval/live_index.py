@@ -206,8 +206,16 @@ class LiveIndex(Generic[T]):
         with self._lock:
             held, self._held = list(self._held.values()), {}
         for h in held:
-            with contextlib.suppress(Exception):
+            try:
                 self._close(h)
+            except Exception as exc:  # noqa: BLE001 - one that fails to close does not keep the others open
+                log.warning(
+                    "index %s: closing generation %s failed: %s: %s",
+                    self.location,
+                    h.generation,
+                    type(exc).__name__,
+                    exc,
+                )
         if self._own_keeper:
             self._keeper.close()
 

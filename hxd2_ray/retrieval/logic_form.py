@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,6 +29,8 @@ from hxd2_ray.retrieval.intent import MultiStagePromptSet, fill
 from hxd2_ray.retrieval.parts import PlanExecutor, Planner, Verifier
 from hxd2_ray.retrieval.results import ContextChunk, QueryEvent, Reference, references_of
 from hxd2_ray.retrieval.run_trace import RunTrace
+
+log = logging.getLogger(__name__)
 
 REFERENCE_CHUNKS = 5  # chunks cited for a logic-form answer (those mentioning the entities it used)
 
@@ -306,7 +309,8 @@ class LogicFormStep:
             by_entity = self.graph.chunks_for_entities(keys)
             chunk_ids = unique_in_order(c for k in keys for c in by_entity.get(k, ()))[:REFERENCE_CHUNKS]
             rows = self.graph.get_chunks(chunk_ids)
-        except Exception:  # noqa: BLE001 - references are a courtesy; never fail an answer for them
+        except Exception as exc:  # noqa: BLE001 - references are a courtesy; never fail an answer for them
+            log.warning("the logic-form answer goes without references: %s: %s", type(exc).__name__, exc)
             return ()
         chunks = [replace(ContextChunk.from_row(c), text="") for c in rows]
         return references_of(chunks)

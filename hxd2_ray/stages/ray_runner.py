@@ -250,4 +250,4 @@ class RayRunner(RunnerBase):
         try:
             ray.kill(self.ledger, no_restart=True)
         except Exception as exc:  # noqa: BLE001 - the run's result matters more than an actor's clean exit
-            log.debug("ending the ledger actor failed: %s", exc)
+            log.warning("ending the ledger actor failed: %s: %s", type(exc).__name__, exc)

@@ -9,6 +9,7 @@ counts only real calls.
 
 from __future__ import annotations
 
+import logging
 import socket
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -17,6 +18,8 @@ from hxd2_ray.indexing.cost import llm_payload
 from hxd2_ray.llm.base import LLMClient
 from hxd2_ray.llm.cache import CachedLLM, CacheLocation, ResponseStore
 from hxd2_ray.llm.metering import MeteredLLM
+
+log = logging.getLogger(__name__)
 
 
 class Ledger(Protocol):
@@ -93,6 +96,6 @@ def current_node() -> str:
 
         if ray.is_initialized():
             return str(ray.get_runtime_context().get_node_id())
-    except Exception:  # noqa: BLE001 - a label for messages only
-        pass
+    except Exception as exc:  # noqa: BLE001 - a label for messages only
+        log.warning("could not read this process's Ray node id (%s: %s); naming the host", type(exc).__name__, exc)
     return socket.gethostname()

@@ -45,12 +45,17 @@ def test_a_request_the_proxy_returns_without_answering_gets_a_json_503_with_retr
     assert body["error"]["code"] == "replica_lost" and "retry" in body["error"]["message"]
 
 
-def test_a_proxy_error_before_the_response_is_a_json_503_too():
+def test_a_proxy_error_before_the_response_is_a_json_503_too_and_is_logged(caplog):
     async def failing(scope, receive, send):
         raise RuntimeError("ActorDiedError")
 
-    status, _, body = _status_and_body(_call(failing))
+    with caplog.at_level("WARNING", logger="hxd2.serve"):
+        status, _, body = _status_and_body(_call(failing))
     assert status == 503 and body["error"]["type"] == "service_unavailable"
+    # Issue 40, item 9: the error behind the 503 is in the proxy's log, not swallowed.
+    assert any(
+        "POST /v1/query answered 503 replica_lost: RuntimeError: ActorDiedError" in r.message for r in caplog.records
+    )
 
 
 def test_answers_pass_through_untouched_and_the_arrival_is_stamped_by_the_proxy():
