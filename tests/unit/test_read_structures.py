@@ -5,6 +5,8 @@ equals the walk over edge lists for every choice of weights."""
 from __future__ import annotations
 
 import logging
+import math
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +23,7 @@ from hxd2_ray.graph.read_structures import (
     write_graph_reads_from,
 )
 from hxd2_ray.graph.resident import LazyStore, ResidentGraph, open_resident
+from hxd2_ray.graph.walk_matrix import build_walk_matrix
 from hxd2_ray.retrieval.ppr import EdgeWeights, PropagationGraph
 from tests.unit.test_kuzu_store import open_store, richer_path  # noqa: F401 - fixture
 
@@ -135,6 +138,118 @@ def test_an_index_without_structures_says_which_command_writes_them(richer_path,
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2 and all("hxd2 index reindex-reads --index /data/idx" in line for line in lines)
     assert "ppr cannot rank" in lines[1]
+
+
+def _oracle_adjacency(e, weights: EdgeWeights) -> dict[tuple[int, int], float]:
+    """The weighted walk graph from plain edge lists, with none of build_walk_matrix: each edge both ways, a
+    self-loop or a non-positive weight dropped, duplicates and kinds on one pair added up; a MENTIONS edge weighs
+    ``mention`` (times ``log(1 + chunks / chunks mentioning the entity)`` under ``mention_idf``)."""
+    w: dict[tuple[int, int], float] = {}
+
+    def add(a: int, b: int, value: float) -> None:
+        if a != b and value > 0:
+            w[(a, b)] = w.get((a, b), 0.0) + value
+            w[(b, a)] = w.get((b, a), 0.0) + value
+
+    ents = e.n_entities
+    chunks_of: dict[int, int] = {}
+    for entity in e.mentions[1].tolist():
+        chunks_of[entity] = chunks_of.get(entity, 0) + 1
+    for a, b in zip(e.related[0].tolist(), e.related[1].tolist()):
+        add(a, b, weights.related)
+    for chunk, entity in zip(e.mentions[0].tolist(), e.mentions[1].tolist()):
+        idf = math.log(1 + max(1, e.n_chunks) / chunks_of[entity]) if weights.mention_idf else 1.0
+        add(ents + chunk, entity, weights.mention * idf)
+    for a, b, cosine in zip(e.synonyms[0].tolist(), e.synonyms[1].tolist(), e.synonyms[2].tolist()):
+        add(a, b, weights.synonym * cosine)
+    for chunk, title in zip(e.titles[0].tolist(), e.titles[1].tolist()):
+        add(ents + chunk, ents + e.n_chunks + title, weights.title)
+    return w
+
+
+def _oracle_ppr(w: dict[tuple[int, int], float], size: int, seeds: list[int], damping: float) -> np.ndarray:
+    """Personalized PageRank by plain power iteration over the pairs (what reaches a node with no edges walks out:
+    the walk's scores sum to at most 1)."""
+    strength = [0.0] * size
+    for (a, _), value in w.items():
+        strength[a] += value
+    reset = np.zeros(size)
+    reset[seeds] = 1.0 / len(seeds)
+    x = reset.copy()
+    for _ in range(2000):
+        nxt = (1 - damping) * reset
+        for (a, b), value in w.items():
+            nxt[b] += damping * x[a] * value / strength[a]
+        if np.abs(nxt - x).sum() < 1e-15:
+            break
+        x = nxt
+    return nxt
+
+
+@pytest.mark.parametrize("weights", WEIGHTS, ids=lambda w: repr(w))
+def test_the_mapped_walk_equals_an_independent_oracle_over_the_stored_edge_lists(richer_path, tmp_path, weights):  # noqa: F811
+    """The walk over the mapped matrix against the edge lists walked without build_walk_matrix (issue 40, item 5:
+    the test above builds both sides with it, so a wrong weight in it passes there)."""
+    with open_store(richer_path) as store:
+        write_graph_reads_from(store, tmp_path / READS_DIR)
+    mapped = open_graph_reads(tmp_path / READS_DIR)
+    with ResidentGraph(LazyStore(lambda: KuzuGraphStore(richer_path)), mapped) as graph:
+        e = graph.walk_edges()
+        over = PropagationGraph.over(graph.walk_matrix(), weights)
+    oracle = _oracle_adjacency(e, weights)
+    assert len(e.related[0]) and len(e.mentions[0]) and over.size == e.n_entities + e.n_chunks + e.n_titles
+    got = over.adjacency.tocoo()
+    assert {
+        (int(a), int(b)): pytest.approx(float(v), rel=1e-6) for a, b, v in zip(got.row, got.col, got.data) if v
+    } == oracle
+    full = dict(radius=over.size, max_nodes=over.size, max_fanout=over.size, tol=1e-14, max_iter=2000)
+    for seeds in ([0], [e.n_entities], [0, 1, e.n_entities + 1], list(range(over.size))[-2:]):
+        walk = over.personalized_pagerank(seeds, [1.0] * len(seeds), damping=0.5, **full)
+        scores = np.zeros(over.size)
+        scores[walk.nodes] = walk.scores
+        want = _oracle_ppr(oracle, over.size, seeds, 0.5)
+        np.testing.assert_allclose(scores / scores.sum(), want / want.sum(), atol=1e-9)
+
+
+@pytest.mark.parametrize("weights", WEIGHTS, ids=lambda w: repr(w))
+def test_the_walk_of_every_edge_kind_equals_the_oracle(weights):
+    """The stored graph above has no SYNONYM or title edges: random edge lists of every kind, with duplicates,
+    self-loops and a zero cosine, built by build_walk_matrix, against the same oracle."""
+    rng = np.random.default_rng(7)
+    n_ent, n_chunk, n_titles = 9, 7, 3
+    e = SimpleNamespace(
+        n_entities=n_ent,
+        n_chunks=n_chunk,
+        n_titles=n_titles,
+        related=(rng.integers(0, n_ent, 14), rng.integers(0, n_ent, 14)),
+        mentions=tuple(
+            np.array(end) for end in zip(*sorted({(c, x) for c, x in rng.integers(0, 7, (16, 2)).tolist()}))
+        ),
+        synonyms=(np.array([0, 3, 4, 2]), np.array([5, 7, 4, 2]), np.array([0.9, 0.4, 0.8, 0.0])),
+        titles=(np.array([0, 1, 2, 1, 6]), np.array([0, 0, 1, 1, 2])),
+    )
+    matrix = build_walk_matrix(
+        n_ent,
+        n_chunk,
+        related=e.related,
+        mentions=e.mentions,
+        synonyms=e.synonyms,
+        titles=e.titles,
+        n_titles=n_titles,
+    )
+    over = PropagationGraph.over(matrix, weights)
+    oracle = _oracle_adjacency(e, weights)
+    got = over.adjacency.tocoo()
+    assert {
+        (int(a), int(b)): pytest.approx(float(v), rel=1e-6) for a, b, v in zip(got.row, got.col, got.data) if v
+    } == oracle
+    full = dict(radius=over.size, max_nodes=over.size, max_fanout=over.size, tol=1e-14, max_iter=2000)
+    for seeds in ([0], [n_ent + 1], [3, n_ent + 6, n_ent + n_chunk + 2]):
+        walk = over.personalized_pagerank(seeds, [1.0] * len(seeds), damping=0.5, **full)
+        scores = np.zeros(over.size)
+        scores[walk.nodes] = walk.scores
+        want = _oracle_ppr(oracle, over.size, seeds, 0.5)
+        np.testing.assert_allclose(scores / scores.sum(), want / want.sum(), atol=1e-9)
 
 
 @pytest.mark.parametrize("weights", [EdgeWeights(), EdgeWeights(mention_idf=True), EdgeWeights(related=0.0)])
