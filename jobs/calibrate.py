@@ -7,7 +7,8 @@
 good.jsonl holds questions the knowledge base should answer, bad.jsonl off-topic ones: one JSON object per
 line with a "question" field (a bare JSON string per line works too; blank lines and lines starting with #
 are skipped). Each question is scored exactly as the multi-stage pipeline's refusal gate scores it under
-``--rule`` (``multistage.refusal_rule``): ``keywords`` (default, the reference's rule), the LLM's dual-level
+``--rule`` (default: the config's ``multistage.refusal_rule``, so the rule the index's queries gate with):
+``keywords`` (the reference's rule), the LLM's dual-level
 keywords (one batched call for all questions) against the entity_mix / relation_mix families; ``question``,
 the question's own embedding (no LLM); ``min``, the lower of the two.
 The threshold maximising F1 of "answer the good ones" is printed with its precision and recall, and
@@ -38,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--index", required=True, help="index folder or s3:// URI (as written by hxd2 index)")
     parser.add_argument("--good", required=True, help="JSONL of questions the knowledge base should answer")
     parser.add_argument("--bad", required=True, help="JSONL of off-topic questions that should be refused")
-    parser.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
+    parser.add_argument(
+        "--config", default=None, help="YAML config (default: the config the index was built with, from its manifest)"
+    )
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -51,8 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--rule",
         choices=("keywords", "question", "min"),
-        default="keywords",
-        help="how a question is scored (multistage.refusal_rule): keywords (default), question (no LLM) or min",
+        default=None,
+        help="how a question is scored: keywords, question (no LLM) or min (default: the config's "
+        "multistage.refusal_rule)",
     )
     return parser
 
@@ -117,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
 
-    from hxd2_ray.config import load_config
     from hxd2_ray.retrieval.index import open_index
+    from hxd2_ray.retrieval.query_config import load_query_config
     from hxd2_ray.retrieval.refusal import RefusalGate, calibrate_threshold, plot_calibration
     from hxd2_ray.wiring import build_embedder, build_llm
 
@@ -132,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         _error(f"need at least one good and one bad question; got {len(good)} good and {len(bad)} bad")
         return 2
     try:
-        cfg = load_config(args.config, args.overrides)
+        cfg = load_query_config(args.index, args.config, args.overrides)
         index = open_index(args.index, cfg)
+        rule = args.rule or cfg.multistage.refusal_rule
     except HxdError as exc:
         _error(str(exc))
         return 2
@@ -146,14 +151,14 @@ def main(argv: list[str] | None = None) -> int:
             embedder = build_embedder(cfg.embedding)
             resources.append(embedder)
             questions = good + bad
-            if args.rule != "question":
+            if rule != "question":
                 os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
                 llm = build_llm(cfg.llm)
                 resources.append(llm)
                 keywords, notes = extract_keywords_batch(llm, questions, cfg)
             else:
                 keywords = [None] * len(questions)
-            gate = RefusalGate(index, embedder, threshold=0.0, rule=args.rule)
+            gate = RefusalGate(index, embedder, threshold=0.0, rule=rule)
             scores = gate.scores(questions, keywords)
     except BackendError as exc:
         _error(str(exc))
@@ -183,18 +188,18 @@ def main(argv: list[str] | None = None) -> int:
         **cal.to_dict(),
         "index": args.index,
         "embedding_model": index.manifest.embedding_model_id,
-        "rule": args.rule,
+        "rule": rule,
         "good_file": str(args.good),
         "bad_file": str(args.bad),
         "notes": notes,
         "questions": rows,
     }
     (out / "calibration.json").write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    plot_calibration(cal, out / "calibration.png", title=f"Refusal gate calibration (rule: {args.rule})")
+    plot_calibration(cal, out / "calibration.png", title=f"Refusal gate calibration (rule: {rule})")
     c = cal.counts
     print(f"threshold {cal.threshold:.4f}  precision {cal.precision:.3f}  recall {cal.recall:.3f}  F1 {cal.f1:.3f}")
     print(f"  good answered {c['tp']}/{cal.n_good}, bad refused {c['tn']}/{cal.n_bad}")
-    print(f"  set it with: multistage.refusal_threshold={cal.threshold:.4f} multistage.refusal_rule={args.rule}")
+    print(f"  set it with: multistage.refusal_threshold={cal.threshold:.4f} multistage.refusal_rule={rule}")
     print(f"  wrote {out / 'calibration.json'} and {out / 'calibration.png'}")
     for note in notes:
         print(f"note: {note}", file=sys.stderr)

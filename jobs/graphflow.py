@@ -39,7 +39,7 @@ import torch.distributed as dist
 from ray.train import CheckpointConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from hxd2_ray.config import GraphFlowConfig, load_config
+from hxd2_ray.config import GraphFlowConfig
 from hxd2_ray.errors import HxdError
 from hxd2_ray.graphflow.dataset import index_inputs, load_items
 from hxd2_ray.graphflow.evaluation import evaluate_policy
@@ -49,6 +49,7 @@ from hxd2_ray.graphflow.retriever import GraphFlowRetriever
 from hxd2_ray.graphflow.trainer import CHECKPOINT_STATE, TrainingResult, export_policy, train_policy
 from hxd2_ray.graphflow.training_inputs import question_vectors
 from hxd2_ray.retrieval.index import open_index
+from hxd2_ray.retrieval.query_config import load_query_config
 from hxd2_ray.wiring import build_embedder
 from jobs import progress
 from jobs.cli import run_and_report
@@ -285,7 +286,7 @@ def feature_embedder_for(cfg: GraphFlowConfig, index_embedder: Any) -> Any:
 
 
 def run_train(args: argparse.Namespace) -> dict[str, Any]:
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_query_config(args.index, args.config, args.overrides)
     gcfg = cfg.graphflow.model_copy(update={"workers": args.workers}) if args.workers else cfg.graphflow
     output = Path(args.output).expanduser().absolute()
     if (output / "policy.json").exists() and not (output / "_ray").exists():
@@ -347,7 +348,7 @@ def format_train(s: dict[str, Any]) -> str:
 
 
 def run_evaluate(args: argparse.Namespace) -> dict[str, Any]:
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_query_config(args.index, args.config, args.overrides)
     gcfg = cfg.graphflow
     items, load_summary = load_items(args.benchmark, args.questions, args.data_root, args.corpus)
     embedder = build_embedder(cfg.embedding)
@@ -414,7 +415,9 @@ def format_evaluate(s: dict[str, Any]) -> str:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
+    p.add_argument(
+        "--config", default=None, help="YAML config (default: the config the index was built with, from its manifest)"
+    )
     p.add_argument("--index", required=True, help="index folder or s3:// URI")
     p.add_argument(
         "--benchmark",

@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from hxd2_ray.config import HxdConfig
+from hxd2_ray.config import HxdConfig, stand_ins
 from hxd2_ray.errors import HxdError
 from hxd2_ray.stages.runner import LLM_CACHE_FOLDER, RunOptions
 from jobs.index_format import format_summary
@@ -103,7 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="hxd2 index delete --output INDEX --doc-id ID... | --source PATH: "
         "remove documents from an index (hxd2 index delete --help)",
     )
-    parser.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="YAML config (default: the config the output's index was built with; for a new index, the shipped "
+        "default models, configs/local.yaml)",
+    )
     parser.add_argument(
         "--input",
         required=True,
@@ -171,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         outcome.update(
             run_index(cfg, args.input, args.output, overwrite=args.overwrite, options=options, inputs=inputs)
         )
+        outcome["stand_ins"] = stand_ins(cfg)
         return outcome
 
     code = run_job(

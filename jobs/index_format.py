@@ -49,6 +49,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     )
     lines = [
         f"index written to {summary['output']}, {what} (fingerprint {summary['fingerprint']})",
+        *(f"  built with {name}, not a model" for name in summary.get("stand_ins", [])),
         f"  documents {summary['documents']:>10,}   chunks {summary['chunks']:>10,}",
         f"  entities  {summary['entities']:>10,}   relations {summary['relations']:>7,}",
         f"  quarantined files {summary['quarantined_files']:,} {summary['quarantine_reasons'] or ''}",

@@ -15,8 +15,8 @@ import argparse
 import sys
 from typing import Any
 
-from hxd2_ray.config import load_config
 from hxd2_ray.indexing.kb_index import DEFAULT_EMBED_CALL_SIZE, build_kb_index
+from hxd2_ray.retrieval.query_config import load_query_config
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -37,7 +37,12 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hxd2 index-kb", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="YAML config (default: the shipped default models, configs/local.yaml; the output's own config when it "
+        "holds an index)",
+    )
     parser.add_argument("--triples", required=True, help="subject|relation|object file (MetaQA kb.txt)")
     parser.add_argument("--output", required=True, help="local index folder to create")
     parser.add_argument(
@@ -86,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.console import log_path_for, run_job
 
     try:  # a bad output is one error line, before the console opens its log beside it
-        cfg = load_config(args.config, args.overrides)
+        cfg = load_query_config(args.output, args.config, args.overrides, new_index=True, keep_ray=True)
         _check_output_parent(args.output, cfg)
     except HxdError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -15,18 +15,22 @@ from hxd2_ray.errors import HxdError
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hxd2 index reindex-reads", description=__doc__.split("\n\n")[0])
     parser.add_argument("--index", required=True, help="local index folder")
-    parser.add_argument("--config", default=None, help="YAML config (default: built-in defaults)")
+    parser.add_argument(
+        "--config", default=None, help="YAML config (default: the config the index was built with, from its manifest)"
+    )
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hxd2_ray.config import load_config
     from hxd2_ray.indexing.reindex_reads import reindex_reads
+    from hxd2_ray.retrieval.query_config import load_query_config
 
     args = build_parser().parse_args(argv)
     try:
-        result = reindex_reads(args.index, load_config(args.config, args.overrides), progress=print)
+        result = reindex_reads(
+            args.index, load_query_config(args.index, args.config, args.overrides, keep_ray=True), progress=print
+        )
     except HxdError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

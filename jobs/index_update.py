@@ -88,7 +88,6 @@ def build_delete_parser() -> argparse.ArgumentParser:
 
 
 def main_delete(argv: list[str]) -> int:
-    from hxd2_ray.config import load_config
     from hxd2_ray.retrieval.query_config import load_query_config
     from jobs.console import log_path_for, run_job
     from jobs.index_format import format_summary
@@ -103,7 +102,7 @@ def main_delete(argv: list[str]) -> int:
             overrides.append("llm_cache.enabled=false")
         if args.llm_cache:
             overrides.append(f"llm_cache.location={args.llm_cache}")
-        cfg = load_config(args.config, overrides) if args.config else load_query_config(args.output, None, overrides)
+        cfg = load_query_config(args.output, args.config, overrides, keep_ray=True)
         options = RunOptions(budget_tokens=args.budget_tokens, budget_usd=args.budget_usd)
         outcome.update(run_delete(cfg, args.output, args.doc_ids, args.sources, options))
         return outcome

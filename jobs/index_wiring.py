@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hxd2_ray.config import HxdConfig, load_config
+from hxd2_ray.config import HxdConfig
 from hxd2_ray.stages.runner import BuildHooks, RunContext, StageRunner
 from jobs import telemetry
 
@@ -82,7 +82,10 @@ def config_with_run_options(args: argparse.Namespace) -> HxdConfig:
         overrides.append("llm_cache.enabled=false")
     if args.llm_cache:
         overrides.append(f"llm_cache.location={args.llm_cache}")
-    return load_config(args.config, overrides)
+    from hxd2_ray.retrieval.query_config import load_query_config
+
+    # An existing output brings its own config (an update, an overwrite); a new one gets the shipped default models.
+    return load_query_config(args.output, args.config, overrides, new_index=True, keep_ray=True)
 
 
 # Exit status of a run that stopped at its budget: its summary is printed, the work is not finished.

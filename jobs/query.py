@@ -23,6 +23,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from hxd2_ray.config import stand_ins
 from hxd2_ray.errors import BackendError, HxdError
 from hxd2_ray.retrieval.flow import MODES
 
@@ -143,6 +144,8 @@ def _main(argv: list[str] | None, stack: contextlib.ExitStack) -> int:
     terminal = logs.terminal
     if logs.path is not None:
         print(f"hxd2 query: engine logs go to {logs.path} (-v shows them here)", file=terminal, flush=True)
+    for name in stand_ins(cfg):  # a user must not read a stand-in's answer as a model's
+        print(f"hxd2 query: answering with {name}", file=terminal, flush=True)
     resources: list[Any] = [index]
     try:
         with contextlib.redirect_stdout(sys.stderr):
@@ -218,8 +221,12 @@ def format_references(refs: list[dict[str, Any]]) -> str:
     for i, ref in enumerate(refs, 1):
         name = ref["title"] or ref["source_id"]
         source = f" ({ref['source_id']})" if ref["title"] and ref["source_id"] != ref["title"] else ""
+        # "report.pdf, page 2": where in a PDF, deck, workbook or book the chunks sit (absent from older servers)
+        where = ", ".join(dict.fromkeys(loc for loc in ref.get("locations") or () if loc))
+        file_name = (ref.get("source_path") or "").rsplit("/", 1)[-1]
+        located = f"  {file_name}, {where}" if where else ""
         chunks = ", ".join(c[:12] for c in ref["chunk_ids"])
-        lines.append(f"  [{i}] {name}{source}  chunks: {chunks}")
+        lines.append(f"  [{i}] {name}{source}{located}  chunks: {chunks}")
     return "\n".join(lines)
 
 

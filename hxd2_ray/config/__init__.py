@@ -37,12 +37,12 @@ from hxd2_ray.config.index import (
     vector_factors,
 )
 from hxd2_ray.config.llm import LLMConfig, OpenAILLMConfig, ScriptedLLMConfig, VllmLLMConfig, llm_model_id
-from hxd2_ray.config.loading import config_from_data, load_config, validate_config
+from hxd2_ray.config.loading import SHIPPED_CONFIG, config_from_data, load_config, load_shipped_config, validate_config
 from hxd2_ray.config.multistage import MultiStageConfig
 from hxd2_ray.config.refusal import RefusalGate
 from hxd2_ray.config.rerank import FlagRerankerConfig, NoRerankerConfig, OverlapRerankerConfig, RerankConfig
 from hxd2_ray.config.retrieval import RetrievalConfig
-from hxd2_ray.config.root import HxdConfig
+from hxd2_ray.config.root import HxdConfig, stand_ins
 from hxd2_ray.config.runtime import CostConfig, LLMCacheConfig, ModelPrice, RayConfig
 from hxd2_ray.config.sources import IngestConfig, S3Config
 from hxd2_ray.errors import ConfigError  # raised by the loaders; importable from here as before
@@ -91,6 +91,9 @@ __all__ = [
     "fingerprint_scope",
     "llm_model_id",
     "load_config",
+    "load_shipped_config",
+    "SHIPPED_CONFIG",
+    "stand_ins",
     "synonym_factors",
     "title_mention_factors",
     "validate_config",

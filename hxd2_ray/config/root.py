@@ -25,7 +25,7 @@ from hxd2_ray.config.multistage import MultiStageConfig
 from hxd2_ray.config.rerank import NoRerankerConfig, RerankConfig
 from hxd2_ray.config.retrieval import RetrievalConfig
 from hxd2_ray.config.runtime import CostConfig, LLMCacheConfig, RayConfig
-from hxd2_ray.config.sources import IngestConfig, S3Config
+from hxd2_ray.config.sources import IngestConfig, S3Config, converter_versions
 
 
 class HxdConfig(FrozenSection):
@@ -98,16 +98,28 @@ class HxdConfig(FrozenSection):
 
     def staging_fingerprint(self, prompt_version: str) -> str:
         """Hash of what the staged chunks, extractions, merged rows and vectors depend on: every field without a
-        marker (chunking, extraction, models and their decoding, vector layout, record fields), the model ids and
-        the prompts. A rerun reuses a staging folder with the same value; settings of the final graph only are not
-        part of it, so changing them rebuilds only the write stage."""
+        marker (chunking, extraction, models and their decoding, vector layout, record fields, OCR), the model ids,
+        the prompts and the document converters' versions. A rerun reuses a staging folder with the same value;
+        settings of the final graph only are not part of it, so changing them rebuilds only the write stage."""
         factors = {
             "config": fingerprint_factors(self, "staging"),
             "prompt_version": prompt_version,
             "llm_model_id": llm_model_id(self.llm),
             "embedding_model_id": embedding_model_id(self.embedding),
+            "converters": converter_versions(self.ingest),
         }
         return _digest(factors)
+
+
+def stand_ins(cfg: HxdConfig) -> list[str]:
+    """The test stand-ins ``cfg`` names in place of models, as a user should read them (empty for real models):
+    the commands say so in their summaries, since answers and vectors from them are not a model's."""
+    names = []
+    if cfg.llm.backend == "scripted":
+        names.append("the scripted LLM (a rule-based test stand-in, llm.backend: scripted)")
+    if cfg.embedding.backend == "hashing":
+        names.append("the hashing embedder (a test stand-in, embedding.backend: hashing)")
+    return names
 
 
 def _digest(factors: dict[str, Any]) -> str:

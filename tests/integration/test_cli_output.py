@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.servers import free_port, stop_process_group
+from tests.stand_ins import STAND_INS
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +87,7 @@ def triples(tmp_path_factory) -> Path:
 def test_index_kb_on_a_terminal_draws_live_lines_and_a_table(triples, tmp_path):
     out = tmp_path / "kb"
     code, drawn = _hxd2_on_a_terminal(
-        "index-kb", "--triples", str(triples), "--output", str(out), "--batch-size", "128"
+        "index-kb", "--triples", str(triples), "--output", str(out), "--batch-size", "128", *STAND_INS
     )
     assert code == 0, drawn[-3000:]
     assert "\x1b[" in drawn  # cursor and colour codes: a live display
@@ -112,6 +113,7 @@ def test_index_kb_on_a_pipe_prints_periodic_plain_lines_and_json_is_unchanged(tr
         str(out),
         "--batch-size",
         "128",
+        *STAND_INS,
         "--json",
         HXD2_PROGRESS_INTERVAL_S="0",
     )
@@ -133,13 +135,13 @@ def test_index_kb_on_a_pipe_prints_periodic_plain_lines_and_json_is_unchanged(tr
 
 
 def test_index_kb_verbose_shows_the_build_log_and_writes_no_log_file(triples, tmp_path):
-    proc = _hxd2("index-kb", "--triples", str(triples), "--output", str(tmp_path / "kb"), "-v")
+    proc = _hxd2("index-kb", "--triples", str(triples), "--output", str(tmp_path / "kb"), *STAND_INS, "-v")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[hxd2 index-kb] embedded" in proc.stderr and "[hxd2] embed done" in proc.stderr
     assert not (tmp_path / "_logs").exists()
 
 
-FAST = ("--set", "ray.num_cpus=2", "--set", "embedding.dim=64")
+FAST = (*STAND_INS, "--set", "ray.num_cpus=2", "--set", "embedding.dim=64")
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ import pytest
 
 from hxd2_ray.indexing.faults import CRASH_AT_ENV, CRASH_EXIT_CODE, CRASH_ONCE_DIR_ENV
 from tests.integration.index_content import GRAPH_ROWS, graph_rows, vector_contents
+from tests.stand_ins import STAND_IN_OVERRIDES
 
 pytestmark = pytest.mark.integration
 
@@ -37,6 +38,7 @@ DOCS = ("brian_kobilka.txt", "thomas_sudhof.md", "TAC4.md")
 # Small chunks and batches: 10 chunks in 5 extraction batches, ~200 texts in 7 embedding batches, so a kill
 # after the first batch leaves a stage half done.
 SETTINGS = [
+    *STAND_IN_OVERRIDES,
     "chunking.chunk_size_chars=300",
     "ray.ner_batch_size=2",
     "ray.embed_batch_size=32",

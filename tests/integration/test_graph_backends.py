@@ -13,11 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.stand_ins import STAND_IN_OVERRIDES
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "hxd2_ray" / "sample_data" / "corpus"
-OVERRIDES = ["ray.num_cpus=2", "ray.ner_batch_size=4", "embedding.dim=64", "vectors.index_type=flat"]
+OVERRIDES = [
+    *STAND_IN_OVERRIDES,
+    "ray.num_cpus=2",
+    "ray.ner_batch_size=4",
+    "embedding.dim=64",
+    "vectors.index_type=flat",
+]
 QUESTION = "Which prize did Brian Kobilka win?"
 
 

@@ -17,11 +17,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs import index as index_job
+from tests.stand_ins import STAND_INS
 
 pytestmark = pytest.mark.integration
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FAST = [
+    *STAND_INS,
     "--set",
     "ray.num_cpus=2",
     "--set",

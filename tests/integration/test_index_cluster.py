@@ -19,13 +19,22 @@ import pytest
 
 from tests.integration.ray_cluster import TwoNodeCluster, can_unshare_mounts
 from tests.integration.test_index_maintenance import _assert_same_index
+from tests.stand_ins import STAND_INS
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "hxd2_ray" / "sample_data" / "corpus"
 FILES = ("brian_kobilka.txt", "david_eagleman.txt", "TAC4.md")
-SETTINGS = ["--set", "ray.ner_batch_size=2", "--set", "ray.embed_batch_size=64", "--set", "embedding.dim=64"]
+SETTINGS = [
+    *STAND_INS,
+    "--set",
+    "ray.ner_batch_size=2",
+    "--set",
+    "ray.embed_batch_size=64",
+    "--set",
+    "embedding.dim=64",
+]
 PINNED = [
     "--set",
     "ray.stage_resources={second_node: 1}",

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs import index as index_job
+from tests.stand_ins import STAND_INS
 
 pytestmark = pytest.mark.integration
 
@@ -26,6 +27,7 @@ SAMPLE = ROOT / "hxd2_ray" / "sample_data" / "corpus"
 # A description budget of 12 tokens makes every description of two mentions or more go through the LLM summary,
 # so the summaries (and their cache) are part of every comparison.
 FAST = [
+    *STAND_INS,
     "--set",
     "ray.num_cpus=2",
     "--set",

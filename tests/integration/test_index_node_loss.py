@@ -28,6 +28,7 @@ import pytest
 from tests.integration.ray_cluster import TwoNodeCluster
 from tests.integration.test_crash_matrix import _same_content
 from tests.integration.test_index_cluster import PINNED
+from tests.stand_ins import STAND_INS
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "hxd2_ray" / "sample_data" / "corpus"
 # One chunk per extraction batch (the sample corpus makes 39 of them), so the loss lands with some persisted.
 SETTINGS = [
+    *STAND_INS,
     "--set",
     "chunking.chunk_size_chars=300",
     "--set",

@@ -23,6 +23,7 @@ from hxd2_ray.indexing.manifest import read_manifest
 from hxd2_ray.retrieval import QueryPipeline, open_index
 from hxd2_ray.retrieval.live_index import LiveIndex
 from jobs import index as index_job
+from tests.stand_ins import STAND_IN_OVERRIDES
 from tests.unit.retrieval_fixtures import keyword_reply, scripted_llm
 
 pytestmark = pytest.mark.integration
@@ -30,7 +31,13 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "hxd2_ray" / "sample_data" / "corpus"
 KB = ROOT / "tests" / "data" / "eval" / "metaqa" / "kb.txt"
-OVERRIDES = ["ray.num_cpus=2", "ray.ner_batch_size=4", "embedding.dim=64", "vectors.index_type=flat"]
+OVERRIDES = [
+    *STAND_IN_OVERRIDES,
+    "ray.num_cpus=2",
+    "ray.ner_batch_size=4",
+    "embedding.dim=64",
+    "vectors.index_type=flat",
+]
 SETS = [arg for item in OVERRIDES for arg in ("--set", item)]
 WRITERS = ("full", "update", "delete", "kb")
 

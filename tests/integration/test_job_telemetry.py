@@ -19,12 +19,14 @@ from hxd2_ray.stages.eval_traces import load_traces
 from jobs import evaluate as eval_job
 from jobs import index as index_job
 from jobs.job_metrics import metric_value, parse_prometheus
+from tests.stand_ins import STAND_INS
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "hxd2_ray" / "sample_data"
 FAST = [
+    *STAND_INS,
     "--set",
     "ray.num_cpus=2",
     "--set",

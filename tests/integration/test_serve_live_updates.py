@@ -24,13 +24,14 @@ import httpx
 import pytest
 
 from tests.integration.servers import free_port
+from tests.stand_ins import STAND_INS
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "hxd2_ray" / "sample_data" / "corpus"
 KEY = "sk-live-updates-3Xb"
-INDEX_SETTINGS = ("--set", "ray.num_cpus=2", "--set", "embedding.dim=64", "--set", "generations.keep=1")
+INDEX_SETTINGS = (*STAND_INS, "--set", "ray.num_cpus=2", "--set", "embedding.dim=64", "--set", "generations.keep=1")
 CONFIG = {"llm": {"backend": "scripted"}, "embedding": {"backend": "hashing", "dim": 64}}
 ADDED, DELETED = "karl_deisseroth.txt", "david_eagleman.txt"
 QUESTIONS = ("What did Karl Deisseroth develop at Stanford?", "Which company did David Eagleman co-found?")
@@ -160,7 +161,7 @@ def test_answers_follow_updates_and_deletes_without_a_failed_request(ray_local, 
         assert any(ADDED in a.sources for a in loop.after(published + switch_add)), "the added document is never cited"
 
         # A delete: the other document removed; g000003.
-        _hxd2("index", "delete", "--output", str(index), "--source", str(corpus / DELETED), *INDEX_SETTINGS[:2])
+        _hxd2("index", "delete", "--output", str(index), "--source", str(corpus / DELETED), "--set", "ray.num_cpus=2")
         deleted = (index / "manifest.json").stat().st_mtime
         assert _wait_for(lambda: any(a.generation == "g000003" for a in loop.after(deleted)), 60)
         switch_delete = min(a.at for a in loop.after(deleted) if a.generation == "g000003") - deleted

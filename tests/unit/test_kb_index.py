@@ -21,6 +21,7 @@ from hxd2_ray.logic.plan import Plan
 from hxd2_ray.logic.plan_validation import validate_plan
 from hxd2_ray.retrieval import QueryPipeline, open_index
 from hxd2_ray.wiring import build_pipeline
+from tests.stand_ins import STAND_INS
 from tests.unit.retrieval_fixtures import keyword_reply, scripted_llm
 
 KB = Path(__file__).resolve().parents[1] / "data" / "eval" / "metaqa" / "kb.txt"
@@ -249,6 +250,7 @@ def test_cli_index_kb_json(tmp_path, capsys):
         str(out),
         "--limit-entities",
         "20",
+        *STAND_INS,
         "--json",
         "--set",
         "embedding.backend=hashing",

@@ -132,9 +132,12 @@ class BuildContext:
         if build is None:
             st.write_json_atomic(self.fs, self.stage_path("build.json"), {"fingerprint": self.staging_fingerprint})
         elif build.get("fingerprint") != self.staging_fingerprint:
+            # Never advise --overwrite over a published index: it would wipe a working index to build another one.
+            fresh = "" if self.current_manifest() is not None else ", or --overwrite to drop the partial work"
             raise HxdError(
                 f"{self.output_uri} holds a partial build made with another configuration (fingerprint "
-                f"{build.get('fingerprint')}, this run {self.staging_fingerprint}); use a new --output or --overwrite"
+                f"{build.get('fingerprint')}, this run {self.staging_fingerprint}); rerun with the --config and --set "
+                f"values it was started with, or build into a new --output{fresh}"
             )
 
     def current_manifest(self) -> IndexManifest | None:
