@@ -28,6 +28,9 @@ class Document:
     source_path: str
     source_id: str = ""  # the source's own id (json/parquet field), else the path
     title: str = ""
+    # Where each part of a converted file starts in ``text`` and where it came from ((offset, "page 2"), ...),
+    # ascending; empty for text and records. The chunker cuts at each offset and puts the label in the header path.
+    regions: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +47,7 @@ class Chunk:
     order: int
     start: int  # character offset of the chunk in the document text
     text: str
-    header_path: str = ""  # "H1 > H2 > H3" for markdown
+    header_path: str = ""  # "H1 > H2 > H3" for markdown; a converted file's region first: "page 2 > H1"
     language: str = "en"  # "zh" or "en", picks the prompt
 
 

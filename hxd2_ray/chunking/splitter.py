@@ -1,13 +1,16 @@
 """Markdown-aware, size-bounded chunking whose chunks are verbatim slices of the document text.
 
 Markdown sections are found by a line scan (fenced code blocks are not scanned for headers); the header lines
-themselves are left out of the chunk text and recorded as ``header_path``. Each section is then cut to size by
-langchain's ``RecursiveCharacterTextSplitter``, with sentence punctuation as separators for Chinese.
+themselves are left out of the chunk text and recorded as ``header_path``. A converted file's sections are also
+cut where each of its regions starts (``Document.regions``: a PDF page, a slide, a block of sheet rows), so no
+chunk spans two pages, and the region's label leads the header path (``page 2 > Results``). Each section is then
+cut to size by langchain's ``RecursiveCharacterTextSplitter``, with sentence punctuation as separators for Chinese.
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -79,6 +82,29 @@ def looks_like_markdown(doc: Document) -> bool:
 
 
 def _sections(doc: Document, cfg: ChunkingConfig) -> list[_Section]:
+    return _cut_at_regions(_heading_sections(doc, cfg), doc.regions)
+
+
+def _cut_at_regions(sections: list[_Section], regions: tuple[tuple[int, str], ...]) -> list[_Section]:
+    """``sections`` cut where each region starts; each piece's header path led by its region's label."""
+    if not regions:
+        return sections
+    starts = [at for at, _ in regions]
+    out: list[_Section] = []
+    for section in sections:
+        lo, hi = section.start, section.start + len(section.text)
+        cuts = [lo, *(at for at in starts if lo < at < hi), hi]
+        for a, b in zip(cuts, cuts[1:]):
+            piece = section.text[a - lo : b - lo]
+            if not piece.strip():
+                continue
+            i = bisect_right(starts, a) - 1
+            label = regions[i][1] if i >= 0 else ""
+            out.append(_Section(a, piece, HEADER_SEPARATOR.join(p for p in (label, section.header_path) if p)))
+    return out
+
+
+def _heading_sections(doc: Document, cfg: ChunkingConfig) -> list[_Section]:
     if cfg.markdown_header_levels == 0 or not looks_like_markdown(doc):
         return [_Section(0, doc.text, "")]
     sections: list[_Section] = []

@@ -20,7 +20,9 @@ import pyarrow.parquet as pq
 
 from hxd2_ray.config import IngestConfig, S3Config
 from hxd2_ray.errors import EmptyCorpusError
+from hxd2_ray.ingest.conversion import Rejected
 from hxd2_ray.ingest.filesystems import resolve_filesystem
+from hxd2_ray.ingest.formats import convert, converter_for
 from hxd2_ray.ingest.listing import InputListing, walk_inputs
 from hxd2_ray.text_validation import surrogate_reason
 from hxd2_ray.types import Document, QuarantinedFile, content_hash
@@ -103,7 +105,7 @@ def precheck(path: str, size: int | None, cfg: IngestConfig) -> QuarantinedFile 
     suffix = _suffix(path)
     if suffix not in cfg.extensions:
         return QuarantinedFile(path, "unsupported_type", f"suffix {suffix or '(none)'!r} is not in ingest.extensions")
-    if suffix not in TEXT_SUFFIXES + RECORD_SUFFIXES:
+    if suffix not in TEXT_SUFFIXES + RECORD_SUFFIXES and converter_for(path) is None:
         return QuarantinedFile(path, "unsupported_type", f"suffix {suffix!r}: no reader for it")
     return None
 
@@ -137,7 +139,8 @@ def load_documents(uri: str, cfg: IngestConfig, s3: S3Config) -> tuple[list[Docu
 def read_documents(path: str, data: bytes, cfg: IngestConfig) -> tuple[list[Document], list[QuarantinedFile]]:
     """Documents in one file's bytes, and quarantine rows for what could not be used (never raises on bad input).
 
-    Text files give one document; .json (an object or a list of objects), .jsonl and .parquet give one per record.
+    Text files give one document; .json (an object or a list of objects), .jsonl and .parquet give one per record;
+    a PDF, DOCX, PPTX, XLSX, CSV, HTML or EPUB file gives one Markdown document (:mod:`hxd2_ray.ingest.formats`).
     ``source_id`` is the record's id field, else the path (``path#n`` for the n-th record, 1-based; the line
     number for .jsonl). The title is the title field, else the first markdown H1, else the file's basename.
     """
@@ -149,6 +152,8 @@ def read_documents(path: str, data: bytes, cfg: IngestConfig) -> tuple[list[Docu
         return [], [QuarantinedFile(path, "empty", "file has 0 bytes")]
     if suffix == ".parquet":
         return _read_parquet(path, data, cfg)
+    if converter_for(path) is not None:
+        return _read_converted(path, data, cfg)
 
     text, problem = _decode(data)
     if problem is not None:
@@ -165,6 +170,25 @@ def read_documents(path: str, data: bytes, cfg: IngestConfig) -> tuple[list[Docu
     if suffix == ".json":
         return _read_json(path, text, cfg)
     return _read_jsonl(path, text, cfg)
+
+
+def _read_converted(path: str, data: bytes, cfg: IngestConfig) -> tuple[list[Document], list[QuarantinedFile]]:
+    """A PDF, Office, spreadsheet, HTML or EPUB file as one Markdown document (hxd2_ray.ingest.formats)."""
+    try:
+        converted = convert(path, data, cfg)
+    except Rejected as rejected:
+        return [], [QuarantinedFile(path, rejected.reason, rejected.detail)]
+    skipped = [QuarantinedFile(path, reason, detail) for reason, detail in converted.skipped]
+    text = converted.text
+    if not text.strip():
+        if skipped:  # every page was a scan: the skipped row says why
+            return [], skipped
+        return [], [QuarantinedFile(path, "empty", "no text in the converted file")]
+    bad_text = surrogate_reason([text, converted.title])
+    if bad_text:
+        return [], [QuarantinedFile(path, "undecodable", bad_text)]
+    title = converted.title or _markdown_h1(text) or posixpath.basename(path)
+    return [Document(content_hash(text), text, path, path, title, converted.regions)], skipped
 
 
 def _suffix(path: str) -> str:

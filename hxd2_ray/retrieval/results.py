@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping
 
 from hxd2_ray.errors import HxdError
+from hxd2_ray.ingest.formats import location_of
 
 if TYPE_CHECKING:
     from hxd2_ray.graph.base import ChunkRow
@@ -159,6 +160,9 @@ class Reference:
     title: str
     source_path: str
     chunk_ids: tuple[str, ...]
+    # Where each chunk sits in its file ("page 2", "slide 3", "sheet Sales rows 2-21"; "" for text files),
+    # aligned with chunk_ids: a reference reads "report.pdf, page 2".
+    locations: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -167,6 +171,7 @@ class Reference:
             "title": self.title,
             "source_path": self.source_path,
             "chunk_ids": list(self.chunk_ids),
+            "locations": list(self.locations),
         }
 
 
@@ -362,6 +367,7 @@ def references_of(chunks: tuple[ContextChunk, ...] | list[ContextChunk]) -> tupl
                 title=first.doc_title,
                 source_path=first.doc_source_path,
                 chunk_ids=tuple(c.id for c in by_doc[doc]),
+                locations=tuple(location_of(c.doc_source_path, c.header_path) for c in by_doc[doc]),
             )
         )
     return tuple(refs)

@@ -202,14 +202,20 @@
       replace($("references"), el("li", { class: "muted placeholder", text: "No references: the answer used no document." }));
       return;
     }
-    replace($("references"), ...references.map((ref) => el("li", { class: "reference" }, [
-      el("div", { class: "ref-title", text: ref.title || ref.source_id || ref.doc_id }),
-      el("div", { class: "muted small", text: ref.source_path || ref.source_id || "" }),
-      el("div", { class: "chips" }, (ref.chunk_ids || []).map((id, i) => el("button", {
-        type: "button", class: "chip", title: `chunk ${id}`, "data-chunk": id,
-        text: `chunk ${i + 1}`, onclick: () => openChunk(index, id),
-      }))),
-    ])));
+    replace($("references"), ...references.map((ref) => {
+      // "report.pdf, page 2": a PDF's, deck's, workbook's or book's chunks name where they sit in the file
+      const locations = ref.locations || [];
+      const where = [...new Set(locations.filter(Boolean))].join(", ");
+      const file = (ref.source_path || "").split("/").pop();
+      return el("li", { class: "reference" }, [
+        el("div", { class: "ref-title", text: ref.title || ref.source_id || ref.doc_id }),
+        el("div", { class: "muted small", text: where ? `${file}, ${where}` : (ref.source_path || ref.source_id || "") }),
+        el("div", { class: "chips" }, (ref.chunk_ids || []).map((id, i) => el("button", {
+          type: "button", class: "chip", title: `chunk ${id}`, "data-chunk": id,
+          text: locations[i] || `chunk ${i + 1}`, onclick: () => openChunk(index, id),
+        }))),
+      ]);
+    }));
   }
 
   async function openChunk(index, chunkId) {

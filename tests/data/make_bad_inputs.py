@@ -38,7 +38,10 @@ FILES: dict[str, tuple[bytes, tuple[str, ...], int]] = {
         ("missing_text_field",),
         0,
     ),
-    "junk.pdf": (b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\njunk that is not a real pdf\n", ("unsupported_type",), 0),
+    # A PDF header over junk: PDFium cannot load it (issue 41: PDFs are read, a broken one is quarantined).
+    "junk.pdf": (b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\njunk that is not a real pdf\n", ("corrupt",), 0),
+    # A legacy binary Word file: no reader for the suffix.
+    "legacy.doc": (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 56, ("unsupported_type",), 0),
 }
 
 _HALF_BROKEN_LINES = [

@@ -103,6 +103,7 @@ def test_counts_match_the_in_process_oracle(built, corpus):
         "empty",
         "whitespace_only",
         "unsupported_type",
+        "corrupt",
         "malformed_json",
         "missing_text_field",
     } <= set(summary["quarantine_reasons"])

@@ -94,7 +94,7 @@ def test_read_through_resolved_filesystem(s3_server, seeded):
     assert sorted((q.source_path.rsplit("/", 1)[-1], q.reason) for q in bad) == [
         ("bin.txt", "binary"),
         ("c.jsonl", "malformed_json"),
-        ("notes.pdf", "unsupported_type"),
+        ("notes.pdf", "corrupt"),
     ]
 
 

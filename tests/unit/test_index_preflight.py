@@ -90,8 +90,8 @@ def test_a_glob_matching_nothing_writes_nothing(corpus, tmp_path, capsys):
 def test_an_input_of_files_that_are_all_rejected_by_name_or_size(tmp_path, capsys):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    (corpus / "a.pdf").write_bytes(b"%PDF-1.4")
-    (corpus / "b.docx").write_bytes(b"PK")
+    (corpus / "a.mp4").write_bytes(b"\0\0\0\x18ftypmp42")
+    (corpus / "b.doc").write_bytes(b"\xd0\xcf\x11\xe0")
     out = tmp_path / "index"
     assert index_job.main(["--input", str(corpus), "--output", str(out), *FAST]) == 2
     line = _one_error_line(capsys)

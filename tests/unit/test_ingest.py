@@ -154,7 +154,8 @@ def test_bom_in_json():
         ("bom_only.txt", codecs.BOM_UTF8, "empty"),
         ("ws.txt", b" \n\t \n", "whitespace_only"),
         ("ws.jsonl", b"\n\n  \n", "whitespace_only"),
-        ("x.pdf", b"%PDF", "unsupported_type"),
+        ("x.pdf", b"%PDF", "type_mismatch"),  # too short to hold a PDF header
+        ("x.mp4", b"\0\0\0\x18ftypmp42", "unsupported_type"),
         ("noext", b"plain", "unsupported_type"),
         ("bad.json", b'{"text": "x",}', "malformed_json"),
         ("scalar.json", b"42", "malformed_json"),
@@ -176,7 +177,7 @@ def test_suffix_outside_configured_extensions_is_unsupported():
     cfg = IngestConfig(extensions=(".txt",))
     _, bad = read_documents("a.md", b"# hi", cfg)
     assert _reasons(bad) == ["unsupported_type"]
-    _, bad = read_documents("a.csv", b"a,b", IngestConfig(extensions=(".csv",)))
+    _, bad = read_documents("a.odt", b"a,b", IngestConfig(extensions=(".odt",)))
     assert _reasons(bad) == ["unsupported_type"] and "no reader" in bad[0].detail
 
 
