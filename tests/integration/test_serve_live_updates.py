@@ -191,3 +191,5 @@ def test_answers_follow_updates_and_deletes_without_a_failed_request(ray_local, 
     # keep=1 pruned the generations nobody held any more; none was removed while a request read it (no failure)
     remaining = sorted(p.name for p in (index / "generations").iterdir())
     assert "g000003" in remaining
+    # g000001's leases ended with the replicas' switch to g000002: the delete's prune removed it (issue 40, item 5)
+    assert "g000001" not in remaining, remaining

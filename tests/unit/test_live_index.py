@@ -103,3 +103,25 @@ def test_the_poller_switches_within_its_interval(index_root, tmp_path):
             assert pinned.value == 8
     finally:
         live.close()
+
+
+def test_a_generation_is_pruned_by_the_next_change_once_its_last_request_ends(index_root, tmp_path):
+    """Issue 40, item 5: the lease on an old generation ends with its last pin, not when the reader closes, so the
+    next change prunes it while the reader goes on serving."""
+    cfg = build_tiny_index(tmp_path / "cfg").cfg
+    fs = pafs.LocalFileSystem()
+    live = LiveIndex(str(index_root), cfg, attach=entity_count, poll_s=0)
+    try:
+        with live.pin():
+            publish(index_root, "g000002", hostile=True, tmp=tmp_path / "build")
+            live.refresh()
+            assert held_generations(fs, str(index_root)) == {"g000001", "g000002"}
+        assert held_generations(fs, str(index_root)) == {"g000002"}  # the last request on g000001 ended
+        publish(index_root, "g000003", hostile=False, tmp=tmp_path / "build")
+        removed = prune(fs, str(index_root), read_manifest(index_root), keep=1)
+        assert removed == ["generations/g000001"]  # g000002: still current for this open reader
+        assert not (index_root / "generations" / "g000001").exists()
+        with live.pin() as pinned:
+            assert pinned.generation == "g000002" and pinned.value == 8
+    finally:
+        live.close()
