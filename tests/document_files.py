@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import struct
 import zipfile
+from datetime import datetime
 from typing import Sequence
 
 Block = tuple[str, object]  # ("h1".."h3", text) | ("p", text) | ("table", rows)
@@ -18,12 +19,20 @@ OLE2 = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # the container of legacy .doc/.xls/
 # ----------------------------------------------------------------------------------------------------------- PDF
 
 
-def pdf_bytes(pages: Sequence[Sequence[Block]], *, title: str = "", user_password: str | None = None) -> bytes:
+def pdf_bytes(
+    pages: Sequence[Sequence[Block]],
+    *,
+    title: str = "",
+    user_password: str | None = None,
+    created: datetime | None = None,
+) -> bytes:
     """A PDF with one page per item of ``pages``: headings, paragraphs and ruled tables in that order."""
     from fpdf import FPDF
 
     pdf = FPDF(format="A4")
     pdf.set_auto_page_break(False)
+    if created is not None:
+        pdf.set_creation_date(created)
     if title:
         pdf.set_title(title)
     if user_password is not None:
