@@ -178,8 +178,8 @@ def bench_index(docs: int) -> None:
         if code != 0:
             raise SystemExit(f"hxd2 index failed ({code})")
         summary = json.loads(buf.getvalue())
-        stages = summary.get("stage_seconds") or summary.get("timings") or {}
-        ingest_s = float(stages.get("ingest", wall)) if isinstance(stages, dict) else wall
+        stages = summary["seconds_per_stage"]
+        ingest_s = float(stages.get("ingest", wall))
         print(f"{docs} documents, {pages} pages, {summary['chunks']} chunks, {cpus} cores, {wall:.1f} s in all")
         print(f"ingest: {pages / ingest_s / cpus:.1f} pages/s per core ({ingest_s:.1f} s)")
         print("stages (s): " + json.dumps(stages, sort_keys=True))
