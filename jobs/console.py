@@ -16,9 +16,11 @@ The summary (text, or ``--json`` on stdout) is printed after the console closes,
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -100,9 +102,12 @@ def engine_logs_to(command: str, output: str | None, *, verbose: bool = False) -
     if verbose or not real_fds:
         yield EngineLogs(sys.stderr, None)
         return
-    path, log_file = _open_log(log_path_for(command, output), command)
+    opened = _open_log(log_path_for(command, output), command)
+    if opened is None:  # no log file can be written (said on stderr): the engines' lines stay on the terminal
+        yield EngineLogs(sys.stderr, None)
+        return
+    path, log_file = opened
     with log_file:
-        log_file.write(f"==== hxd2 {command} — {time.strftime('%Y-%m-%d %H:%M:%S')} (pid {os.getpid()})\n")
         with _redirected_fds(log_file) as terminal:
             yield EngineLogs(terminal, path)
 
@@ -167,13 +172,12 @@ def job_console(
     telemetry.reset()
     telemetry.set_run(run)
     is_tty = os.isatty(2)
-    quiet = not verbose and log_path is not None
+    opened = _open_log(log_path, command) if not verbose and log_path is not None else None
+    quiet = opened is not None  # no log file can be written (said on stderr): the logs stay on the terminal
     with contextlib.ExitStack() as stack:
-        if quiet:
-            assert log_path is not None
-            log_path, log_file = _open_log(log_path, command)
+        if opened is not None:
+            log_path, log_file = opened
             stack.callback(log_file.close)
-            log_file.write(f"==== hxd2 {command} — {time.strftime('%Y-%m-%d %H:%M:%S')} (pid {os.getpid()})\n")
             terminal = stack.enter_context(_redirected_fds(log_file))
             stack.enter_context(_ray_data_progress_bars(False))
         else:
@@ -208,16 +212,40 @@ def job_console(
                 root.removeHandler(file_handler)
 
 
-def _open_log(log_path: Path, command: str) -> tuple[Path, TextIO]:
-    """The log file, or (its folder cannot be written: a read-only output) the same name under ./.hxd2/logs, so
-    the command still reaches its own clear error about the output instead of failing on its log."""
+# A log folder on a disk with less free than this is passed over: engines write their lines to it for the whole run,
+# and a write that fails on a full disk would fail the command (issue 40, item 8).
+MIN_LOG_FREE_BYTES = 8 * 1024 * 1024
+
+
+def _open_log(log_path: Path, command: str) -> tuple[Path, TextIO] | None:
+    """The log file with its first line written, or (its folder cannot be written: a read-only output, a full disk)
+    the same name under ./.hxd2/logs, so the command still reaches its own clear error about the output instead of
+    failing on its log; None, said in one line on stderr, when neither can be written (the logs then stay on the
+    terminal: a command never fails for its log)."""
+    why = []
     for path in (log_path, log_path_for(command.replace(" ", "-"), None)):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            return path, open(path, "a", buffering=1, encoding="utf-8", errors="replace")
-        except OSError:
+            free = shutil.disk_usage(path.parent).free
+            if free < MIN_LOG_FREE_BYTES:
+                raise OSError(errno.ENOSPC, f"only {free / 1024 / 1024:.1f} MB free", str(path.parent))
+            log_file = open(path, "a", buffering=1, encoding="utf-8", errors="replace")
+        except OSError as exc:
+            why.append(f"{path.parent}: {exc.strerror or exc}")
             continue
-    raise OSError(f"cannot write the log of hxd2 {command} to {log_path} or ./.hxd2/logs")
+        try:
+            log_file.write(f"==== hxd2 {command} — {time.strftime('%Y-%m-%d %H:%M:%S')} (pid {os.getpid()})\n")
+            log_file.flush()
+        except OSError as exc:
+            why.append(f"{path}: {exc.strerror or exc}")
+            with contextlib.suppress(OSError):
+                log_file.close()
+            continue
+        if why:
+            print(f"hxd2 {command}: its log goes to {path} ({why[0]})", file=sys.stderr)
+        return path, log_file
+    print(f"hxd2 {command}: no log file can be written ({'; '.join(why)}); logs stay on the terminal", file=sys.stderr)
+    return None
 
 
 STALL_NOTE_S = 300.0

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
 import re
+import shutil
+import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from hxd2_ray.progress import CountingLLM
 from jobs import console, progress
@@ -220,3 +227,55 @@ def test_a_log_folder_that_cannot_be_written_falls_back_to_the_working_folder(tm
     code = run_job(work, command="index delete", log_path=unwritable, verbose=False, as_json=False, format_text=str)
     assert code == 2  # the command's own error, not a traceback about its log
     assert list((tmp_path / ".hxd2" / "logs").glob("index-delete-*.log"))
+
+
+@pytest.fixture
+def full_disk(tmp_path) -> Iterator[Path]:
+    """A real 1 MB tmpfs, filled to the last byte (root can mount one; elsewhere the test is skipped)."""
+    mount_point = tmp_path / "full"
+    mount_point.mkdir()
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"mount -t tmpfs is not permitted here: {mounted.stderr.strip()}")
+    try:
+        (mount_point / "index" / "_logs").mkdir(parents=True)
+        with open(mount_point / "filler", "wb", buffering=0) as fh:
+            with contextlib.suppress(OSError):  # ENOSPC: full
+                while True:
+                    fh.write(b"\0" * 4096)
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_a_full_disk_sends_the_log_elsewhere_and_the_command_still_runs(full_disk, tmp_path, monkeypatch, capfd):
+    """Issue 40, item 8: a query on an index whose disk is full failed on its own log file (ENOSPC)."""
+    monkeypatch.setenv("HXD2_PROGRESS", "lines")
+    monkeypatch.chdir(tmp_path)
+    log = full_disk / "index" / "_logs" / "query-1.log"
+    with console.job_console("query", log) as con:
+        os.write(2, b"engine noise\n")
+    err = capfd.readouterr().err
+    fallback = list((tmp_path / ".hxd2" / "logs").glob("query-*.log"))
+    assert con.log_path is not None and con.log_path.absolute() == fallback[0], err
+    assert "engine noise" in fallback[0].read_text()
+    assert err.count("its log goes to") == 1 and str(full_disk / "index" / "_logs") in err
+
+    # The free-space check passed over (a disk that fills meanwhile): the first write fails, and the log moves on.
+    monkeypatch.setattr(console, "MIN_LOG_FREE_BYTES", 0)
+    with console.job_console("query", log) as con:
+        pass
+    assert con.log_path is not None and con.log_path.absolute().parent == fallback[0].parent
+    assert "No space left on device" in capfd.readouterr().err
+
+    # No disk to write any log to: the logs stay on the terminal, and the command goes on.
+    monkeypatch.chdir(full_disk)
+    monkeypatch.setattr(console, "MIN_LOG_FREE_BYTES", 8 * 1024 * 1024)
+    with console.job_console("query", log) as con:
+        os.write(2, b"engine noise\n")
+    err = capfd.readouterr().err
+    assert con.log_path is None and "engine noise" in err and "no log file can be written" in err
