@@ -117,6 +117,7 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
     from hxd2_ray import __version__
     from serve import openapi
     from serve.auth import OPEN_PATHS, GuardMiddleware
+    from serve.readiness import Readiness
     from serve.schemas import (
         AssistantMessage,
         ChatCompletion,
@@ -133,6 +134,8 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
         completion_id,
         error_body,
     )
+
+    readiness = Readiness()
 
     metrics = metrics or Metrics(enabled=False)
     # The document is served (behind the key, like everything but /healthz) for clients and contract tests; no
@@ -208,33 +211,43 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
     @api.get(
         "/healthz",
         operation_id="health",
-        summary="Liveness (no key needed); ?deep=true asks the retriever too (key needed)",
+        summary="Readiness (no key needed): 200 once the application can answer; ?deep=true also names the served "
+        "generations (key needed)",
         response_model=None,
         responses=openapi.responses(
             openapi.ok_json(
-                "Health", "Alive (with ?deep=true: the retriever answered too, and the index generations it serves)."
+                "Health",
+                "Ready: a Retriever replica answers, and it answered one question per index through the LLM, the "
+                "embedder and the parts before it took requests (with ?deep=true: the index generations it serves).",
             ),
             401,
             422,
             503,
             s401="?deep=true without a valid key.",
             s422="The deep parameter is not a boolean.",
-            s503="With ?deep=true: the retriever is not answering.",
+            s503="Not ready yet (starting: the models load and answer a first question), or the retriever is not "
+            "answering.",
         ),
     )
     async def healthz(deep: bool = False) -> dict[str, Any]:
-        # Without a key (the guard lets only the plain form through) this touches no deployment and shows no counter.
+        # Ready means able to answer: a Retriever replica answers only once it has answered a first question per
+        # index (serve.warm_up). Without a key (the guard lets only the plain form through) it shows no counter, and
+        # a ready answer is remembered for READY_CACHE_S, so probes cost the deployments nothing.
         out: dict[str, Any] = {"status": "ok"}
-        if deep:
+        if deep or not readiness.fresh():
             try:
                 info = await backend.health()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - any failure to answer is "not ready", said in the body
                 raise ApiError(
                     503,
-                    f"the retriever is not answering: {type(exc).__name__}",
+                    f"not ready: the retriever is not answering yet ({type(exc).__name__}); it answers once the "
+                    "models have loaded and answered a first question",
+                    code="starting" if not readiness.ever else "not_ready",
                     headers={"Retry-After": str(settings.retry_after_s)},
                 ) from None
-            out["indexes"] = {name: ix.get("generation") for name, ix in (info.get("indexes") or {}).items()}
+            readiness.mark()
+            if deep:
+                out["indexes"] = {name: ix.get("generation") for name, ix in (info.get("indexes") or {}).items()}
         return out
 
     @api.post(

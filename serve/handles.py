@@ -166,6 +166,13 @@ async def run_in_thread(
         raise
 
 
+def scoped(scope: RequestScope, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args)`` with ``scope`` visible to the adapters, in this thread (a pool thread's work that no coroutine
+    waits for, such as a replica's warm-up)."""
+    _scope.set(scope)
+    return _unless_given_up(scope, fn, *args, **kwargs)
+
+
 def _unless_given_up(scope: RequestScope, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args)``, unless the request was cancelled or ran out of time while it waited for a thread (a pool
     queues what its threads cannot take yet): work nobody waits for is not started."""

@@ -116,7 +116,7 @@ class AsyncVllmEngine:
             try:
                 engine.shutdown()
             except Exception:
-                log.debug("engine shutdown failed", exc_info=True)
+                log.warning("engine shutdown failed", exc_info=True)
 
     async def check_health(self) -> None:
         if self.engine is None:
@@ -278,8 +278,9 @@ class AsyncVllmEngine:
             return
         try:
             await asyncio.shield(self.engine.abort(request_id))
-        except BaseException:
-            log.debug("abort of %s failed", request_id, exc_info=True)
+        except (asyncio.CancelledError, Exception):
+            # The request ends either way; an engine that cannot abort keeps generating for nobody, worth a line.
+            log.warning("abort of %s failed", request_id, exc_info=True)
 
 
 def _request_id(req: LLMRequest) -> str:

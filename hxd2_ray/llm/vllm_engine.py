@@ -106,7 +106,7 @@ class VllmEngineLLM:
         try:
             llm.llm_engine.engine_core.shutdown()
         except Exception:
-            log.debug("engine core shutdown failed", exc_info=True)
+            log.warning("engine core shutdown failed", exc_info=True)
         del llm
         gc.collect()
         try:
@@ -117,7 +117,7 @@ class VllmEngineLLM:
             destroy_model_parallel()
             destroy_distributed_environment()
         except Exception:
-            log.debug("distributed teardown failed", exc_info=True)
+            log.warning("distributed teardown failed (a second engine in this process may not start)", exc_info=True)
         gc.collect()
         self._restore_torch_threads()
         import torch
@@ -204,7 +204,7 @@ class VllmEngineLLM:
                     break
                 engine.step()
         except Exception:
-            log.debug("draining the engine failed", exc_info=True)
+            log.warning("draining the engine failed: the next call may see this call's outputs", exc_info=True)
 
     # ---------------------------------------------------------- truncation
 

@@ -93,7 +93,8 @@ def _breaks_vars(value: Any) -> bool:
     """Whether ``vars(value).get`` fails for ``value`` although it claims a ``__dict__`` (what vLLM's scan does)."""
     try:
         return hasattr(value, "__dict__") and not hasattr(vars(value), "get")
-    except Exception:  # noqa: BLE001 - an attribute whose own lookup raises would break the scan just the same
+    except Exception as exc:  # noqa: BLE001 - an attribute whose own lookup raises breaks the scan just the same
+        log.warning("hiding %r from vLLM's start-up scan: its __dict__ lookup raises %s", type(value), exc)
         return True
 
 

@@ -46,6 +46,7 @@ from hxd2_ray.retrieval.budget import (
     table_tokens,
 )
 from hxd2_ray.retrieval.index import DUAL_LEVEL_FAMILIES, OpenIndex
+from hxd2_ray.retrieval.keyword_grounding import ground_keywords
 from hxd2_ray.retrieval.keywords import keyword_request, parse_keywords
 from hxd2_ray.retrieval.ppr import EdgeWeights, PropagationGraph, graph_for
 from hxd2_ray.retrieval.query_prompts import QueryLanguagePrompts, QueryPromptSet, load_query_prompts
@@ -256,7 +257,15 @@ class QueryPipeline:
         if not keywords.parsed:
             return keywords, ["the keyword reply could not be read; searched with the question only"]
         notices = []
-        if cfg.drop_prompt_keywords:
+        if cfg.keyword_grounding == "question_or_index":
+            prompt = prompts.keywords_system + "\n" + prompts.keywords_user
+            keywords, dropped = ground_keywords(keywords, question, prompt, self.index.names, cfg.keyword_name_score)
+            if dropped:
+                notices.append(
+                    f"dropped {len(dropped)} keywords that neither the question nor the index's names support: "
+                    + ", ".join(dropped)
+                )
+        elif cfg.drop_prompt_keywords:
             keywords, copied = drop_copied_keywords(keywords, question, prompts)
             if copied:
                 notices.append(f"dropped {len(copied)} keywords copied from the prompt's example: " + ", ".join(copied))

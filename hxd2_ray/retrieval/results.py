@@ -35,6 +35,8 @@ class Keywords:
     raw: str = ""  # the reply as the LLM gave it
     prompt_tokens: int = 0  # of the keyword call
     completion_tokens: int = 0
+    # What the reply held that neither the question nor the index supports (hxd2_ray.retrieval.keyword_grounding)
+    dropped: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -205,6 +207,7 @@ class RetrievalResult:
                 "high_level": list(self.keywords.high_level),
                 "parsed": self.keywords.parsed,
                 "raw": self.keywords.raw,
+                "dropped": list(self.keywords.dropped),
             },
             "entities": [
                 {

@@ -37,6 +37,7 @@ from serve.index_views import IndexViews, NotInIndex
 from serve.live_indexes import close_live, corpus_root, live_of, open_live, public_references
 from serve.metrics import TIMING_PHASES, Metrics
 from serve.payloads import AnswerPayload, ErrorPayload, answer_payload, error_of, error_payload
+from serve.warm_up import warm_up
 
 log = logging.getLogger("hxd2.serve")
 
@@ -65,6 +66,7 @@ class Retriever:
         transport: str = "grpc",
         poll_s: float = DEFAULT_POLL_S,
         source_url_prefix: str | None = None,
+        warm: bool = True,
     ):
         import sys
 
@@ -106,6 +108,12 @@ class Retriever:
         self.metrics = Metrics()
         self.served = 0
         self.views = IndexViews()  # a chunk, the graph around entities, statistics (the web UI's reads)
+        # Ready means able to answer: one question per index before Serve routes any request here (serve.warm_up).
+        self.warm_up_s = warm_up(self.lives, self.pool, self._warm_up_failed) if warm else {}
+
+    def _warm_up_failed(self, index: str, exc: BaseException) -> None:
+        log.warning("warm-up of %s failed (%s: %s); its first requests pay the start", index, type(exc).__name__, exc)
+        self.metrics.errors.inc(tags={"index": index, "status": "warm_up"})
 
     # -- helpers -------------------------------------------------------------------------------------
 
@@ -299,6 +307,7 @@ class Retriever:
                 for name, p in current.items()
             },
             "served": self.served,
+            "warm_up_s": self.warm_up_s,
             "modes": {name: list(getattr(p.value.pipeline, "modes", ())) for name, p in current.items()},
         }
 

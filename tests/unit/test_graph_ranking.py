@@ -192,8 +192,29 @@ def test_keywords_copied_from_the_prompt_example_are_dropped(index, tiny):
     # A keyword the question itself contains stays, even when the example has it too.
     assert drop_copied_keywords(Keywords(low_level=("Bergen",)), "Is Bergen rainy?", prompts)[1] == []
     llm = scripted_llm(keyword_reply(["Rachel Osei", "Halden Institute"], ["Research affiliation"]))
-    result = _pipeline(index, tiny, llm, drop_prompt_keywords=True).retrieve("Who is Brian Kobilka?")
+    pipeline = _pipeline(index, tiny, llm, drop_prompt_keywords=True, keyword_grounding="off")
+    result = pipeline.retrieve("Who is Brian Kobilka?")
     assert result.keywords.empty and any("copied from the prompt's example" in n for n in result.notices)
+
+
+def test_keywords_neither_the_question_nor_the_index_supports_are_dropped_and_traced(index, tiny):
+    """Issue 40's trace: the small model's keywords for a question it could not parse were the prompt example's.
+    A keyword is kept for a word it shares with the question or for naming an entity of the index."""
+    reply = keyword_reply(
+        ["Bergen Institute", "Bergen", "Thomas Sudhoff", "Kobilka"], ["Research affiliation", "Nobel prize"]
+    )
+    result = _pipeline(index, tiny, scripted_llm(reply)).retrieve("Which prize did Brian Kobilka win?")
+    # "Kobilka" and "Nobel prize" share a word with the question; "Thomas Sudhoff" is a near-miss of an index name.
+    assert result.keywords.low_level == ("Thomas Sudhoff", "Kobilka")
+    assert result.keywords.high_level == ("Nobel prize",)
+    assert result.keywords.dropped == ("Bergen Institute", "Bergen", "Research affiliation")
+    assert result.trace()["keywords"]["dropped"] == ["Bergen Institute", "Bergen", "Research affiliation"]
+    assert any("dropped 3 keywords" in n for n in result.notices)
+    # The prompt's example is dropped even where it would name an index entity, unless the question asks it.
+    example = _pipeline(index, tiny, scripted_llm(keyword_reply(["Rachel Osei"], []))).retrieve("Who is Rachel?")
+    assert example.keywords.dropped == ("Rachel Osei",)
+    off = _pipeline(index, tiny, scripted_llm(reply), keyword_grounding="off").retrieve("Which prize did Kobilka win?")
+    assert off.keywords.dropped == () and "Bergen" in off.keywords.low_level
 
 
 class _Names:

@@ -1,5 +1,6 @@
 """What the served app shows of live updates without Ray: the deep health check and the reload need a key (the
-open /healthz does no work and shows no counter), and answers name documents relative to the corpus root."""
+open /healthz asks the Retriever at most once per few seconds and shows no counter; it says ready only once the
+Retriever answers), and answers name documents relative to the corpus root."""
 
 from __future__ import annotations
 
@@ -24,17 +25,36 @@ class LiveBackend(FakeBackend):
         return {"generations": {"tiny": "g000004"}}
 
 
-def test_the_open_health_check_does_no_work_and_the_deep_one_needs_a_key():
-    backend = LiveBackend()
+class StartingBackend(LiveBackend):
+    """A Retriever that is not answering yet (its replicas still load the models and answer a first question)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready = False
+
+    async def health(self) -> dict[str, Any]:
+        if not self.ready:
+            self.asked.append("health")
+            raise TimeoutError("no replica yet")
+        return await super().health()
+
+
+def test_the_open_health_check_says_ready_only_once_the_retriever_answers_and_shows_no_counter():
+    backend = StartingBackend()
 
     async def go() -> None:
         async with client(backend, key=None) as anonymous:
-            plain = await anonymous.get("/healthz")
-            assert plain.status_code == 200 and plain.json() == {"status": "ok"}
+            starting = await anonymous.get("/healthz")
+            assert starting.status_code == 503 and starting.headers["retry-after"]
+            assert starting.json()["error"]["code"] == "starting"
+            backend.ready = True
+            for _ in range(5):
+                plain = await anonymous.get("/healthz")
+                assert plain.status_code == 200 and plain.json() == {"status": "ok"}
+            assert backend.asked == ["health", "health"]  # a ready answer stands a while: probes cost nothing
             for deep in ("/healthz?deep=true", "/healthz?deep=1", "/healthz?deep=false&x=1"):
                 r = await anonymous.get(deep)
                 assert r.status_code == 401, (deep, r.text)
-            assert backend.asked == []  # nobody without a key made the service work
         async with client(backend) as keyed:
             r = await keyed.get("/healthz?deep=true")
             assert r.status_code == 200 and r.json() == {"status": "ok", "indexes": {"tiny": "g000003"}}

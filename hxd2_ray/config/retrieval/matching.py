@@ -3,6 +3,8 @@ neighbourhood kept around them."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from hxd2_ray.config.base import FrozenSection
@@ -43,6 +45,19 @@ class RetrievalMatching(FrozenSection):
         False,
         description="Drop keywords found in the keyword prompt's own example but not in the question (a small "
         "model copies the example's names for questions it cannot parse).",
+    )
+    keyword_grounding: Literal["question_or_index", "off"] = Field(
+        "question_or_index",
+        description="question_or_index: a keyword the LLM returns is kept only when it shares a word with the "
+        "question or names an entity of the index (the prompt's example never reaches retrieval), and the dropped "
+        "ones are named in the trace; off: every keyword is kept (drop_prompt_keywords still applies).",
+    )
+    keyword_name_score: float = Field(
+        90.0,
+        ge=0,
+        le=100,
+        description="keyword_grounding: how close (rapidfuzz ratio, 0-100, on folded names) a keyword must be to an "
+        "entity name of the index to count as one of its names.",
     )
     question_names: bool = Field(
         False,
