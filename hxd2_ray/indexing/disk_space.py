@@ -10,7 +10,10 @@ not errno: Faiss as ``RuntimeError(... write error in PATH ... (No space left on
 recognised.
 
 Kùzu can abort the whole process (SIGABRT, "Invalid transaction type to rollback") when a write fails inside its
-bulk load, so :meth:`WriteSeam.check_room` refuses before the load when the disk plainly lacks the room.
+bulk load, so :meth:`WriteSeam.check_room` refuses before the load when the disk plainly lacks the room, and the
+load itself runs in a child process (:func:`isolated_write`): an abort there ends the child only, and the command
+says in one line which path failed and how much is free, removes its build folder and its lock, and a rerun
+resumes.
 
 The previous generation is never touched by a failed write (a new generation is written beside it and the manifest
 switch is the last step), the caller removes its build folder, and the staged work under ``_staging`` is kept, so
@@ -20,13 +23,15 @@ the same command, run again once there is room, resumes.
 from __future__ import annotations
 
 import errno
+import multiprocessing
 import os
 import re
 import shutil
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+import signal
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pyarrow as pa
 
@@ -36,6 +41,7 @@ if TYPE_CHECKING:
     from hxd2_ray.indexing.generations import CorpusState
 
 MB = 1024 * 1024
+T = TypeVar("T")
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 # The output was writable when the run opened it (hxd2_ray.indexing.output probes it), so a refusal to write now
 # means it turned read-only (a remount, a lost mount, changed permissions).
@@ -48,6 +54,7 @@ _PATH_IN_TEXT = re.compile(r"(?:path: |write error in |could not open )(/[^\s:]+
 # An empty Kùzu database with its tables and first pages is a few MB before any row (measured: 3.3 MB for one
 # table of 1,000 rows, 4.8 MB for the sample corpus's six tables); rows then take about 1.7x their Arrow size.
 GRAPH_BASE_BYTES = 4 * MB
+NEARLY_FULL_BYTES = 64 * MB
 GRAPH_BYTES_PER_ARROW_BYTE = 2
 
 
@@ -117,6 +124,8 @@ class WriteSeam:
 
     output: str
     needed_bytes: int
+    # What a rerun does, said after what to free (a build's and an update's: the previous generation is kept).
+    rerun: str = "run the same command again: the previous generation is still served and the staged work is reused"
 
     def __post_init__(self) -> None:
         self.free_at_start = free_bytes(self.output)
@@ -127,7 +136,7 @@ class WriteSeam:
         if free is not None and free < needed:
             raise OutputFullError(
                 f"not enough space at {folder} to write {what}: it needs about {_mb(needed)}, {_mb(free)} are free; "
-                f"{self._advice()}"
+                f"{self.advice()}"
             )
 
     @contextmanager
@@ -137,27 +146,100 @@ class WriteSeam:
         try:
             yield
         except (OSError, RuntimeError) as exc:
-            kind = failure_kind(exc)
-            if kind is None:
+            error = self.translated(exc, what, path, discard)
+            if error is None:
                 raise
-            if discard:
-                shutil.rmtree(discard, ignore_errors=True)
-            where = failed_path(exc, path)
-            if kind == "full":
-                free = "" if self.free_at_start is None else f", {_mb(self.free_at_start)} were free when it began"
-                raise OutputFullError(
-                    f"no space left on the disk of {where} while writing {what}: this generation needs about "
-                    f"{_mb(self.needed_bytes)}{free}; {self._advice()}"
-                ) from exc
-            raise OutputReadOnlyError(
-                f"the output turned read-only: writing {what} to {where} failed "
-                f"({getattr(exc, 'strerror', None) or 'read-only'}); make {self.output} writable, then "
-                f"{self._rerun()}"
-            ) from exc
+            raise error from exc
 
-    def _advice(self) -> str:
+    def translated(
+        self, exc: OSError | RuntimeError, what: str, path: str, discard: str | None = None
+    ) -> OutputError | None:
+        """The one-line error for ``exc`` raised while writing ``what`` under ``path`` (see :meth:`writing`), or
+        None when it is not a full or read-only disk."""
+        kind = failure_kind(exc)
+        if kind is None:
+            return None
+        if discard:
+            shutil.rmtree(discard, ignore_errors=True)
+        where = failed_path(exc, path)
+        if kind == "full":
+            free = "" if self.free_at_start is None else f", {_mb(self.free_at_start)} were free when it began"
+            return OutputFullError(
+                f"no space left on the disk of {where} while writing {what}: this generation needs about "
+                f"{_mb(self.needed_bytes)}{free}; {self.advice()}"
+            )
+        return OutputReadOnlyError(
+            f"the output turned read-only: writing {what} to {where} failed "
+            f"({getattr(exc, 'strerror', None) or 'read-only'}); make {self.output} writable, then "
+            f"{self._rerun()}"
+        )
+
+    def advice(self) -> str:
         return f"free space there (or choose another --output), then {self._rerun()}"
 
-    @staticmethod
-    def _rerun() -> str:
-        return "run the same command again: the previous generation is still served and the staged work is reused"
+    def _rerun(self) -> str:
+        return self.rerun
+
+
+class GraphWriteAborted(OutputError):
+    """The graph engine's write ended its process (a native abort), for a reason other than a full disk."""
+
+
+def _run_in_child(conn: Any, fn: Callable[[], Any]) -> None:
+    try:
+        out = fn()
+    except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it there
+        conn.send(("error", type(exc).__name__, str(exc), getattr(exc, "errno", None), getattr(exc, "filename", None)))
+    else:
+        conn.send(("ok", out))
+    finally:
+        conn.close()
+
+
+def isolated_write(fn: Callable[[], T], what: str, path: str, seam: WriteSeam | None = None) -> T:
+    """Run ``fn`` (a write of ``what`` at ``path``; picklable: a module-level function or a partial of one) in a
+    child process, so a native abort of the graph engine cannot take the command down. The child's exception is
+    raised here (an ``OSError``/``RuntimeError`` with its text, so :meth:`WriteSeam.writing` recognises a full or
+    read-only disk); a child killed by a signal is :class:`OutputFullError` when its disk is (nearly) full, else
+    :class:`GraphWriteAborted`, one line naming ``path`` and what to free either way."""
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process that runs Ray's and Arrow's threads
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_run_in_child, args=(send, fn), name=f"hxd2-write-{what.replace(' ', '-')}")
+    child.start()
+    send.close()
+    try:
+        message = receive.recv()
+    except EOFError:  # the child ended without a word: killed or aborted
+        message = None
+    finally:
+        receive.close()
+        child.join()
+    if message is not None and message[0] == "ok":
+        return cast(T, message[1])
+    if message is not None:
+        _, kind, text, err, filename = message
+        if err is not None:
+            raise OSError(err, f"{kind}: {text}", filename)
+        raise RuntimeError(f"{kind}: {text}")
+    code = child.exitcode or 0
+    how = f"exit {code}"
+    if code < 0:
+        with suppress(ValueError):  # a signal number this platform does not name
+            how = signal.Signals(-code).name
+    folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
+    free = free_bytes(folder)
+    needed = seam.needed_bytes if seam is not None else 0
+    room = "" if free is None else f"; {_mb(free)} free on its disk"
+    # An abort with less than NEARLY_FULL free (or than the generation needs) is taken for a full disk: Kùzu aborts
+    # when a write inside its bulk load fails, and what it had written is gone with the child's files.
+    if free is not None and (free < needed or free < NEARLY_FULL_BYTES):
+        advice = seam.advice() if seam is not None else "free space there, then run the same command again"
+        need = f" (this generation needs about {_mb(needed)})" if needed else ""
+        raise OutputFullError(
+            f"the graph engine stopped ({how}) while writing {what} to {path}{room}: the disk is (nearly) full"
+            f"{need}; {advice}"
+        )
+    raise GraphWriteAborted(
+        f"the graph engine stopped ({how}) while writing {what} to {path}{room}; its log may say why. Check the "
+        "disk (space, quota) there, then run the same command again: the previous generation is still served"
+    )

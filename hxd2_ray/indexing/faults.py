@@ -16,8 +16,10 @@ A full or read-only disk in the write stage is an exception, not a death, armed 
 
     HXD2_DISK_FAULT_AT=graph:enospc        the graph write fails with "No space left on device"
     HXD2_DISK_FAULT_AT=vectors:erofs       a vector family's write fails with "Read-only file system"
+    HXD2_DISK_FAULT_AT=graph-load:sigabrt  the graph engine's load aborts its process, as Kùzu does on a full disk
 
-at ``vectors``, ``graph`` or ``manifest`` (:func:`disk_fault`); each fires once per process.
+at ``vectors``, ``graph``, ``graph-load`` (inside the process that loads the graph) or ``manifest``
+(:func:`disk_fault`); each fires once per process.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ CRASH_EXIT_CODE = 86
 STAGES = ("ingest", "extract", "merge", "embed", "write")
 POINTS = tuple(f"driver:{s}" for s in STAGES) + ("worker:extract", "worker:embed")
 DISK_FAULT_ENV = "HXD2_DISK_FAULT_AT"
-DISK_FAULT_POINTS = ("vectors", "graph", "manifest")
-DISK_FAULT_ERRNOS = {"enospc": errno.ENOSPC, "erofs": errno.EROFS}
+DISK_FAULT_POINTS = ("vectors", "graph", "graph-load", "manifest")
+DISK_FAULT_ERRNOS = {"enospc": errno.ENOSPC, "erofs": errno.EROFS, "sigabrt": 0}
 _disk_faults_fired: set[str] = set()
 
 
@@ -104,6 +106,9 @@ def disk_fault(point: str, path: str) -> None:
     if point not in armed or point in _disk_faults_fired:
         return
     _disk_faults_fired.add(point)
+    if armed[point] == "sigabrt":
+        print(f"[hxd2 fault injection] {point} aborts", file=sys.stderr, flush=True)
+        os.abort()
     code = DISK_FAULT_ERRNOS[armed[point]]
     print(f"[hxd2 fault injection] {point} write fails: {os.strerror(code)}", file=sys.stderr, flush=True)
     raise OSError(code, os.strerror(code), path)

@@ -17,6 +17,7 @@ repeat) in length order to keep padding low.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -36,6 +37,7 @@ from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, synonym
 from hxd2_ray.errors import HxdError
 from hxd2_ray.graph.read_structures import READS_DIR
 from hxd2_ray.indexing import tables
+from hxd2_ray.indexing.disk_space import WriteSeam, estimate_graph_bytes, isolated_write
 from hxd2_ray.indexing.embedding_texts import embedding_inputs
 from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, record_files, write_manifest
 from hxd2_ray.indexing.query_reads import write_query_reads
@@ -270,6 +272,12 @@ def build_kb_index(
     t0 = time.perf_counter()
     output.parent.mkdir(parents=True, exist_ok=True)
     build_dir = Path(tempfile.mkdtemp(prefix=f".{output.name}.building-", dir=output.parent))
+    # A full or read-only disk ends as one error naming the path and the space needed, as in a build (disk_space).
+    seam = WriteSeam(
+        str(output.parent),
+        int(vectors.nbytes) + estimate_graph_bytes((entities, relations)),
+        rerun=f"run the same command again (nothing was written to {output})",
+    )
     try:
         board.begin("vectors", total=len(tables.VECTOR_FAMILIES), unit="families")
         families: dict[str, dict[str, Any]] = {}
@@ -300,15 +308,13 @@ def build_kb_index(
 
         t0 = time.perf_counter()
         board.begin("graph")
-        counts = load_graph(
-            build_dir / "graph.kuzu",
-            empty_documents(),
-            empty_chunks(),
-            entities,
-            relations,
-            synonyms=synonyms,
-            engine=cfg.graph.backend,
-        )
+        # Kùzu may abort the process on a failed write: refuse first when the room is plainly missing, and load
+        # in a child process, which an abort ends alone.
+        graph = (empty_documents(), empty_chunks(), entities, relations, synonyms)
+        seam.check_room(str(build_dir), estimate_graph_bytes(graph), "the graph")
+        graph_path = str(build_dir / "graph.kuzu")
+        load = functools.partial(load_graph, graph_path, *graph[:4], synonyms=synonyms, engine=cfg.graph.backend)
+        counts = isolated_write(load, "the graph", graph_path, seam)
         board.end("graph", f"{counts['entities']:,} entities, {counts['relations']:,} edges")
         # What every query process maps instead of building its own copy (hxd2_ray.graph.read_structures).
         write_query_reads(build_dir / "graph.kuzu", build_dir / READS_DIR, cfg.graph.backend)
@@ -373,6 +379,11 @@ def build_kb_index(
         read_manifest(build_dir)
         _check_output(output, overwrite)  # nothing appeared there while we were building
         _swap_into_place(build_dir, output)
+    except (OSError, RuntimeError) as exc:
+        error = seam.translated(exc, "the index", str(build_dir))
+        if error is None:
+            raise
+        raise error from exc
     finally:
         shutil.rmtree(build_dir, ignore_errors=True)
     say(f"index written to {output} in {summary['seconds_total']:.1f}s")

@@ -18,6 +18,7 @@ from hxd2_ray.config import HxdConfig
 from hxd2_ray.errors import HxdError, IndexNotFoundError
 from hxd2_ray.graph.read_structures import READS_DIR
 from hxd2_ray.indexing.build_lock import acquire_build_lock
+from hxd2_ray.indexing.disk_space import GRAPH_BASE_BYTES, MB, WriteSeam
 from hxd2_ray.indexing.layout import IndexLayout
 from hxd2_ray.indexing.manifest import MANIFEST_NAME, read_manifest, record_files, write_manifest
 from hxd2_ray.indexing.query_reads import write_query_reads
@@ -43,12 +44,22 @@ def reindex_reads(location: str, cfg: HxdConfig, progress: Callable[[str], None]
             raise HxdError(f"index at {location} has no graph at {layout.graph_path}: rebuild it")
         started = time.perf_counter()
         progress(f"writing the graph read structures of generation {manifest.generation or '(root)'}")
-        reads = write_query_reads(layout.graph_path, layout.generation_root / READS_DIR, manifest.graph_backend)
-        seconds = time.perf_counter() - started
-        if manifest.files:  # an older manifest without file records stays without them (verify says so)
-            files = {k: v for k, v in manifest.files.items() if not k.startswith(f"{READS_DIR}/")}
-            files.update(record_files(layout.generation_root, tops=(READS_DIR,)))
-            write_manifest(root, manifest.model_copy(update={"files": files}))
+        # A full or read-only disk ends as one error naming the path and the space needed, as in a build. The new
+        # structures are written beside the old ones before the rename; their size is taken as the old ones', or
+        # the graph's past its empty pages (the tiny test index: graph 4.2 MB, structures 20 KB), at least 1 MB.
+        target = layout.generation_root / READS_DIR
+        needed = max(_size(target), _size(layout.graph_path) - GRAPH_BASE_BYTES, MB)
+        seam = WriteSeam(
+            str(layout.generation_root), needed, rerun="run the same command again: the index is served as it was"
+        )
+        seam.check_room(str(layout.generation_root), seam.needed_bytes, "the graph read structures")
+        with seam.writing("the graph read structures", str(target)):
+            reads = write_query_reads(layout.graph_path, target, manifest.graph_backend)
+            seconds = time.perf_counter() - started
+            if manifest.files:  # an older manifest without file records stays without them (verify says so)
+                files = {k: v for k, v in manifest.files.items() if not k.startswith(f"{READS_DIR}/")}
+                files.update(record_files(layout.generation_root, tops=(READS_DIR,)))
+                write_manifest(root, manifest.model_copy(update={"files": files}))
     return {
         "index": location,
         "generation": manifest.generation,
@@ -56,3 +67,10 @@ def reindex_reads(location: str, cfg: HxdConfig, progress: Callable[[str], None]
         "chunks": reads.chunks.num_rows,
         "seconds": round(seconds, 2),
     }
+
+
+def _size(path: Path) -> int:
+    """Bytes of a file, or of every file under a folder (a Kùzu database is either, by version)."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0

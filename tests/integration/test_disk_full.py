@@ -3,8 +3,9 @@ naming the path (and, for a full disk, the space needed), exit 2; the previous g
 and the failed build folder are gone, and the same command, once the fault is lifted, resumes (no extraction again)
 and publishes what a clean build holds.
 
-* injected at the write seam (``HXD2_DISK_FAULT_AT``, hxd2_ray.indexing.faults): the graph write without space and
-  the manifest switch on an output turned read-only, each in an update that adds a document;
+* injected at the write seam (``HXD2_DISK_FAULT_AT``, hxd2_ray.indexing.faults): the graph write without space,
+  the manifest switch on an output turned read-only and the graph engine's load aborting its process, each in an
+  update that adds a document;
 * a real 20 MB tmpfs (root only): filled until the update's graph cannot fit (refused before Kùzu starts), then
   until the Faiss write itself fails with ENOSPC, then remounted read-only (``index`` and ``index delete`` refuse
   in one line); emptied and writable again, the update finishes.
@@ -123,6 +124,12 @@ def test_injected_full_and_read_only_writes_leave_the_index_served_and_resume(
     code, stdout, err = _update(cluster, folder, out, fault="manifest:erofs")
     line = _assert_refused(code, stdout, err, out, "read-only", published, counts)
     assert "manifest.json" in line
+
+    # The graph engine aborts its process, as Kùzu does when a write in its bulk load fails (issue 40, item 8: exit
+    # 134 and no message before): the load's own process ends, the command says where in one line.
+    code, stdout, err = _update(cluster, folder, out, fault="graph-load:sigabrt")
+    line = _assert_refused(code, stdout, err, out, "SIGABRT", published, counts)
+    assert "graph.kuzu" in line and "MB free" in line
 
     _assert_resumed(cluster, folder, out, three_documents, published)
 

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import errno
+import functools
 import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -16,6 +21,7 @@ from hxd2_ray.indexing.disk_space import (
     estimate_graph_bytes,
     failed_path,
     failure_kind,
+    isolated_write,
 )
 from hxd2_ray.indexing.faults import DISK_FAULT_ENV, disk_fault
 
@@ -110,3 +116,65 @@ def test_disk_fault_fires_once_and_checks_its_spec(monkeypatch):
         disk_fault("graph", "/x")
     monkeypatch.delenv(DISK_FAULT_ENV)
     assert os.environ.get(DISK_FAULT_ENV) is None
+
+
+def _abort() -> None:
+    os.abort()  # what Kùzu does when a write inside its bulk load fails
+
+
+def _kuzu_full() -> None:
+    raise KUZU_FULL
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path) -> Iterator[Path]:
+    """A real 2 MB tmpfs (root can mount one; elsewhere the test is skipped, saying why)."""
+    mount_point = tmp_path / "tmpfs"
+    mount_point.mkdir()
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"mount -t tmpfs is not permitted here: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_an_isolated_write_returns_its_result_and_raises_its_error_as_text():
+    assert isolated_write(functools.partial(divmod, 7, 2), "a sum", "/x") == (3, 1)
+    with pytest.raises(RuntimeError) as raised:
+        isolated_write(_kuzu_full, "the graph", "/mnt/full/g.kuzu")
+    assert failure_kind(raised.value) == "full" and failed_path(raised.value, "") == "/mnt/full/g.kuzu"
+
+
+def test_an_abort_in_the_write_ends_the_child_only_and_says_where_and_what_to_free(small_tmpfs, tmp_path):
+    """Issue 40, item 8: Kùzu's SIGABRT on a full disk took the whole command down (exit 134, no message)."""
+    graph = small_tmpfs / "g.kuzu"
+    seam = WriteSeam(str(small_tmpfs), 5 * 1024 * 1024)
+    with pytest.raises(OutputFullError) as full:
+        isolated_write(_abort, "the graph", str(graph), seam)
+    line = str(full.value)
+    assert "\n" not in line and "SIGABRT" in line and str(graph) in line and "MB free" in line, line
+    assert "needs about 5.0 MB" in line and "run the same command again" in line, line
+    # Plenty of room: an abort is not taken for a full disk, and still ends as one line.
+    with pytest.raises(HxdError) as aborted:
+        isolated_write(_abort, "the graph", str(tmp_path / "g.kuzu"))
+    assert not isinstance(aborted.value, OutputFullError) and "SIGABRT" in str(aborted.value)
+
+
+def test_a_real_graph_load_on_a_full_tmpfs_is_one_error_not_an_abort(small_tmpfs):
+    from hxd2_ray.graph.kuzu_store import load_graph
+    from tests.unit.retrieval_fixtures import tiny_tables
+
+    docs, chunks, entities, relations = tiny_tables()
+    path = str(small_tmpfs / "graph.kuzu")
+    seam = WriteSeam(str(small_tmpfs), estimate_graph_bytes((docs, chunks, entities, relations)))
+    load = functools.partial(load_graph, path, docs, chunks.drop_columns(["shard"]), entities, relations)
+    with pytest.raises(HxdError) as failed:
+        with seam.writing("the graph", path):
+            isolated_write(load, "the graph", path, seam)
+    assert isinstance(failed.value, OutputFullError) and path in str(failed.value), failed.value

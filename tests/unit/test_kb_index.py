@@ -268,3 +268,31 @@ def test_cli_index_kb_json(tmp_path, capsys):
     assert main(argv) == 2
     assert "already holds an index" in capsys.readouterr().err
     assert main(argv + ["--overwrite"]) == 0
+
+
+def test_index_kb_on_a_full_disk_is_one_line_and_leaves_no_build_folder(kb_file, tmp_path):
+    """Issue 40, item 8: index-kb checks its room as a build does; a full disk mid-write is one line, and its
+    temporary build folder is gone (a real 3 MB tmpfs: the graph alone needs about 4 MB)."""
+    import os
+    import subprocess
+
+    from hxd2_ray.indexing.disk_space import OutputFullError
+
+    mount_point = tmp_path / "tmpfs"
+    mount_point.mkdir()
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount_point)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"mount -t tmpfs is not permitted here: {mounted.stderr.strip()}")
+    try:
+        out = mount_point / "index"
+        with pytest.raises(OutputFullError) as full:
+            build_kb_index(kb_config(), kb_file, out, progress=None)
+        line = str(full.value)
+        assert "\n" not in line and str(mount_point) in line and "MB" in line, line
+        assert sorted(p.name for p in mount_point.iterdir()) == []  # no .index.building-* folder, no index
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)

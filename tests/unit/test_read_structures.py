@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -308,3 +313,62 @@ def test_the_title_index_is_mapped_from_the_generation_and_answers_as_built(tmp_
         assert list(mapped.chunks) == list(built.chunks)  # iterated as a dict is (the refusal gate's title starts)
         keys = [*built.chunks, "no such title"]
         assert mapped.get_entities(keys) == built.get_entities(keys)
+
+
+@pytest.fixture
+def tmpfs_10m(tmp_path) -> Iterator[Path]:
+    """A real 10 MB tmpfs (root can mount one; elsewhere the test is skipped, saying why)."""
+    mount_point = tmp_path / "tmpfs"
+    mount_point.mkdir()
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=10m", "tmpfs", str(mount_point)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"mount -t tmpfs is not permitted here: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def _fill_leaving(folder: Path, free: int) -> Path:
+    filler = folder / "filler"
+    with open(filler, "wb", buffering=0) as fh:
+        fh.write(b"\0" * max(0, shutil.disk_usage(folder).free - free))
+    return filler
+
+
+def test_reindex_reads_on_a_full_disk_is_one_line_and_the_rerun_writes_them(tmpfs_10m, capsys, monkeypatch):
+    """Issue 40, item 8: reindex-reads checks its room as a build does, and a write that fails for space is one
+    error line; the lock is gone, the old structures stay, and the same command succeeds once there is room."""
+    from hxd2_ray.indexing import reindex_reads as module
+    from hxd2_ray.indexing.build_lock import LOCK_NAME
+    from jobs.index_reads import main
+    from tests.unit.retrieval_fixtures import build_tiny_index
+
+    index = tmpfs_10m / "index"
+    build_tiny_index(index)
+    shutil.rmtree(index / READS_DIR)  # as an index written before read structures existed
+    filler = _fill_leaving(tmpfs_10m, 300 * 1024)
+
+    assert main(["--index", str(index)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: not enough space at ") and "MB" in err[0], err
+    assert not (index / LOCK_NAME).exists() and not (index / READS_DIR).exists()
+
+    # Past the check (an estimate), the write itself runs out of room: one line too, nothing half written.
+    monkeypatch.setattr(module, "GRAPH_BASE_BYTES", 1 << 40)
+    monkeypatch.setattr(module, "MB", 0)
+    filler.unlink()
+    _fill_leaving(tmpfs_10m, 4 * 1024)
+    assert main(["--index", str(index)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no space left on the disk of" in err[0] and "run the same command again" in err[0], err
+    assert not (index / LOCK_NAME).exists() and not has_graph_reads(index / READS_DIR)
+    assert [p.name for p in index.iterdir() if p.name.startswith(".")] == []  # no temporary folder left
+
+    (tmpfs_10m / "filler").unlink()
+    assert main(["--index", str(index)]) == 0
+    assert has_graph_reads(index / READS_DIR)

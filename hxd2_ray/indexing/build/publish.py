@@ -4,6 +4,7 @@ readers to it (one manifest write), over a :class:`~.context.BuildContext`."""
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import shutil
@@ -23,7 +24,7 @@ from hxd2_ray.config import embedding_model_id, llm_model_id, synonym_factors
 from hxd2_ray.graph.read_structures import READS_DIR
 from hxd2_ray.indexing import tables
 from hxd2_ray.indexing.build.context import STAGES
-from hxd2_ray.indexing.disk_space import WriteSeam, estimate_graph_bytes, write_seam_for
+from hxd2_ray.indexing.disk_space import WriteSeam, estimate_graph_bytes, isolated_write, write_seam_for
 from hxd2_ray.indexing.faults import crash_point, disk_fault
 from hxd2_ray.indexing.generations import history, prune, publish, write_state
 from hxd2_ray.indexing.manifest import IndexManifest, generation_dir, read_manifest, record_files, write_manifest
@@ -47,7 +48,6 @@ def write(b: BuildContext, state: CorpusState, vectors: pa.Table) -> dict[str, A
     the refusal calibration, the files' checksums) beside the current one; the switch to it is :func:`commit`'s
     manifest write. Synonym edges and the calibration are computed over the whole new generation, as a build from
     scratch of the same corpus would."""
-    from hxd2_ray.graph.kuzu_store import KuzuGraphWriter
     from hxd2_ray.vectors.faiss_index import write_family
 
     local = isinstance(b.fs, pafs.LocalFileSystem)
@@ -88,9 +88,12 @@ def write(b: BuildContext, state: CorpusState, vectors: pa.Table) -> dict[str, A
                 synonyms,
                 title_mentions,
             )
-            # Kùzu may abort the process on a failed write: refuse first when the room is plainly missing.
+            # Kùzu may abort the process on a failed write: refuse first when the room is plainly missing, and load
+            # in a child process, which an abort ends alone (disk_space.isolated_write).
             b.write_seam.check_room(build_dir, estimate_graph_bytes(graph), "the graph")
-            KuzuGraphWriter(os.path.join(build_dir, "graph.kuzu"), engine=b.cfg.graph.backend).bulk_load(*graph)
+            graph_path = os.path.join(build_dir, "graph.kuzu")
+            load = functools.partial(_load_graph, graph_path, graph, b.cfg.graph.backend)
+            isolated_write(load, "the graph", graph_path, b.write_seam)
             disk_fault("graph", os.path.join(build_dir, "graph.kuzu"))
             _graph_reads(b, build_dir)
             crash_point("driver:write")
@@ -109,6 +112,17 @@ def write(b: BuildContext, state: CorpusState, vectors: pa.Table) -> dict[str, A
     finally:
         shutil.rmtree(build_dir, ignore_errors=True)
     return families
+
+
+def _load_graph(path: str, graph: tuple[pa.Table, ...], engine: str) -> None:
+    """The generation's graph, in the child process of :func:`isolated_write`."""
+    from hxd2_ray.graph.kuzu_store import load_graph
+
+    disk_fault("graph-load", path)
+    documents, chunks, entities, relations, synonyms, title_mentions = graph
+    load_graph(
+        path, documents, chunks, entities, relations, synonyms=synonyms, title_mentions=title_mentions, engine=engine
+    )
 
 
 def _graph_reads(b: BuildContext, build_dir: str) -> None:
