@@ -195,3 +195,40 @@ def test_a_publish_mid_request_leaves_the_whole_answer_on_the_generation_it_name
     assert after["generation"] == "g000002" and _prizes(after) == [NEW_PRIZE]
     sources = [r["source_id"] for r in after["references"]]
     assert NEW_SOURCE in sources and OLD_SOURCE not in sources, sources
+
+
+class _ReadsItsGeneration:
+    """A GraphFlow retriever stand-in built on one open generation: it answers with the generation it reads."""
+
+    def __init__(self, index: Any):
+        self.generation = index.manifest.generation
+
+    def retrieve(self, question: str, topic: str | None = None) -> str:
+        return self.generation
+
+
+def test_the_graph_walker_walks_the_generation_the_request_pinned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The GraphWalker deployment (mode graphflow, and the walk step of auto) has switched to a newly published
+    generation; a request the Retriever pinned to the previous one is walked on that one, reopened on demand."""
+    import hxd2_ray.wiring
+    from serve.deployments.parts import GraphWalkerServer
+    from serve.handles import HandleGraphRetriever, RequestScope, scoped
+
+    monkeypatch.setattr(hxd2_ray.wiring, "build_graph_retriever", lambda index, _emb, _cfg: _ReadsItsGeneration(index))
+    root = tmp_path / "index"
+    root.mkdir()
+    _publish(root, "g000001", 1, tmp_path / "build")
+    cfg = index_config()
+    cfg_json = cfg.model_copy(update={"graphflow": cfg.graphflow.model_copy(update={"policy": "stand-in"})})
+    walker = GraphWalkerServer.func_or_class(
+        cfg_json.model_dump(mode="json"), {"tiny": str(root)}, None, transport="actor", poll_s=0
+    )
+    try:
+        adapter = HandleGraphRetriever(LocalHandle(walker), "tiny")
+        _publish(root, "g000002", 2, tmp_path / "build")
+        walker.lives["tiny"].refresh()  # the walker's replica has switched
+        assert walker.lives["tiny"].generation == "g000002"
+        assert scoped(RequestScope(generation="g000001"), adapter.retrieve, QUESTION) == "g000001"
+        assert scoped(RequestScope(generation="g000002"), adapter.retrieve, QUESTION) == "g000002"
+    finally:
+        walker.__del__()
