@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "serve": ("jobs.serve_cli", "serve indexes over HTTP (Ray Serve): OpenAI-compatible chat completions, /v1/query"),
     "calibrate-refusal": ("jobs.calibrate", "calibrate the refusal gate's threshold on good/bad questions"),
+    "keys": ("jobs.keys_cli", "tenants' API keys for hxd2 serve --keys-file: add (printed once), revoke, list"),
     "graph": (
         "jobs.graph_cli",
         "look at an index's graph: export (GraphML, Neo4j CSV, Cypher), show (PNG/HTML), stats",

@@ -71,6 +71,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--address", default=None, help="Ray cluster to join (auto, ray://…); default: a local Ray")
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray (default: all)")
     parser.add_argument("--no-auth", action="store_true", help="serve without API keys (local development)")
+    parser.add_argument(
+        "--keys-file",
+        default=None,
+        metavar="FILE",
+        help="tenants' keys (hxd2 keys add): each key reads only its indexes, within its budgets; a change is "
+        "picked up within seconds, no restart",
+    )
+    parser.add_argument(
+        "--audit-log",
+        default=None,
+        metavar="PATH",
+        help="JSON-lines audit log, a line per request (tenant, index, route, status, latency, tokens; never a key); "
+        "'{pid}' in PATH gives each Ingress replica its own file",
+    )
     parser.add_argument("--mode", default=None, help="default query mode of requests that name none (auto)")
     parser.add_argument(
         "--parts",
@@ -194,7 +208,15 @@ def plan(argv: list[str]) -> tuple[dict[str, Any], dict[str, Any], argparse.Name
     http = dict(serve_config.get("http_options") or {})
     http["host"] = ns.host or http.get("host") or "127.0.0.1"
     http["port"] = ns.port or http.get("port") or 8000
-    if args.get("auth", True) and not args.get("api_keys_file"):
+    if ns.audit_log is not None:
+        args["audit_log"] = str(Path(ns.audit_log).expanduser().absolute())
+    if ns.keys_file is not None:
+        args["keys_file"] = str(Path(ns.keys_file).expanduser().absolute())
+    if args.get("keys_file"):
+        from serve.tenants import read_keys_file
+
+        read_keys_file(args["keys_file"])  # a bad or missing file is one line here, not a replica that fails
+    if args.get("auth", True) and not args.get("api_keys_file") and not args.get("keys_file"):
         env = args.get("api_keys_env", "HXD2_API_KEYS")
         if not os.environ.get(env, "").strip():
             raise ValueError(f"auth is on but ${env} is empty: export {env}=key1,key2 (or --no-auth for local use)")

@@ -83,7 +83,9 @@ class HttpMetricsMiddleware:
             # A route with path parameters by its template (the router leaves the route it matched in the scope).
             template = getattr(scope.get("route"), "path", None)
             route = path if path in self.routes else template if template in self.routes else "other"
-            self.metrics.http_requests.inc(tags={"route": route, "status": str(status["code"])})
+            tenant = (scope.get("state") or {}).get("tenant")  # by tenant, never by key
+            tags = {"route": route, "status": str(status["code"]), "tenant": getattr(tenant, "name", "") or "-"}
+            self.metrics.http_requests.inc(tags=tags)
             self.metrics.http_latency.observe((time.perf_counter() - started) * 1000, tags={"route": route})
 
 
@@ -99,12 +101,20 @@ ROUTES = (
 )
 
 
-def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | None = None) -> Any:
+def make_api(
+    backend: Any,
+    settings: ApiSettings,
+    keys: Any,
+    metrics: Metrics | None = None,
+    budgets: Any = None,
+    audit: Any = None,
+) -> Any:
     """The ASGI app: FastAPI routes behind the auth/size guard and the HTTP metrics.
 
     ``backend`` offers ``answer(index, question, trace, deadline, mode)``, ``answer_stream(...)`` (async iterator
     of events), ``index_view(kind, index, params, deadline)`` and ``health()``: a :class:`RetrieverBackend` in
-    Serve, a fake in unit tests.
+    Serve, a fake in unit tests. ``budgets`` (:mod:`serve.budgets`) holds limited tenants to their budgets;
+    ``audit`` (:class:`serve.tenant_gate.AuditLog`) gets a line per request.
     """
     import json
 
@@ -134,13 +144,16 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
         completion_id,
         error_body,
     )
+    from serve.tenant_gate import TenantGate, record_answer
+    from serve.tenants import request_tenant, unknown_index_message
 
     readiness = Readiness()
 
     metrics = metrics or Metrics(enabled=False)
     # The document is served (behind the key, like everything but /healthz) for clients and contract tests; no
     # docs UI (it would load scripts from a CDN).
-    api = FastAPI(title="hxd2", version=__version__, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
+    # /openapi.json is a route of its own (below): the document names only the indexes the request's key may read.
+    api = FastAPI(title="hxd2", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
 
     @api.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -194,11 +207,10 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
         # From the arrival at Serve's proxy (serve/front_door.py), not here: it may have waited there for a replica.
         return arrival_of(request.headers.get(ARRIVED_HEADER), time.time()) + seconds
 
-    def check_question(index: str, question: str) -> None:
-        if index not in settings.indexes:
-            raise ApiError(
-                404, f"unknown model/index {index!r}; served: {', '.join(settings.indexes)}", code="model_not_found"
-            )
+    def check_question(request: Request, index: str, question: str) -> None:
+        tenant = request_tenant(request)
+        if index not in settings.indexes or not tenant.may_read(index):
+            raise ApiError(404, unknown_index_message(index, tenant, settings.indexes), code="model_not_found")
         if not question.strip():
             raise ApiError(400, "the question is empty: send a user message with text", code="empty_question")
         if len(question) > settings.max_question_chars:
@@ -286,8 +298,9 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
             s413="The declared Content-Length is over the server's byte limit.",
         ),
     )
-    async def models() -> dict[str, Any]:
-        cards = [ModelCard(id=name, created=settings.model_created) for name in settings.indexes]
+    async def models(request: Request) -> dict[str, Any]:
+        visible = request_tenant(request).visible(settings.indexes)
+        cards = [ModelCard(id=name, created=settings.model_created) for name in visible]
         return ModelList(data=cards).model_dump()
 
     @api.post(
@@ -305,8 +318,9 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
     async def query(request: Request) -> dict[str, Any]:
         req = await parse(request, QueryRequest)
         index = req.index or settings.default_index
-        check_question(index, req.question)
+        check_question(request, index, req.question)
         result = await backend.answer(index, req.question, req.trace, deadline_of(request), req.mode, req.topic)
+        record_answer(request, index, req.question, result.get("usage"))
         return QueryResponse(
             index=index,
             question=result.get("question", req.question),
@@ -334,12 +348,13 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
     async def chat(request: Request) -> Any:
         req = await parse(request, ChatCompletionRequest)
         question = req.question()
-        check_question(req.model, question)
+        check_question(request, req.model, question)
         deadline = deadline_of(request)
         cid = completion_id()
         if not req.stream:
             result = await backend.answer(req.model, question, req.trace, deadline, req.mode, req.topic)
             usage = result.get("usage", {})
+            record_answer(request, req.model, question, usage)
             return ChatCompletion(
                 id=cid,
                 model=req.model,
@@ -390,6 +405,7 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
                         yield chunk(Delta(content=event["text"]))
                     elif kind == "final":
                         usage = event.get("usage", {})
+                        record_answer(request, req.model, question, usage)
                         yield chunk(
                             Delta(),
                             _finish_reason(usage.get("finish_reason")),
@@ -428,26 +444,34 @@ def make_api(backend: Any, settings: ApiSettings, keys: Any, metrics: Metrics | 
     add_index_routes(api, backend, settings, ApiError)
     add_ui_routes(api, ApiError)
 
-    def document() -> dict[str, Any]:
-        if api.openapi_schema is None:
+    documents: dict[tuple[str, ...], dict[str, Any]] = {}
+
+    def document(indexes: tuple[str, ...] = settings.indexes) -> dict[str, Any]:
+        """The OpenAPI document naming ``indexes`` (each tenant's own: its key's document lists no other index)."""
+        if indexes not in documents:
             from fastapi.openapi.utils import get_openapi
 
             base = get_openapi(title=api.title, version=api.version, routes=api.routes)
-            api.openapi_schema = openapi.build_document(
+            documents[indexes] = openapi.build_document(
                 base,
-                indexes=settings.indexes,
+                indexes=indexes,
                 max_question_chars=settings.max_question_chars,
                 max_body_bytes=settings.max_body_bytes,
                 open_paths=OPEN_PATHS,
             )
-        return api.openapi_schema
+        return documents[indexes]
 
     api.openapi = document  # type: ignore[method-assign]
+
+    @api.get("/openapi.json", include_in_schema=False)
+    async def openapi_document(request: Request) -> JSONResponse:
+        return JSONResponse(document(tuple(request_tenant(request).visible(settings.indexes))))
+
     limiter = (
         KeyRateLimiter(settings.rate_limit_per_key, settings.rate_limit_burst) if settings.rate_limit_per_key else None
     )
     guarded = GuardMiddleware(
-        api,
+        TenantGate(api, budgets, audit),
         keys=keys,
         max_body_bytes=settings.max_body_bytes,
         open_pattern=OPEN_UI_PATH,

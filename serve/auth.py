@@ -32,6 +32,7 @@ from typing import Any, Awaitable, Callable, Iterable, MutableMapping
 
 from serve.rate_limit import KeyRateLimiter, retry_after_header
 from serve.schemas import error_body
+from serve.tenants import EVERYONE, Tenant
 
 log = logging.getLogger("hxd2.serve.auth")
 
@@ -108,6 +109,11 @@ class ApiKeys:
     def check(self, token: str | None) -> bool:
         return self.match(token) is not None
 
+    def match_tenant(self, token: str | None) -> tuple[int, Tenant] | None:
+        """The plain keys are one tenant that reads every index."""
+        position = self.match(token)
+        return None if position is None else (position, EVERYONE)
+
     def match(self, token: str | None) -> int | None:
         """The position of the key ``token`` is, or None; every key is compared whichever matches."""
         candidate = _digest(token or "")
@@ -182,10 +188,15 @@ class GuardMiddleware:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        tenant = EVERYONE
         if self.keys is not None:
+            refresh = getattr(self.keys, "refresh", None)
+            problem = refresh() if callable(refresh) else None
+            if problem:
+                log.warning("%s", problem)
             token = bearer_token(headers.get("authorization"))
-            key = self.keys.match(token)
-            if key is None:
+            matched = self.keys.match_tenant(token)
+            if matched is None:
                 log.info("401 on %s (%s)", path, "no bearer key" if token is None else "unknown key")
                 await self._reject(
                     send,
@@ -199,7 +210,8 @@ class GuardMiddleware:
                     [("www-authenticate", "Bearer")],
                 )
                 return
-            wait = self.rate_limiter.admit(key) if self.rate_limiter is not None else 0.0
+            key, tenant = matched
+            wait = self.rate_limiter.admit((tenant.name, key)) if self.rate_limiter is not None else 0.0
             if wait > 0:
                 assert self.rate_limiter is not None
                 await self._reject(
@@ -215,6 +227,8 @@ class GuardMiddleware:
                     [("retry-after", retry_after_header(wait))],
                 )
                 return
+        # The routes read the tenant (the indexes it may see, its budgets) from the request's state.
+        scope.setdefault("state", {})["tenant"] = tenant
         declared = headers.get("content-length")
         if declared is not None:
             # Digits only (RFC 9110), not whatever int() reads: "-1", "+5", " 5", "5_0" are refused.

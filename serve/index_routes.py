@@ -11,12 +11,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Annotated, Any, Callable
 
-from fastapi import Path, Query
+from fastapi import Path, Query, Request
 from pydantic import StringConstraints
 
 from serve import openapi
 from serve.index_views import MAX_ENTITIES, MAX_HOPS, MAX_NODES
 from serve.schemas import ChunkView, GraphView, IndexStats
+from serve.tenants import request_tenant, unknown_index_message
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -50,11 +51,10 @@ def add_index_routes(api: FastAPI, backend: Any, settings: Any, api_error: Calla
     """Register the routes on ``api`` (a FastAPI app); ``backend.index_view(kind, index, params, deadline)`` reads
     the index, ``api_error(status, message, code=...)`` is the app's error."""
 
-    async def view(kind: str, index: str, **params: Any) -> dict[str, Any]:
-        if index not in settings.indexes:
-            raise api_error(
-                404, f"unknown index {index!r}; served: {', '.join(settings.indexes)}", code="model_not_found"
-            )
+    async def view(request: Request, kind: str, index: str, **params: Any) -> dict[str, Any]:
+        tenant = request_tenant(request)
+        if index not in settings.indexes or not tenant.may_read(index):  # the same 404 either way
+            raise api_error(404, unknown_index_message(index, tenant, settings.indexes), code="model_not_found")
         deadline = time.time() + settings.request_deadline_s
         result: dict[str, Any] = await backend.index_view(kind, index, params, deadline)
         return result
@@ -71,8 +71,8 @@ def add_index_routes(api: FastAPI, backend: Any, settings: Any, api_error: Calla
             s422="The chunk id is not letters, digits, '_' and '-', or is longer than the limit.",
         ),
     )
-    async def chunk(index: IndexName, chunk_id: ChunkId) -> dict[str, Any]:
-        return ChunkView.model_validate(await view("chunk", index, chunk_id=chunk_id)).model_dump()
+    async def chunk(request: Request, index: IndexName, chunk_id: ChunkId) -> dict[str, Any]:
+        return ChunkView.model_validate(await view(request, "chunk", index, chunk_id=chunk_id)).model_dump()
 
     @api.get(
         "/v1/indexes/{index}/graph",
@@ -87,6 +87,7 @@ def add_index_routes(api: FastAPI, backend: Any, settings: Any, api_error: Calla
         ),
     )
     async def graph(
+        request: Request,
         index: IndexName,
         entity: Annotated[
             list[EntityName],
@@ -101,7 +102,7 @@ def add_index_routes(api: FastAPI, backend: Any, settings: Any, api_error: Calla
             int, Query(ge=1, le=MAX_NODES, description="Most entities to return.")
         ] = DEFAULT_MAX_NODES,
     ) -> dict[str, Any]:
-        result = await view("graph", index, entities=list(entity), hops=hops, max_nodes=max_nodes)
+        result = await view(request, "graph", index, entities=list(entity), hops=hops, max_nodes=max_nodes)
         return GraphView.model_validate(result).model_dump()
 
     @api.get(
@@ -116,5 +117,5 @@ def add_index_routes(api: FastAPI, backend: Any, settings: Any, api_error: Calla
             s422="The index name is longer than the limit.",
         ),
     )
-    async def stats(index: IndexName) -> dict[str, Any]:
-        return IndexStats.model_validate(await view("stats", index)).model_dump()
+    async def stats(request: Request, index: IndexName) -> dict[str, Any]:
+        return IndexStats.model_validate(await view(request, "stats", index)).model_dump()

@@ -65,7 +65,9 @@ class Metrics:
             def hist(name: str, doc: str, tags: Sequence[str], bounds: list[float] | None = None) -> Any:
                 return _Null()
 
-        self.http_requests = counter("hxd2_http_requests", "HTTP requests by route and status", ["route", "status"])
+        self.http_requests = counter(
+            "hxd2_http_requests", "HTTP requests by route, status and tenant", ["route", "status", "tenant"]
+        )
         self.http_latency = hist("hxd2_http_latency_ms", "HTTP request latency (ms; streams: until the end)", ["route"])
         self.answers = counter("hxd2_answers", "Answers by index and path taken", ["index", "path"])
         self.fallbacks = counter("hxd2_fallbacks", "Answers that fell back (kind: what fell back)", ["index", "kind"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Callable
+from typing import Callable, Hashable
 
 
 class KeyRateLimiter:
@@ -23,10 +23,10 @@ class KeyRateLimiter:
         self.rate_per_s = rate_per_s
         self.burst = burst
         self._clock = clock
-        self._buckets: dict[int, tuple[float, float]] = {}  # key position -> (tokens, when counted)
+        self._buckets: dict[Hashable, tuple[float, float]] = {}  # (tenant, key position) -> (tokens, when counted)
         self._lock = threading.Lock()
 
-    def admit(self, key: int) -> float:
+    def admit(self, key: Hashable) -> float:
         """Take a token for ``key``: 0.0 when the request may go on, else the seconds until a token is there."""
         now = self._clock()
         with self._lock:

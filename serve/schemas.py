@@ -399,6 +399,18 @@ class ServeAppArgs(BaseModel):
     auth: bool = Field(True, description="Require a bearer API key on every route but /healthz.")
     api_keys_env: str = Field("HXD2_API_KEYS", description="Env var with comma-separated keys (read on replicas).")
     api_keys_file: str | None = Field(None, description="Secrets file, one key per line (read on replicas).")
+    keys_file: str | None = Field(
+        None,
+        description="Tenants' keys file (hxd2 keys add): each key reads its own indexes, within its budgets; read on "
+        "the replicas and again within keys_poll_s of a change (no restart).",
+    )
+    keys_poll_s: float = Field(2.0, gt=0, description="How often the Ingress looks at the keys file for a change.")
+    audit_log: str | None = Field(
+        None,
+        description="JSON-lines audit log, one line per request (time, tenant, index, route, status, latency, LLM "
+        "tokens; never a key), written by each Ingress replica ('{pid}' in the path names the replica's own file).",
+    )
+    audit_questions: bool = Field(False, description="Also write each request's question into the audit log.")
     # limits
     max_body_bytes: int = Field(1 << 20, gt=0, description="Larger request bodies get 413 before parsing.")
     request_deadline_s: float = Field(120.0, gt=0, description="Per-request deadline inside the app (504).")
