@@ -32,8 +32,8 @@ def reindex_reads(location: str, cfg: HxdConfig, progress: Callable[[str], None]
     fs, root = resolve_filesystem(location, cfg.s3)
     if not isinstance(fs, pafs.LocalFileSystem):
         raise HxdError(
-            f"reindex-reads writes into a local index folder; {location} is not one (rerun the index job on it "
-            "with --update, which writes a new generation with read structures)"
+            f"reindex-reads writes into a local index folder; {location} is not one (run hxd2 index with --output "
+            f"{location} and the changed documents as --input: the update writes a new generation with read structures)"
         )
     if not (Path(root) / MANIFEST_NAME).is_file():
         raise IndexNotFoundError(f"no index at {location}: no {MANIFEST_NAME} there")
