@@ -1,7 +1,7 @@
 """The front door: an ASGI middleware that runs inside Ray Serve's HTTP proxy, in front of the Ingress replicas
 (issue 35, "the front door under faults").
 
-Two things only the proxy can do:
+Three things only the proxy can do:
 
 - **Stamp the arrival time.** A request may wait at the proxy (for an Ingress replica to be free, or to be
   replaced) before the Ingress sees it; its deadline (``x-hxd2-deadline-s``) counts from here, so the Ingress
@@ -10,6 +10,12 @@ Two things only the proxy can do:
   the HTTP server answers a plain-text 500. Here such a request gets a JSON 503 with ``Retry-After`` (the error
   shape of every other route), and one whose response has not started by its deadline + 1 s a JSON 504, so no
   answer comes later than deadline + 2 s however long the proxy waits for a replica.
+- **Bound its own queue.** A burst (300 requests at once) used to reach the Ingress whole: the proxy's event loop
+  and the Ingress replicas spent the deadline parsing, forwarding and refusing, and answers came long after it.
+  Here a request with a deadline is refused at once (JSON 503 ``overloaded``, ``Retry-After``) when the requests
+  already in flight through this proxy could not be answered within it at the rate this proxy has lately seen
+  answers start (Little's law: ``in flight >= rate x deadline``, and at least :data:`MIN_IN_FLIGHT` go through).
+  Refusing costs one small response, so the event loop stays free to time the requests it let through.
 
 Serve applies it through ``RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH`` (:data:`PROXY_CALLBACK`), which must be
 in the environment of every node's processes when Ray starts them: ``hxd2 serve`` sets it for the local cluster
@@ -22,6 +28,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
 from typing import Any, Awaitable, Callable
 
 from serve.openapi import DEADLINE_HEADER, positive_seconds
@@ -36,6 +43,11 @@ ARRIVED_HEADER = "x-hxd2-arrived"
 # deadline itself; this is for a request that never reached a live one).
 GRACE_S = 1.0
 RETRY_AFTER_S = 1
+# The queue bound: requests let through however low the rate seen (a cold proxy must learn its rate), the window
+# the rate is measured over, and the share of the deadline the queue may take (the answer itself takes the rest).
+MIN_IN_FLIGHT = 16
+RATE_WINDOW_S = 10.0
+QUEUE_SHARE = 0.5
 
 _ARRIVED = ARRIVED_HEADER.encode()
 _DEADLINE = DEADLINE_HEADER.encode()
@@ -74,9 +86,23 @@ async def _send_json(send: Send, status: int, message: str, type_: str, code: st
 class FrontDoor:
     """Pure ASGI middleware (no body buffering, streams pass through untouched)."""
 
-    def __init__(self, app: ASGIApp, clock: Callable[[], float] = time.time):
+    def __init__(self, app: ASGIApp, clock: Callable[[], float] = time.time, min_in_flight: int = MIN_IN_FLIGHT):
         self.app = app
         self.clock = clock
+        self.min_in_flight = min_in_flight
+        self.in_flight = 0
+        self._started: deque[float] = deque()  # when responses started, within RATE_WINDOW_S
+
+    def _rate(self, now: float) -> float:
+        """Responses started per second through this proxy, over the last RATE_WINDOW_S."""
+        while self._started and self._started[0] < now - RATE_WINDOW_S:
+            self._started.popleft()
+        return len(self._started) / RATE_WINDOW_S
+
+    def _full(self, now: float, deadline_s: float) -> bool:
+        """Whether the requests in flight here fill what this proxy can answer within the deadline's queue share."""
+        room = max(self.min_in_flight, int(self._rate(now) * deadline_s * QUEUE_SHARE))
+        return self.in_flight >= room
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("type") != "http":
@@ -87,13 +113,41 @@ class FrontDoor:
         headers.append((_ARRIVED, repr(arrived).encode()))
         scope = {**scope, "headers": headers}
         deadline_s = _deadline_s(headers)
+        if deadline_s is not None and self._full(arrived, deadline_s):
+            await _send_json(
+                send,
+                503,
+                f"overloaded: {self.in_flight} requests are in flight here, more than can be answered within "
+                f"{deadline_s:g} s; retry",
+                "service_unavailable",
+                "overloaded",
+            )
+            return
         started = asyncio.Event()
 
         async def tracked(message: Message) -> None:
             if message["type"] == "http.response.start":
                 started.set()
+                if message.get("status", 500) < 500:
+                    self._started.append(self.clock())
             await send(message)
 
+        self.in_flight += 1
+        try:
+            await self._forward(scope, receive, send, tracked, started, arrived, deadline_s)
+        finally:
+            self.in_flight -= 1
+
+    async def _forward(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        tracked: Send,
+        started: asyncio.Event,
+        arrived: float,
+        deadline_s: float | None,
+    ) -> None:
         inner = asyncio.ensure_future(self.app(scope, receive, tracked))
         try:
             if deadline_s is not None:

@@ -112,3 +112,69 @@ def test_a_stamp_can_only_shorten_a_deadline(stamp, expected):
 def test_serve_gets_it_as_a_starlette_middleware():
     (middleware,) = proxy_middlewares()
     assert middleware.cls is FrontDoor
+
+
+def _burst(door: FrontDoor, n: int, deadline_s: float) -> list[tuple[int, float, str | None]]:
+    """``n`` requests at once through one front door: (status, seconds, error code)."""
+
+    async def one() -> tuple[int, float, str | None]:
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            await asyncio.sleep(3600)
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/query",
+            "headers": [(b"x-hxd2-deadline-s", b"%g" % deadline_s)],
+        }
+        t0 = time.monotonic()
+        await door(scope, receive, send)
+        took = time.monotonic() - t0
+        start = next(m for m in sent if m["type"] == "http.response.start")
+        body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+        code = json.loads(body)["error"]["code"] if start["status"] != 200 else None
+        return start["status"], took, code
+
+    async def all_at_once() -> list[tuple[int, float, str | None]]:
+        return list(await asyncio.gather(*(one() for _ in range(n))))
+
+    return asyncio.run(all_at_once())
+
+
+async def _answer_after(seconds: float, scope: Any, send: Any) -> None:
+    await asyncio.sleep(seconds)
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": b"{}"})
+
+
+def test_a_burst_beyond_what_can_be_answered_in_time_is_refused_at_once():
+    """Issue 43, item 4: a cold proxy lets MIN_IN_FLIGHT through and refuses the rest in no time, so nothing it let
+    through waits behind a queue it cannot answer."""
+
+    async def slow_ingress(scope, receive, send):
+        await _answer_after(0.4, scope, send)
+
+    door = FrontDoor(slow_ingress, min_in_flight=16)
+    results = _burst(door, 100, deadline_s=1.0)
+    ok = [t for s, t, _ in results if s == 200]
+    refused = [t for s, t, c in results if s == 503 and c == "overloaded"]
+    assert len(ok) == 16 and len(refused) == 84, sorted({s for s, _, _ in results})
+    assert max(refused) < 0.2 and max(ok) < 1.0
+    assert door.in_flight == 0
+
+
+def test_the_bound_follows_the_rate_the_proxy_has_seen():
+    async def ingress(scope, receive, send):
+        await _answer_after(0.05, scope, send)
+
+    door = FrontDoor(ingress, min_in_flight=4)
+    now = time.time()
+    door._started.extend([now - 1.0] * 200)  # 200 answers in the window: 20/s
+    results = _burst(door, 60, deadline_s=4.0)  # room: 20/s x 4 s x QUEUE_SHARE (0.5) = 40
+    assert sum(1 for s, _, _ in results if s == 200) == 40
