@@ -12,10 +12,10 @@ from tests.unit.retrieval_fixtures import DIM, build_tiny_index
 
 
 @contextlib.contextmanager
-def served_tiny_app(tmp: Path, name: str, key: str, **args: Any) -> Iterator[str]:
-    """Serves the tiny index as ``tiny`` on a free port, one API key; ``args`` are the app's (``serve.app``
-    ``build_app``) beside those, ``config_data`` merged over the scripted LLM and the hashing embedder. Yields the
-    base URL; Serve is shut down after."""
+def served_tiny_app(tmp: Path, name: str, key: str, names: tuple[str, ...] = ("tiny",), **args: Any) -> Iterator[str]:
+    """Serves the tiny index as ``tiny`` (or under each of ``names``) on a free port, one API key; ``args`` are the
+    app's (``serve.app`` ``build_app``) beside those, ``config_data`` merged over the scripted LLM and the hashing
+    embedder. Yields the base URL; Serve is shut down after."""
     from ray import serve
 
     from serve.app import build_app
@@ -28,7 +28,8 @@ def served_tiny_app(tmp: Path, name: str, key: str, **args: Any) -> Iterator[str
     port = free_port()
     serve.shutdown()  # a Serve left running by an earlier module would keep its own port and ignore this one
     serve.start(http_options={"host": "127.0.0.1", "port": port, "request_timeout_s": 60})
-    app = build_app({"indexes": {"tiny": str(root)}, "config_data": config, "api_keys_file": str(keys), **args})
+    indexes = {served: str(root) for served in names}
+    app = build_app({"indexes": indexes, "config_data": config, "api_keys_file": str(keys), **args})
     serve.run(app, name=name, route_prefix="/")
     try:
         yield f"http://127.0.0.1:{port}"
