@@ -94,10 +94,13 @@ class FrontDoor:
         self._started: deque[float] = deque()  # when responses started, within RATE_WINDOW_S
 
     def _rate(self, now: float) -> float:
-        """Responses started per second through this proxy, over the last RATE_WINDOW_S."""
+        """Responses started per second through this proxy, over the last RATE_WINDOW_S (or over the time since the
+        first of them, when they all came lately: a proxy that has served for 3 s knows its rate over 3 s)."""
         while self._started and self._started[0] < now - RATE_WINDOW_S:
             self._started.popleft()
-        return len(self._started) / RATE_WINDOW_S
+        if not self._started:
+            return 0.0
+        return len(self._started) / max(1.0, now - self._started[0])
 
     def _full(self, now: float, deadline_s: float) -> bool:
         """Whether the requests in flight here fill what this proxy can answer within the deadline's queue share."""
