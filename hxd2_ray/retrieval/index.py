@@ -26,7 +26,6 @@ from typing import Callable, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from hxd2_ray.config import HxdConfig, RetrievalConfig, embedding_model_id
 from hxd2_ray.errors import HxdError, IndexDamagedError, IndexMismatchError, IndexNotFoundError
@@ -46,12 +45,14 @@ from hxd2_ray.indexing.tables import VECTOR_FAMILIES
 from hxd2_ray.ingest.sources import resolve_filesystem
 from hxd2_ray.retrieval.fuzzy import FuzzyNameIndex
 from hxd2_ray.retrieval.lexical import LEXICAL_DIR, LexicalIndex
-from hxd2_ray.vectors.base import IDMAP_PARQUET, VectorIndex, family_dir
+from hxd2_ray.vectors.base import FAMILY_JSON, VectorIndex, family_dir, family_keys, id_map_files
 
 # What dual-level retrieval searches; relation_keywords is for logic-form predicate linking.
 DUAL_LEVEL_FAMILIES = ("entity_name", "entity_mix", "relation_mix", "chunk")
 # Copied from S3; the build's _staging folder (large, not needed to query) is left behind.
 _QUERY_FILES = (GRAPH_NAME, READS_DIR, "vectors", LEXICAL_DIR, "index_summary.json")
+# The id map's files in either format (the entity keys of an index without read structures come from them).
+_ID_MAP_FILES = (FAMILY_JSON, *id_map_files(1), *id_map_files(2))
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def open_index(
             GRAPH_NAME,
             f"{READS_DIR}/",
             *(f"vectors/{f}/" for f in families),
-            *(f"vectors/{f}/{IDMAP_PARQUET}" for f in ("entity_name", "entity_mix")),
+            *(f"vectors/{f}/{name}" for f in ("entity_name", "entity_mix") for name in _ID_MAP_FILES),
         ),
     )
     if cfg.retrieval.search_threads is not None:
@@ -234,9 +235,8 @@ def _entity_keys(root: Path) -> list[str]:
     Keys are the normalised names (NFKC, casefolded), which is what fuzzy matching compares anyway.
     """
     for family in ("entity_name", "entity_mix"):
-        idmap = family_dir(root, family) / IDMAP_PARQUET
-        if idmap.exists():
-            return pq.read_table(idmap, columns=["key"]).column("key").to_pylist()
+        if (family_dir(root, family) / FAMILY_JSON).exists():
+            return family_keys(root, family).to_pylist()
     raise IndexNotFoundError(f"index at {root} has no entity_name or entity_mix vector family")
 
 

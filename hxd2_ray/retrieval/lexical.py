@@ -23,13 +23,23 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+import pyarrow as pa
 
+from hxd2_ray.errors import IndexMismatchError
 from hxd2_ray.extraction.names import STOPWORDS, ZH_STOPWORDS
+from hxd2_ray.graph.read_structures import KeyLookup
 
 __all__ = ["LEXICAL_DIR", "LexicalIndex", "lexical_shares", "lexical_tokens", "mix_channels", "write_lexical"]
 
 LEXICAL_DIR = "lexical"  # in a generation's folder, beside graph.kuzu and vectors/
-_IDS_FILE = "chunk_ids.json"
+LEXICAL_FORMAT = 2  # 2: chunk ids and vocabulary mapped (lexical.json written last); 1: chunk_ids.json, bm25s' JSON
+_META = "lexical.json"
+_CHUNK_IDS = "chunk_ids.arrow"  # chunk row -> id
+_VOCAB_FILE = "vocab.arrow"  # token id -> token
+_VOCAB_HASH = "vocab_hash.npy"  # the tokens' 64-bit hashes, ascending ...
+_VOCAB_HASH_ID = "vocab_hash_id.npy"  # ... and the token id of each
+_BM25_VOCAB = "vocab.index.json"  # bm25s' own vocabulary file (format 1)
+_IDS_JSON = "chunk_ids.json"  # format 1's chunk ids
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _WORD = re.compile(r"[^\W_]+")
 
@@ -59,10 +69,17 @@ def _zh_words(run: str) -> list[str]:
 
 @dataclass(frozen=True)
 class LexicalIndex:
-    """BM25 scores of questions against one generation's chunks; read-only and thread-safe once opened."""
+    """BM25 scores of questions against one generation's chunks; read-only and thread-safe once opened.
 
-    chunk_ids: tuple[str, ...]
-    bm25: Any  # bm25s.BM25
+    Opened, everything is memory-mapped (format 2): the score matrix (bm25s' own arrays), the chunk ids (an Arrow
+    column) and the vocabulary (its tokens' sorted hashes, :class:`~hxd2_ray.graph.read_structures.KeyLookup`), so
+    opening reads no array whole and every process on a node shares the pages. A lexical index of format 1 (written
+    before) has its chunk ids in ``chunk_ids.json`` and its vocabulary in bm25s' JSON, read whole when it opens.
+    """
+
+    chunk_ids: pa.Array  # chunk row -> id
+    bm25: Any  # bm25s.BM25 (its scores; its own vocabulary is empty when ``vocab`` is given)
+    vocab: KeyLookup | None = None  # token -> token id; None: bm25s' own ``vocab_dict`` (format 1, or just built)
 
     @property
     def count(self) -> int:
@@ -76,45 +93,106 @@ class LexicalIndex:
         bm25 = bm25s.BM25()
         if tokens:
             bm25.index(tokens, show_progress=False)
-        return cls(tuple(str(c) for c in chunk_ids), bm25)
+        return cls(pa.array([str(c) for c in chunk_ids], pa.large_string()), bm25)
 
     def save(self, folder: str | Path) -> Path:
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
-        if self.chunk_ids:
+        if self.count:
             self.bm25.save(str(out), show_progress=False)
-        (out / _IDS_FILE).write_text(json.dumps(list(self.chunk_ids)), encoding="utf-8")
+            (out / _BM25_VOCAB).unlink()  # the vocabulary is written below, in a form that maps
+        vocab: dict[str, int] = self.bm25.vocab_dict if self.count else {}
+        tokens: list[str | None] = [None] * len(vocab)
+        for token, token_id in vocab.items():
+            tokens[token_id] = token  # bm25s numbers its tokens 0..n-1
+        if None in tokens:
+            raise ValueError("the BM25 vocabulary's token ids are not 0..n-1")
+        _write_column(out / _VOCAB_FILE, pa.array(tokens, pa.large_string()))
+        lookup = KeyLookup.build(pa.array(tokens, pa.large_string()))
+        np.save(out / _VOCAB_HASH, lookup.hashes)
+        np.save(out / _VOCAB_HASH_ID, lookup.rows)
+        _write_column(out / _CHUNK_IDS, self.chunk_ids.cast(pa.large_string()))
+        (out / _META).write_text(json.dumps({"format": LEXICAL_FORMAT, "chunks": self.count}) + "\n", "utf-8")
         return out
 
     @classmethod
     def open(cls, folder: str | Path) -> "LexicalIndex | None":
-        """The lexical index in ``folder``, or None when the generation has none (built before the channel)."""
+        """The lexical index in ``folder``, memory-mapped, or None when the generation has none (built before the
+        channel)."""
         root = Path(folder)
-        ids_file = root / _IDS_FILE
+        if not (root / _META).exists():
+            return cls._open_format_1(root)
+        import bm25s  # noqa: PLC0415
+
+        meta = json.loads((root / _META).read_text(encoding="utf-8"))
+        if int(meta.get("format", 0)) > LEXICAL_FORMAT:
+            raise IndexMismatchError(
+                f"the lexical index at {root} has format {meta['format']}; this version reads up to {LEXICAL_FORMAT}"
+            )
+        chunk_ids = _mapped_column(root / _CHUNK_IDS)
+        if not len(chunk_ids):
+            return cls(chunk_ids, bm25s.BM25())
+        vocab = KeyLookup(
+            _mapped_array(root / _VOCAB_HASH), _mapped_array(root / _VOCAB_HASH_ID), _mapped_column(root / _VOCAB_FILE)
+        )
+        # Memory-mapped: every process on a node shares the score matrix's pages (as the graph's read structures).
+        bm25 = bm25s.BM25.load(str(root), show_progress=False, mmap=True, load_vocab=False)
+        return cls(chunk_ids, bm25, vocab)
+
+    @classmethod
+    def _open_format_1(cls, root: Path) -> "LexicalIndex | None":
+        ids_file = root / _IDS_JSON
         if not ids_file.exists():
             return None
         import bm25s  # noqa: PLC0415
 
-        ids = tuple(json.loads(ids_file.read_text(encoding="utf-8")))
-        # Memory-mapped: every process on a node shares the score matrix's pages (as the graph's read structures).
+        ids = json.loads(ids_file.read_text(encoding="utf-8"))
         bm25 = bm25s.BM25.load(str(root), show_progress=False, mmap=True) if ids else bm25s.BM25()
-        return cls(ids, bm25)
+        return cls(pa.array(ids, pa.large_string()), bm25)
+
+    def _token_ids(self, tokens: list[str]) -> list[int]:
+        """The vocabulary's id of each token it holds, in the question's order (repeats kept, as bm25s does)."""
+        if self.vocab is None:
+            vocab = self.bm25.vocab_dict
+            return [vocab[t] for t in tokens if t in vocab]
+        return [i for i in self.vocab.find(tokens) if i is not None]  # a token's row is its id
 
     def search(self, question: str, k: int) -> list[tuple[str, float]]:
         """The ``k`` best chunks of ``question`` by BM25, best first, zero scores left out."""
-        if not self.chunk_ids or k <= 0:
+        if not self.count or k <= 0:
             return []
-        known = [t for t in lexical_tokens(question) if t in self.bm25.vocab_dict]
+        known = self._token_ids(lexical_tokens(question))
         if not known:
             return []
-        scores = np.asarray(self.bm25.get_scores(known), dtype=np.float64)
+        scores = np.asarray(self.bm25.get_scores_from_ids(known), dtype=np.float64)
         top = np.argsort(-scores, kind="stable")[:k]
-        return [(self.chunk_ids[i], float(scores[i])) for i in top if scores[i] > 0]
+        top = top[scores[top] > 0]
+        ids = self.chunk_ids.take(pa.array(top, pa.int64())).to_pylist()
+        return [(cid, float(scores[i])) for cid, i in zip(ids, top.tolist())]
 
     def best_score(self, question: str) -> float:
         """The best BM25 score of ``question`` over the chunks (0 when no word of it is in the corpus)."""
         hits = self.search(question, 1)
         return hits[0][1] if hits else 0.0
+
+
+def _write_column(path: Path, column: pa.Array) -> None:
+    table = pa.table({"v": column})
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
+        for batch in table.to_batches(max_chunksize=max(table.num_rows, 1)):  # one batch: one contiguous column
+            out.write_batch(batch)
+
+
+def _mapped_column(path: Path) -> pa.Array:
+    column = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()["v"]  # zero-copy: points into the mapping
+    return column.chunk(0) if column.num_chunks == 1 else pa.array([], pa.large_string())
+
+
+def _mapped_array(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="r").view(np.ndarray)
+    except ValueError:  # numpy cannot map an array of no elements
+        return np.load(path)
 
 
 def write_lexical(generation_folder: str | Path, chunk_ids: Sequence[str], texts: Iterable[str]) -> Path:

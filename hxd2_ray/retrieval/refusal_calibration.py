@@ -34,13 +34,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.retrieval.fuzzy import FuzzyNameIndex
 from hxd2_ray.retrieval.lexical import LEXICAL_DIR, LexicalIndex
 from hxd2_ray.retrieval.refusal import RefusalGate, calibrate_threshold
-from hxd2_ray.vectors.base import IDMAP_PARQUET, family_dir
+from hxd2_ray.vectors.base import family_keys
 
 __all__ = [
     "MIN_POSITIVES",
@@ -189,8 +188,7 @@ class _BuiltIndex:
 
         self.families = {f: FaissFamilyIndex.open(root, f) for f in ("entity_mix", "relation_mix")}
         self.graph = KuzuGraphStore(root / "graph.kuzu", read_only=True, engine=graph_backend)
-        keys = pq.read_table(family_dir(root, "entity_name") / IDMAP_PARQUET, columns=["key"]).column("key")
-        self.names = FuzzyNameIndex(keys.to_pylist())
+        self.names = FuzzyNameIndex(family_keys(root, "entity_name").to_pylist())
         self.lexical = LexicalIndex.open(root / LEXICAL_DIR)
 
     def family(self, name: str) -> Any:

@@ -2,29 +2,43 @@
 
 Layout of one family under an index root::
 
-    <root>/vectors/<family>/family.json        dim, count, index_type, metric, num_shards, params
-    <root>/vectors/<family>/idmap.parquet      vector_id int64, key string, shard int32 (sorted by id)
+    <root>/vectors/<family>/family.json        dim, count, index_type, metric, num_shards, params, format_version
+    <root>/vectors/<family>/ids.npy            the vector ids (int64), ascending
+    <root>/vectors/<family>/keys.arrow         the key of each id, in the same order (Arrow IPC, one record batch)
     <root>/vectors/<family>/shard-0000.faiss   one Faiss index per shard (none when count == 0)
+    <root>/vectors/<family>/shard-0000.ids.npy a flat or HNSW shard's vector id at each position (int64)
+
+The id map (``ids.npy`` and ``keys.arrow``, format 2) is memory-mapped when a family opens: a search finds its
+hits' ids by binary search in the mapped ids and takes their keys from the mapped column, so opening reads neither
+whole and every process on a node shares their pages. A family of format 1 (written before) has ``idmap.parquet``
+instead (vector_id, key, shard, sorted by id), read whole when it opens, and its flat and HNSW shards are Faiss
+``IndexIDMap2`` (a hash map built in memory when read); a vector id's shard is ``id % num_shards``.
 
 Nothing here imports faiss, so the query side and tests can use the types without it.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from hxd2_ray.errors import IndexMismatchError
 from hxd2_ray.types import vector_id
 
-FAMILY_FORMAT_VERSION = 1
+# 2: the id map as ids.npy + keys.arrow, and flat and HNSW shards without a Faiss id map (their positions' ids in
+# shard-NNNN.ids.npy), all mapped; 1: idmap.parquet, read whole, and flat and HNSW shards in a Faiss IndexIDMap2.
+FAMILY_FORMAT_VERSION = 2
 METRIC = "ip"  # inner product of L2-normalised vectors, i.e. cosine similarity
 FAMILY_JSON = "family.json"
-IDMAP_PARQUET = "idmap.parquet"
+IDS_NPY = "ids.npy"
+KEYS_ARROW = "keys.arrow"
+IDMAP_PARQUET = "idmap.parquet"  # format 1's id map
 
 IndexKind = Literal["flat", "hnsw", "ivf", "ivfpq"]
 SearchHits = list[list[tuple[str, float]]]  # per query: (key, cosine score), best first
@@ -36,6 +50,12 @@ def family_dir(root: str | Path, family: str) -> Path:
 
 def shard_file(shard: int) -> str:
     return f"shard-{shard:04d}.faiss"
+
+
+def shard_ids_file(shard: int) -> str:
+    """A flat or HNSW shard's vector ids by position (format 2): Faiss' own id maps are private memory in every
+    process (IndexIDMap2 builds a hash map of ~40 bytes a vector when it is read)."""
+    return f"shard-{shard:04d}.ids.npy"
 
 
 @dataclass(frozen=True)
@@ -62,6 +82,55 @@ class FamilyInfo:
         d = dict(d)
         d["shard_counts"] = tuple(d.get("shard_counts", ()))
         return cls(**d)
+
+
+def write_id_map(folder: Path, ids: np.ndarray, keys: pa.Array) -> None:
+    """The id map of format 2 into ``folder``: ``ids`` (int64, ascending) and ``keys`` (the key of each id)."""
+    np.save(folder / IDS_NPY, np.ascontiguousarray(ids, dtype=np.int64))
+    table = pa.table({"key": keys.cast(pa.large_string())})  # large: one batch may hold past 2 GB of keys
+    with pa.OSFile(str(folder / KEYS_ARROW), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
+        # One record batch: the mapped column is one contiguous array, a take costs what it returns.
+        for batch in table.combine_chunks().to_batches(max_chunksize=max(table.num_rows, 1)):
+            out.write_batch(batch)
+
+
+def open_id_map(folder: Path, format_version: int) -> tuple[np.ndarray, pa.Array]:
+    """(ids ascending, the key of each) of the family in ``folder``: memory-mapped for format 2 (nothing is read
+    until a search touches it); read whole from ``idmap.parquet`` for format 1."""
+    if format_version < 2:
+        import pyarrow.parquet as pq  # noqa: PLC0415 - families written before format 2 only
+
+        table = pq.read_table(folder / IDMAP_PARQUET, columns=["vector_id", "key"])
+        return table["vector_id"].to_numpy(), _one_array(table["key"])
+    ids = mapped_array(folder / IDS_NPY)
+    keys = pa.ipc.open_file(pa.memory_map(str(folder / KEYS_ARROW), "r")).read_all()  # zero-copy: the mapping
+    return ids, _one_array(keys["key"])
+
+
+def id_map_files(format_version: int) -> tuple[str, ...]:
+    """The files of a family's id map in its format."""
+    return (IDMAP_PARQUET,) if format_version < 2 else (IDS_NPY, KEYS_ARROW)
+
+
+def family_keys(root: str | Path, family: str) -> pa.Array:
+    """Every key of a written family (ascending by vector id), without opening its shards."""
+    folder = family_dir(root, family)
+    info = json.loads((folder / FAMILY_JSON).read_text(encoding="utf-8"))
+    return open_id_map(folder, int(info.get("format_version", 1)))[1]
+
+
+def mapped_array(path: Path) -> np.ndarray:
+    """A ``.npy`` file memory-mapped read-only, as a plain ndarray view (np.memmap's own __getitem__ is slow)."""
+    try:
+        return np.load(path, mmap_mode="r").view(np.ndarray)
+    except ValueError:  # numpy cannot map an array of no elements
+        return np.load(path)
+
+
+def _one_array(column: pa.ChunkedArray) -> pa.Array:
+    if column.num_chunks == 1:
+        return column.chunk(0)
+    return column.combine_chunks() if column.num_chunks else pa.array([], column.type)
 
 
 @dataclass(frozen=True)

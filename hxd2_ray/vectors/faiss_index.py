@@ -29,19 +29,17 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import faiss
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from hxd2_ray.config import VectorsConfig
 from hxd2_ray.errors import IndexMismatchError, IndexNotFoundError
 from hxd2_ray.vectors.base import (
     FAMILY_FORMAT_VERSION,
     FAMILY_JSON,
-    IDMAP_PARQUET,
     FamilyInfo,
     IndexKind,
     SearchHits,
@@ -51,10 +49,14 @@ from hxd2_ray.vectors.base import (
     check_query_dim,
     family_dir,
     key_ids,
+    mapped_array,
     normalized,
+    open_id_map,
     pq_min_train,
     shard_file,
+    shard_ids_file,
     training_sample,
+    write_id_map,
 )
 
 __all__ = [
@@ -63,6 +65,7 @@ __all__ = [
     "build_shard",
     "commit_family",
     "plan_family",
+    "stored_vectors",
     "train_ivf",
     "train_ivfpq",
     "write_family",
@@ -128,13 +131,14 @@ def _build_index(vectors: np.ndarray, ids: np.ndarray, spec: ShardSpec) -> faiss
     if vecs.ndim != 2 or vecs.shape[1] != spec.dim or vecs.shape[0] != labels.shape[0]:
         raise ValueError(f"shard input mismatch: vectors {vecs.shape}, ids {labels.shape}, dim {spec.dim}")
     index: faiss.Index
+    # Flat and HNSW shards hold no ids (a label is a position; commit writes each position's id beside the shard,
+    # shard_ids_file), so no Faiss id map is built in the memory of every process that reads them.
     if spec.kind == "flat":
-        index = faiss.IndexIDMap2(faiss.IndexFlatIP(spec.dim))
+        index = faiss.IndexFlatIP(spec.dim)
     elif spec.kind == "hnsw":
-        base = faiss.IndexHNSWFlat(spec.dim, int(spec.params["M"]), faiss.METRIC_INNER_PRODUCT)
-        base.hnsw.efConstruction = int(spec.params["ef_construction"])
-        base.hnsw.efSearch = int(spec.params["ef_search"])
-        index = faiss.IndexIDMap2(base)
+        index = faiss.IndexHNSWFlat(spec.dim, int(spec.params["M"]), faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = int(spec.params["ef_construction"])
+        index.hnsw.efSearch = int(spec.params["ef_search"])
     elif spec.kind in ("ivf", "ivfpq"):
         if spec.trained is None:
             raise ValueError(f"an {spec.kind} ShardSpec needs the trained empty index (spec.trained)")
@@ -142,8 +146,14 @@ def _build_index(vectors: np.ndarray, ids: np.ndarray, spec: ShardSpec) -> faiss
     else:
         raise ValueError(f"unknown index kind {spec.kind!r}; expected flat, hnsw, ivf or ivfpq")
     if len(labels):
-        index.add_with_ids(vecs, labels)
+        if spec.kind in _POSITIONAL:
+            index.add(vecs)
+        else:
+            index.add_with_ids(vecs, labels)
     return index
+
+
+_POSITIONAL = ("flat", "hnsw")  # shards whose labels are positions, their ids in shard_ids_file
 
 
 # build_shard's arguments for one shard, and a map of build_shard over them (e.g. fanned out as Ray tasks).
@@ -178,9 +188,16 @@ class FamilyPlan:
 
     def shard_inputs(self, shard: int) -> tuple[np.ndarray, np.ndarray]:
         """(normalised float32 vectors, int64 ids) of one shard; fresh copies, safe to ship to a task."""
-        rows = self.order[int(self.bounds[shard]) : int(self.bounds[shard + 1])]
+        rows = self._rows(shard)
         what = f"{self.info.family} vectors"
         return normalized(self.vectors[rows], what=what, copy=False), self.ids[rows]
+
+    def shard_ids(self, shard: int) -> np.ndarray:
+        """The ids of one shard's vectors in the order they are added."""
+        return self.ids[self._rows(shard)]
+
+    def _rows(self, shard: int) -> np.ndarray:
+        return self.order[int(self.bounds[shard]) : int(self.bounds[shard + 1])]
 
 
 def _resolve_kind(cfg: VectorsConfig, largest_shard: int) -> IndexKind:
@@ -287,15 +304,11 @@ def _commit(root: str | Path, plan: FamilyPlan, write_shards: Callable[[Path], N
     try:
         if info.count:  # an empty family has no shard files; search answers nothing
             write_shards(tmp)
-        by_id = np.argsort(plan.ids, kind="stable")  # sorted ids: open() maps ids to keys by binary search
-        idmap = pa.table(
-            {
-                "vector_id": pa.array(plan.ids[by_id], pa.int64()),
-                "key": pa.array(plan.keys, pa.string()).take(pa.array(by_id)),
-                "shard": pa.array(plan.shards[by_id], pa.int32()),
-            }
-        )
-        pq.write_table(idmap, tmp / IDMAP_PARQUET)
+            if plan.spec.kind in _POSITIONAL:
+                for s in range(info.num_shards):
+                    np.save(tmp / shard_ids_file(s), np.ascontiguousarray(plan.shard_ids(s), dtype=np.int64))
+        by_id = np.argsort(plan.ids, kind="stable")  # sorted ids: a search maps ids to keys by binary search
+        write_id_map(tmp, plan.ids[by_id], pa.array(plan.keys, pa.large_string()).take(pa.array(by_id)))
         (tmp / FAMILY_JSON).write_text(json.dumps(info.to_dict(), indent=2, sort_keys=True), encoding="utf-8")
         _swap_in(tmp, final)
     except BaseException:
@@ -383,23 +396,49 @@ def _read_shard(path: Path, mmap: bool) -> faiss.Index:
     return faiss.read_index(str(path))
 
 
+def stored_vectors(root: str | Path, family: str) -> Iterator[tuple[str, np.ndarray]]:
+    """(key, normalised vector) of every vector of a flat or HNSW family, either format, read back from its shards
+    (for comparisons by content and maintenance checks; not a query path)."""
+    folder = family_dir(root, family)
+    info = FamilyInfo.from_dict(json.loads((folder / FAMILY_JSON).read_text(encoding="utf-8")))
+    ids, keys = open_id_map(folder, info.format_version)
+    for s in range(info.num_shards if info.count else 0):
+        shard = faiss.read_index(str(folder / shard_file(s)))
+        if isinstance(shard, faiss.IndexIDMap2):  # format 1 (``shard`` owns ``inner``: kept alive beside it)
+            shard_ids, inner = faiss.vector_to_array(shard.id_map), faiss.downcast_index(shard.index)
+        else:
+            shard_ids, inner = np.load(folder / shard_ids_file(s)), shard
+        rows = np.searchsorted(ids, shard_ids)
+        yield from zip(keys.take(pa.array(rows)).to_pylist(), inner.reconstruct_n(0, inner.ntotal))
+
+
 class FaissFamilyIndex:
     """All shards of one family, memory-mapped by default; search fans out over the shards and merges (max inner
     product)."""
 
-    def __init__(self, info: FamilyInfo, shards: list[faiss.Index], ids: np.ndarray, keys: np.ndarray):
+    def __init__(
+        self,
+        info: FamilyInfo,
+        shards: list[faiss.Index],
+        ids: np.ndarray,
+        keys: pa.Array,
+        shard_ids: Sequence[np.ndarray | None] = (),
+    ):
         self.info = info
         self.family = info.family
         self.dim = info.dim
         self.count = info.count
         self._shards = shards
-        self._ids = ids  # sorted int64
-        self._keys = keys  # object array aligned with _ids
+        self._ids = ids  # int64, ascending; memory-mapped (format 2)
+        self._keys = keys  # the key of each id, an Arrow array; memory-mapped (format 2)
+        # per shard, the vector id at each position when its labels are positions (format 2 flat and HNSW); mapped
+        self._shard_ids = list(shard_ids) or [None] * len(shards)
 
     @classmethod
     def open(cls, root: str | Path, family: str, *, mmap: bool = True) -> "FaissFamilyIndex":
         """The family's shards, memory-mapped (``mmap``, the default: shared with every process on the node that
-        maps the same files; a shard Faiss cannot map is read whole, with a log line) or read into memory."""
+        maps the same files; a shard Faiss cannot map is read whole, with a log line) or read into memory. The id
+        map is memory-mapped either way (a family of format 1, written before, reads its ``idmap.parquet``)."""
         folder = family_dir(root, family)
         meta = folder / FAMILY_JSON
         if not meta.exists():
@@ -410,22 +449,29 @@ class FaissFamilyIndex:
                 f"vector family {family!r} has format {info.format_version}; this version reads up to "
                 f"{FAMILY_FORMAT_VERSION}"
             )
-        idmap = pq.read_table(folder / IDMAP_PARQUET)
-        ids = idmap["vector_id"].to_numpy()
-        keys = np.array(idmap["key"].to_pylist(), dtype=object)
+        ids, keys = open_id_map(folder, info.format_version)
         shards: list[faiss.Index] = []
+        positional = info.format_version >= 2 and info.index_type in _POSITIONAL
+        shard_ids: list[np.ndarray | None] = []
         if info.count:
             for s in range(info.num_shards):
                 index = _read_shard(folder / shard_file(s), mmap)
                 _apply_search_params(index, info)
                 shards.append(index)
+                at = mapped_array(folder / shard_ids_file(s)) if positional else None
+                if at is not None and len(at) != index.ntotal:
+                    raise IndexMismatchError(
+                        f"vector family {family!r}: shard {s} holds {index.ntotal} vectors but {shard_ids_file(s)} "
+                        f"names {len(at)}"
+                    )
+                shard_ids.append(at)
         total = sum(int(ix.ntotal) for ix in shards)
         if total != info.count or len(ids) != info.count:
             raise IndexMismatchError(
                 f"vector family {family!r} is inconsistent: family.json says {info.count} vectors, "
                 f"shards hold {total}, id map has {len(ids)}"
             )
-        return cls(info, shards, ids, keys)
+        return cls(info, shards, ids, keys, shard_ids)
 
     def search(self, queries: np.ndarray, k: int) -> SearchHits:
         q = np.asarray(queries, dtype=np.float32)
@@ -437,7 +483,7 @@ class FaissFamilyIndex:
         if k <= 0 or nq == 0:
             return [[] for _ in range(nq)]
         q = normalized(q, self.dim, "queries")
-        results = [ix.search(q, k) for ix in self._shards]
+        results = [self._search_shard(ix, at, q, k) for ix, at in zip(self._shards, self._shard_ids)]
         if len(results) == 1:
             scores, ids = results[0]
         else:
@@ -448,13 +494,26 @@ class FaissFamilyIndex:
         # so both are dropped rather than mapped to a neighbouring key.
         pos = np.minimum(np.searchsorted(self._ids, ids), len(self._ids) - 1)
         valid = (ids >= 0) & (self._ids[pos] == ids)
+        # The hits' keys in one take from the (mapped) key column: only their pages are read.
+        keys = iter(self._keys.take(pa.array(pos[valid], pa.int64())).to_pylist())
         out: SearchHits = []
-        for row_ok, row_d, row_p in zip(valid, scores, pos):
-            out.append([(self._keys[p], float(d)) for ok, d, p in zip(row_ok, row_d, row_p) if ok])
+        for row_ok, row_d in zip(valid, scores):
+            out.append([(next(keys), float(d)) for ok, d in zip(row_ok, row_d) if ok])
         return out
+
+    @staticmethod
+    def _search_shard(
+        index: faiss.Index, ids_at: np.ndarray | None, q: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        scores, labels = index.search(q, k)
+        if ids_at is None or not len(ids_at):  # labels are the vector ids (IVF; format 1), or none was found
+            return scores, labels
+        found = labels >= 0
+        return scores, np.where(found, ids_at[np.where(found, labels, 0)], -1)  # positions -> ids
 
     def close(self) -> None:
         self._shards = []  # the last reference to a mapped shard unmaps it
+        self._shard_ids = []
 
     def __enter__(self) -> "FaissFamilyIndex":
         return self

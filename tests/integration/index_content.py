@@ -40,24 +40,15 @@ def graph_rows(index: Path) -> dict[str, list[str]]:
 
 
 def vector_contents(index: Path) -> dict[str, dict[str, bytes]]:
-    """Every vector of every family, by key, read back from the published Faiss shards."""
-    import faiss
-    import pyarrow.parquet as pq
-
+    """Every vector of every family, by key, read back from the published Faiss shards (either family format: a
+    build from before the mapped id maps, too)."""
     from hxd2_ray.indexing.tables import VECTOR_FAMILIES
+    from hxd2_ray.vectors.faiss_index import stored_vectors
 
     families = {}
     for family in VECTOR_FAMILIES:
-        folder = generation_files(index) / "vectors" / family
-        idmap = pq.read_table(folder / "idmap.parquet").to_pydict()
-        key_of = dict(zip(idmap["vector_id"], idmap["key"], strict=True))
-        content: dict[str, bytes] = {}
-        for shard in sorted(folder.glob("shard-*.faiss")):
-            ix = faiss.read_index(str(shard))
-            ids = faiss.vector_to_array(ix.id_map)
-            vectors = faiss.downcast_index(ix.index).reconstruct_n(0, ix.ntotal)
-            for vid, vec in zip(ids.tolist(), np.asarray(vectors), strict=True):
-                content[key_of[vid]] = vec.tobytes()
-        assert len(content) == len(key_of), family
+        content = {key: np.asarray(vector).tobytes() for key, vector in stored_vectors(generation_files(index), family)}
+        count = json.loads((generation_files(index) / "vectors" / family / "family.json").read_text())["count"]
+        assert len(content) == count, family
         families[family] = content
     return families

@@ -80,27 +80,14 @@ def _state(out: Path) -> dict[str, list[dict]]:
 
 def _vectors(out: Path) -> dict[str, dict[str, np.ndarray]]:
     """Every vector of every family by key, read back from the published Faiss shards."""
-    import faiss
-
     from hxd2_ray.indexing.generations import query_root
     from hxd2_ray.indexing.manifest import read_manifest
-    from hxd2_ray.vectors.base import IDMAP_PARQUET, family_dir, shard_file
+    from hxd2_ray.vectors.faiss_index import stored_vectors
 
     files = Path(query_root(str(out), read_manifest(str(out))))
     families = {}
     for family in ("entity_name", "entity_mix", "relation_keywords", "relation_mix", "chunk"):
-        folder = family_dir(files, family)
-        idmap = pq.read_table(folder / IDMAP_PARQUET).to_pylist()
-        key_of = {r["vector_id"]: r["key"] for r in idmap}
-        info = json.loads((folder / "family.json").read_text())
-        got: dict[str, np.ndarray] = {}
-        for s in range(info["num_shards"] if info["count"] else 0):
-            index = faiss.read_index(str(folder / shard_file(s)))
-            ids = faiss.vector_to_array(index.id_map) if hasattr(index, "id_map") else np.arange(index.ntotal)
-            inner = faiss.downcast_index(index.index) if hasattr(index, "index") else index
-            for i, vid in enumerate(ids):
-                got[key_of[int(vid)]] = inner.reconstruct(i)
-        families[family] = got
+        families[family] = dict(stored_vectors(files, family))
     return families
 
 
@@ -204,7 +191,7 @@ def test_add_and_update_equal_a_build_of_the_final_corpus(index, corpus, tmp_pat
         assert hits[0][0] == "david eagleman" and hits[0][1] == pytest.approx(1.0, abs=1e-5)
         # The lexical index is the new generation's: every chunk of it, and the added document's words find it.
         assert fresh.lexical is not None
-        assert sorted(fresh.lexical.chunk_ids) == sorted(r["id"] for r in _state(out)["chunks"])
+        assert sorted(fresh.lexical.chunk_ids.to_pylist()) == sorted(r["id"] for r in _state(out)["chunks"])
         best = fresh.lexical.search("Stanford private research university California", 1)[0][0]
         assert best in {r["id"] for r in _state(out)["chunks"] if r["doc_id"] in stanford}
     manifest = json.loads((out / "manifest.json").read_text())
@@ -300,7 +287,7 @@ def test_delete_by_id_and_by_source_equals_a_build_without_them(index, corpus, t
     lexical = LexicalIndex.open(
         out / "generations" / json.loads((out / "manifest.json").read_text())["generation"] / LEXICAL_DIR
     )
-    assert lexical is not None and sorted(lexical.chunk_ids) == sorted(r["id"] for r in state["chunks"])
+    assert lexical is not None and sorted(lexical.chunk_ids.to_pylist()) == sorted(r["id"] for r in state["chunks"])
     assert not lexical.search("Kobilka", 3)  # the deleted document's words are gone from the lexical index
     # A third generation; with generations.keep=2 the first one is gone, the second kept for its readers.
     manifest = json.loads((out / "manifest.json").read_text())

@@ -7,7 +7,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import pyarrow.parquet as pq
+import pyarrow as pa
 import pytest
 
 from hxd2_ray.config import VectorsConfig
@@ -104,9 +104,10 @@ def test_stable_ids_and_results_across_runs(tmp_path):
     runs = []
     for name in ("run1", "run2"):
         write_family(tmp_path / name, "entity_mix", keys, x, cfg, seed=7)
-        idmap = pq.read_table(family_dir(tmp_path / name, "entity_mix") / "idmap.parquet")
+        folder = family_dir(tmp_path / name, "entity_mix")
+        idmap = ((folder / "ids.npy").read_bytes(), (folder / "keys.arrow").read_bytes())
         runs.append((idmap, FaissFamilyIndex.open(tmp_path / name, "entity_mix").search(q, 5)))
-    assert runs[0][0].equals(runs[1][0])
+    assert runs[0][0] == runs[1][0]
     assert runs[0][1] == runs[1][1]
 
 
@@ -117,22 +118,31 @@ def test_layout_shards_and_idmap_roundtrip(tmp_path):
     folder = family_dir(tmp_path, "relation_mix")
     assert sorted(p.name for p in folder.iterdir()) == [
         "family.json",
-        "idmap.parquet",
+        "ids.npy",
+        "keys.arrow",
         "shard-0000.faiss",
+        "shard-0000.ids.npy",
         "shard-0001.faiss",
+        "shard-0001.ids.npy",
         "shard-0002.faiss",
+        "shard-0002.ids.npy",
         "shard-0003.faiss",
+        "shard-0003.ids.npy",
     ]
     meta = json.loads((folder / "family.json").read_text())
     assert meta["dim"] == 8 and meta["count"] == 300 and meta["num_shards"] == 4 and meta["metric"] == "ip"
     assert meta["index_type"] == "flat" and meta["shard_counts"] == list(info.shard_counts)
-    idmap = pq.read_table(folder / "idmap.parquet")
-    assert idmap.schema.field("vector_id").type == "int64" and idmap.schema.field("shard").type == "int32"
-    ids = idmap["vector_id"].to_numpy()
+    assert meta["format_version"] == 2
+    ids = np.load(folder / "ids.npy")
+    assert ids.dtype == np.int64
     assert (np.diff(ids) > 0).all()  # sorted, unique
-    for vid, key, shard in zip(ids.tolist(), idmap["key"].to_pylist(), idmap["shard"].to_pylist()):
-        assert vid == vector_id(key) and shard == vid % 4
-    assert sorted(idmap["key"].to_pylist()) == sorted(keys)
+    id_keys = pa.ipc.open_file(str(folder / "keys.arrow")).read_all()["key"].to_pylist()
+    for vid, key in zip(ids.tolist(), id_keys, strict=True):
+        assert vid == vector_id(key)
+    assert sorted(id_keys) == sorted(keys)
+    assert vbase.family_keys(tmp_path, "relation_mix").to_pylist() == id_keys
+    for shard in range(4):  # a flat shard's positions' ids, each in its shard
+        assert (np.load(folder / f"shard-{shard:04d}.ids.npy") % 4 == shard).all()
     # Rewriting swaps the folder whole and leaves no temp or old folders behind.
     write_family(tmp_path, "relation_mix", keys[:10], _unit(rng, 10, 8), VectorsConfig(num_shards=2))
     assert sorted(p.name for p in folder.parent.iterdir()) == ["relation_mix"]

@@ -102,11 +102,11 @@ def test_hxd2_index_verify(index, capsys):
     assert index_job.main(["verify", "--index", str(index)]) == 0
     out = capsys.readouterr().out
     assert "ok" in out and "files" in out
-    (index / "vectors" / "chunk" / "idmap.parquet").write_bytes(b"PAR1")
+    (index / "vectors" / "chunk" / "keys.arrow").write_bytes(b"ARROW1")
     assert index_job.main(["verify", "--index", str(index), "--json"]) == 2
     captured = capsys.readouterr()
-    assert "vectors/chunk/idmap.parquet" in _error_line(captured.err)
-    assert json.loads(captured.out)["damaged"][0]["file"] == "vectors/chunk/idmap.parquet"
+    assert "vectors/chunk/keys.arrow" in _error_line(captured.err)
+    assert json.loads(captured.out)["damaged"][0]["file"] == "vectors/chunk/keys.arrow"
 
 
 def test_an_index_whose_manifest_predates_checksums_still_opens(index):
