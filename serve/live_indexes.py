@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from hxd2_ray.config import HxdConfig
 from hxd2_ray.errors import IndexNotFoundError
+from hxd2_ray.indexing.query_reads import corpus_root_of, read_corpus_root
 from hxd2_ray.retrieval.live_index import LiveIndex
 
 log = logging.getLogger("hxd2.serve")
@@ -75,16 +76,19 @@ def live_of(lives: Mapping[str, LiveIndex[T]], name: str) -> LiveIndex[T]:
 
 
 def corpus_root(graph: Any) -> str:
-    """The deepest folder every local document of the index lies under ("" when none is a local path)."""
-    folders: list[str] = []
+    """The deepest folder every local document of the index lies under ("" when none is a local path): written
+    with the generation's read structures (a generation opens without reading its documents); from their mapped
+    document column for read structures written before that; by a scan of the store's Document pages for an index
+    without read structures."""
+    reads = getattr(graph, "reads", None)
+    if reads is not None:
+        if reads.folder is not None and (root := read_corpus_root(reads.folder)) is not None:
+            return root
+        return corpus_root_of(reads.documents.column("doc_source_path").to_pylist())
     store = getattr(graph, "store", graph)  # pages are read through the store of record (not a resident copy)
-    for page in store.iter_pages("Document"):
-        for path in page.column("source_path").to_pylist():
-            if path and "://" not in path and os.path.isabs(path):
-                folders.append(posixpath.dirname(path))
-    if not folders:
-        return ""
-    return os.path.commonpath(folders)
+    return corpus_root_of(
+        path for page in store.iter_pages("Document") for path in page.column("source_path").to_pylist()
+    )
 
 
 def public_references(references: list[dict[str, Any]], root: str, url_prefix: str | None) -> list[dict[str, Any]]:

@@ -1,26 +1,49 @@
 """What a generation's readers map instead of building (``<generation>/reads/``): the graph's read structures
 (:mod:`hxd2_ray.graph.read_structures`), the fuzzy name index over its entity keys
 (:class:`~hxd2_ray.retrieval.fuzzy.FuzzyNameIndex`) and the document titles as names
-(:class:`~hxd2_ray.extraction.names.TitleIndex`), written together from the graph just loaded. The write
-stage, ``hxd2 index-kb`` and ``hxd2 index reindex-reads`` all write them here, one way."""
+(:class:`~hxd2_ray.extraction.names.TitleIndex`), and what a served generation shows of its documents (the corpus
+root, ``corpus.json``), written together from the graph just loaded. The write stage, ``hxd2 index-kb`` and
+``hxd2 index reindex-reads`` all write them here, one way."""
 
 from __future__ import annotations
 
+import json
 import os
+import posixpath
 from pathlib import Path
+from typing import Iterable
 
 from hxd2_ray.extraction.names import TitleIndex
 from hxd2_ray.graph.read_structures import GraphReads, document_chunks, write_graph_reads_from
 from hxd2_ray.retrieval.fuzzy import FuzzyNameIndex
 
-__all__ = ["write_query_reads"]
+__all__ = ["corpus_root_of", "read_corpus_root", "write_query_reads"]
 
 SCAN_BUFFER_POOL = 2 << 30
+CORPUS_FILE = "corpus.json"  # {"corpus_root": ...}: the folder every local document of the generation lies under
+
+
+def corpus_root_of(source_paths: Iterable[str | None]) -> str:
+    """The deepest folder every local document lies under ("" when none is a local path): answers name documents
+    relative to it, never by the absolute path of the machine that built the index."""
+    folders = [posixpath.dirname(p) for p in source_paths if p and "://" not in p and os.path.isabs(p)]
+    return os.path.commonpath(folders) if folders else ""
+
+
+def read_corpus_root(reads_dir: str | os.PathLike[str]) -> str | None:
+    """The corpus root written with the read structures in ``reads_dir``; None for read structures written before
+    it was."""
+    path = Path(reads_dir) / CORPUS_FILE
+    if not path.is_file():
+        return None
+    return str(json.loads(path.read_text(encoding="utf-8"))["corpus_root"])
 
 
 def _names(reads: GraphReads, folder: Path) -> None:
     FuzzyNameIndex(reads.entities.column("key").to_pylist() if reads.entities.num_rows else []).write(folder)
     TitleIndex(document_chunks(reads)).write(folder)
+    paths = reads.documents.column("doc_source_path").to_pylist() if reads.documents.num_rows else []
+    (folder / CORPUS_FILE).write_text(json.dumps({"corpus_root": corpus_root_of(paths)}) + "\n", encoding="utf-8")
 
 
 def write_query_reads(
