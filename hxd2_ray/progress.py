@@ -6,7 +6,8 @@ a :class:`StageCounter` it was given. In a Ray job that counter forwards to the 
 one process it is the progress board itself; in tests and library use it is :data:`NO_COUNTER`.
 
 Counter names: ``done`` (items of the stage's unit: chunks, texts, questions), ``llm_calls``,
-``prompt_tokens``, ``completion_tokens``, ``malformed`` (LLM records skipped), ``failed`` (items recorded
+``prompt_tokens``, ``completion_tokens``, ``cached_tokens`` (of the prompt tokens, those the engine served from its
+prefix cache), ``malformed`` (LLM records skipped), ``failed`` (items recorded
 with an error), ``correct`` (evaluation answers scored correct).
 """
 
@@ -17,7 +18,16 @@ from typing import Protocol
 
 from hxd2_ray.llm.base import LLMClient, LLMRequest, LLMResponse, LLMWrapper
 
-COUNTER_NAMES = ("done", "llm_calls", "prompt_tokens", "completion_tokens", "malformed", "failed", "correct")
+COUNTER_NAMES = (
+    "done",
+    "llm_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "malformed",
+    "failed",
+    "correct",
+)
 
 
 class StageCounter(Protocol):
@@ -48,6 +58,7 @@ class CountingLLM(LLMWrapper):
             llm_calls=len(responses),
             prompt_tokens=sum(int(r.prompt_tokens) for r in responses),
             completion_tokens=sum(int(r.completion_tokens) for r in responses),
+            cached_tokens=sum(int(r.cached_tokens) for r in responses),
         )
         return responses
 

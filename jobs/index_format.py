@@ -10,8 +10,10 @@ def _run_line(summary: dict[str, Any]) -> str:
     if not run:
         return "  this run: -"
     cache = f"  LLM cache hits {run['llm_cache_hits']:,}" if (summary.get("llm_cache") or {}).get("enabled") else ""
+    prompt, cached = run["prompt_tokens"], run.get("prefix_cached_tokens", 0)
+    share = f" ({cached:,} prefix-cached, {100 * cached / prompt:.1f}%)" if prompt and cached else ""
     return (
-        f"  this run: LLM calls {run['llm_calls']:,}, prompt tokens {run['prompt_tokens']:,}, completion tokens "
+        f"  this run: LLM calls {run['llm_calls']:,}, prompt tokens {prompt:,}{share}, completion tokens "
         f"{run['completion_tokens']:,}, embedding tokens {run['embedding_tokens']:,}, ${run['usd']:.4f}{cache}"
     )
 

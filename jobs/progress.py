@@ -94,6 +94,9 @@ def describe(stage: StageState, now: float) -> str:
         parts.append(f"{stage.tokens / elapsed:,.0f} tok/s")
     if stage.counts.get("llm_calls"):
         parts.append(f"{int(stage.counts['llm_calls']):,} LLM calls")
+    prompt = stage.counts.get("prompt_tokens", 0)
+    if prompt and stage.counts.get("cached_tokens"):
+        parts.append(f"{100 * stage.counts['cached_tokens'] / prompt:.0f}% of prompt tokens prefix-cached")
     if stage.score and stage.done:
         parts.append(f"score {stage.counts.get('correct', 0) / stage.done:.3f}")
     for key in ("malformed", "failed"):

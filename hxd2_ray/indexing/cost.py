@@ -30,6 +30,7 @@ class StageUsage:
     calls: int = 0  # requests the backend answered (retries included)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # of prompt_tokens, those the engine reused from its prefix cache instead of computing
     cache_hits: int = 0  # requests answered from the LLM cache: no call, no tokens
     texts: int = 0  # embedding: texts embedded
     embedding_tokens: int = 0  # embedding: tokens of those texts (the embedder's tokenizer, or an estimate)
@@ -40,6 +41,7 @@ class StageUsage:
         self.calls += other.calls
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
+        self.cached_tokens += other.cached_tokens
         self.cache_hits += other.cache_hits
         self.texts += other.texts
         self.embedding_tokens += other.embedding_tokens
@@ -81,6 +83,7 @@ def llm_payload(
         rec.calls += tu.calls
         rec.prompt_tokens += tu.prompt_tokens
         rec.completion_tokens += tu.completion_tokens
+        rec.cached_tokens += tu.cached_tokens
     for tag, n in hits.items():
         stages.setdefault(STAGE_OF_TAG.get(tag, tag or "other"), StageUsage(model_id=model_id)).cache_hits += n
     total = sum(r.llm_tokens for r in stages.values())
@@ -162,6 +165,7 @@ class UsageLedger:
                 "calls": u.calls,
                 "prompt_tokens": u.prompt_tokens,
                 "completion_tokens": u.completion_tokens,
+                "prefix_cached_tokens": u.cached_tokens,
                 "cache_hits": u.cache_hits,
                 "gpu_seconds": round(u.gpu_seconds, 3),
                 "usd": round(self.prices.usd(u), 6),
@@ -177,6 +181,9 @@ class UsageLedger:
             "llm_cache_misses": sum(u.calls for u in llm),
             "prompt_tokens": sum(u.prompt_tokens for u in llm),
             "completion_tokens": sum(u.completion_tokens for u in llm),
+            # The engine's own count of prompt tokens it served from its prefix cache (0 where a backend reports
+            # none); computed tokens = prompt - prefix-cached + completion.
+            "prefix_cached_tokens": sum(u.cached_tokens for u in llm),
             "embedding_tokens": sum(u.embedding_tokens for u in self.stages.values()),
             "usd": round(self.usd(), 6),
             "unpriced_models": sorted(

@@ -27,6 +27,7 @@ class LLMRequest:
     temperature: float = 0.0
     json_schema: Mapping[str, Any] | None = None  # constrained decoding where the backend supports it
     choices: tuple[str, ...] | None = None  # constrain the reply to one of these strings
+    stop: tuple[str, ...] = ()  # generation ends at the first of these strings (left out of the reply)
     tag: str = ""  # what the call is for (extract, glean, judge, summarize…); used by fakes and metrics
 
 
@@ -37,6 +38,7 @@ class LLMResponse:
     completion_tokens: int = 0
     finish_reason: str = "stop"
     error: str = ""  # non-empty when this one request failed; the batch still returns
+    cached_tokens: int = 0  # of prompt_tokens, those the engine reused from its prefix cache (not computed)
 
 
 @dataclass
@@ -47,10 +49,12 @@ class TagUsage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     failures: int = 0
+    cached_tokens: int = 0  # prompt tokens served from the engine's prefix cache
 
     def count(self, resp: LLMResponse) -> None:
         self.calls += 1
         self.prompt_tokens += resp.prompt_tokens
+        self.cached_tokens += resp.cached_tokens
         self.completion_tokens += resp.completion_tokens
         self.failures += bool(resp.error)
 

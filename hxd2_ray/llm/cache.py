@@ -1,7 +1,8 @@
 """A cache of LLM responses stored with the index, shared by every actor of the indexing job.
 
 Key: sha256 over the model id, the prompt version, the rendered messages and the sampling parameters (max tokens,
-temperature, JSON schema, choices) — everything that decides a reply, nothing that does not (the request's tag).
+temperature, JSON schema, choices, stop strings) — everything that decides a reply, nothing that does not (the
+request's tag).
 A rebuild, a resumed run or an incremental change that asks the same question again gets the stored reply and
 makes no call: the summaries of unchanged descriptions, the extractions of chunks whose staging was lost.
 
@@ -55,6 +56,8 @@ def request_key(model_id: str, prompt_version: str, req: LLMRequest) -> str:
         "json_schema": req.json_schema,
         "choices": list(req.choices) if req.choices is not None else None,
     }
+    if req.stop:  # only when set, so the keys of requests without stop strings stay what they were
+        payload["stop"] = list(req.stop)
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 

@@ -124,6 +124,8 @@ class OpenAIAsyncEngine:
             "max_tokens": max(1, req.max_tokens),
             "temperature": req.temperature,
         }
+        if req.stop:
+            params["stop"] = list(req.stop)
         if req.json_schema is not None and self._send_schema:
             params["response_format"] = {
                 "type": "json_schema",
@@ -193,7 +195,12 @@ class OpenAIAsyncEngine:
         completion = int(getattr(usage, "completion_tokens", 0) or 0) or self.count_tokens(text)
         self.stats.prompt_tokens += prompt
         self.stats.completion_tokens += completion
-        response = LLMResponse(text=text, prompt_tokens=prompt, completion_tokens=completion, finish_reason=finish)
+        # The server's prefix-cache hits for this prompt, where it reports them (vLLM: --enable-prompt-tokens-details).
+        details = getattr(usage, "prompt_tokens_details", None)
+        cached = int(getattr(details, "cached_tokens", 0) or 0)
+        response = LLMResponse(
+            text=text, prompt_tokens=prompt, completion_tokens=completion, finish_reason=finish, cached_tokens=cached
+        )
         # A reply cut by max_tokens ("length") is passed on as the in-process engine does: the parser keeps the
         # records it can read, and asking again would get the same cut reply.
         if schema_sent and finish != "length" and not _is_json(text):

@@ -204,6 +204,7 @@ class AsyncVllmEngine:
             prompt_tokens=len(final.prompt_token_ids or prompt["prompt_token_ids"]),
             completion_tokens=len(comp.token_ids),
             finish_reason=comp.finish_reason or "stop",
+            cached_tokens=int(getattr(final, "num_cached_tokens", 0) or 0),  # vLLM's prefix-cache hits
         )
 
     async def stream(self, request: LLMRequest, request_id: str | None = None) -> AsyncIterator[str]:

@@ -298,4 +298,5 @@ def _to_response(out: Any) -> LLMResponse:
         prompt_tokens=len(out.prompt_token_ids or ()),
         completion_tokens=len(comp.token_ids),
         finish_reason=comp.finish_reason or "stop",
+        cached_tokens=int(getattr(out, "num_cached_tokens", 0) or 0),  # vLLM's prefix-cache hits for this prompt
     )

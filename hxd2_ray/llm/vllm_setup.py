@@ -129,7 +129,7 @@ def structured_outputs_kwargs(compact_json: bool) -> dict[str, Any]:
 
 
 def sampling_params(req: LLMRequest, max_tokens: int, **extra: Any) -> Any:
-    """``SamplingParams`` for one request: greedy at temperature 0, JSON schema or choice constraints.
+    """``SamplingParams`` for one request: greedy at temperature 0, JSON schema or choice constraints, stop strings.
 
     No per-request seed: it crashed the CPU engine (env-probe); temperature 0 is greedy anyway.
     """
@@ -141,6 +141,8 @@ def sampling_params(req: LLMRequest, max_tokens: int, **extra: Any) -> Any:
         structured = StructuredOutputsParams(json=dict(req.json_schema))
     elif req.choices:
         structured = StructuredOutputsParams(choice=list(req.choices))
+    if req.stop:
+        extra.setdefault("stop", list(req.stop))
     return SamplingParams(temperature=req.temperature, max_tokens=max_tokens, structured_outputs=structured, **extra)
 
 
@@ -174,4 +176,5 @@ def api_server_command(
         "vllm",
         "--structured-outputs-config",
         '{"backend": "xgrammar", "disable_any_whitespace": true}',
+        "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens: the prefix-cache hits
     ]

@@ -117,6 +117,33 @@ def test_prompt_token_count_matches_engine(engine):
     assert resp.prompt_tokens == engine.prompt_tokens(list(req.messages))
 
 
+def test_a_shared_prompt_head_is_served_from_the_prefix_cache(engine):
+    # Issue 46: two requests whose messages agree up to their last text; the second computes only what differs.
+    head = "You extract named entities from text and answer in JSON. " * 40  # ~460 tokens: full KV blocks
+    requests = [
+        LLMRequest(
+            messages=({"role": "system", "content": head}, {"role": "user", "content": f"Text:\n{text}"}),
+            max_tokens=32,
+            json_schema=SMALL_SCHEMA,
+        )
+        for text in SENTENCES[:2]
+    ]
+    (first,) = engine.complete(requests[:1])
+    (second,) = engine.complete(requests[1:])
+    shared = engine.prompt_tokens([{"role": "system", "content": head}])
+    block = engine.llm.llm_engine.vllm_config.cache_config.block_size  # the cache's unit: 128 tokens on the CPU build
+    assert second.error == "" and 0 < second.cached_tokens < second.prompt_tokens
+    assert second.cached_tokens % block == 0
+    assert second.cached_tokens >= shared - block - 8  # every full block of the shared head
+
+
+def test_a_stop_string_ends_the_reply(engine):
+    # The schema makes every reply start with '{"entities"': a stop at the first quote leaves just "{".
+    req = _extract_request(SENTENCES[0])
+    (resp,) = engine.complete([LLMRequest(req.messages, max_tokens=64, json_schema=SMALL_SCHEMA, stop=('"',))])
+    assert (resp.text, resp.finish_reason) == ("{", "stop")
+
+
 def test_count_tokens_matches_model_tokenizer(engine):
     from transformers import AutoTokenizer
 
