@@ -47,6 +47,13 @@ class ExtractionConfig(FrozenSection):
         "base", description="base: ask to continue, then judge (paper default); trial: judge first."
     )
     max_gleaning: int = Field(1, ge=0, le=8, description="Extra extraction rounds per chunk (0 disables loop-NER).")
+    gleaning: Literal["adaptive", "always"] = Field(
+        "adaptive",
+        description="Which chunks get the gleaning rounds. adaptive: a chunk whose first answer parsed, found an "
+        "entity its text names, and whose text names something not found yet; a further round only after one that "
+        "added a grounded entity; never after an answer that repeats an entity (a model in a loop). always: every "
+        "chunk, every round (the paper). max_gleaning=0: none.",
+    )
     entity_types: tuple[str, ...] = Field(
         DEFAULT_ENTITY_TYPES,
         min_length=1,
@@ -55,6 +62,30 @@ class ExtractionConfig(FrozenSection):
     )
     language: Literal["auto", "zh", "en"] = Field("auto", description="Prompt language; auto picks per chunk.")
     max_tokens_per_call: int = Field(1024, gt=0, description="Completion cap of one extraction call.")
+    completion_tokens_per_char: float = Field(
+        0.4,
+        ge=0,
+        description="Completion budget of an extraction or gleaning call per character of its chunk, between "
+        "min_tokens_per_call and max_tokens_per_call (a short chunk cannot run on to the cap); 0: always "
+        "max_tokens_per_call.",
+    )
+    min_tokens_per_call: int = Field(64, gt=0, description="The least completion budget of an extraction call.")
+    max_description_chars: int = Field(
+        100,
+        ge=0,
+        description="json format: the schema ends each description after this many characters (a small model "
+        "repeats one sentence until the token cap otherwise); 0: no limit.",
+    )
+    max_name_chars: int = Field(
+        64, ge=0, description="json format: the schema ends each entity name after this many characters; 0: no limit."
+    )
+    chars_per_entity: int = Field(
+        128,
+        ge=0,
+        description="json format: the schema allows about one entity, and one relation, per this many characters "
+        "of the chunk (in steps of 4, from 4 to 30), so a model repeating one entity moves on to the relations; "
+        "0: always 30.",
+    )
     description_token_budget: int = Field(
         500, gt=0, description="A merged description longer than this (serving tokenizer) is summarised by the LLM."
     )

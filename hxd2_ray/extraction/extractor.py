@@ -10,6 +10,13 @@ Rounds (paper, Algorithm 3; ``max_gleaning`` = MAX):
   stopping on "yes" (LightRAG continues while the judge says yes, as here).
 * ``trial``: repeat MAX times: judge first; only "yes" chunks continue.
 
+``extraction.gleaning: adaptive`` (the default) sends a chunk into those rounds only where a round can pay: its
+first answer parsed, found at least one entity its text names (grounded), and its text still spells out a name
+that nothing found covers (:func:`~hxd2_ray.extraction.grounding.names_left`; a text without capitals, such as
+Chinese, counts as having one). A chunk leaves after any continue that adds no new grounded entity, and after any
+answer that names one entity twice (a small model in a loop repeats itself in the next round too; measured on
+SmolLM2-135M, docs/benchmarks/indexing.md). ``always`` keeps the paper's rounds for every chunk.
+
 The judge fails closed: anything but an explicit yes (no, maybe, garbage, an error) stops the chunk.
 Per-request errors are retried (only the failed requests, up to ``max_retries`` times). A chunk whose first
 extraction still fails is returned with ``error`` set (recorded, not dropped); a failing continue or judge
@@ -24,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from hxd2_ray.config import ExtractionConfig
-from hxd2_ray.extraction.grounding import Grounding
+from hxd2_ray.extraction.grounding import Grounding, named_spans, names_left, normalise
 from hxd2_ray.extraction.parse import ParsedRecords, parse_reply
 from hxd2_ray.extraction.prompts import PromptSet
 from hxd2_ray.extraction.render import (
@@ -78,6 +85,7 @@ class _ChunkState:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str = ""
+    grounded: set[str] = field(default_factory=set)  # normalised names of found entities the chunk's text names
 
     def account(self, outcome: _Outcome) -> None:
         self.llm_calls += outcome.attempts
@@ -126,6 +134,27 @@ class Extractor:
 
     # ------------------------------------------------------------------ rounds
 
+    def _take(self, state: _ChunkState, text: str) -> bool:
+        """Add one reply's records to ``state``; whether another gleaning round on the chunk can pay (always True
+        with ``gleaning: always``)."""
+        parsed = parse_reply(text, state.chunk.id, self.cfg)
+        state.add(parsed)
+        chunk_text = normalise(state.chunk.text)
+        new = 0
+        for e in parsed.entities:
+            key = normalise(e.name)
+            if key and key not in state.grounded and self._grounding.name_in_text(e.name, chunk_text):
+                state.grounded.add(key)
+                new += 1
+        if self.cfg.gleaning == "always":
+            return True
+        names = [normalise(e.name) for e in parsed.entities]
+        if len(set(names)) < len(names):
+            return False  # the answer repeats an entity: a model in a loop, whose next round repeats it again
+        if not new:
+            return False  # parsed nothing, nothing grounded, or nothing new: another round repeats this one
+        return bool(names_left(state.chunk.text, state.grounded)) or not named_spans(state.chunk.text)
+
     def _complete(self, requests: Sequence[LLMRequest]) -> list[_Outcome]:
         """One batched call, then one batched call per retry for only the requests that failed.
 
@@ -168,8 +197,8 @@ class Extractor:
                 )
                 continue
             state.history = (*req.messages, {"role": "assistant", "content": out.response.text})
-            state.add(parse_reply(out.response.text, state.chunk.id, self.cfg))
-            kept.append(state)
+            if self._take(state, out.response.text):
+                kept.append(state)
         return kept
 
     def _judge(self, active: list[_ChunkState]) -> list[_ChunkState]:
@@ -200,8 +229,10 @@ class Extractor:
                 state.error = f"extraction failed after {out.attempts} attempt(s): {out.response.error}"
                 continue
             state.history = (*req.messages, {"role": "assistant", "content": out.response.text})
-            state.add(parse_reply(out.response.text, state.chunk.id, self.cfg))
-            active.append(state)
+            if self._take(state, out.response.text):
+                active.append(state)
+        if self.cfg.max_gleaning and self.cfg.gleaning == "adaptive":
+            log.debug("gleaning %d of %d chunks (adaptive)", len(active), len(states))
 
         rounds = self.cfg.max_gleaning
         if self.cfg.loop_ner == "base":

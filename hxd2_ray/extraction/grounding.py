@@ -103,3 +103,40 @@ class Grounding:
         return Grounded(
             kept_entities, kept_relations, len(entities) - len(kept_entities), len(relations) - len(kept_relations)
         )
+
+
+# Capitalised word runs ("Lester Smith", "Bank of England"): the names a text spells out, for gleaning's "is anything
+# left to find" test. Lower-case joiners inside a name are allowed; a run's leading function words ("The", "In")
+# and runs of them alone are not names.
+_NAME_RUN = re.compile(
+    r"[A-ZÀ-ÖØ-Þ][\w'’&-]*(?:\s+(?:(?:of|the|de|del|da|di|du|van|von|der|la|le|y)\s+)*[A-ZÀ-ÖØ-Þ][\w'’&-]*)*"
+)
+_NOT_NAMES = frozenset(
+    """a an the in on at of for to by with from as after before during since until when while where who whom whose
+    which what it its he she his her hers they their them this that these those there here we our you your i my me is
+    was are were be been neither either both each every some many most one also but and or nor yet so however
+    although though if then than because not no all any other such""".split()
+)
+
+
+def named_spans(text: str) -> list[str]:
+    """The capitalised word runs of ``text`` (leading function words dropped), normalised, in order, unique.
+
+    Only scripts with capitals have any: for a Chinese text this is empty, and callers treat "no names seen"
+    as "nothing known", not as "nothing there"."""
+    spans: dict[str, None] = {}
+    for match in _NAME_RUN.finditer(text):
+        words = match.group(0).split()
+        while words and words[0].casefold().strip(".") in _NOT_NAMES:
+            words = words[1:]
+        span = normalise(" ".join(words).rstrip(".,'’"))
+        if len(span) >= 2:
+            spans.setdefault(span, None)
+    return list(spans)
+
+
+def names_left(text: str, found: Iterable[str]) -> list[str]:
+    """The names ``text`` spells out (:func:`named_spans`) that no found name covers: a found name contains the span,
+    or the span contains it (both normalised)."""
+    keys = [k for k in (normalise(n) for n in found) if k]
+    return [s for s in named_spans(text) if not any(s in k or k in s for k in keys)]

@@ -91,19 +91,29 @@ def extraction_json_schema(
     max_entities: int = MAX_ENTITIES,
     max_relations: int = MAX_RELATIONS,
     max_keywords: int = MAX_KEYWORDS,
+    max_description_chars: int = 0,
+    max_name_chars: int = 0,
 ) -> dict[str, Any]:
     """JSON schema of one extraction reply; entity ``type`` is an enum of the configured types.
 
-    Deliberately plain (objects, arrays with ``maxItems``, string enum, number) so that xgrammar compiles it
-    quickly; no ``minItems``/``pattern`` constraints, which blow up grammar size or force junk output.
-    Property order is the generation order: entities first, then relations between them, then keywords.
+    Deliberately plain (objects, arrays with ``maxItems``, string enum, number, string ``maxLength``) so that
+    xgrammar compiles it quickly; no ``minItems``/``pattern`` constraints, which blow up grammar size or force junk
+    output. Property order is the generation order: entities first, then relations between them, then keywords.
+    ``max_description_chars`` and ``max_name_chars`` (0: none) end a description or a name that a small model would
+    repeat until the token cap.
     """
+    description: dict[str, Any] = {"type": "string"}
+    if max_description_chars > 0:
+        description["maxLength"] = max_description_chars
+    name: dict[str, Any] = {"type": "string"}
+    if max_name_chars > 0:
+        name["maxLength"] = max_name_chars
     entity = {
         "type": "object",
         "properties": {
-            "name": {"type": "string"},
+            "name": name,
             "type": {"type": "string", "enum": list(dict.fromkeys(entity_types))},
-            "description": {"type": "string"},
+            "description": description,
         },
         "required": ["name", "type", "description"],
         "additionalProperties": False,
@@ -111,9 +121,9 @@ def extraction_json_schema(
     relation = {
         "type": "object",
         "properties": {
-            "source": {"type": "string"},
-            "target": {"type": "string"},
-            "description": {"type": "string"},
+            "source": name,
+            "target": name,
+            "description": description,
             "keywords": {"type": "array", "items": {"type": "string"}, "maxItems": max_keywords},
             "strength": {"type": "number"},
         },

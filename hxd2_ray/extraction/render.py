@@ -1,6 +1,7 @@
 """Turn chunks and merged descriptions into :class:`LLMRequest`s (pure: no I/O, no model).
 
-Conversation shapes (the chunk text is always the end of the first user message):
+Conversation shapes (the chunk text is always the end of the first user message, so everything before it, the
+system message and the task line, is byte-identical across chunks: the prefix the engine caches):
 
 * extract:   [system: instructions + example, user: short task + marker + chunk text]
 * glean:     extract messages + [assistant: reply 0, user: continue, assistant: reply 1, ..., user: continue]
@@ -14,7 +15,8 @@ import functools
 from typing import Any, Sequence
 
 from hxd2_ray.config import ExtractionConfig
-from hxd2_ray.extraction.prompts import LanguagePrompts, PromptSet, extraction_json_schema, fill
+from hxd2_ray.extraction.parse import COMPLETION_DELIMITER
+from hxd2_ray.extraction.prompts import MAX_ENTITIES, LanguagePrompts, PromptSet, extraction_json_schema, fill
 from hxd2_ray.llm.base import LLMRequest, Message
 from hxd2_ray.types import Chunk
 
@@ -33,16 +35,50 @@ def resolve_language(chunk: Chunk, cfg: ExtractionConfig) -> str:
     return chunk.language if cfg.language == "auto" else cfg.language
 
 
-@functools.lru_cache(maxsize=32)
-def _cached_schema(entity_types: tuple[str, ...]) -> dict[str, Any]:
+# The tuple format's end marker ends generation: nothing after it is read.
+TUPLE_STOP = (COMPLETION_DELIMITER,)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_schema(
+    entity_types: tuple[str, ...], items: int, description_chars: int, name_chars: int
+) -> dict[str, Any]:
     # Shared by every request of a run: callers must treat it as read-only.
-    return extraction_json_schema(entity_types)
+    return extraction_json_schema(
+        entity_types,
+        max_entities=items,
+        max_relations=items,
+        max_description_chars=description_chars,
+        max_name_chars=name_chars,
+    )
 
 
-def _schema_for(cfg: ExtractionConfig, supports_json_schema: bool) -> dict[str, Any] | None:
+def max_items(chunk: Chunk, cfg: ExtractionConfig) -> int:
+    """Entities (and relations) the schema allows for ``chunk``: one per ``chars_per_entity`` characters, rounded up
+    to a multiple of 4 (few distinct schemas, each compiled once), from 4 to 30."""
+    if cfg.chars_per_entity <= 0:
+        return MAX_ENTITIES
+    steps = -(-len(chunk.text) // (4 * cfg.chars_per_entity))
+    return min(MAX_ENTITIES, 4 * max(1, steps))
+
+
+def completion_budget(chunk: Chunk, cfg: ExtractionConfig) -> int:
+    """max_tokens of an extraction or gleaning call on ``chunk``: ``completion_tokens_per_char`` per character of
+    its text, at least ``min_tokens_per_call`` and at most ``max_tokens_per_call``."""
+    if cfg.completion_tokens_per_char <= 0:
+        return cfg.max_tokens_per_call
+    wanted = int(len(chunk.text) * cfg.completion_tokens_per_char + 0.5)
+    return max(min(cfg.min_tokens_per_call, cfg.max_tokens_per_call), min(cfg.max_tokens_per_call, wanted))
+
+
+def _schema_for(chunk: Chunk, cfg: ExtractionConfig, supports_json_schema: bool) -> dict[str, Any] | None:
     if cfg.output_format != "json" or not supports_json_schema:
         return None
-    return _cached_schema(tuple(cfg.entity_types))
+    return _cached_schema(tuple(cfg.entity_types), max_items(chunk, cfg), cfg.max_description_chars, cfg.max_name_chars)
+
+
+def _stop_for(cfg: ExtractionConfig) -> tuple[str, ...]:
+    return TUPLE_STOP if cfg.output_format == "tuples" else ()
 
 
 def _templates(chunk: Chunk, cfg: ExtractionConfig, prompts: PromptSet) -> LanguagePrompts:
@@ -70,8 +106,9 @@ def render_extraction_request(
     prompt alone asks for JSON and the tolerant parser copes with what comes back."""
     return LLMRequest(
         messages=extraction_messages(chunk, cfg, prompts),
-        max_tokens=cfg.max_tokens_per_call,
-        json_schema=_schema_for(cfg, supports_json_schema),
+        max_tokens=completion_budget(chunk, cfg),
+        json_schema=_schema_for(chunk, cfg, supports_json_schema),
+        stop=_stop_for(cfg),
         tag=TAG_EXTRACT,
     )
 
@@ -90,8 +127,9 @@ def render_continue_request(
     t = _templates(chunk, cfg, prompts)
     return LLMRequest(
         messages=(*history_messages, {"role": "user", "content": t.continue_extraction}),
-        max_tokens=cfg.max_tokens_per_call,
-        json_schema=_schema_for(cfg, supports_json_schema),
+        max_tokens=completion_budget(chunk, cfg),
+        json_schema=_schema_for(chunk, cfg, supports_json_schema),
+        stop=_stop_for(cfg),
         tag=TAG_GLEAN,
     )
 

@@ -56,7 +56,7 @@ class Scripted:
 
 def run(loop_ner, max_gleaning, judge="yes", n=3, **llm_kwargs):
     llm = ScriptedLLM(Scripted(judge), **llm_kwargs)
-    cfg = ExtractionConfig(loop_ner=loop_ner, max_gleaning=max_gleaning)
+    cfg = ExtractionConfig(gleaning="always", loop_ner=loop_ner, max_gleaning=max_gleaning)
     result = Extractor(llm, cfg, PROMPTS).extract(make_chunks(n))
     return llm, result
 
@@ -118,7 +118,9 @@ def test_only_chunks_answering_yes_continue():
     chunks = make_chunks(3)
     judge_by_chunk = {chunks[1].text: "no"}
     llm = ScriptedLLM(Scripted("yes", judge_by_chunk))
-    result = Extractor(llm, ExtractionConfig(loop_ner="base", max_gleaning=3), PROMPTS).extract(chunks)
+    result = Extractor(llm, ExtractionConfig(gleaning="always", loop_ner="base", max_gleaning=3), PROMPTS).extract(
+        chunks
+    )
     # extract 3, glean 3, judge 3, glean 2 (c1 stopped), judge 2, glean 2
     assert llm.batch_sizes == [3, 3, 3, 2, 2, 2]
     assert [len(e.entities) for e in result] == [4, 2, 4]
@@ -145,15 +147,17 @@ def test_without_constrained_decoding_no_schema_and_no_choices():
         supports_json_schema = False
 
     llm = Plain(Scripted("yes"))
-    Extractor(llm, ExtractionConfig(loop_ner="trial", max_gleaning=1), PROMPTS).extract(make_chunks(1))
+    Extractor(llm, ExtractionConfig(gleaning="always", loop_ner="trial", max_gleaning=1), PROMPTS).extract(
+        make_chunks(1)
+    )
     assert all(r.json_schema is None and r.choices is None for r in llm.requests)
 
 
 def test_retries_only_the_failed_requests():
     llm = ScriptedLLM(Scripted("no"), fail_first_n=1)
-    result = Extractor(llm, ExtractionConfig(loop_ner="base", max_gleaning=1), PROMPTS, max_retries=2).extract(
-        make_chunks(3)
-    )
+    result = Extractor(
+        llm, ExtractionConfig(gleaning="always", loop_ner="base", max_gleaning=1), PROMPTS, max_retries=2
+    ).extract(make_chunks(3))
     assert llm.batch_sizes == [3, 1, 3]  # extract, retry of c0 only, glean
     assert [e.llm_calls for e in result] == [3, 2, 2]
     assert all(not e.error and len(e.entities) == 2 for e in result)
@@ -162,7 +166,9 @@ def test_retries_only_the_failed_requests():
 def test_persistent_failure_is_recorded_not_dropped():
     chunks = make_chunks(3, ["Fine text one.", "POISON text.", "Fine text two."])
     llm = ScriptedLLM(Scripted("no"), fail_when=["POISON"])
-    result = Extractor(llm, ExtractionConfig(loop_ner="base", max_gleaning=1), PROMPTS, max_retries=2).extract(chunks)
+    result = Extractor(
+        llm, ExtractionConfig(gleaning="always", loop_ner="base", max_gleaning=1), PROMPTS, max_retries=2
+    ).extract(chunks)
     assert llm.batch_sizes == [3, 1, 1, 2]  # extract, two retries of the poisoned chunk, glean for the others
     assert [e.chunk_id for e in result] == ["c0", "c1", "c2"]
     bad = result[1]
@@ -179,9 +185,9 @@ def test_failing_glean_keeps_round_zero():
         return entity_json("Alice")
 
     llm = ScriptedLLM(handler)
-    (ext,) = Extractor(llm, ExtractionConfig(loop_ner="base", max_gleaning=2), PROMPTS, max_retries=1).extract(
-        make_chunks(1)
-    )
+    (ext,) = Extractor(
+        llm, ExtractionConfig(gleaning="always", loop_ner="base", max_gleaning=2), PROMPTS, max_retries=1
+    ).extract(make_chunks(1))
     assert not ext.error
     assert [e.name for e in ext.entities] == ["Alice"]
     assert llm.batch_sizes == [1, 1, 1]  # extract, glean, glean retry; no judge after a failed glean
@@ -195,7 +201,9 @@ def test_failing_judge_stops_the_chunk():
         return entity_json("Alice")
 
     llm = ScriptedLLM(handler)
-    Extractor(llm, ExtractionConfig(loop_ner="trial", max_gleaning=2), PROMPTS, max_retries=0).extract(make_chunks(1))
+    Extractor(
+        llm, ExtractionConfig(gleaning="always", loop_ner="trial", max_gleaning=2), PROMPTS, max_retries=0
+    ).extract(make_chunks(1))
     assert [r.tag for r in llm.requests] == ["extract", "judge"]
 
 
@@ -226,7 +234,9 @@ def test_accounting_and_dedup_across_rounds():
         ),
     ]
     llm = ScriptedLLM(replies, tokens_per_word=1.0)
-    (ext,) = Extractor(llm, ExtractionConfig(max_gleaning=1, grounding="off"), PROMPTS).extract(make_chunks(1))
+    (ext,) = Extractor(llm, ExtractionConfig(gleaning="always", max_gleaning=1, grounding="off"), PROMPTS).extract(
+        make_chunks(1)
+    )
     assert [e.name for e in ext.entities] == ["Alice", "Carol"]
     assert len(ext.relations) == 1
     assert ext.content_keywords == ("x", "y")
@@ -292,7 +302,7 @@ def test_scripted_mapping_prefers_the_last_message():
 
 @pytest.mark.parametrize("fmt", ["json", "tuples"])
 def test_builtin_extraction_mode_is_deterministic(fmt):
-    cfg = ExtractionConfig(output_format=fmt, max_gleaning=2)
+    cfg = ExtractionConfig(gleaning="always", output_format=fmt, max_gleaning=2)
     chunks = make_chunks(
         2,
         [

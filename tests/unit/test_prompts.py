@@ -66,7 +66,7 @@ def test_every_language_and_format_renders(language, fmt, supports_schema):
     assert (system["role"], user["role"]) == ("system", "user")
     assert "person, spacecraft" in system["content"]
     assert "{" + "entity_types}" not in system["content"] + user["content"]
-    assert req.tag == "extract" and req.max_tokens == cfg.max_tokens_per_call
+    assert req.tag == "extract" and req.max_tokens == cfg.min_tokens_per_call  # a short chunk: the least budget
     # Golden: the chunk text is the very end of the user message, right after the marker line.
     assert user["content"].endswith(TEXT_MARKER + "\n" + c.text)
     if fmt == "json":
