@@ -319,7 +319,10 @@ def make_api(
         req = await parse(request, QueryRequest)
         index = req.index or settings.default_index
         check_question(request, index, req.question)
-        result = await backend.answer(index, req.question, req.trace, deadline_of(request), req.mode, req.topic)
+        history = {"history": [m.model_dump() for m in req.history]} if req.history else {}
+        result = await backend.answer(
+            index, req.question, req.trace, deadline_of(request), req.mode, req.topic, **history
+        )
         record_answer(request, index, req.question, result.get("usage"))
         return QueryResponse(
             index=index,
@@ -351,8 +354,10 @@ def make_api(
         check_question(request, req.model, question)
         deadline = deadline_of(request)
         cid = completion_id()
+        # The earlier turns: the question is rewritten to stand alone from them before retrieval.
+        history = {"history": req.history()} if req.history() else {}
         if not req.stream:
-            result = await backend.answer(req.model, question, req.trace, deadline, req.mode, req.topic)
+            result = await backend.answer(req.model, question, req.trace, deadline, req.mode, req.topic, **history)
             usage = result.get("usage", {})
             record_answer(request, req.model, question, usage)
             return ChatCompletion(
@@ -374,7 +379,7 @@ def make_api(
                 generation=result.get("generation"),
             ).model_dump(exclude_none=True)
 
-        events = backend.answer_stream(req.model, question, req.trace, deadline, req.mode, req.topic)
+        events = backend.answer_stream(req.model, question, req.trace, deadline, req.mode, req.topic, **history)
         try:
             first = await events.__anext__()  # errors before the first event still get a real status
         except StopAsyncIteration:

@@ -54,12 +54,20 @@ class RetrieverBackend:
         raise ApiError(status, err.get("message", "error"))
 
     async def answer(
-        self, index: str, question: str, trace: bool, deadline: float, mode: str | None = None, topic: str | None = None
+        self,
+        index: str,
+        question: str,
+        trace: bool,
+        deadline: float,
+        mode: str | None = None,
+        topic: str | None = None,
+        history: list[dict[str, str]] | None = None,
     ) -> dict[str, Any]:
         self._admit(deadline)
         with self.admission.admitted() as answered:
             try:
-                result = await self._call("answer", (index, question, trace, deadline, mode, topic), deadline)
+                args = (index, question, trace, deadline, mode, topic, history)
+                result = await self._call("answer", args, deadline)
             except ApiError as exc:
                 if exc.status == 504:
                     answered()  # what it took is less than an answer would have: still evidence of the load
@@ -105,14 +113,22 @@ class RetrieverBackend:
         raise AssertionError("unreachable")
 
     async def answer_stream(
-        self, index: str, question: str, trace: bool, deadline: float, mode: str | None = None, topic: str | None = None
+        self,
+        index: str,
+        question: str,
+        trace: bool,
+        deadline: float,
+        mode: str | None = None,
+        topic: str | None = None,
+        history: list[dict[str, str]] | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
         """Events from the retriever. Errors before the first event raise :class:`ApiError` (a real status);
         later ones arrive as ``{"type": "error"}`` events. Closing this generator cancels the stream below."""
         self._admit(deadline)
         with self.admission.admitted() as answered:
             # aclosing: closing this generator closes the one below at once, which cancels the Retriever's work.
-            async with contextlib.aclosing(self._stream(index, question, trace, deadline, mode, topic)) as events:
+            stream = self._stream(index, question, trace, deadline, mode, topic, history)
+            async with contextlib.aclosing(stream) as events:
                 try:
                     async for event in events:
                         if event.get("type") == "final" or _timed_out(event):
@@ -124,12 +140,19 @@ class RetrieverBackend:
                     raise
 
     async def _stream(
-        self, index: str, question: str, trace: bool, deadline: float, mode: str | None, topic: str | None
+        self,
+        index: str,
+        question: str,
+        trace: bool,
+        deadline: float,
+        mode: str | None,
+        topic: str | None,
+        history: list[dict[str, str]] | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
         from ray.exceptions import RayActorError
         from ray.serve.exceptions import BackPressureError
 
-        gen = self.stream_handle.answer_stream.remote(index, question, trace, deadline, mode, topic)
+        gen = self.stream_handle.answer_stream.remote(index, question, trace, deadline, mode, topic, history)
         first = True
         done = False
         try:

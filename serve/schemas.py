@@ -101,17 +101,39 @@ class ChatCompletionRequest(BaseModel):
     _mode = field_validator("mode")(_check_mode)
 
     def question(self) -> str:
-        """The question is the last user message (earlier turns are not used for retrieval)."""
+        """The question is the last user message (the turns before it are its history)."""
         for message in reversed(self.messages):
             if message.role == "user":
                 return message.text()
         return ""
+
+    def history(self) -> list[dict[str, str]]:
+        """The user and assistant messages before the last user message: what the question may refer to."""
+        last = max((i for i, m in enumerate(self.messages) if m.role == "user"), default=0)
+        return [
+            {"role": m.role, "content": m.text()}
+            for m in self.messages[:last]
+            if m.role in ("user", "assistant") and m.text().strip()
+        ]
+
+
+class HistoryMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    role: Literal["user", "assistant"] = Field(..., description="Who said it.")
+    content: str = Field(..., max_length=100_000, description="What was said.")
 
 
 class QueryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     question: str = Field(..., min_length=1, description="The question; it must hold a non-space character.")
+    history: list[HistoryMessage] | None = Field(
+        None,
+        max_length=200,
+        description="The conversation before the question, oldest first: the question is rewritten to stand alone "
+        "from its latest turns before retrieval (the trace shows the rewrite).",
+    )
     index: str | None = Field(None, description="Index name; the default index when omitted.")
     trace: bool = Field(False, description="Include the query's trace in the response.")
     mode: ModeName | None = Field(None, description=f"Query mode ({', '.join(MODES)}); default: the server's (auto).")

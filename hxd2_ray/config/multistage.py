@@ -22,6 +22,16 @@ class MultiStageConfig(RefusalGate):
         "answer too; none: trust any executed plan.",
     )
     logic_timeout_s: float = Field(60.0, gt=0, description="Deadline of planning + execution, then fall back.")
+    history_turns: int = Field(
+        6,
+        ge=0,
+        description="A conversation's earlier messages the LLM reads to rewrite the last question into one that "
+        "stands alone, before retrieval (the latest ones; 0: the last question is used as it is).",
+    )
+    history_max_chars: int = Field(
+        4000, gt=0, description="Characters of earlier messages the rewrite reads at most (the latest ones kept)."
+    )
+    rewrite_max_tokens: int = Field(96, gt=0, description="Completion cap of the rewrite call.")
     max_plan_steps: int = Field(
         8, ge=2, le=12, description="Longest plan accepted (output step included; the planner caps plans at 12)."
     )

@@ -184,7 +184,9 @@ class ScriptedLLM:
           question names nothing);
         * logic_verify_pre / _post: "yes", or "no" when the question contains one of ``reject_when``;
         * logic_answer, answer: a sentence naming the question and what the evidence or context holds;
-        * logic_deduce: "cannot be determined".
+        * logic_deduce: "cannot be determined";
+        * rewrite: the question with its first pronoun (it, he, she, they, ...) replaced by the latest name the
+          conversation's user messages gave, or the question unchanged.
         """
         question = question_of(req)
         names = question_names(question)
@@ -211,6 +213,9 @@ class ScriptedLLM:
             entities = [r.split(",")[1] for r in rows if r.count(",") >= 2][:3]
             known = ", ".join(entities) if entities else "nothing relevant"
             return f"Scripted answer to: {question[:200]} The context names {known}."
+        if kind == "rewrite":
+            conversation = _section(_last(req), "## Conversation") or _section(_last(req), "## 对话")
+            return _rewrite(question, conversation)
         return "cannot be determined"  # logic_deduce
 
     def _extraction_reply(self, req: LLMRequest) -> str:
@@ -295,6 +300,7 @@ QUERY_TAGS = frozenset(
         "logic_answer",
         "answer",
         "logic_deduce",
+        "rewrite",
     }
 )
 # Where the question starts in a user message (prompts put it last): the last of these markers wins.
@@ -331,6 +337,17 @@ def question_names(question: str, limit: int = 8) -> list[str]:
             if name:
                 names.setdefault(name.casefold(), name)
     return list(names.values())[:limit]
+
+
+_PRONOUN = re.compile(r"\b(?:it|he|she|they|him|her|them|this)\b", re.IGNORECASE)
+
+
+def _rewrite(question: str, conversation: list[str]) -> str:
+    said = [line.split(":", 1)[1] for line in conversation if line.startswith("User:")]
+    names = [name for line in reversed(said) for name in question_names(line)]
+    if not names or not _PRONOUN.search(question):
+        return question
+    return _PRONOUN.sub(names[0], question, count=1)
 
 
 def _section(text: str, header: str) -> list[str]:

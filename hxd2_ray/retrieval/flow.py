@@ -54,7 +54,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from hxd2_ray.chunking.splitter import detect_language
 from hxd2_ray.config import MultiStageConfig
@@ -63,6 +63,7 @@ from hxd2_ray.errors import HxdError
 from hxd2_ray.llm.base import LLMClient, LLMRequest
 from hxd2_ray.llm.streaming import StreamOutcome, stream_completion
 from hxd2_ray.retrieval.budget import ContextLimits
+from hxd2_ray.retrieval.conversation import record_rewrite, standalone_question
 from hxd2_ray.retrieval.graph_walk import GraphWalkStep
 from hxd2_ray.retrieval.index import OpenIndex
 from hxd2_ray.retrieval.intent import Intent, IntentClassifier, MultiStagePromptSet, fill, system_text
@@ -220,8 +221,11 @@ class QueryFlow:
         generation_question: str | None = None,
         on_delta: Callable[[str], None] | None = None,
         topic: str | None = None,
+        history: Sequence[Mapping[str, Any]] = (),
     ) -> Answer:
-        events = self.answer_stream(question, mode=mode, generation_question=generation_question, topic=topic)
+        events = self.answer_stream(
+            question, mode=mode, generation_question=generation_question, topic=topic, history=history
+        )
         return final_answer(events, on_delta)
 
     def answer_stream(
@@ -231,12 +235,15 @@ class QueryFlow:
         mode: str | None = None,
         generation_question: str | None = None,
         topic: str | None = None,
+        history: Sequence[Mapping[str, Any]] = (),
     ) -> Iterator[QueryEvent]:
         """``progress`` and ``delta`` events, then exactly one ``final`` with the :class:`Answer`.
 
         ``question`` drives intent, the gate, retrieval and planning; ``generation_question`` (default: the
         question) is what the answer prompt carries, e.g. an evaluation's instruction + question; ``topic``: the
-        question's topic entity when known (a benchmark's, ``--topic``, the API's), the start of retrieval and walk.
+        question's topic entity when known (a benchmark's, ``--topic``, the API's), the start of retrieval and walk;
+        ``history``: a conversation's earlier messages (``role``, ``content``), read to rewrite the question so it
+        stands alone (:mod:`hxd2_ray.retrieval.conversation`).
         Raises :class:`EmptyQuestionError` for an empty question, ValueError for an unknown or unavailable mode;
         a backend failure of the last answer itself propagates (there is nothing left to answer with).
         """
@@ -244,9 +251,14 @@ class QueryFlow:
         if question is None or not str(question).strip():
             raise EmptyQuestionError("the question is empty; ask something")
         q = str(question).strip()
-        gen_q = str(generation_question).strip() if generation_question and str(generation_question).strip() else q
         language = detect_language(q)
+        started, prompts = self.clock(), self.prompts.for_language(language)
+        rewrite = standalone_question(self.llm, prompts, self.cfg, q, history, self.temperature) if history else None
+        q = rewrite.question if rewrite is not None else q
+        gen_q = str(generation_question).strip() if generation_question and str(generation_question).strip() else q
         trace = RunTrace(q, mode, language, gen_q, clock=self.clock, topic=topic)
+        if rewrite is not None:
+            record_rewrite(trace, rewrite, self.clock() - started)
         match mode:
             case "dual":
                 yield from self._dual_path(trace, q, gen_q, None, "mode dual: dual-level retrieval only")

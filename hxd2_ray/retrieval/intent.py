@@ -56,7 +56,7 @@ INTENTS = ("question", "greeting", "identity", "off_topic")
 # ------------------------------------------------------------------------------------------- prompts
 
 
-PLACEHOLDERS = ("question", "evidence", "reason", "kb")
+PLACEHOLDERS = ("question", "evidence", "reason", "kb", "history")
 
 
 fill = placeholder_filler(PLACEHOLDERS)
@@ -77,6 +77,8 @@ class MultiStageLanguagePrompts:
     graph_walk_failed: str  # {reason}
     empty_answer: str
     greeting_reply: str
+    rewrite_system: str  # a conversation's last question rewritten to stand alone
+    rewrite_user: str  # {history}, ends with {question}
 
     def kb_line(self, description: str) -> str:
         return fill(self.kb_hint, kb=description.strip()) if description and description.strip() else ""
@@ -115,13 +117,18 @@ def _language(lang: str, section: Any) -> MultiStageLanguagePrompts:
         graph_walk_failed=text("graph_walk_failed"),
         empty_answer=text("empty_answer"),
         greeting_reply=text("greeting_reply"),
+        rewrite_system=text("rewrite", "system"),
+        rewrite_user=text("rewrite", "user"),
     )
     check_placeholders(
         "multi-stage",
         lang,
         prompts,
-        ends_with=[(field, "question") for field in ("intent_user", "direct_user", "logic_answer_user")],
+        ends_with=[
+            (field, "question") for field in ("intent_user", "direct_user", "logic_answer_user", "rewrite_user")
+        ],
         contains=[
+            ("rewrite_user", "history"),
             ("logic_answer_user", "evidence"),
             ("logic_failed", "reason"),
             ("graph_walk_failed", "reason"),

@@ -165,6 +165,7 @@ class Retriever:
         deadline: float | None = None,
         mode: str | None = None,
         topic: str | None = None,
+        history: list[dict[str, str]] | None = None,
     ) -> AnswerPayload | ErrorPayload:
         """One whole answer as a JSON-ready dict, or ``{"error": {"status", "message"}}`` for known failures."""
         try:
@@ -178,7 +179,8 @@ class Retriever:
             # Pinned in the worker thread, for as long as it reads (a deadline may leave it running a moment).
             with live.pin() as pinned:
                 scope.generation = pinned.generation
-                return pinned, pinned.value.pipeline.answer(question, mode=mode, topic=topic)
+                extra = {"history": history} if history else {}
+                return pinned, pinned.value.pipeline.answer(question, mode=mode, topic=topic, **extra)
 
         try:
             pinned, answer = await run_in_thread(self.pool, scope, pinned_answer)
@@ -198,6 +200,7 @@ class Retriever:
         deadline: float | None = None,
         mode: str | None = None,
         topic: str | None = None,
+        history: list[dict[str, str]] | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
         """``{"type": "delta", "text"}`` events, then one ``{"type": "final", **payload}`` (or ``"error"``)."""
         try:
@@ -218,7 +221,8 @@ class Retriever:
             with live.pin() as pinned:
                 scope.generation = pinned.generation
                 put("pinned", pinned)
-                events = pinned.value.pipeline.answer_stream(question, mode=mode, topic=topic)
+                extra = {"history": history} if history else {}
+                events = pinned.value.pipeline.answer_stream(question, mode=mode, topic=topic, **extra)
                 try:
                     for event in events:
                         if scope.cancelled:

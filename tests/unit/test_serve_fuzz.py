@@ -323,7 +323,14 @@ class FakeRetrieverHandle:
         self.reload = _Method(self._reload)
 
     def _answer(
-        self, index: str, question: str, trace: bool, deadline: float, mode: str | None, topic: str | None = None
+        self,
+        index: str,
+        question: str,
+        trace: bool,
+        deadline: float,
+        mode: str | None,
+        topic: str | None = None,
+        history: list[dict[str, str]] | None = None,
     ) -> _Response:
         attempt = sum(1 for c in self.calls if c == "answer")
         self.calls.append("answer")
@@ -331,7 +338,14 @@ class FakeRetrieverHandle:
         return _Response(_outcome(steps[min(attempt, len(steps) - 1)], (index, question, trace, mode)))
 
     def _answer_stream(
-        self, index: str, question: str, trace: bool, deadline: float, mode: str | None, topic: str | None = None
+        self,
+        index: str,
+        question: str,
+        trace: bool,
+        deadline: float,
+        mode: str | None,
+        topic: str | None = None,
+        history: list[dict[str, str]] | None = None,
     ) -> _Generator:
         self.calls.append("stream")
         return _Generator([_outcome(step, (index, question, trace, mode)) for step in self.script.stream])
