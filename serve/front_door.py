@@ -14,7 +14,8 @@ Three things only the proxy can do:
   and the Ingress replicas spent the deadline parsing, forwarding and refusing, and answers came long after it.
   Here a request with a deadline is refused at once (JSON 503 ``overloaded``, ``Retry-After``) when the requests
   already in flight through this proxy could not be answered within it at the rate this proxy has lately seen
-  answers start (Little's law: ``in flight >= rate x deadline``, and at least :data:`MIN_IN_FLIGHT` go through).
+  answers start (Little's law: ``in flight >= rate x deadline``, and at least :data:`MIN_IN_FLIGHT` go through;
+  the Ingress's admission then decides, with what it knows of each load, which of those it can answer in time).
   Refusing costs one small response, so the event loop stays free to time the requests it let through.
 
 Serve applies it through ``RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH`` (:data:`PROXY_CALLBACK`), which must be
@@ -45,9 +46,9 @@ GRACE_S = 1.0
 RETRY_AFTER_S = 1
 # The queue bound: requests let through however low the rate seen (a cold proxy must learn its rate), the window
 # the rate is measured over, and the share of the deadline the queue may take (the answer itself takes the rest).
-MIN_IN_FLIGHT = 16
+MIN_IN_FLIGHT = 32
 RATE_WINDOW_S = 10.0
-QUEUE_SHARE = 0.5
+QUEUE_SHARE = 1.0
 
 _ARRIVED = ARRIVED_HEADER.encode()
 _DEADLINE = DEADLINE_HEADER.encode()
@@ -103,7 +104,7 @@ class FrontDoor:
         return len(self._started) / max(1.0, now - self._started[0])
 
     def _full(self, now: float, deadline_s: float) -> bool:
-        """Whether the requests in flight here fill what this proxy can answer within the deadline's queue share."""
+        """Whether the requests in flight here fill what this proxy can answer within the deadline."""
         room = max(self.min_in_flight, int(self._rate(now) * deadline_s * QUEUE_SHARE))
         return self.in_flight >= room
 
