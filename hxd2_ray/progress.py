@@ -54,11 +54,12 @@ class CountingLLM(LLMWrapper):
 
     def complete(self, requests: Sequence[LLMRequest]) -> list[LLMResponse]:
         responses = self.inner.complete(requests)
+        cached = sum(int(r.cached_tokens) for r in responses)
         self._counter.add(
             llm_calls=len(responses),
             prompt_tokens=sum(int(r.prompt_tokens) for r in responses),
             completion_tokens=sum(int(r.completion_tokens) for r in responses),
-            cached_tokens=sum(int(r.cached_tokens) for r in responses),
+            **({"cached_tokens": cached} if cached else {}),  # only a backend with a prefix cache reports any
         )
         return responses
 
