@@ -132,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_run_options(parser)
     parser.add_argument(
+        "--sync",
+        action="store_true",
+        help="make the index exactly the input folder or prefix: new and changed documents are indexed and those "
+        "whose files are gone deleted, in one generation (without it an update only adds and changes)",
+    )
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="estimate tokens, time and cost from a sample of the chunks to extract; build nothing",
@@ -172,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     outcome: dict[str, Any] = {}
 
     def work() -> dict[str, Any]:
-        options = RunOptions(budget_tokens=args.budget_tokens, budget_usd=args.budget_usd, dry_run=args.dry_run)
+        options = RunOptions(
+            budget_tokens=args.budget_tokens, budget_usd=args.budget_usd, dry_run=args.dry_run, sync=args.sync
+        )
         outcome.update(
             run_index(cfg, args.input, args.output, overwrite=args.overwrite, options=options, inputs=inputs)
         )

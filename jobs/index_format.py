@@ -44,7 +44,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"generation {summary['generation']} ({summary.get('kind', 'build')}"
         + (
             f": +{change.get('added', 0)} ~{change.get('updated', 0)} -{change.get('deleted', 0)} documents"
-            if summary.get("kind") in ("update", "delete")
+            if summary.get("kind") in ("update", "delete", "sync")
             else ""
         )
         + ")"
@@ -73,7 +73,20 @@ def format_summary(summary: dict[str, Any]) -> str:
         )
         if refusal.get("notice"):
             lines.append(f"  {refusal['notice']}")
+    lines += _missing_lines(summary.get("missing_from_input") or [], summary.get("output", ""))
     return "\n".join(lines)
+
+
+def _missing_lines(missing: list[str], output: str) -> list[str]:
+    """An update leaves the documents whose files are gone from the input: say which, and how to remove them."""
+    if not missing:
+        return []
+    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    return [
+        f"  {len(missing):,} indexed files are not in this input and stay in the index: {shown}",
+        f"  to remove them: rerun with --sync (the index becomes exactly the input), or hxd2 index delete --output "
+        f"{output} --source PATH",
+    ]
 
 
 def format_estimate(summary: dict[str, Any]) -> str:

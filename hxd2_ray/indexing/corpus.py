@@ -229,6 +229,39 @@ def upsert(sources: pa.Table, quarantine: pa.Table, chunks: pa.Table, incoming: 
     return _finish(chunks, merged_sources, merged_q, incoming.chunks, added, updated, [], unchanged)
 
 
+def missing_from(sources: pa.Table, listed: set[str]) -> list[str]:
+    """The source paths of the index's documents that the input listing ``listed`` no longer holds."""
+    return sorted({path for path in sources.column("source_path").to_pylist() if path not in listed})
+
+
+def sync(
+    sources: pa.Table, quarantine: pa.Table, chunks: pa.Table, incoming: ParsedCorpus, listed: set[str]
+) -> CorpusChange:
+    """The corpus made exactly the input: the incoming documents added or updated (as :func:`upsert`), and the
+    documents and quarantine rows of every path the input listing ``listed`` no longer holds removed, in one
+    change."""
+    up = upsert(sources, quarantine, chunks, incoming)
+    gone = missing_from(up.sources, listed)
+    stale_q = [p for p in up.quarantine.column("source_path").to_pylist() if p not in listed]
+    if not gone and not stale_q:
+        return up
+    down = delete(up.sources, up.quarantine, up.chunks, [], gone) if gone else up
+    kept_q = down.quarantine.filter(
+        pa.array([p in listed for p in down.quarantine.column("source_path").to_pylist()], pa.bool_())
+    )
+    deleted = list(down.deleted)
+    return _finish(
+        chunks,
+        down.sources,
+        kept_q,
+        incoming.chunks,
+        list(up.added),
+        list(up.updated),
+        deleted,
+        up.unchanged - len(deleted),
+    )
+
+
 class NothingToDeleteError(HxdError):
     """A delete named documents the index does not hold (a typo, or a delete already done: the caller tells)."""
 

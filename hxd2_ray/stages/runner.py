@@ -36,6 +36,7 @@ class RunOptions:
     budget_tokens: int | None = None  # LLM tokens (prompt + completion) this run may spend
     budget_usd: float | None = None  # dollars this run may spend (cost.prices)
     dry_run: bool = False  # estimate tokens, time and cost from a sample; build nothing
+    sync: bool = False  # an update makes the index exactly the input: documents whose files are gone are deleted
 
 
 def _log(msg: str) -> None:

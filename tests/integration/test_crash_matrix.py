@@ -207,11 +207,13 @@ def _change(cluster: str, args: list[str], crash: str = "", once_dir: Path | Non
 # and embedding points never fire. An update extracts and embeds the new document's chunks.
 UPDATE_POINTS = ("driver:ingest", "driver:extract", "driver:merge", "driver:embed", "driver:write")
 DELETE_POINTS = ("driver:ingest", "driver:merge", "driver:write")
+# A sync (issue 45) adds, changes and deletes in one change: killed as it starts and as it publishes.
+SYNC_POINTS = ("driver:ingest", "driver:write")
 
 
 def test_an_update_and_a_delete_killed_at_every_stage_equal_clean_builds(cluster, tmp_path):
     """Issue 33, item 3: each change killed at each stage leaves the published generation as it was; the rerun
-    publishes what a clean build of the final corpus holds, by content."""
+    publishes what a clean build of the final corpus holds, by content. Issue 45: a sync too."""
     folder = tmp_path / "corpus"
     folder.mkdir()
     for name in DOCS[:2]:
@@ -244,3 +246,10 @@ def test_an_update_and_a_delete_killed_at_every_stage_equal_clean_builds(cluster
     killed_then_finished(
         ["delete", "--output", str(out), "--source", str(folder / DOCS[2])], DELETE_POINTS, before_change
     )
+    # --sync: the folder lost its first document and keeps the third the index no longer holds; one generation
+    # later the index is exactly the folder, as a clean build of it is.
+    (folder / DOCS[0]).unlink()
+    clean_synced = tmp_path / "clean-synced"
+    code, _, err = _build(cluster, folder, clean_synced)
+    assert code == 0, err[-3000:]
+    killed_then_finished(["--input", str(folder), "--output", str(out), "--sync"], SYNC_POINTS, clean_synced)

@@ -66,6 +66,8 @@ class IndexBuild(BuildContext):
                     "new generation (extractions and vectors are reused)"
                 )
                 summary = self.build(listing, parent=current)
+            elif current is not None and self.options.sync:
+                summary = IndexUpdate(self, current).sync(listing)
             elif current is not None:
                 summary = IndexUpdate(self, current).upsert(listing)
             else:

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from hxd2_ray.errors import EmptyCorpusError
 from hxd2_ray.indexing import tables
 from hxd2_ray.indexing.build import publish, steps
-from hxd2_ray.indexing.corpus import CorpusChange, NothingToDeleteError, delete, upsert
+from hxd2_ray.indexing.corpus import CorpusChange, NothingToDeleteError, delete, missing_from, sync, upsert
 from hxd2_ray.indexing.faults import crash_point
 from hxd2_ray.indexing.generations import CorpusState, read_state
 from hxd2_ray.indexing.incremental import (
@@ -65,7 +65,26 @@ class IndexUpdate:
                 f"{len(change.updated)} changed documents, {change.unchanged} unchanged"
             )
             crash_point("driver:ingest")  # crash tests: the change computed, nothing of it written
-        return self.apply(change, "update", heal=True, input_fingerprint=listing.fingerprint)
+        summary = self.apply(change, "update", heal=True, input_fingerprint=listing.fingerprint)
+        summary["missing_from_input"] = missing_from(change.sources, listed(listing))
+        return summary
+
+    def sync(self, listing: InputListing) -> dict[str, Any]:
+        """The index made exactly the input (``hxd2 index --sync``): new and changed documents indexed, and those
+        whose files the input no longer holds deleted, in one generation."""
+        b = self.build
+        if self.input_already_applied(listing.fingerprint) and self.current.generations[-1].get("kind") == "sync":
+            b.clock.status["ingest"] = f"skipped: the same input made generation {self.current.generation}"
+            return self.unchanged(None)
+        with b.clock.stage("ingest"):
+            incoming = steps.read_input(b, listing)
+            change = sync(self.state.sources, self.state.quarantine, self.state.chunks, incoming, listed(listing))
+            b.clock.status["ingest"] = (
+                f"read {len(listing.files)} files: {len(change.added)} new, {len(change.updated)} changed and "
+                f"{len(change.deleted)} gone documents, {change.unchanged} unchanged"
+            )
+            crash_point("driver:ingest")  # crash tests: the change computed, nothing of it written
+        return self.apply(change, "sync", heal=True, input_fingerprint=listing.fingerprint)
 
     def input_already_applied(self, fingerprint: str) -> bool:
         """The current generation was made from exactly this input listing, and no chunk of it waits for an
@@ -239,3 +258,9 @@ class IndexUpdate:
             "seconds_per_stage": dict(b.clock.seconds),
             "stage_status": dict(b.clock.status),
         }
+
+
+def listed(listing: InputListing) -> set[str]:
+    """Every path the input listing holds, read or quarantined."""
+    rejected = {str(getattr(q, "source_path", "")) for q in listing.prechecked}
+    return set(listing.files) | set(listing.paths) | rejected
