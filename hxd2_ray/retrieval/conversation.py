@@ -4,8 +4,11 @@ After "Tell me about Qinghe 17", a chat client sends "Who bred it?" with the ear
 it?" finds nothing about Qinghe 17. When a request carries earlier messages, the LLM reads the latest of them
 (``multistage.history_turns`` messages, at most ``history_max_chars`` characters, the newest kept) and rewrites the
 question ("Who bred Qinghe 17?"); everything after (intent, the refusal gate, retrieval, planning, the answer) uses
-the rewrite. A reply that is empty, far longer than the question or not one line is not taken: the question is
-used as it was, and the trace says why. The trace shows the rewrite and the turns it read.
+the rewrite. A reply that is empty, far longer than the question, not one line, a copy of a turn of the
+conversation, or no longer a question when the question was one (a 135M model answers "David Eagleman is a
+neuroscientist at Stanford University." for "Which company did he co-found?") is not taken: the question is then
+followed by the latest user turn (``Which company did he co-found? (Tell me about David Eagleman.)``), which gives
+retrieval what the question refers to, and the trace says why. The trace shows the rewrite and the turns it read.
 """
 
 from __future__ import annotations
@@ -95,10 +98,26 @@ def standalone_question(
         return Rewrite(question, question, len(turns), note=f"the rewrite call failed ({exc}); the question as asked")
     text = _clean(reply.text)
     tokens = (reply.prompt_tokens, reply.completion_tokens)
-    if not text or "\n" in text or len(text) > max(200, _MAX_GROWTH * len(question)):
-        note = "the rewrite was empty or not one short line; the question as asked"
-        return Rewrite(question, question, len(turns), False, note, *tokens)
+    problem = _not_a_rewrite(text, question, turns)
+    if problem:
+        said = [t for role, t in turns if role == "user"]
+        if not said:
+            return Rewrite(question, question, len(turns), False, f"{problem}; the question as asked", *tokens)
+        with_turn = f"{question} ({' '.join(said[-1].split())[: cfg.history_max_chars]})"
+        return Rewrite(with_turn, question, len(turns), True, f"{problem}; the latest user turn added", *tokens)
     return Rewrite(text, question, len(turns), text != question, "", *tokens)
+
+
+def _not_a_rewrite(text: str, question: str, turns: Sequence[tuple[str, str]]) -> str:
+    """Why ``text`` is not a rewrite of ``question`` ("" when it is one)."""
+    if not text or "\n" in text or len(text) > max(200, _MAX_GROWTH * len(question)):
+        return "the rewrite was empty or not one short line"
+    folded = " ".join(text.split()).casefold()
+    if any(folded == " ".join(t.split()).casefold() for _, t in turns):
+        return "the rewrite repeated a turn of the conversation"
+    if question.rstrip().endswith(("?", "？")) and not text.rstrip().endswith(("?", "？")):
+        return "the rewrite is not a question"
+    return ""
 
 
 def record_rewrite(trace: Any, rewrite: Rewrite, seconds: float) -> None:

@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from hxd2_ray.indexing.manifest import read_manifest
@@ -115,6 +116,19 @@ def test_serve_streams_a_first_answer_soon_after_it_says_ready(index, tmp_path):
             "of answers 1.." + str(ANSWERS) + " after ready: " + ", ".join(f"{s:.1f}" for s in firsts) + " s"
         )
         assert firsts[0] < FIRST_TOKEN_AFTER_READY_S
+        # A follow-up that needs the previous turn: the small model rewrites it before retrieval (issue 45).
+        history = [
+            {"role": "user", "content": "Tell me about David Eagleman."},
+            {"role": "assistant", "content": "David Eagleman is a neuroscientist at Stanford University."},
+        ]
+        body = {"question": "Which company did he co-found?", "history": history, "trace": True, "mode": "dual"}
+        follow_up = httpx.post(
+            f"http://127.0.0.1:{port}/v1/query", json=body, headers={"Authorization": "Bearer secret"}, timeout=600
+        ).json()
+        conversation = follow_up["trace"]["conversation"]
+        print(f"follow-up rewritten by the small model: {conversation} -> references {follow_up['references']}")
+        assert conversation["history_turns"] == 2 and conversation["original"] == body["question"]
+        assert follow_up["answer"].strip() and follow_up["references"]
     finally:
         stop_process_group(proc)
 

@@ -97,3 +97,23 @@ def test_the_http_api_hands_the_earlier_turns_on():
 
     asyncio.run(go())
     assert seen == [("Which prize did he win?", HISTORY), ("Which prize did he win?", HISTORY), ("Who is Ada?", None)]
+
+
+def test_a_reply_that_is_no_rewrite_gives_the_question_the_latest_user_turn(flow):
+    """What SmolLM2-135M did in the default-path test: it answered the statement of the assistant's turn."""
+    from hxd2_ray.config import MultiStageConfig
+    from hxd2_ray.llm.scripted import ScriptedLLM
+    from hxd2_ray.retrieval.conversation import standalone_question
+    from hxd2_ray.retrieval.intent import load_multistage_prompts
+
+    prompts = load_multistage_prompts().for_language("en")
+    cfg = MultiStageConfig()
+    for reply, why in (
+        ("He is a professor at Stanford University.", "repeated a turn"),
+        ("Brian Kobilka won the Nobel Prize.", "not a question"),
+        ("", "empty"),
+    ):
+        llm = ScriptedLLM(lambda req, reply=reply: reply)
+        rewrite = standalone_question(llm, prompts, cfg, "Which prize did he win?", HISTORY)
+        assert rewrite.question == "Which prize did he win? (Tell me about Brian Kobilka)", reply
+        assert why in rewrite.note and rewrite.to_dict()["rewritten"] == rewrite.question
