@@ -46,6 +46,27 @@ def test_the_in_process_engine_reports_vllms_prefix_cache_hits():
     assert _to_response(out).cached_tokens == 0
 
 
+def test_the_async_engine_reports_vllms_prefix_cache_hits():
+    import asyncio
+
+    from hxd2_ray.llm.vllm_async import AsyncVllmEngine
+
+    final = SimpleNamespace(
+        prompt_token_ids=list(range(100)),
+        num_cached_tokens=64,
+        outputs=[SimpleNamespace(text="{}", token_ids=[1, 2], finish_reason="stop")],
+    )
+
+    async def generate(prompt, params, request_id):
+        yield final
+
+    engine = AsyncVllmEngine.__new__(AsyncVllmEngine)  # no real engine: only the reply's accounting is under test
+    engine._prepare = lambda req, delta: ({"prompt_token_ids": list(range(100))}, None)
+    engine._generate = generate
+    response = asyncio.run(engine._complete_one(LLMRequest(messages=MESSAGES)))
+    assert (response.prompt_tokens, response.cached_tokens, response.completion_tokens) == (100, 64, 2)
+
+
 def test_a_request_without_stop_strings_keeps_its_cache_key():
     # The key as it was computed before requests had stop strings: replies stored then stay reachable.
     payload = {
