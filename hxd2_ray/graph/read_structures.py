@@ -50,6 +50,10 @@ __all__ = [
 READS_DIR = "reads"  # inside a generation's folder, beside graph.kuzu
 READS_FORMAT = 1  # bumped when a file's meaning changes; an index with another one is read through Kùzu
 _META = "reads.json"  # written last: a reads folder with it is complete
+# The most frequent relation keywords (the planner's hints), so a query process need not open Kùzu for them; absent
+# from read structures written before it (the store answers then).
+RELATION_KEYWORDS_FILE = "relation_keywords.json"
+RELATION_KEYWORDS_KEPT = 4096
 _TABLES = ("entities", "chunks", "documents", "edges")
 _ARRAYS = (
     "degree",  # entity offset -> degree
@@ -312,6 +316,7 @@ def write_graph_reads(
             lookup: KeyLookup = getattr(reads, f"{name}_lookup")
             np.save(tmp / f"{name}_hash.npy", lookup.hashes)
             np.save(tmp / f"{name}_hash_row.npy", lookup.rows)
+        _write_relation_keywords(reads.edges, tmp / RELATION_KEYWORDS_FILE)
         if also is not None:
             also(tmp)
         meta = {"format": READS_FORMAT, "n_titles": reads.n_titles, "walk": reads.walk.counts()}
@@ -327,6 +332,34 @@ def write_graph_reads(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def _write_relation_keywords(edges: pa.Table, path: Path) -> None:
+    """The RELATED keywords by count, most frequent first, ties by keyword (as ``top_relation_keywords`` orders
+    them in the store), the first :data:`RELATION_KEYWORDS_KEPT`, and how many distinct ones there are."""
+    ranked: list[str] = []
+    distinct = 0
+    if edges.num_rows and "keywords" in edges.column_names:
+        counts = pc.value_counts(pc.list_flatten(edges["keywords"]))
+        if len(counts):
+            table = pa.table({"k": counts.field("values"), "n": counts.field("counts")})
+            order = pc.sort_indices(table, sort_keys=[("n", "descending"), ("k", "ascending")])
+            distinct = table.num_rows
+            ranked = table["k"].take(order[:RELATION_KEYWORDS_KEPT]).to_pylist()
+    path.write_text(json.dumps({"distinct": distinct, "ranked": ranked}, ensure_ascii=False), encoding="utf-8")
+
+
+def read_relation_keywords(folder: str | os.PathLike[str], limit: int) -> list[str] | None:
+    """The ``limit`` most frequent relation keywords from read structures (None when they hold too few, or were
+    written before the file was): what the store's ``top_relation_keywords`` answers."""
+    path = Path(folder) / RELATION_KEYWORDS_FILE
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    ranked = data["ranked"]
+    if limit > len(ranked) and int(data["distinct"]) > len(ranked):
+        return None
+    return [str(k) for k in ranked[: max(0, int(limit))] if k]
 
 
 def has_graph_reads(folder: str | os.PathLike[str]) -> bool:

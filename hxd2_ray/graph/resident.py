@@ -46,6 +46,7 @@ from hxd2_ray.graph.read_structures import (
     document_chunks,
     has_graph_reads,
     open_graph_reads,
+    read_relation_keywords,
 )
 from hxd2_ray.graph.walk_matrix import WalkMatrix
 
@@ -289,7 +290,9 @@ class ResidentGraph:
         return self.store.run_template(name, params)
 
     def top_relation_keywords(self, limit: int) -> list[str]:
-        return self.store.top_relation_keywords(limit)
+        # Written with the read structures (the Kùzu file stays closed); the store for structures from before.
+        found = read_relation_keywords(self.reads.folder, limit) if self.reads.folder is not None else None
+        return found if found is not None else self.store.top_relation_keywords(limit)
 
     def scan_tables(self, page_nodes: int | None = None) -> dict[str, pa.Table]:
         return self.store.scan_tables(page_nodes)

@@ -240,3 +240,22 @@ def test_a_family_with_an_empty_shard_answers(tmp_path: Path) -> None:
     assert FaissFamilyIndex.open(tmp_path, "entity_name").search(_vectors(2, 8), 3) == [
         [("only one", pytest.approx(s))] for s in (_cos(_vectors(1, 8)[0], q) for q in _vectors(2, 8))
     ]
+
+
+def test_the_planner_s_relation_hints_come_from_the_read_structures(tmp_path: Path) -> None:
+    from hxd2_ray.graph.kuzu_store import KuzuGraphStore
+    from hxd2_ray.graph.read_structures import READS_DIR, RELATION_KEYWORDS_FILE
+    from hxd2_ray.retrieval import open_index
+    from tests.unit.retrieval_fixtures import build_tiny_index
+
+    tiny = build_tiny_index(tmp_path / "index")
+    with KuzuGraphStore(Path(tiny.root) / "graph.kuzu", read_only=True) as store:
+        expected = {limit: store.top_relation_keywords(limit) for limit in (0, 1, 3, 64)}
+    assert len(expected[64]) > 3  # the tiny graph has keywords enough to rank, with ties among them
+    with open_index(tiny.root, tiny.cfg) as index:
+        assert {limit: index.graph.top_relation_keywords(limit) for limit in expected} == expected
+        assert index.graph.store._store is None  # answered without opening the Kùzu file
+    (Path(tiny.root) / READS_DIR / RELATION_KEYWORDS_FILE).unlink()  # read structures from before: the store
+    with open_index(tiny.root, tiny.cfg) as index:
+        assert index.graph.top_relation_keywords(64) == expected[64]
+        assert index.graph.store._store is not None
