@@ -138,6 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
         "whose files are gone deleted, in one generation (without it an update only adds and changes)",
     )
     parser.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="the output's index was built by another release or config that extracts differently (the update "
+        "says what changed): build the whole input into a new generation; the current one stays served until then",
+    )
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="estimate tokens, time and cost from a sample of the chunks to extract; build nothing",
@@ -179,7 +185,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def work() -> dict[str, Any]:
         options = RunOptions(
-            budget_tokens=args.budget_tokens, budget_usd=args.budget_usd, dry_run=args.dry_run, sync=args.sync
+            budget_tokens=args.budget_tokens,
+            budget_usd=args.budget_usd,
+            dry_run=args.dry_run,
+            sync=args.sync,
+            rebuild=args.rebuild,
         )
         outcome.update(
             run_index(cfg, args.input, args.output, overwrite=args.overwrite, options=options, inputs=inputs)

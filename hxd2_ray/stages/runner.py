@@ -37,6 +37,7 @@ class RunOptions:
     budget_usd: float | None = None  # dollars this run may spend (cost.prices)
     dry_run: bool = False  # estimate tokens, time and cost from a sample; build nothing
     sync: bool = False  # an update makes the index exactly the input: documents whose files are gone are deleted
+    rebuild: bool = False  # an index this release or config would extract differently is built again, not refused
 
 
 def _log(msg: str) -> None:

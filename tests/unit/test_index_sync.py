@@ -66,3 +66,29 @@ def test_sync_adds_changes_and_deletes_in_one_generation(tmp_path):
     synced = _run(corpus, index, sync=True)
     assert (synced["change"]["added"], synced["change"]["updated"], synced["change"]["deleted"]) == (1, 1, 1)
     assert synced["generation"] != first["generation"] and synced["documents"] == 2
+
+
+def test_an_update_that_would_extract_differently_says_what_changed_and_asks_for_rebuild(tmp_path):
+    """Issue 45, item 4: a new release's prompts, models or settings under an existing index are never rebuilt
+    silently: the update stops before any work, lists what changed, and --rebuild builds a new generation."""
+    import pytest
+
+    from hxd2_ray.indexing.build.release_change import RebuildNeededError
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    shutil.copy(SAMPLE / DOCS[0], corpus)
+    index = tmp_path / "index"
+    first = _run(corpus, index)
+    changed = [*SETTINGS, "extraction.max_gleaning=0"]
+
+    def run_changed(**options) -> dict:
+        cfg = load_config(None, changed)
+        return IndexBuild(cfg, str(corpus), str(index), InProcessRunner, RunOptions(**options)).run()
+
+    with pytest.raises(RebuildNeededError, match=r"extraction\.max_gleaning: 1 -> 0.*--rebuild"):
+        run_changed()
+    assert (index / "manifest.json").exists()  # the published index is as it was
+    rebuilt = run_changed(rebuild=True)
+    assert rebuilt["kind"] == "rebuild" and rebuilt["generation"] != first["generation"]
+    assert run_changed()["status"] == "unchanged"  # built the new way now: an update needs nothing more

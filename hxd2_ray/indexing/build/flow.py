@@ -21,8 +21,10 @@ from hxd2_ray.indexing import tables
 from hxd2_ray.indexing.build import publish, steps
 from hxd2_ray.indexing.build.context import BuildContext
 from hxd2_ray.indexing.build.dry_run import dry_run
+from hxd2_ray.indexing.build.release_change import RebuildNeededError, rebuild_message, staging_differences
 from hxd2_ray.indexing.build.update import IndexUpdate
 from hxd2_ray.indexing.generations import CorpusState, next_generation_id
+from hxd2_ray.stages import staging as st
 
 if TYPE_CHECKING:
     from hxd2_ray.indexing.manifest import IndexManifest
@@ -36,10 +38,12 @@ class IndexBuild(BuildContext):
         """Build the index, or change it when the output already holds one (:class:`~.update.IndexUpdate`)."""
         started = time.perf_counter()
         current = self.current_manifest()
+        if current is not None:
+            self.check_release_change(current)
         self.check_staging_fingerprint()
         # Settings of the final graph only (synonym edges, title mentions) changed: the staged work is reused and
         # the input is built again into a new generation. Anything else that changed the fingerprint needs a new output.
-        rebuild = current is not None and current.fingerprint != self.fingerprint
+        rebuild = current is not None and (current.fingerprint != self.fingerprint or self.options.rebuild)
         if rebuild and self.options.dry_run:
             raise HxdError(
                 f"{self.output_uri} holds an index built with other graph settings (synonym edges, title "
@@ -52,6 +56,23 @@ class IndexBuild(BuildContext):
         finally:
             self.runner.close()
 
+    def check_release_change(self, current: IndexManifest) -> None:
+        """An update of an index this release or config would extract differently stops before any work and asks
+        for --rebuild (:mod:`.release_change`); with it, the staged work of the old build is dropped and the whole
+        input built again into a new generation."""
+        differences = staging_differences(current, self.cfg, self.prompts.version_hash)
+        if not differences:
+            return
+        if not self.options.rebuild:
+            raise RebuildNeededError(
+                rebuild_message(self.output_uri, differences, int(current.counts.get("chunks", 0)))
+            )
+        self.hooks.say(
+            f"--rebuild: {len(differences)} changes since the index was built; building the whole input again"
+        )
+        if st.exists(self.fs, self.staging):  # the old build's staged work is not this build's
+            self.fs.delete_dir(self.staging)
+
     def _run(self, current: IndexManifest | None, rebuild: bool, started: float) -> dict[str, Any]:
         self.generation = next_generation_id(current)
         listing = self.list_input(self.input_uri)
@@ -61,9 +82,8 @@ class IndexBuild(BuildContext):
                 return dry_run(self, listing, current)
             if rebuild:
                 self.log(
-                    f"{self.output_uri} was built with other graph settings (synonym edges, title mentions): building "
-                    "the input again into a "
-                    "new generation (extractions and vectors are reused)"
+                    f"{self.output_uri} was built with other settings: building the input again into a new generation"
+                    + ("" if self.options.rebuild else " (extractions and vectors are reused)")
                 )
                 summary = self.build(listing, parent=current)
             elif current is not None and self.options.sync:
