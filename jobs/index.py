@@ -169,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         from jobs.index_verify import main as verify_main
 
         return verify_main(argv[1:])
+    if argv and argv[0] in ("export", "import"):  # hxd2 index export --index DIR --output ARCHIVE | import ARCHIVE
+        from jobs.index_backup import main_export, main_import
+
+        return (main_export if argv[0] == "export" else main_import)(argv[1:])
     if argv and argv[0] == "reindex-reads":  # hxd2 index reindex-reads --index DIR: an older index's read structures
         from jobs.index_reads import main as reads_main
 

@@ -19,7 +19,7 @@ from jobs import cli
 # `hxd2 index` and `hxd2 serve` dispatch these by hand (jobs/index.py::main, jobs/serve_cli.py::main: no
 # SUBCOMMANDS table to read them from);
 # tests/unit/test_docs_reference.py fails when a parser's prog names a command that is listed nowhere.
-NESTED_COMMANDS = {"index": ("delete", "verify", "reindex-reads"), "serve": ("reload",)}
+NESTED_COMMANDS = {"index": ("delete", "verify", "reindex-reads", "export", "import"), "serve": ("reload",)}
 HELP_WIDTH = 100
 
 
