@@ -11,7 +11,7 @@ from hxd2_ray.config import ConfigError, HxdConfig, VllmLLMConfig, load_config
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-@pytest.mark.parametrize("name", ["local.yaml", "gpu.yaml"])
+@pytest.mark.parametrize("name", ["local.yaml", "gpu.yaml", "gpu-single.yaml"])
 def test_shipped_configs_load(name):
     cfg = load_config(CONFIGS / name)
     assert isinstance(cfg.llm, VllmLLMConfig)
@@ -24,6 +24,15 @@ def test_gpu_config_names_the_production_models():
     assert cfg.embedding.model_id == "bce-embedding-base_v1" and cfg.embedding.dim == 768
     assert cfg.embedding.pooling_method == "cls"
     assert cfg.ray.gpus_per_ner_actor >= 1 and cfg.ray.ner_actors > 1
+
+
+def test_gpu_single_config_runs_one_7b_engine_on_one_gpu():
+    cfg = load_config(CONFIGS / "gpu-single.yaml")
+    assert isinstance(cfg.llm, VllmLLMConfig) and cfg.llm.model.startswith("/") and cfg.llm.dtype == "bfloat16"
+    assert cfg.llm.tensor_parallel_size == 1 == cfg.ray.ner_actors and cfg.ray.gpus_per_ner_actor == 1
+    assert cfg.ray.ner_batch_size >= cfg.llm.max_num_seqs and 0 < cfg.llm.gpu_memory_utilization <= 0.9
+    assert cfg.retrieval.answer_reserve_tokens < cfg.llm.max_model_len <= 32768  # Qwen2.5-7B's native context
+    assert cfg.embedding.model == "builtin:minilm" and cfg.embedding.dim == 384
 
 
 def test_unknown_key_lists_the_valid_keys():
