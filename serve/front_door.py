@@ -46,9 +46,12 @@ GRACE_S = 1.0
 RETRY_AFTER_S = 1
 # The queue bound: requests let through however low the rate seen (a cold proxy must learn its rate), the window
 # the rate is measured over, and the share of the deadline the queue may take (the answer itself takes the rest).
-MIN_IN_FLIGHT = 32
+MIN_IN_FLIGHT = 64
 RATE_WINDOW_S = 10.0
-QUEUE_SHARE = 1.0
+# Twice what the seen rate answers within the deadline: the rate drops while a replica is replaced, and the
+# requests waiting for it are answered once it is back (refusing at 1x cost a lost-replica load a third of its
+# answers); the Ingress's admission decides among those let through.
+QUEUE_SHARE = 2.0
 
 _ARRIVED = ARRIVED_HEADER.encode()
 _DEADLINE = DEADLINE_HEADER.encode()

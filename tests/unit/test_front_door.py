@@ -177,5 +177,5 @@ def test_the_bound_follows_the_rate_the_proxy_has_seen():
     door = FrontDoor(ingress, min_in_flight=4)
     now = time.time()
     door._started.extend(now - 9.95 + i * 0.05 for i in range(200))  # 200 answers over the last 10 s: 20/s
-    results = _burst(door, 60, deadline_s=2.0)  # room: 20/s x 2 s x QUEUE_SHARE (1.0) = 40
+    results = _burst(door, 60, deadline_s=1.0)  # room: 20/s x 1 s x QUEUE_SHARE (2.0) = 40
     assert sum(1 for s, _, _ in results if s == 200) == 40
