@@ -1,18 +1,23 @@
 """Issue 33, admission and deadlines: the served app at twice its measured capacity.
 
 The LLM is the scripted one with a fixed time per call (``scripted.delay_s``), so a query costs a known amount of
-waiting and what is measured is the service's own admission and queueing. First its capacity: answers per second
-with as many queries in flight as the Retriever runs at once. Then an open-loop load at twice that rate, each
-query with a 3 s deadline (``x-hxd2-deadline-s``). What must hold: no status but 200, 503 and 504; every response
-within its deadline + 2 s; the 503s answered at once (p99 < 1 s, with ``Retry-After``); and the goodput (answers
-within their deadline per second) a large share of the capacity. ``HXD2_OVERLOAD_SECONDS=60`` runs the long form
-(the figures in docs/benchmarks/serving.md); CI runs 15 s.
+waiting and what is measured is the service's own admission and queueing. First its open-loop capacity, in the
+same run: queries sent at fixed rates whatever the answers do (as the overload is), the highest rate of which at
+least 95% are answered within the deadline and before the sending stops; a closed loop of as many queries in flight
+as the Retriever runs at once only seeds the rates tried. Then an open-loop load at twice that capacity, each query
+with a 3 s deadline (``x-hxd2-deadline-s``). What must hold: no status but 200, 503 and 504; every response within
+its deadline + 2 s; the 503s answered at once (p99 < 1 s, with ``Retry-After``); and the goodput (answers within
+their deadline and before the sending stops, per second of sending) a large share of the capacity. The ceiling is
+the capacity itself: the service cannot answer faster under overload than at the best rate it keeps up with, so
+goodput is stated as a share of it. ``HXD2_OVERLOAD_SECONDS=60`` runs the long form (the figures in
+docs/benchmarks/serving.md); CI runs 15 s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import math
 import os
 import time
@@ -72,23 +77,44 @@ async def _closed_loop(base: str, concurrency: int, seconds: float) -> float:
 
 async def _open_loop(
     base: str, rate: float, seconds: float, mode: str = "dual", deadline_s: float = DEADLINE_S
-) -> list[tuple[int, float, str | None, str | None]]:
+) -> list[tuple[int, float, str | None, str | None, bool]]:
     """Queries sent at ``rate`` per second for ``seconds`` whatever the answers do: (status, seconds, Retry-After,
-    the error's code)."""
+    the error's code, whether the response came before the sending stopped)."""
     headers = {"Authorization": f"Bearer {KEY}", "x-hxd2-deadline-s": str(deadline_s)}
     limits = httpx.Limits(max_connections=2000, max_keepalive_connections=200)
+    start = time.monotonic() + 0.5
+    window_end = start + seconds
     async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60, limits=limits) as client:
 
-        async def one(i: int, at: float) -> tuple[int, float, str | None, str | None]:
+        async def one(i: int, at: float) -> tuple[int, float, str | None, str | None, bool]:
             await asyncio.sleep(max(0.0, at - time.monotonic()))
             t0 = time.monotonic()
             r = await client.post("/v1/query", json={"question": QUESTIONS[i % 3], "mode": mode})
             code = None if r.status_code == 200 else str((r.json().get("error") or {}).get("code"))
-            return r.status_code, time.monotonic() - t0, r.headers.get("retry-after"), code
+            done = time.monotonic()
+            return r.status_code, done - t0, r.headers.get("retry-after"), code, done <= window_end
 
-        start = time.monotonic() + 0.5
         n = int(rate * seconds)
         return list(await asyncio.gather(*(one(i, start + i / rate) for i in range(n))))
+
+
+def _goodput(results: list[tuple[int, float, str | None, str | None, bool]], seconds: float) -> float:
+    """Answers within their deadline that came before the sending stopped, per second of sending."""
+    return sum(1 for s, t, _, _, in_window in results if s == 200 and t <= DEADLINE_S and in_window) / seconds
+
+
+def _open_loop_capacity(base: str, seed: float, seconds: float = 6.0) -> tuple[float, list[str]]:
+    """The highest of a few rates around ``seed`` at which the service answers >= 95% of an open-loop load within
+    the deadline; the rates tried, for the printout."""
+    best, tried = 0.0, []
+    for share in (0.6, 0.8, 1.0, 1.2):
+        rate = share * seed
+        results = asyncio.run(_open_loop(base, rate, seconds))
+        in_time = sum(1 for s, t, *_ in results if s == 200 and t <= DEADLINE_S) / max(1, len(results))
+        tried.append(f"{rate:.1f}/s: {in_time:.0%} in time")
+        if in_time >= 0.95:
+            best = max(best, rate)
+    return best, tried
 
 
 def _p(values: list[float], q: float) -> float:
@@ -98,24 +124,27 @@ def _p(values: list[float], q: float) -> float:
 
 def test_twice_the_capacity_sheds_load_at_once_and_keeps_deadlines(base: str) -> None:
     asyncio.run(_closed_loop(base, ONGOING, 3))  # warm-up: the replicas' first queries, and admission's evidence
-    capacity = asyncio.run(_closed_loop(base, ONGOING, 8))
+    closed = asyncio.run(_closed_loop(base, ONGOING, 8))
+    capacity, tried = _open_loop_capacity(base, closed)
+    assert capacity > 0, tried
     results = asyncio.run(_open_loop(base, 2 * capacity, SECONDS))
-    statuses = [s for s, _, _, _ in results]
+    statuses = [s for s, *_ in results]
     counts = {s: statuses.count(s) for s in sorted(set(statuses))}
-    ok = [t for s, t, _, _ in results if s == 200]
-    refused = [t for s, t, _, _ in results if s == 503]
-    goodput = sum(1 for t in ok if t <= DEADLINE_S) / SECONDS
+    ok = [t for s, t, *_ in results if s == 200]
+    refused = [t for s, t, *_ in results if s == 503]
+    goodput = _goodput(results, SECONDS)
     print(
-        f"\ncapacity {capacity:.1f}/s; {len(results)} queries at {2 * capacity:.1f}/s for {SECONDS:.0f} s "
-        f"(deadline {DEADLINE_S:.0f} s): {counts}; goodput {goodput:.1f}/s ({goodput / capacity:.0%} of capacity); "
-        f"200 p50/p99 {_p(ok, 0.5):.2f}/{_p(ok, 0.99):.2f} s; 503 p99 {_p(refused, 0.99):.3f} s; "
-        f"slowest {max(t for _, t, _, _ in results):.2f} s"
+        f"\nclosed-loop {closed:.1f}/s; open-loop capacity {capacity:.1f}/s ({'; '.join(tried)}); {len(results)} "
+        f"queries at {2 * capacity:.1f}/s for {SECONDS:.0f} s (deadline {DEADLINE_S:.0f} s): {counts}; goodput "
+        f"{goodput:.1f}/s ({goodput / capacity:.0%} of the open-loop capacity, the ceiling); 200 p50/p99 "
+        f"{_p(ok, 0.5):.2f}/{_p(ok, 0.99):.2f} s; 503 p99 {_p(refused, 0.99):.3f} s; "
+        f"slowest {max(t for _, t, *_ in results):.2f} s"
     )
     assert set(statuses) <= {200, 503, 504}, counts
-    assert max(t for _, t, _, _ in results) <= DEADLINE_S + 2, "a response came later than its deadline + 2 s"
+    assert max(t for _, t, *_ in results) <= DEADLINE_S + 2, "a response came later than its deadline + 2 s"
     assert refused and _p(refused, 0.99) < 1.0, "overload was not refused at once"
-    assert all(r for s, _, r, _ in results if s == 503), "a 503 without Retry-After"
-    # Measured 107% (60 s): the queue waits in the Retriever replica, not in Serve's router (serve/app.py).
+    assert all(r for s, _, r, *_ in results if s == 503), "a 503 without Retry-After"
+    # The queue waits in the Retriever replica, not in Serve's router (serve/app.py).
     assert goodput >= 0.8 * capacity, (goodput, capacity)
 
 
@@ -179,10 +208,10 @@ def test_a_replica_of_each_deployment_killed_in_turn_under_load(base: str, ray_m
         kills = pool.submit(lambda: (time.sleep(2.0), _kill_in_turn())[1])
         results = asyncio.run(_open_loop(base, KILL_RATE, seconds, mode="auto", deadline_s=KILL_DEADLINE_S))
         replaced = kills.result(timeout=120)
-    statuses = [s for s, _, _, _ in results]
+    statuses = [s for s, *_ in results]
     counts = {s: statuses.count(s) for s in sorted(set(statuses))}
-    codes = Counter(f"{s} {c}" for s, _, _, c in results if s != 200)
-    slowest = max(t for _, t, _, _ in results)
+    codes = Counter(f"{s} {c}" for s, _, _, c, _ in results if s != 200)
+    slowest = max(t for _, t, *_ in results)
     lost: dict[str, float] = {}
     shown_by = time.monotonic() + 60  # Ray's metrics agent exports every few seconds
     while time.monotonic() < shown_by:
@@ -201,10 +230,65 @@ def test_a_replica_of_each_deployment_killed_in_turn_under_load(base: str, ray_m
     )
     assert set(statuses) <= {200, 503, 504}, counts
     assert slowest <= KILL_DEADLINE_S + 2, "an answer came later than its deadline + 2 s"
-    assert all(r for s, _, r, _ in results if s == 503), "a 503 without Retry-After"
+    assert all(r for s, _, r, *_ in results if s == 503), "a 503 without Retry-After"
     assert statuses.count(200) >= len(results) // 2, counts
     assert all(s <= 30 for s in replaced.values()), replaced
     # The endpoint's metrics show the losses the queries met. The Retriever's always meets some (every query reads
     # through it); a part's or the LLM's replica may die between calls, and then no call finds it gone (in CI once:
     # Planner 0, LLM 0), so those are printed, not asserted.
     assert lost["Retriever"] >= 1, lost
+
+
+# Issue 43, item 4: a burst. Every request at once, each with a 3 s deadline; the front door in the proxy bounds its
+# queue (serve/front_door.py), the Ingress admits what it can answer in time.
+BURST = int(os.environ.get("HXD2_BURST_REQUESTS", "300"))
+
+
+async def _raw_post(host: str, port: int, body: bytes, headers: str) -> tuple[int, float, str | None]:
+    """One POST /v1/query on its own connection, written and read with plain asyncio streams: the client of a
+    burst must cost little, or on 2 cores its own work is what the clock measures."""
+    t0 = time.monotonic()
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(
+        f"POST /v1/query HTTP/1.1\r\nHost: {host}\r\n{headers}Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
+    await writer.drain()
+    raw = await reader.read()
+    took = time.monotonic() - t0
+    writer.close()
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    code = None
+    if status != 200:
+        try:
+            code = str(json.loads(payload).get("error", {}).get("code"))
+        except ValueError:
+            code = "not_json"
+    return status, took, code
+
+
+def test_a_burst_of_300_at_once_keeps_every_deadline(base: str) -> None:
+    host, port = base.removeprefix("http://").split(":")
+    headers = f"Authorization: Bearer {KEY}\r\nx-hxd2-deadline-s: {DEADLINE_S}\r\n"
+
+    async def burst() -> list[tuple[int, float, str | None]]:
+        bodies = [json.dumps({"question": QUESTIONS[i % 3], "mode": "dual"}).encode() for i in range(BURST)]
+        return list(await asyncio.gather(*(_raw_post(host, int(port), b, headers) for b in bodies)))
+
+    asyncio.run(_closed_loop(base, ONGOING, 3))  # the service has answered before: the proxy knows its rate
+    results = asyncio.run(burst())
+    codes = Counter(f"{s} {c}" if c else str(s) for s, _, c in results)
+    times = sorted(t for _, t, _ in results)
+    refused = [t for s, t, _ in results if s == 503]
+    ok = [t for s, t, _ in results if s == 200]
+    print(
+        f"\nburst of {BURST} at once (deadline {DEADLINE_S:g} s): {dict(codes)}; all p50/p90/p99/max "
+        f"{_p(times, 0.5):.2f}/{_p(times, 0.9):.2f}/{_p(times, 0.99):.2f}/{times[-1]:.2f} s; 200 p50/max "
+        f"{_p(ok, 0.5):.2f}/{max(ok, default=0):.2f} s; 503 p50/p99 {_p(refused, 0.5):.3f}/{_p(refused, 0.99):.3f} s"
+    )
+    assert {s for s, _, _ in results} <= {200, 503, 504}, codes
+    assert times[-1] <= DEADLINE_S + 1, "an answer came later than its deadline + 1 s on the client's clock"
+    assert refused and _p(refused, 0.99) < 1.0, "the burst's 503s were not answered at once"
+    assert ok, "the burst answered nothing"
