@@ -11,13 +11,14 @@ import json
 import os
 import posixpath
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, ContextManager, Iterable
 
 from hxd2_ray.extraction.names import TitleIndex
 from hxd2_ray.graph.read_structures import GraphReads, document_chunks, write_graph_reads_from
 from hxd2_ray.retrieval.fuzzy import FuzzyNameIndex
+from hxd2_ray.retrieval.lexical import LEXICAL_DIR, upgrade_lexical
 
-__all__ = ["corpus_root_of", "read_corpus_root", "write_query_reads"]
+__all__ = ["corpus_root_of", "read_corpus_root", "upgrade_mapped", "write_query_reads"]
 
 SCAN_BUFFER_POOL = 2 << 30
 CORPUS_FILE = "corpus.json"  # {"corpus_root": ...}: the folder every local document of the generation lies under
@@ -57,3 +58,33 @@ def write_query_reads(
     # memory) would sit beside the tables being converted.
     with KuzuGraphStore(graph_path, read_only=True, engine=engine, buffer_pool_bytes=SCAN_BUFFER_POOL) as store:
         return write_graph_reads_from(store, reads_dir, also=_names)
+
+
+def upgrade_mapped(
+    generation: Path,
+    room_for: Callable[[str, Path, int], ContextManager[None]],
+    progress: Callable[[str], None] = lambda _m: None,
+) -> tuple[str, ...]:
+    """Rewrite a generation's vector families and lexical index written before they were mapped (format 1) in their
+    mapped format, in place (they answer the same); ``room_for(what, path, bytes)`` guards each write. Returns the
+    folders whose files changed (``vectors``, ``lexical``)."""
+    from hxd2_ray.vectors.faiss_index import upgrade_family
+
+    changed: list[str] = []
+    folder = generation / "vectors"
+    families = (
+        sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")) if folder.is_dir() else []
+    )
+    for family in families:
+        size = sum(f.stat().st_size for f in (folder / family).iterdir() if f.is_file())
+        with room_for(f"the vector family {family} in its mapped format", folder / family, size):
+            if upgrade_family(generation, family):
+                progress(f"vector family {family}: its id map and shards rewritten to be memory-mapped")
+                changed[:] = ["vectors"]
+    lexical = generation / LEXICAL_DIR
+    if lexical.is_dir():
+        with room_for("the lexical index in its mapped format", lexical, 0):
+            if upgrade_lexical(lexical):
+                progress("lexical index: its chunk ids and vocabulary rewritten to be memory-mapped")
+                changed.append(LEXICAL_DIR)
+    return tuple(changed)

@@ -4,13 +4,18 @@ The read structures (:mod:`hxd2_ray.graph.read_structures`) are derived from the
 so they are written into the current generation in place, under the build lock (no build changes the index
 meanwhile), replaced whole by a rename, and recorded in the manifest with their sizes and checksums. A reader
 that opened the generation before keeps what it holds; the next open maps them.
+
+The vector families and the lexical index written before they were mapped (format 1: ``idmap.parquet``, Faiss id
+maps, ``chunk_ids.json``) are rewritten in their mapped format the same way (the same vectors and scores: they
+answer the same), so an index from before opens without reading any array whole after this one command.
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pyarrow.fs as pafs
 
@@ -20,8 +25,14 @@ from hxd2_ray.graph.read_structures import READS_DIR
 from hxd2_ray.indexing.build_lock import acquire_build_lock
 from hxd2_ray.indexing.disk_space import GRAPH_BASE_BYTES, MB, WriteSeam
 from hxd2_ray.indexing.layout import IndexLayout
-from hxd2_ray.indexing.manifest import MANIFEST_NAME, read_manifest, record_files, write_manifest
-from hxd2_ray.indexing.query_reads import write_query_reads
+from hxd2_ray.indexing.manifest import (
+    MANIFEST_NAME,
+    QUERY_FILE_ROOTS,
+    read_manifest,
+    record_files,
+    write_manifest,
+)
+from hxd2_ray.indexing.query_reads import upgrade_mapped, write_query_reads
 from hxd2_ray.ingest.sources import resolve_filesystem
 
 __all__ = ["reindex_reads"]
@@ -55,11 +66,26 @@ def reindex_reads(location: str, cfg: HxdConfig, progress: Callable[[str], None]
         seam.check_room(str(layout.generation_root), seam.needed_bytes, "the graph read structures")
         with seam.writing("the graph read structures", str(target)):
             reads = write_query_reads(layout.graph_path, target, manifest.graph_backend)
-            seconds = time.perf_counter() - started
-            if manifest.files:  # an older manifest without file records stays without them (verify says so)
-                files = {k: v for k, v in manifest.files.items() if not k.startswith(f"{READS_DIR}/")}
-                files.update(record_files(layout.generation_root, tops=(READS_DIR,)))
-                write_manifest(root, manifest.model_copy(update={"files": files}))
+
+        @contextmanager
+        def room_for(what: str, path: Path, size: int) -> Iterator[None]:
+            seam.check_room(str(path.parent), max(size, MB), what)  # written beside the old one, then renamed
+            with seam.writing(what, str(path)):
+                yield
+
+        upgraded = upgrade_mapped(layout.generation_root, room_for, progress)
+        seconds = time.perf_counter() - started
+        update: dict[str, Any] = {}
+        if "vectors" in upgraded:  # the manifest's copy of each family.json
+            families = manifest.vector_families.items()
+            update["vector_families"] = {name: {**info, "format_version": 2} for name, info in families}
+        if manifest.files:  # an older manifest without file records stays without them (verify says so)
+            tops = (READS_DIR, *(t for t in upgraded if t in QUERY_FILE_ROOTS))  # the tops the manifest records
+            files = {k: v for k, v in manifest.files.items() if not any(k.startswith(f"{t}/") for t in tops)}
+            files.update(record_files(layout.generation_root, tops=tops))
+            update["files"] = files
+        if update:
+            write_manifest(root, manifest.model_copy(update=update))
     return {
         "index": location,
         "generation": manifest.generation,

@@ -29,7 +29,15 @@ from hxd2_ray.errors import IndexMismatchError
 from hxd2_ray.extraction.names import STOPWORDS, ZH_STOPWORDS
 from hxd2_ray.graph.read_structures import KeyLookup
 
-__all__ = ["LEXICAL_DIR", "LexicalIndex", "lexical_shares", "lexical_tokens", "mix_channels", "write_lexical"]
+__all__ = [
+    "LEXICAL_DIR",
+    "LexicalIndex",
+    "lexical_shares",
+    "lexical_tokens",
+    "mix_channels",
+    "upgrade_lexical",
+    "write_lexical",
+]
 
 LEXICAL_DIR = "lexical"  # in a generation's folder, beside graph.kuzu and vectors/
 LEXICAL_FORMAT = 2  # 2: chunk ids and vocabulary mapped (lexical.json written last); 1: chunk_ids.json, bm25s' JSON
@@ -101,6 +109,11 @@ class LexicalIndex:
         if self.count:
             self.bm25.save(str(out), show_progress=False)
             (out / _BM25_VOCAB).unlink()  # the vocabulary is written below, in a form that maps
+        self.save_mapped(out)
+        return out
+
+    def save_mapped(self, out: Path) -> None:
+        """The chunk ids and the vocabulary as mapped files, then ``lexical.json`` (last: the format's mark)."""
         vocab: dict[str, int] = self.bm25.vocab_dict if self.count else {}
         tokens: list[str | None] = [None] * len(vocab)
         for token, token_id in vocab.items():
@@ -113,7 +126,6 @@ class LexicalIndex:
         np.save(out / _VOCAB_HASH_ID, lookup.rows)
         _write_column(out / _CHUNK_IDS, self.chunk_ids.cast(pa.large_string()))
         (out / _META).write_text(json.dumps({"format": LEXICAL_FORMAT, "chunks": self.count}) + "\n", "utf-8")
-        return out
 
     @classmethod
     def open(cls, folder: str | Path) -> "LexicalIndex | None":
@@ -150,6 +162,19 @@ class LexicalIndex:
         bm25 = bm25s.BM25.load(str(root), show_progress=False, mmap=True) if ids else bm25s.BM25()
         return cls(pa.array(ids, pa.large_string()), bm25)
 
+    @classmethod
+    def upgrade(cls, root: Path) -> bool:
+        """See :func:`upgrade_lexical`."""
+        if (root / _META).exists():
+            return False
+        old = cls._open_format_1(root)
+        if old is None:
+            return False
+        old.save_mapped(root)  # lexical.json last: a reader opening meanwhile reads format 1 whole, or format 2
+        for name in (_IDS_JSON, _BM25_VOCAB):
+            (root / name).unlink(missing_ok=True)
+        return True
+
     def _token_ids(self, tokens: list[str]) -> list[int]:
         """The vocabulary's id of each token it holds, in the question's order (repeats kept, as bm25s does)."""
         if self.vocab is None:
@@ -174,6 +199,12 @@ class LexicalIndex:
         """The best BM25 score of ``question`` over the chunks (0 when no word of it is in the corpus)."""
         hits = self.search(question, 1)
         return hits[0][1] if hits else 0.0
+
+
+def upgrade_lexical(folder: str | Path) -> bool:
+    """Rewrite a lexical index of format 1 in format 2, in place: its chunk ids and vocabulary as mapped files (the
+    score matrix stays as it is; it answers the same). False when there is none or it is already format 2."""
+    return LexicalIndex.upgrade(Path(folder))
 
 
 def _write_column(path: Path, column: pa.Array) -> None:

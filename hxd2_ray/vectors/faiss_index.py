@@ -66,6 +66,7 @@ __all__ = [
     "commit_family",
     "plan_family",
     "stored_vectors",
+    "upgrade_family",
     "train_ivf",
     "train_ivfpq",
     "write_family",
@@ -410,6 +411,36 @@ def stored_vectors(root: str | Path, family: str) -> Iterator[tuple[str, np.ndar
             shard_ids, inner = np.load(folder / shard_ids_file(s)), shard
         rows = np.searchsorted(ids, shard_ids)
         yield from zip(keys.take(pa.array(rows)).to_pylist(), inner.reconstruct_n(0, inner.ntotal))
+
+
+def upgrade_family(root: str | Path, family: str) -> bool:
+    """Rewrite a family of format 1 in format 2, in place (a temp folder beside it, swapped in): its id map as
+    ``ids.npy`` + ``keys.arrow``, its flat or HNSW shards without their ``IndexIDMap2`` and with their positions'
+    ids beside them (the same vectors in the same order: it answers the same). False when it is already format 2."""
+    folder = family_dir(root, family)
+    info = FamilyInfo.from_dict(json.loads((folder / FAMILY_JSON).read_text(encoding="utf-8")))
+    if info.format_version >= 2:
+        return False
+    ids, keys = open_id_map(folder, info.format_version)
+    tmp = folder.parent / f".{family}.tmp-{uuid.uuid4().hex}"
+    tmp.mkdir()
+    try:
+        for s in range(info.num_shards if info.count else 0):
+            shard = faiss.read_index(str(folder / shard_file(s)))
+            if isinstance(shard, faiss.IndexIDMap2):
+                inner = faiss.downcast_index(shard.index)  # owned by ``shard``, which stays alive meanwhile
+                faiss.write_index(inner, str(tmp / shard_file(s)))
+                np.save(tmp / shard_ids_file(s), faiss.vector_to_array(shard.id_map).astype(np.int64))
+            else:  # IVF: its lists hold the ids
+                shutil.copyfile(folder / shard_file(s), tmp / shard_file(s))
+        write_id_map(tmp, ids, keys)
+        upgraded = {**info.to_dict(), "format_version": FAMILY_FORMAT_VERSION}
+        (tmp / FAMILY_JSON).write_text(json.dumps(upgraded, indent=2, sort_keys=True), encoding="utf-8")
+        _swap_in(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return True
 
 
 class FaissFamilyIndex:

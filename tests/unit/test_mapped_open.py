@@ -37,7 +37,7 @@ def _write_format_1(root: Path, family: str, keys: list[str], vectors: np.ndarra
     plan = plan_family(family, keys, vectors, cfg)
     folder = family_dir(root, family)
     folder.mkdir(parents=True)
-    for s in range(plan.info.num_shards):
+    for s in range(plan.info.num_shards if plan.info.count else 0):
         x, ids = plan.shard_inputs(s)
         if plan.spec.kind == "flat":
             index = faiss.IndexIDMap2(faiss.IndexFlatIP(plan.info.dim))
@@ -259,3 +259,60 @@ def test_the_planner_s_relation_hints_come_from_the_read_structures(tmp_path: Pa
     with open_index(tiny.root, tiny.cfg) as index:
         assert index.graph.top_relation_keywords(64) == expected[64]
         assert index.graph.store._store is not None
+
+
+def _answers(root: Path, cfg) -> dict:
+    from hxd2_ray.embedding.hashing import HashingEmbedder
+    from hxd2_ray.retrieval import QueryPipeline, open_index
+    from tests.unit.retrieval_fixtures import DIM, keyword_reply, scripted_llm
+
+    questions = ["Who won the Nobel Prize at Stanford?", "neurexin synaptic transmission", "Malenka plasticity"]
+    embedder = HashingEmbedder(dim=DIM, model_id=cfg.embedding.model_id)
+    out: dict = {}
+    with open_index(root, cfg) as index:
+        for name, family in sorted(index.families.items()):
+            out[name] = family.search(embedder.embed(questions), 5)
+        assert index.lexical is not None
+        out["lexical"] = [index.lexical.search(q, 5) for q in questions]
+        rc = cfg.retrieval.model_copy(update={"chunk_ranking": "ppr", "ppr_lexical_seeds": 5})
+        for q in questions:
+            llm = scripted_llm(keyword_reply(["Nobel Prize", "Stanford University"], ["science"]))
+            result = QueryPipeline(index, llm, embedder, rc).retrieve(q)
+            out[q] = [(c.id, c.score) for c in result.chunks]
+    return out
+
+
+def test_reindex_reads_rewrites_an_older_index_s_families_and_lexical_index_to_be_mapped(tmp_path: Path, capsys):
+    import shutil
+
+    from hxd2_ray.indexing.tables import VECTOR_FAMILIES
+    from jobs.index_reads import main
+    from tests.unit.retrieval_fixtures import CHUNKS, build_tiny_index
+
+    tiny = build_tiny_index(tmp_path / "index")
+    root = Path(tiny.root)
+    for family in VECTOR_FAMILIES:  # every family as the writer before format 2 wrote it
+        stored = list(stored_vectors(root, family))
+        dim = json.loads((family_dir(root, family) / FAMILY_JSON).read_text())["dim"]
+        shutil.rmtree(family_dir(root, family))
+        vectors = np.array([v for _, v in stored], np.float32).reshape(len(stored), dim)
+        _write_format_1(root, family, [k for k, _ in stored], vectors, tiny.cfg.vectors)
+    built = LexicalIndex.build([c for c, *_ in CHUNKS], [t for *_, t in CHUNKS])
+    (root / "lexical").mkdir()
+    built.bm25.save(str(root / "lexical"), show_progress=False)  # the lexical index as format 1 wrote it
+    (root / "lexical" / "chunk_ids.json").write_text(json.dumps([c for c, *_ in CHUNKS]))
+    before = _answers(root, tiny.cfg)
+
+    assert main(["--index", str(root)]) == 0
+    said = capsys.readouterr().out
+    assert "vector family chunk: its id map and shards rewritten to be memory-mapped" in said
+    assert "lexical index: its chunk ids and vocabulary rewritten to be memory-mapped" in said
+    for family in VECTOR_FAMILIES:
+        assert json.loads((family_dir(root, family) / FAMILY_JSON).read_text())["format_version"] == 2
+        assert not (family_dir(root, family) / IDMAP_PARQUET).exists()
+        assert (family_dir(root, family) / "keys.arrow").exists()
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert {info["format_version"] for info in manifest["vector_families"].values()} == {2}
+    assert (root / "lexical" / "lexical.json").exists() and not (root / "lexical" / "chunk_ids.json").exists()
+    assert _answers(root, tiny.cfg) == before  # the same keys, scores and chunks, now from mapped files
+    assert main(["--index", str(root)]) == 0  # a second run finds nothing to rewrite
