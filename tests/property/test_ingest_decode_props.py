@@ -28,6 +28,14 @@ REASONS = {
     "malformed_json",
     "missing_text_field",
     "unreadable",
+    # the documents' converters (hxd2_ray/ingest: .pdf and the Office, web and book formats)
+    "type_mismatch",
+    "corrupt",
+    "encrypted",
+    "zip_bomb",
+    "too_many_pages",
+    "no_text_layer",
+    "timeout",
 }
 SUFFIXES = [".txt", ".md", ".json", ".jsonl", ".parquet", ".pdf", "", ".TXT", ".markdown"]
 BOMS = [b"", codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE]
