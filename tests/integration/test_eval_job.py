@@ -12,12 +12,14 @@ from hxd2_ray.evaluation.datasets import Prediction, get_benchmark, load_corpus_
 from hxd2_ray.stages.eval_traces import load_traces
 from jobs import evaluate as eval_job
 from jobs import index as index_job
+from tests.stand_ins import STAND_INS
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 HOTPOT = ROOT / "tests" / "data" / "eval" / "hotpotqa"
 FAST = [
+    *STAND_INS,
     "--set",
     "ray.num_cpus=2",
     "--set",

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from jobs import index as index_job
+from tests.stand_ins import STAND_INS
 
 pytestmark = pytest.mark.integration
 
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "hxd2_ray" / "sample_data" / "corpus"
 BAD = ROOT / "tests" / "data" / "bad_inputs"
 FAST = [
+    *STAND_INS,
     "--set",
     "ray.num_cpus=2",
     "--set",
