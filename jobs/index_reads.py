@@ -1,7 +1,9 @@
 """hxd2 index reindex-reads --index DIR: write the graph read structures of an index built before they existed.
 
 The query side maps them (the ``ppr`` ranking needs them past ``retrieval.resident_graph_max_mb``); a build,
-``--update`` and ``delete`` write them with every new generation. Exit 0 when written, 2 on a bad index.
+``--update`` and ``delete`` write them with every new generation. Vector families and a lexical index written
+before their id maps and vocabulary were mapped are rewritten in the mapped format too (they answer the same).
+Exit 0 when written, 2 on a bad index.
 """
 
 from __future__ import annotations
