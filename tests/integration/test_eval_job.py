@@ -257,7 +257,7 @@ def test_concurrent_questions_match_sequential(hotpot_index, tmp_path, capsys):
             str(concurrency),
             *FAST,
             "--set",
-            "llm.fail_when=[Gallu]",
+            "llm.fail_when=[demon Lilu is what]",  # question 0's own words: no chunk holds them
         )
         assert code == 0, err
         runs[concurrency] = _traces(out, ["dual", "auto"])

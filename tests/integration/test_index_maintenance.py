@@ -325,7 +325,7 @@ def test_a_token_budget_stops_cleanly_and_a_rerun_finishes_the_same_index(ray_lo
     assert code == index_job.EXIT_STOPPED
     assert stopped["status"] == "stopped" and "token budget" in stopped["reason"]
     assert stopped["index"] == "not written yet" and not (budgeted / "manifest.json").exists()
-    assert 0 < stopped["done"]["chunks_extracted"] < stopped["done"]["chunks"]
+    assert 0 < stopped["done"]["chunks_extracted"] < stopped["done"]["chunks"], stopped
     assert stopped["left"]["stages"] == ["extract", "merge", "embed", "write"]
     spent = stopped["run"]["prompt_tokens"] + stopped["run"]["completion_tokens"]
     assert spent >= 12000 and stopped["run"]["budget"]["batches_not_started"] > 0
