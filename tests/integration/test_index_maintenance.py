@@ -320,7 +320,7 @@ def test_a_token_budget_stops_cleanly_and_a_rerun_finishes_the_same_index(ray_lo
     out, _ = index
     budgeted = tmp_path / "budgeted"
     code, stopped, _ = _run(
-        capsys, "--input", str(corpus), "--output", str(budgeted), *FAST, "--no-llm-cache", "--budget-tokens", "12000"
+        capsys, "--input", str(corpus), "--output", str(budgeted), *FAST, "--no-llm-cache", "--budget-tokens", "4000"
     )
     assert code == index_job.EXIT_STOPPED
     assert stopped["status"] == "stopped" and "token budget" in stopped["reason"]
@@ -328,7 +328,7 @@ def test_a_token_budget_stops_cleanly_and_a_rerun_finishes_the_same_index(ray_lo
     assert 0 < stopped["done"]["chunks_extracted"] < stopped["done"]["chunks"], stopped
     assert stopped["left"]["stages"] == ["extract", "merge", "embed", "write"]
     spent = stopped["run"]["prompt_tokens"] + stopped["run"]["completion_tokens"]
-    assert spent >= 12000 and stopped["run"]["budget"]["batches_not_started"] > 0
+    assert spent >= 4000 and stopped["run"]["budget"]["batches_not_started"] > 0
 
     code, finished, err = _run(capsys, "--input", str(corpus), "--output", str(budgeted), *FAST, "--no-llm-cache")
     assert code == 0, err[-3000:]
