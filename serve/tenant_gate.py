@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -28,8 +29,6 @@ class AuditLog:
     """Appends one JSON line per request to ``path`` (one file per Ingress replica: ``{pid}`` in the name)."""
 
     def __init__(self, path: str, with_questions: bool = False):
-        import os
-
         self.path = Path(path.replace("{pid}", str(os.getpid())))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.with_questions = with_questions
