@@ -350,6 +350,28 @@ async def _fire(
         return await asyncio.gather(*(one(i) for i in range(n)))
 
 
+async def _fire_until(
+    base: str, stop: threading.Event, concurrency: int, payload_of, timeout: float = 60.0
+) -> list[tuple[int, float, dict[str, str]]]:
+    """``concurrency`` clients posting one request after another until ``stop`` is set."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    results: list[tuple[int, float, dict[str, str]]] = []
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=timeout, limits=limits) as client:
+
+        async def client_loop(worker: int) -> None:
+            i = worker
+            while not stop.is_set():
+                path, body = payload_of(i)
+                t0 = time.perf_counter()
+                r = await client.post(path, json=body)
+                results.append((r.status_code, time.perf_counter() - t0, dict(r.headers)))
+                i += concurrency
+
+        await asyncio.gather(*(client_loop(w) for w in range(concurrency)))
+    return results
+
+
 QUESTIONS = [
     "Where does Robert Malenka work?",
     "Which prize did Thomas Südhof win?",
@@ -440,26 +462,41 @@ def test_retriever_replica_killed_mid_load_is_replaced(served, ray_metrics_url):
 
     victims = retriever_actors()
     assert len(victims) == 1
+    # Load that lasts until the replica is back: a fixed number of fast scripted queries could all be answered
+    # before the kill lands (in CI once: 120 x 200 and no call found the replica gone). Every other query is a slow
+    # one, so calls are inside the Retriever when it dies.
+    stop = threading.Event()
     results: list[Any] = []
-    loader = threading.Thread(target=lambda: results.extend(asyncio.run(_fire(served.base, 120, 8, _mixed))))
+
+    def payload(i: int) -> tuple[str, dict[str, Any]]:
+        path, body = _mixed(i)
+        if i % 2 and "question" in body:
+            body = {**body, "question": f"{SLOW} {body['question']}"}
+        return path, body
+
+    loader = threading.Thread(target=lambda: results.extend(asyncio.run(_fire_until(served.base, stop, 8, payload))))
     loader.start()
     time.sleep(1.0)
     ray.kill(ray.get_actor(next(iter(victims)), namespace="serve"), no_restart=True)
     killed_at = time.monotonic()
-    loader.join(timeout=120)
+    try:
+        while True:
+            current = retriever_actors()
+            if current and not (current & victims):
+                break
+            assert time.monotonic() < killed_at + 30, "the killed retriever replica was not replaced within 30 s"
+            time.sleep(0.5)
+        print(f"\nretriever replaced {time.monotonic() - killed_at:.1f} s after the kill")
+        time.sleep(1.0)  # some load on the new replica too
+    finally:
+        stop.set()
+        loader.join(timeout=120)
     assert not loader.is_alive()
     statuses = [s for s, _, _ in results]
-    print(f"\nkill mid-load: {statuses.count(200)} x 200, {statuses.count(503)} x 503 of {len(statuses)}")
+    print(f"kill mid-load: {statuses.count(200)} x 200, {statuses.count(503)} x 503 of {len(statuses)}")
     # In-flight queries on the dead replica are retried once by the ingress; anything else is a clean 503.
     assert set(statuses) <= {200, 503}, statuses
-    assert statuses.count(200) >= 100
-    while True:
-        current = retriever_actors()
-        if current and not (current & victims):
-            break
-        assert time.monotonic() < killed_at + 30, "the killed retriever replica was not replaced within 30 s"
-        time.sleep(0.5)
-    print(f"retriever replaced {time.monotonic() - killed_at:.1f} s after the kill")
+    assert statuses.count(200) >= 0.8 * len(statuses), statuses
     with served.client() as c:
         for q in QUESTIONS:
             assert c.post("/v1/query", json={"question": q}).status_code == 200
