@@ -168,9 +168,13 @@ async def run_in_thread(
 
 def scoped(scope: RequestScope, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args)`` with ``scope`` visible to the adapters, in this thread (a pool thread's work that no coroutine
-    waits for, such as a replica's warm-up)."""
-    _scope.set(scope)
-    return _unless_given_up(scope, fn, *args, **kwargs)
+    waits for, such as a replica's warm-up). The thread's previous scope is restored after: a pool thread's next
+    work must not read this request's deadline or generation."""
+    token = _scope.set(scope)
+    try:
+        return _unless_given_up(scope, fn, *args, **kwargs)
+    finally:
+        _scope.reset(token)
 
 
 def _unless_given_up(scope: RequestScope, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
