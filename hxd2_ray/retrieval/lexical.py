@@ -100,7 +100,10 @@ class LexicalIndex:
         tokens = [lexical_tokens(t or "") or [""] for t in texts]  # an empty chunk keeps its row
         bm25 = bm25s.BM25()
         if tokens:
-            bm25.index(tokens, show_progress=False)
+            # Token ids in sorted token order: bm25s numbers a vocabulary built from a set, in the order of the
+            # process's string hashes, so two builds of one corpus wrote different files.
+            vocab = {token: i for i, token in enumerate(sorted({t for doc in tokens for t in doc}))}
+            bm25.index(([[vocab[t] for t in doc] for doc in tokens], vocab), show_progress=False)
         return cls(pa.array([str(c) for c in chunk_ids], pa.large_string()), bm25)
 
     def save(self, folder: str | Path) -> Path:

@@ -47,3 +47,26 @@ def test_shares_and_mixing() -> None:
     assert lexical_shares(None, "anything", 5) == {}
     assert mix_channels({"a": 1.0}, {}, 0.5) == {"a": 1.0} and mix_channels({}, {"b": 1.0}, 0.5) == {"b": 1.0}
     assert mix_channels({"a": 1.0}, {"b": 1.0}, 0.25) == {"a": 0.75, "b": 0.25}
+
+
+def test_two_builds_of_one_corpus_write_the_same_bytes_whatever_the_string_hash_seed(tmp_path: Path) -> None:
+    """bm25s numbers a vocabulary built from a set; the index numbers it in sorted token order, so a rebuild (or
+    the same build on another machine) writes identical files."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from hxd2_ray.retrieval.lexical import write_lexical; "
+        "write_lexical(sys.argv[1], ['c1', 'c2', 'c3'], "
+        "['Brian Kobilka won the Nobel Prize', 'TAC4基因位于水稻的2号染色体上', 'receptors and signalling'])"
+    )
+    digests = []
+    for seed in ("1", "2", "3"):
+        out = tmp_path / seed
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-c", script, str(out)], check=True, env=env, cwd=Path(__file__).parents[2])
+        files = sorted(p for p in out.rglob("*") if p.is_file())
+        digests.append({p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files})
+    assert digests[0] and digests[0] == digests[1] == digests[2]
