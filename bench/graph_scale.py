@@ -41,7 +41,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from hxd2_ray.graph.schema import TITLE_MENTIONS
-from hxd2_ray.indexing import tables
+from hxd2_ray.index_store import tables
 
 FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore "
 TEXT = (FILLER * 5)[:400]
@@ -162,7 +162,7 @@ def writer_pool_bytes(n: int) -> int:
 def build(root: Path, n: int, seed: int) -> dict:
     from hxd2_ray.graph.kuzu_store import KuzuGraphWriter
     from hxd2_ray.graph.read_structures import READS_DIR
-    from hxd2_ray.indexing.query_reads import write_query_reads
+    from hxd2_ray.indexer.query_reads import write_query_reads
 
     rng = np.random.default_rng(seed)
     t0 = time.perf_counter()

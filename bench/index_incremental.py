@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     fractions = [float(f) for f in args.fractions.split(",")]
 
-    from hxd2_ray.indexing.generations import read_state
-    from hxd2_ray.indexing.manifest import read_manifest
+    from hxd2_ray.index_store.generations import read_state
+    from hxd2_ray.index_store.manifest import read_manifest
     from hxd2_ray.ingest.sources import resolve_filesystem
     from jobs.index import init_ray, run_index
     from jobs.index_update import run_delete

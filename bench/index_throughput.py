@@ -426,7 +426,7 @@ def measure_actor_startup(cfg, staging_uri: str) -> dict[str, Any]:
         def __init__(self, cfg, staging_uri: str) -> None:
             import inspect
 
-            from hxd2_ray.indexing.output import open_output
+            from hxd2_ray.index_store.output import open_output
             from hxd2_ray.stages.extract_stage import ExtractAndPersist
 
             # The same constructor arguments the job passes (older signature: cfg, staging URI).

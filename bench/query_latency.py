@@ -39,9 +39,9 @@ from hxd2_ray.config import HashingEmbeddingConfig, HxdConfig, RetrievalConfig, 
 from hxd2_ray.extraction.merge import normalize_name
 from hxd2_ray.graph.kuzu_store import load_graph
 from hxd2_ray.graph.read_structures import READS_DIR
-from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.manifest import build_manifest, write_manifest
-from hxd2_ray.indexing.query_reads import write_query_reads
+from hxd2_ray.index_store import tables
+from hxd2_ray.index_store.manifest import build_manifest, write_manifest
+from hxd2_ray.indexer.query_reads import write_query_reads
 from hxd2_ray.llm.scripted import ScriptedLLM
 from hxd2_ray.retrieval import QueryPipeline, open_index
 from hxd2_ray.retrieval.index import DUAL_LEVEL_FAMILIES

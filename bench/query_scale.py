@@ -86,8 +86,8 @@ def _unit(rng: np.random.Generator, n: int) -> np.ndarray:
 def build(root: Path, n: int, seed: int) -> dict:
     from hxd2_ray.graph.kuzu_store import KuzuGraphWriter
     from hxd2_ray.graph.read_structures import READS_DIR
-    from hxd2_ray.indexing.manifest import build_manifest, write_manifest
-    from hxd2_ray.indexing.query_reads import write_query_reads
+    from hxd2_ray.index_store.manifest import build_manifest, write_manifest
+    from hxd2_ray.indexer.query_reads import write_query_reads
     from hxd2_ray.retrieval.lexical import write_lexical
     from hxd2_ray.vectors.faiss_index import write_family
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from hxd2_ray.config import VectorsConfig
 from hxd2_ray.graph.kuzu_store import KuzuGraphStore, load_graph
-from hxd2_ray.indexing import tables
+from hxd2_ray.index_store import tables
 from hxd2_ray.types import vector_id
 from hxd2_ray.vectors.faiss_index import write_family
 

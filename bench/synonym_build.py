@@ -5,7 +5,7 @@
 Per size N: N random unit name vectors (MiniLM's 384 dimensions by default), of which --planted (5%) are
 near-copies of another name (cosine ~0.95: "Lilu" / "Lilu (mythology)"), written as the index job writes the
 family (2 shards; flat up to --ivf-from, IVF from there on, as configs/local.yaml's ``vectors.index_type: auto``
-does at 200k vectors per shard), then :func:`hxd2_ray.indexing.synonyms.synonym_edges` over all N, as the write
+does at 200k vectors per shard), then :func:`hxd2_ray.graph_assembly.synonyms.synonym_edges` over all N, as the write
 stage runs it. Reported: family write seconds, synonym seconds, entities/s, edges found, and the share of planted
 pairs found (IVF probes a few lists, so it can miss some) with the load average beside them.
 """
@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from hxd2_ray.config import SynonymConfig, VectorsConfig
-from hxd2_ray.indexing.synonyms import synonym_edges
+from hxd2_ray.graph_assembly.synonyms import synonym_edges
 
 
 def unit(x: np.ndarray) -> np.ndarray:

@@ -5,7 +5,7 @@
 Per size N: N documents of one chunk each, titled with two to three capitalised made-up words (a vocabulary of
 5,000, so titles repeat words as real names do); each chunk has ``--words`` words of lower- and upper-case
 filler (sentence starts, other capitalised words that are no title) and ``--names-per-chunk`` other documents'
-titles. Then :func:`hxd2_ray.indexing.title_mentions.title_mention_edges` over all N, as the write stage runs
+titles. Then :func:`hxd2_ray.graph_assembly.title_mentions.title_mention_edges` over all N, as the write stage runs
 it. Reported: seconds, chunks/s, rows found, and the share of planted names found.
 """
 
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from hxd2_ray.config import TitleMentionConfig
 from hxd2_ray.graph.schema import CHUNKS, DOCUMENTS
-from hxd2_ray.indexing.title_mentions import title_mention_edges
+from hxd2_ray.graph_assembly.title_mentions import title_mention_edges
 
 FILLER = (
     "the of and a in to was is for on as with by at from that which his her its were has had river city "

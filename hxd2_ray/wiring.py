@@ -171,7 +171,7 @@ def build_pipeline(
     cancellable for the logic form's deadline); the planner's relation hints are read from the graph once, here.
     """
     from hxd2_ray.embedding.cached import CachedEmbedder
-    from hxd2_ray.indexing.manifest import check_compatible
+    from hxd2_ray.index_store.manifest import check_compatible
     from hxd2_ray.llm.wrappers import SerializedLLM
     from hxd2_ray.logic import load_logic_prompts
     from hxd2_ray.retrieval.budget import DEFAULT_CONTEXT_LENGTH, context_limits

@@ -1,7 +1,7 @@
 """Before a job's first stage: does every node of the Ray cluster see the output and the inputs the driver sees?
 
 One task per alive node (pinned with a hard node-affinity strategy, ``num_cpus=0`` so a busy node still runs it)
-runs :func:`hxd2_ray.indexing.cluster_storage.node_probe`; the driver judges the probes and refuses the job with
+runs :func:`hxd2_ray.index_store.cluster_storage.node_probe`; the driver judges the probes and refuses the job with
 the fix named (an ``s3://`` location or a filesystem mounted on every node). On a one-node cluster there is
 nothing to compare and nothing runs.
 """
@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import pyarrow.fs as pafs
 
 from hxd2_ray.errors import ClusterStorageError
-from hxd2_ray.indexing.cluster_storage import (
+from hxd2_ray.index_store.cluster_storage import (
     ReadCheck,
     driver_probe_path,
     judge_probes,

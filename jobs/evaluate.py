@@ -82,7 +82,7 @@ def _check_nodes(job: Any) -> None:
     """Once per run folder and index: every node writes the run folder the driver reads, and reads the index."""
     if not job.cfg.ray.check_nodes or (job.root, job.index) in _NODES_CHECKED:
         return
-    from hxd2_ray.indexing.cluster_storage import ReadCheck
+    from hxd2_ray.index_store.cluster_storage import ReadCheck
     from hxd2_ray.ingest.sources import resolve_filesystem
     from jobs.cluster_check import check_every_node
 

@@ -31,7 +31,7 @@ def open_graph(index: str) -> Any:
     """The current generation's graph of the index at ``index``, read-only, through the index layout, with the
     engine that wrote it (the manifest's ``graph_backend``)."""
     from hxd2_ray.graph.kuzu_store import KuzuGraphStore
-    from hxd2_ray.indexing.layout import locate_local_index
+    from hxd2_ray.index_store.layout import locate_local_index
 
     if "://" in index:
         raise HxdError(f"hxd2 graph reads a local index folder; copy {index} to a local folder first")

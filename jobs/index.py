@@ -49,7 +49,7 @@ __all__ = [
 def preflight(cfg: HxdConfig, input_uri: str, output_uri: str, overwrite: bool = False) -> InputSelection:
     """Check the input (walked: the files to read) and the output (created if missing) before anything else is
     written or started; an :class:`HxdError` says what is wrong. Returns the selected inputs."""
-    from hxd2_ray.indexing.output import check_input_outside, open_output
+    from hxd2_ray.index_store.output import check_input_outside, open_output
     from hxd2_ray.ingest.sources import select_inputs
     from hxd2_ray.wiring import check_llm_server
 
@@ -72,8 +72,8 @@ def run_index(
     """Check the input and the output (unless ``inputs`` says :func:`preflight` did), take the output's build
     lock, then start Ray and build or change the index. ``overwrite`` empties the output first, but for its LLM
     cache (replies keyed by model, prompt and sampling are never stale) and the run's log folder."""
-    from hxd2_ray.indexing.build.flow import IndexBuild
-    from hxd2_ray.indexing.output import build_output
+    from hxd2_ray.index_store.output import build_output
+    from hxd2_ray.indexer.flow import IndexBuild
     from jobs.console import LOG_FOLDER
 
     if inputs is None:

@@ -48,7 +48,7 @@ def _report(result: dict[str, Any], as_json: bool, line: str) -> int:
 
 def main_export(argv: list[str] | None = None) -> int:
     from hxd2_ray.config import load_config
-    from hxd2_ray.indexing.backup import export_index
+    from hxd2_ray.index_store.backup import export_index
     from hxd2_ray.ingest.sources import resolve_filesystem
 
     args = build_export_parser().parse_args(argv)
@@ -68,7 +68,7 @@ def main_export(argv: list[str] | None = None) -> int:
 
 
 def main_import(argv: list[str] | None = None) -> int:
-    from hxd2_ray.indexing.backup import import_index
+    from hxd2_ray.index_store.backup import import_index
 
     args = build_import_parser().parse_args(argv)
     try:

@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Any
 
-from hxd2_ray.indexing.kb_index import DEFAULT_EMBED_CALL_SIZE, build_kb_index
+from hxd2_ray.indexer.kb_index import DEFAULT_EMBED_CALL_SIZE, build_kb_index
 from hxd2_ray.retrieval.query_config import load_query_config
 
 
@@ -125,7 +125,7 @@ def _check_output_parent(output: str, cfg: Any) -> None:
     Checked before anything is embedded, by the one place that opens outputs (one ``error:`` line if not)."""
     from pathlib import Path
 
-    from hxd2_ray.indexing.output import open_output
+    from hxd2_ray.index_store.output import open_output
 
     if "://" not in output:
         path = Path(output).expanduser().absolute()

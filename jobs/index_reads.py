@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hxd2_ray.indexing.reindex_reads import reindex_reads
+    from hxd2_ray.indexer.reindex_reads import reindex_reads
     from hxd2_ray.retrieval.query_config import load_query_config
 
     args = build_parser().parse_args(argv)

@@ -4,8 +4,8 @@
     hxd2 index delete --output EXISTING --source PATH ...  remove the documents read from a file (or a folder)
 
 Adding or updating documents is ``hxd2 index --input NEW --output EXISTING`` (``jobs/index.py``); both are the
-library's build flow (:mod:`hxd2_ray.indexing.build`), a change of the current generation
-(:mod:`hxd2_ray.indexing.build.update`).
+library's build flow (:mod:`hxd2_ray.indexer`), a change of the current generation
+(:mod:`hxd2_ray.indexer.update`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ def run_delete(
     cfg: HxdConfig, output_uri: str, doc_ids: list[str], source_paths: list[str], options: RunOptions | None = None
 ) -> dict[str, Any]:
     """Delete documents under the output's build lock (no other build or change runs meanwhile)."""
-    from hxd2_ray.indexing.build.flow import IndexBuild
-    from hxd2_ray.indexing.output import build_output
+    from hxd2_ray.index_store.output import build_output
+    from hxd2_ray.indexer.flow import IndexBuild
     from jobs.index_wiring import _say, index_hooks, init_ray, ray_runner
 
     if not doc_ids and not source_paths:

@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def verify_index(location: str, cfg: Any, checksums: bool = True) -> dict[str, Any]:
-    from hxd2_ray.indexing.manifest import find_damage, read_manifest
+    from hxd2_ray.index_store.manifest import find_damage, read_manifest
     from hxd2_ray.ingest.sources import resolve_filesystem
 
     fs, root = resolve_filesystem(location, cfg.s3)

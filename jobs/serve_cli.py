@@ -279,7 +279,7 @@ def check_local_indexes_on_every_node(indexes: dict[str, str]) -> None:
     """A replica may start on any node: a local index path must hold the index on every node of the cluster."""
     import pyarrow.fs as pafs
 
-    from hxd2_ray.indexing.cluster_storage import ReadCheck
+    from hxd2_ray.index_store.cluster_storage import ReadCheck
     from jobs.cluster_check import check_every_node
 
     local = [loc.removeprefix("file://") for loc in indexes.values() if "://" not in loc or loc.startswith("file://")]

@@ -86,7 +86,7 @@ def check_local_indexes(indexes: dict[str, str], cfg: HxdConfig) -> None:
     configured embedder (otherwise a replica would fail to start and Serve would only say which deployment)."""
     from hxd2_ray.config import embedding_model_id
     from hxd2_ray.errors import IndexMismatchError
-    from hxd2_ray.indexing.manifest import check_compatible, read_manifest
+    from hxd2_ray.index_store.manifest import check_compatible, read_manifest
 
     for name, location in indexes.items():
         if "://" in location:

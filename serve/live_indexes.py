@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from hxd2_ray.config import HxdConfig
 from hxd2_ray.errors import IndexNotFoundError
-from hxd2_ray.indexing.query_reads import corpus_root_of, read_corpus_root
+from hxd2_ray.indexer.query_reads import corpus_root_of, read_corpus_root
 from hxd2_ray.retrieval.live_index import LiveIndex
 
 log = logging.getLogger("hxd2.serve")
@@ -44,7 +44,7 @@ def open_live(
                 if "://" in location:
                     raise
                 # A replica may start on any node; a local path exists only where it was written.
-                from hxd2_ray.indexing.cluster_storage import advice
+                from hxd2_ray.index_store.cluster_storage import advice
                 from hxd2_ray.stages.stage_run import current_node
 
                 raise IndexNotFoundError(

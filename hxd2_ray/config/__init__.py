@@ -1,9 +1,19 @@
 """Typed, frozen configuration loaded from YAML, with dotted overrides and a fingerprint for indexes.
 
+Where things are: :mod:`root` is the whole configuration (:class:`HxdConfig`) and the fingerprints of the staged
+rows and of an index; :mod:`base` the base of every section and the markers that keep a field out of an index's
+fingerprint; :mod:`loading` loads YAML or a mapping with ``section.key=value`` overrides (``local.yaml`` beside it is
+the shipped default config). One module per section: :mod:`sources` (where a corpus is read from: S3, the input files
+and record fields, document conversion), :mod:`extraction` (chunking, entity and relation extraction),
+:mod:`embedding` and :mod:`llm` (the backends and the model id an index records), :mod:`index` (what the write stage
+builds: Faiss families, SYNONYM and NAMES_TITLE edges, generations), :mod:`retrieval` (a package of one module per
+concern, under the same flat keys), :mod:`rerank` (the reranker, query time only), :mod:`multistage` and
+:mod:`refusal` (the multi-stage pipeline and its refusal gate), :mod:`graphflow` (the graph-walk policy, with its own
+fingerprint), :mod:`runtime` (Ray resources, the LLM response cache, prices and budgets: none of it part of an index).
+Nothing here imports the library beyond :mod:`hxd2_ray.errors`.
+
 Every section is a pydantic model with ``extra="forbid"``; unknown keys and bad values raise
-:class:`~hxd2_ray.errors.ConfigError` with the valid keys or values listed. One module per section (``retrieval``
-is a package of one module per concern, under the same flat keys); :mod:`hxd2_ray.config.base` holds the markers
-that keep a field out of an index's fingerprint, :mod:`hxd2_ray.config.loading` the YAML loading.
+:class:`~hxd2_ray.errors.ConfigError` with the valid keys or values listed.
 """
 
 from __future__ import annotations

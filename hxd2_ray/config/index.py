@@ -153,7 +153,7 @@ def synonym_factors(cfg: SynonymConfig) -> dict[str, Any]:
     return fingerprint_factors(cfg, "graph", "graph")
 
 
-# The rules of the title scan (hxd2_ray.indexing.title_mentions): a change of them makes existing indexes stale.
+# The rules of the title scan (hxd2_ray.graph_assembly.title_mentions): a change of them makes existing indexes stale.
 TITLE_SCAN_RULES = "names-as-written-1"
 
 

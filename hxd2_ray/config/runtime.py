@@ -79,7 +79,7 @@ class ModelPrice(FrozenSection):
 
 
 class CostConfig(FrozenSection):
-    """Prices for the token and cost accounting of the indexing job (``hxd2_ray.indexing.cost``)."""
+    """Prices for the token and cost accounting of the indexing job (``hxd2_ray.stages.cost``)."""
 
     prices: dict[str, ModelPrice] = Field(
         default_factory=dict,

@@ -2,7 +2,7 @@
 
 The graph owns these: they are what a loader needs, whoever produces them (the index job's ingest and merge
 stages, the triple loader of :mod:`hxd2_ray.logic.metaqa`). The index job's other staging tables are in
-:mod:`hxd2_ray.indexing.tables`.
+:mod:`hxd2_ray.index_store.tables`.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ RELATIONS = pa.schema(
     ]
 )
 
-# SYNONYM edges between entities whose names embed alike (hxd2_ray.indexing.synonyms): smaller key first.
+# SYNONYM edges between entities whose names embed alike (hxd2_ray.graph_assembly.synonyms): smaller key first.
 SYNONYMS = pa.schema([("source_key", pa.string()), ("target_key", pa.string()), ("score", pa.float64())])
 
-# A chunk whose text names another document's title (hxd2_ray.indexing.title_mentions): loaded as NAMES_TITLE edges.
+# A chunk whose text names another document's title (hxd2_ray.graph_assembly.title_mentions): NAMES_TITLE edges.
 TITLE_MENTIONS = pa.schema([("chunk_id", pa.string()), ("doc_id", pa.string())])

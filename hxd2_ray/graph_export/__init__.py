@@ -2,6 +2,12 @@
 or a Cypher script for a user's own database. Every format streams the graph page by page through
 :meth:`KuzuGraphStore.iter_pages`, so memory stays bounded by a page whatever the graph's size.
 
+Where things are: :mod:`export` is the entry point (:func:`export_graph`: one writer over the store's pages);
+:mod:`rows` describes the graph's tables as the writers see them (names, property types, endpoints) and pages them;
+the writers are :mod:`graphml` (GraphML), :mod:`neo4j_csv` (CSV files and an ``import.sh`` for
+``neo4j-admin database import``) and :mod:`cypher` (a Cypher script for one's own Neo4j). The caller hands in the
+graph store, so nothing here imports a graph engine or Ray.
+
 The graph as exported: ``Entity`` nodes (key, name, type, description, source_chunk_ids, mention_count,
 name_truncated, degree), ``Chunk`` nodes (id, doc_id, order, start, text, header_path, language), ``Document``
 nodes (id, source_id, source_path, title, n_chars), ``RELATED`` edges between entities (stored once per

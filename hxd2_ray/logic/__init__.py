@@ -1,15 +1,17 @@
 """Logic-form retrieval (paper §3.2.2, Algorithms 2 and 4): plan -> execute over the graph -> verify.
 
-* :mod:`.plan`: the plan representation, :func:`validate_plan`, :func:`plan_json_schema`;
-* :mod:`.safe_math`: the ``math`` operator's arithmetic (an ast whitelist, never eval);
-* :mod:`.planner`: :class:`LogicFormPlanner` (LLM planning with one repair round, versioned prompts);
-* :mod:`.queries`: :class:`GraphQueries`, the traced named reads of the graph (:mod:`hxd2_ray.graph.templates`);
-* :mod:`.linking`: :class:`EntityLinker` (plan names -> entity keys);
-* :mod:`.facts`: facts and numbers read off edges and names, :class:`PredicateMatcher`;
-* :mod:`.evidence`: :class:`Value`, :class:`StepTrace`, :class:`LogicFormEvidence`;
-* :mod:`.executor`: :class:`LogicFormExecutor`;
-* :mod:`.verifier`: :class:`EvidenceVerifier` (pre-check / post-check);
-* :mod:`.metaqa`: MetaQA KB and question loaders.
+Where things are: planning: :mod:`plan` is the plan representation, :mod:`plan_arguments` parses each operator's
+arguments, :mod:`plan_validation` validates a plan (:func:`validate_plan`) and gives the JSON schema that constrains a
+model's plan (:func:`plan_json_schema`), :mod:`safe_math` is the ``math`` operator's arithmetic (an ast whitelist,
+never eval), and :mod:`planner` is :class:`LogicFormPlanner` (LLM planning with one repair round, versioned prompts
+under ``prompts/``). Executing: :mod:`executor` is :class:`LogicFormExecutor`; it reads the graph through
+:mod:`queries` (:class:`GraphQueries`, the traced named reads of :mod:`hxd2_ray.graph.templates`), links plan names
+to entity keys with :mod:`linking` (:class:`EntityLinker`) and reads facts and numbers off edges and names with
+:mod:`facts` (:class:`PredicateMatcher`); :mod:`evidence` holds what running a plan produced (:class:`Value`,
+:class:`StepTrace`, :class:`LogicFormEvidence`). Verifying: :mod:`verifier` is :class:`EvidenceVerifier`
+(pre-check / post-check). :mod:`metaqa` loads MetaQA's knowledge base (or any ``subject|relation|object`` triple
+file) straight into the graph; it is the one module here that writes a Kùzu graph, everything else reaches the
+backends through their seams. No Ray here.
 """
 
 from hxd2_ray.graph.templates import LOGIC_TEMPLATES

@@ -32,8 +32,8 @@ from hxd2_ray.errors import HxdError, IndexDamagedError, IndexMismatchError, Ind
 from hxd2_ray.graph.base import GraphStore
 from hxd2_ray.graph.read_structures import READS_DIR
 from hxd2_ray.graph.resident import LazyStore, open_resident
-from hxd2_ray.indexing.layout import GRAPH_NAME, IndexLayout
-from hxd2_ray.indexing.manifest import (
+from hxd2_ray.index_store.layout import GRAPH_NAME, IndexLayout
+from hxd2_ray.index_store.manifest import (
     MANIFEST_NAME,
     IndexManifest,
     check_compatible,
@@ -41,7 +41,7 @@ from hxd2_ray.indexing.manifest import (
     generation_dir,
     read_manifest,
 )
-from hxd2_ray.indexing.tables import VECTOR_FAMILIES
+from hxd2_ray.index_store.tables import VECTOR_FAMILIES
 from hxd2_ray.ingest.sources import resolve_filesystem
 from hxd2_ray.retrieval.fuzzy import FuzzyNameIndex
 from hxd2_ray.retrieval.lexical import LEXICAL_DIR, LexicalIndex

@@ -7,7 +7,7 @@ index (``attach``: a query pipeline, a plan executor), and then moves new reques
 generation for its whole life (:meth:`LiveIndex.pin`): requests in flight finish on the generation they started
 on, and a request pinned elsewhere (by the deployment that took it) is answered from that same generation, opened
 on demand, so no request reads two generations. A generation nobody pins any more and that is not current is
-closed. While a generation is open this process holds a lease on it (:mod:`hxd2_ray.indexing.leases`), so the
+closed. While a generation is open this process holds a lease on it (:mod:`hxd2_ray.index_store.leases`), so the
 index job's pruning never removes it from under a request.
 """
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from hxd2_ray.config import HxdConfig
-from hxd2_ray.indexing.leases import LeaseKeeper
-from hxd2_ray.indexing.manifest import read_manifest
+from hxd2_ray.index_store.leases import LeaseKeeper
+from hxd2_ray.index_store.manifest import read_manifest
 from hxd2_ray.ingest.sources import resolve_filesystem
 from hxd2_ray.retrieval.index import OpenIndex, open_index
 

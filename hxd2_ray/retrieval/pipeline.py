@@ -32,7 +32,7 @@ from hxd2_ray.errors import BackendError
 from hxd2_ray.extraction.merge import normalize_name
 from hxd2_ray.extraction.names import named_entities
 from hxd2_ray.graph.base import unique_in_order
-from hxd2_ray.indexing.manifest import check_compatible
+from hxd2_ray.index_store.manifest import check_compatible
 from hxd2_ray.llm.base import LLMClient, LLMRequest, Message
 from hxd2_ray.llm.streaming import StreamOutcome, complete_one, stream_completion
 from hxd2_ray.rerank.base import Reranker

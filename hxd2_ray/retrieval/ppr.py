@@ -9,7 +9,7 @@ weights, entity nodes ``0 .. E-1`` and chunk nodes ``E .. E+C-1``, joined by
 * SYNONYM (entity -- entity whose name vector is near, built at index time), weight ``synonym`` x cosine, so a
   sparse or noisy extraction ("Lilu" / "Lilu (mythology)") still connects;
 * TITLE (chunk -- title node), weight ``title``: a node per document whose title another chunk's text names
-  (NAMES_TITLE, found at index time: :mod:`hxd2_ray.indexing.title_mentions`), joined to those chunks and to the
+  (NAMES_TITLE, found at index time: :mod:`hxd2_ray.graph_assembly.title_mentions`), joined to those chunks and to the
   document's own. This is the corpus's own link structure (a Wikipedia passage names the article it links to),
   and it does not depend on the extractor: a 135M model that misses "Lester Smith" in passage A still leaves A
   one title node away from Lester Smith's own article. Title nodes are numbered after the chunks,

@@ -14,7 +14,7 @@ from typing import Any, get_args
 
 from hxd2_ray.config import HxdConfig, config_from_data, load_config, load_shipped_config
 from hxd2_ray.errors import ConfigError, IndexNotFoundError
-from hxd2_ray.indexing.manifest import read_manifest
+from hxd2_ray.index_store.manifest import read_manifest
 from hxd2_ray.ingest.sources import resolve_filesystem
 
 

@@ -35,9 +35,9 @@ from hxd2_ray.evaluation.grid import (
     write_grid,
 )
 from hxd2_ray.evaluation.report import aggregate, compare_runs, write_report
-from hxd2_ray.indexing.cluster_storage import ReportedFile, check_reported_files
-from hxd2_ray.indexing.manifest import check_compatible, read_manifest
-from hxd2_ray.indexing.output import open_output
+from hxd2_ray.index_store.cluster_storage import ReportedFile, check_reported_files
+from hxd2_ray.index_store.manifest import check_compatible, read_manifest
+from hxd2_ray.index_store.output import open_output
 from hxd2_ray.ingest.sources import resolve_filesystem
 from hxd2_ray.retrieval.index import open_index
 from hxd2_ray.retrieval.query_config import load_query_config

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import pyarrow as pa
 
-from hxd2_ray.indexing import tables
+from hxd2_ray.index_store import tables
 from hxd2_ray.types import Chunk, Document, Extraction, QuarantinedFile
 
 CHUNK_STRUCT = pa.struct([(f.name, f.type) for f in tables.CHUNKS if f.name != "shard"])

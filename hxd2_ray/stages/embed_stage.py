@@ -17,9 +17,7 @@ import pyarrow.fs as pafs
 
 from hxd2_ray.config import HxdConfig, embedding_model_id
 from hxd2_ray.embedding.base import Embedder
-from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.cost import embedding_payload
-from hxd2_ray.indexing.embedding_texts import (
+from hxd2_ray.graph_assembly.embedding_texts import (
     EMBED_INPUTS,
     TEXT_VECTORS_FOLDER,
     TEXTS_TO_EMBED,
@@ -28,8 +26,10 @@ from hxd2_ray.indexing.embedding_texts import (
     relation_key,
     text_key,
 )
-from hxd2_ray.indexing.faults import crash_point
+from hxd2_ray.index_store import tables
 from hxd2_ray.progress import NO_COUNTER, StageCounter
+from hxd2_ray.stages.cost import embedding_payload
+from hxd2_ray.stages.faults import crash_point
 from hxd2_ray.stages.stage_run import StageRun, current_node
 from hxd2_ray.stages.staging import batch_file_name, write_table_atomic
 from hxd2_ray.wiring import build_embedder

@@ -11,10 +11,10 @@ import pyarrow.fs as pafs
 from hxd2_ray.config import HxdConfig
 from hxd2_ray.extraction.extractor import Extractor
 from hxd2_ray.extraction.prompts import load_prompts
-from hxd2_ray.indexing.faults import crash_point
 from hxd2_ray.llm.base import LLMClient
 from hxd2_ray.progress import NO_COUNTER, CountingLLM, StageCounter
 from hxd2_ray.stages.columns import chunks_from_table, extractions_to_table
+from hxd2_ray.stages.faults import crash_point
 from hxd2_ray.stages.stage_run import IndexingLLM, StageRun, current_node
 from hxd2_ray.stages.staging import batch_file_name, write_table_atomic
 from hxd2_ray.wiring import build_llm

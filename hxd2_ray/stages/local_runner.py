@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from hxd2_ray.config import HxdConfig, llm_model_id
-from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.cluster_storage import ReportedFile, check_reported_files
-from hxd2_ray.indexing.cost import UsageLedger
+from hxd2_ray.index_store import tables
+from hxd2_ray.index_store.cluster_storage import ReportedFile, check_reported_files
 from hxd2_ray.ingest.sources import resolve_filesystem
 from hxd2_ray.llm.cache import ResponseStore
+from hxd2_ray.stages.cost import UsageLedger
 from hxd2_ray.stages.embed_stage import EmbedAndPersist
 from hxd2_ray.stages.extract_stage import ExtractAndPersist
 from hxd2_ray.stages.ingest_stage import ParseAndChunk

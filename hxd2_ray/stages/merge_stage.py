@@ -22,7 +22,7 @@ from hxd2_ray.extraction.merge import (
     relation_pair_key,
 )
 from hxd2_ray.extraction.prompts import load_prompts
-from hxd2_ray.indexing import tables
+from hxd2_ray.index_store import tables
 from hxd2_ray.llm.base import LLMClient
 from hxd2_ray.llm.tokens import build_token_counter
 from hxd2_ray.progress import NO_COUNTER, CountingLLM, StageCounter

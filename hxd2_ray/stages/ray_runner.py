@@ -20,15 +20,15 @@ import ray
 import ray.data
 
 from hxd2_ray.config import HxdConfig
-from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.cluster_storage import ReadCheck
-from hxd2_ray.indexing.cost import UsageLedger
-from hxd2_ray.indexing.faults import worker_env
+from hxd2_ray.index_store import tables
+from hxd2_ray.index_store.cluster_storage import ReadCheck
 from hxd2_ray.ingest.sources import resolve_filesystem
 from hxd2_ray.progress import StageCounter
 from hxd2_ray.stages.actor_capacity import ActorNeeds, watch_capacity
+from hxd2_ray.stages.cost import UsageLedger
 from hxd2_ray.stages.embed_stage import EmbedAndPersist
 from hxd2_ray.stages.extract_stage import ExtractAndPersist
+from hxd2_ray.stages.faults import worker_env
 from hxd2_ray.stages.ingest_stage import ParseAndChunk
 from hxd2_ray.stages.local_runner import (
     PARSE_BATCH_FILES,

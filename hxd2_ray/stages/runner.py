@@ -1,6 +1,6 @@
 """The seam between the index build's flow and where its stages run.
 
-:class:`~hxd2_ray.indexing.build.flow.IndexBuild` decides what to do (which chunks to extract, what to merge,
+:class:`~hxd2_ray.indexer.flow.IndexBuild` decides what to do (which chunks to extract, what to merge,
 which texts to embed, when a budget stops the run); a :class:`StageRunner` runs those units of work and keeps
 the run's shared services (the usage ledger with its budget, the LLM cache, the checks of the files its workers
 report). ``hxd2_ray.stages.ray_runner`` runs them on Ray Data; ``hxd2_ray.stages.local_runner`` in this process,
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from hxd2_ray.indexing.output import open_output
+from hxd2_ray.index_store.output import open_output
 from hxd2_ray.llm.cache import CacheLocation
 from hxd2_ray.progress import NO_COUNTER, StageCounter
 

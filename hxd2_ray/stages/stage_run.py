@@ -2,7 +2,7 @@
 cost, the budget) and the prompt version; and the node an actor runs on, for the files it reports.
 
 :class:`StageRun` is picklable and travels to every actor as a constructor argument. Its ledger is a
-:class:`~hxd2_ray.indexing.cost.UsageLedger` in one process, or a :class:`RemoteLedger` over the job's ledger
+:class:`~hxd2_ray.stages.cost.UsageLedger` in one process, or a :class:`RemoteLedger` over the job's ledger
 actor on Ray. :class:`IndexingLLM` puts the cache (when enabled) above a meter above the backend, so the meter
 counts only real calls.
 """
@@ -14,10 +14,10 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from hxd2_ray.indexing.cost import llm_payload
 from hxd2_ray.llm.base import LLMClient
 from hxd2_ray.llm.cache import CachedLLM, CacheLocation, ResponseStore
 from hxd2_ray.llm.metering import MeteredLLM
+from hxd2_ray.stages.cost import llm_payload
 
 log = logging.getLogger(__name__)
 

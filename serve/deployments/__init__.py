@@ -1,5 +1,14 @@
 """The Serve deployments: the query flow's parts as a graph of deployments behind one HTTP ingress.
 
+Where things are: :mod:`ingress` is the HTTP ingress (the FastAPI app of :mod:`serve.api` over the Retriever's
+handle); :mod:`retriever` the Retriever (opens every served index read-only, following its generations, and runs the
+query flow in worker threads for answers, streams and the index views); :mod:`parts` the flow's parts as deployments
+of their own (Planner, PlanExecutor, Verifier, GraphWalker); :mod:`models` the LLM (vLLM's async engine) and the
+Embedder (``@serve.batch`` across requests); :mod:`wiring` how a Retriever replica composes the query flow (its parts
+as handles of the other deployments or built in the replica, each index's config from its manifest). The four
+deployment modules never import each other; :mod:`retriever` and :mod:`parts` share :mod:`wiring`, which the
+ingress never imports.
+
 Request flow (``serve.app:build_app`` wires it)::
 
     HTTP ─► proxy ─► Ingress (serve.api: auth, limits, text validation, OpenAI shapes, SSE)

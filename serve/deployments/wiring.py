@@ -117,7 +117,7 @@ class Manifested:
 
 
 def manifests_of(locations: dict[str, str], cfg: HxdConfig) -> dict[str, Manifested]:
-    from hxd2_ray.indexing.manifest import read_manifest
+    from hxd2_ray.index_store.manifest import read_manifest
     from hxd2_ray.ingest.sources import resolve_filesystem
 
     out = {}

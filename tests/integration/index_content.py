@@ -42,7 +42,7 @@ def graph_rows(index: Path) -> dict[str, list[str]]:
 def vector_contents(index: Path) -> dict[str, dict[str, bytes]]:
     """Every vector of every family, by key, read back from the published Faiss shards (either family format: a
     build from before the mapped id maps, too)."""
-    from hxd2_ray.indexing.tables import VECTOR_FAMILIES
+    from hxd2_ray.index_store.tables import VECTOR_FAMILIES
     from hxd2_ray.vectors.faiss_index import stored_vectors
 
     families = {}

@@ -93,7 +93,7 @@ def test_the_fused_mention_order_does_not_reach_it(bridge_index, tmp_path, capsy
 
 
 def test_the_index_has_synonym_edges_and_a_calibrated_refusal_threshold(bridge_index):
-    from hxd2_ray.indexing.manifest import read_manifest
+    from hxd2_ray.index_store.manifest import read_manifest
 
     manifest = read_manifest(bridge_index)
     assert manifest.synonyms["enabled"] and manifest.synonyms["k"] == 10 and "edges" in manifest.synonyms

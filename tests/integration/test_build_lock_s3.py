@@ -13,7 +13,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from hxd2_ray.config import S3Config
-from hxd2_ray.indexing.build_lock import LOCK_NAME, BuildLockedError, LockHolder, acquire_build_lock
+from hxd2_ray.index_store.build_lock import LOCK_NAME, BuildLockedError, LockHolder, acquire_build_lock
 from hxd2_ray.ingest.sources import resolve_filesystem
 
 pytestmark = pytest.mark.integration

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from hxd2_ray.indexing.faults import CRASH_AT_ENV, CRASH_EXIT_CODE, CRASH_ONCE_DIR_ENV
+from hxd2_ray.stages.faults import CRASH_AT_ENV, CRASH_EXIT_CODE, CRASH_ONCE_DIR_ENV
 from tests.integration.index_content import GRAPH_ROWS, graph_rows, vector_contents
 from tests.stand_ins import STAND_IN_OVERRIDES
 

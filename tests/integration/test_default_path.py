@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hxd2_ray.indexing.manifest import read_manifest
+from hxd2_ray.index_store.manifest import read_manifest
 from tests.integration.servers import free_port, stop_process_group, wait_until_served
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]

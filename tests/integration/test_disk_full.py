@@ -3,7 +3,7 @@ naming the path (and, for a full disk, the space needed), exit 2; the previous g
 and the failed build folder are gone, and the same command, once the fault is lifted, resumes (no extraction again)
 and publishes what a clean build holds.
 
-* injected at the write seam (``HXD2_DISK_FAULT_AT``, hxd2_ray.indexing.faults): the graph write without space,
+* injected at the write seam (``HXD2_DISK_FAULT_AT``, hxd2_ray.stages.faults): the graph write without space,
   the manifest switch on an output turned read-only and the graph engine's load aborting its process, each in an
   update that adds a document;
 * a real 20 MB tmpfs (root only): filled until the update's graph cannot fit (refused before Kùzu starts), then
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from hxd2_ray.indexing.build_lock import LOCK_NAME
-from hxd2_ray.indexing.faults import DISK_FAULT_ENV
+from hxd2_ray.index_store.build_lock import LOCK_NAME
+from hxd2_ray.stages.faults import DISK_FAULT_ENV
 from tests.integration.test_crash_matrix import DOCS, SAMPLE, _build, _change, _same_content, cluster
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hxd2_ray.indexing.kb_index import build_kb_index
+from hxd2_ray.indexer.kb_index import build_kb_index
 from hxd2_ray.logic.metaqa import read_triples
 from tests.unit.test_graphflow_data import KB, kb_config
 

@@ -1,4 +1,4 @@
-"""The library's build flow (hxd2_ray.indexing.build) over its two runners: in this process, without Ray, and on
+"""The library's build flow (hxd2_ray.indexer) over its two runners: in this process, without Ray, and on
 Ray Data (what ``hxd2 index`` runs). The scripted LLM and hashing embedder make both exact: the same corpus gives
 the same graph and the same vectors, and an update and a delete in process equal them too."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hxd2_ray.config import load_config
-from hxd2_ray.indexing.build.flow import IndexBuild
+from hxd2_ray.indexer.flow import IndexBuild
 from hxd2_ray.stages.local_runner import InProcessRunner
 from tests.integration.index_content import graph_rows, vector_contents
 

@@ -114,8 +114,8 @@ def test_counts_match_the_in_process_oracle(built, corpus):
 
 def test_graph_vectors_and_manifest_agree_with_the_summary(built):
     from hxd2_ray.graph.kuzu_store import KuzuGraphStore
-    from hxd2_ray.indexing.generations import query_root
-    from hxd2_ray.indexing.manifest import read_manifest
+    from hxd2_ray.index_store.generations import query_root
+    from hxd2_ray.index_store.manifest import read_manifest
     from hxd2_ray.vectors.faiss_index import FaissFamilyIndex
 
     out, summary = built
@@ -218,7 +218,7 @@ def test_a_slow_stage_is_not_killed_by_ray_datas_stall_timeout(ray_local):
 
 def test_index_from_and_to_s3(ray_local, s3_server, s3_client, s3_bucket, capsys):
     from hxd2_ray.config import S3Config
-    from hxd2_ray.indexing.manifest import read_manifest
+    from hxd2_ray.index_store.manifest import read_manifest
     from hxd2_ray.ingest.sources import resolve_filesystem
 
     for path in sorted(SAMPLE.iterdir()):
@@ -280,8 +280,8 @@ PROMPT_EXAMPLE_NAMES = ("Halden Institute", "Rachel Osei", "Kelp Protection Act"
 
 def assert_no_prompt_example_names(out: Path) -> None:
     from hxd2_ray.graph.kuzu_store import KuzuGraphStore
-    from hxd2_ray.indexing.generations import query_root
-    from hxd2_ray.indexing.manifest import read_manifest
+    from hxd2_ray.index_store.generations import query_root
+    from hxd2_ray.index_store.manifest import read_manifest
 
     manifest = read_manifest(str(out / "manifest.json"))
     assert {"ungrounded_entities", "ungrounded_relations"} <= set(manifest.counts)

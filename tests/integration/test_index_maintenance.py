@@ -80,8 +80,8 @@ def _state(out: Path) -> dict[str, list[dict]]:
 
 def _vectors(out: Path) -> dict[str, dict[str, np.ndarray]]:
     """Every vector of every family by key, read back from the published Faiss shards."""
-    from hxd2_ray.indexing.generations import query_root
-    from hxd2_ray.indexing.manifest import read_manifest
+    from hxd2_ray.index_store.generations import query_root
+    from hxd2_ray.index_store.manifest import read_manifest
     from hxd2_ray.vectors.faiss_index import stored_vectors
 
     files = Path(query_root(str(out), read_manifest(str(out))))
@@ -94,8 +94,8 @@ def _vectors(out: Path) -> dict[str, dict[str, np.ndarray]]:
 def _title_mentions(out: Path) -> list[tuple[str, str]]:
     """The current generation's NAMES_TITLE edges as (chunk id, document id), sorted."""
     from hxd2_ray.graph.kuzu_store import KuzuGraphStore
-    from hxd2_ray.indexing.generations import query_root
-    from hxd2_ray.indexing.manifest import read_manifest
+    from hxd2_ray.index_store.generations import query_root
+    from hxd2_ray.index_store.manifest import read_manifest
 
     with KuzuGraphStore(Path(query_root(str(out), read_manifest(str(out)))) / "graph.kuzu") as store:
         tables = store.scan_tables()
@@ -203,8 +203,8 @@ def test_a_changed_description_is_embedded_again_and_a_gone_key_has_no_vector(ra
     import pyarrow as pa
 
     from hxd2_ray.config import load_config
-    from hxd2_ray.indexing import tables
-    from hxd2_ray.indexing.build.flow import IndexBuild
+    from hxd2_ray.index_store import tables
+    from hxd2_ray.indexer.flow import IndexBuild
     from hxd2_ray.wiring import build_embedder
     from jobs.index import ray_runner
 

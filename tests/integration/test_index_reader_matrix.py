@@ -19,7 +19,7 @@ import pytest
 
 from hxd2_ray.config import load_config
 from hxd2_ray.embedding.hashing import HashingEmbedder
-from hxd2_ray.indexing.manifest import read_manifest
+from hxd2_ray.index_store.manifest import read_manifest
 from hxd2_ray.retrieval import QueryPipeline, open_index
 from hxd2_ray.retrieval.live_index import LiveIndex
 from jobs import index as index_job

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from hxd2_ray.config import load_config
-from hxd2_ray.indexing.build.flow import IndexBuild
+from hxd2_ray.indexer.flow import IndexBuild
 from hxd2_ray.stages.local_runner import InProcessRunner
 from hxd2_ray.stages.runner import RunOptions
 from jobs import cli

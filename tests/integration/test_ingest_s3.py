@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hxd2_ray.config import IngestConfig, S3Config
-from hxd2_ray.indexing.output import open_output
+from hxd2_ray.index_store.output import open_output
 from hxd2_ray.ingest.sources import (
     list_input_files,
     load_documents,

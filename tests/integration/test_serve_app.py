@@ -81,14 +81,14 @@ def _movies_with_policy(root: Path) -> tuple[Path, Path]:
     from hxd2_ray.graphflow.dataset import index_inputs
     from hxd2_ray.graphflow.policy import save_policy
     from hxd2_ray.graphflow.trainer import train_policy
-    from hxd2_ray.indexing.kb_index import build_kb_index
+    from hxd2_ray.indexer.kb_index import build_kb_index
     from hxd2_ray.retrieval import open_index
     from tests.unit.graphflow_fixtures import TRAIN, kb_questions
     from tests.unit.test_graphflow_data import KB, kb_config
 
     cfg = kb_config().model_copy(update={"embedding": HashingEmbeddingConfig(dim=DIM)})
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("hxd2_ray.indexing.kb_index.calibrate_build", lambda *args, **kwargs: None)
+        mp.setattr("hxd2_ray.indexer.kb_index.calibrate_build", lambda *args, **kwargs: None)
         build_kb_index(cfg, KB, root / "movies", progress=None, batch_size=64)
     gcfg = GraphFlowConfig(**dict(TRAIN, epochs=3, patience=3), cache_dir=str(root / "cache"))
     with open_index(root / "movies", cfg) as index:

@@ -12,7 +12,7 @@ from hxd2_ray.embedding.hashing import HashingEmbedder
 from hxd2_ray.evaluation.datasets import EvalItem
 from hxd2_ray.graphflow.dataset import index_inputs
 from hxd2_ray.graphflow.trainer import TrainingInputs, export_policy, train_policy
-from hxd2_ray.indexing.kb_index import build_kb_index
+from hxd2_ray.indexer.kb_index import build_kb_index
 from hxd2_ray.logic.metaqa import read_triples
 from hxd2_ray.retrieval import open_index
 from tests.unit.test_graphflow_data import DIM, KB, kb_config

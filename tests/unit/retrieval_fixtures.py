@@ -26,9 +26,9 @@ from hxd2_ray.embedding.hashing import HashingEmbedder
 from hxd2_ray.extraction.merge import normalize_name
 from hxd2_ray.graph.kuzu_store import load_graph
 from hxd2_ray.graph.read_structures import READS_DIR
-from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.manifest import build_manifest, write_manifest
-from hxd2_ray.indexing.query_reads import write_query_reads
+from hxd2_ray.index_store import tables
+from hxd2_ray.index_store.manifest import build_manifest, write_manifest
+from hxd2_ray.indexer.query_reads import write_query_reads
 from hxd2_ray.llm.base import LLMRequest, LLMResponse
 from hxd2_ray.llm.scripted import ScriptedLLM
 from hxd2_ray.stages.embed_stage import embedding_inputs

@@ -19,8 +19,8 @@ import pyarrow.fs as pafs
 import pytest
 
 from hxd2_ray.config import S3Config
-from hxd2_ray.indexing.build_lock import LOCK_NAME, BuildLockedError, LockHolder, acquire_build_lock
-from hxd2_ray.indexing.output import build_output, sweep_leftovers
+from hxd2_ray.index_store.build_lock import LOCK_NAME, BuildLockedError, LockHolder, acquire_build_lock
+from hxd2_ray.index_store.output import build_output, sweep_leftovers
 
 REPO = Path(__file__).resolve().parents[2]
 S3 = S3Config()
@@ -31,7 +31,7 @@ def _hold_lock_in_a_child(out: Path) -> subprocess.Popen:
     code = textwrap.dedent(f"""
         import sys, time, pyarrow.fs as pafs
         from hxd2_ray.config import S3Config
-        from hxd2_ray.indexing.build_lock import acquire_build_lock
+        from hxd2_ray.index_store.build_lock import acquire_build_lock
         lock = acquire_build_lock(pafs.LocalFileSystem(), {str(out)!r}, {str(out)!r}, S3Config(),
                                   command="hxd2 index --output first-build")
         print("held", flush=True)

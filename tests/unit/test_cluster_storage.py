@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hxd2_ray.errors import ClusterStorageError
-from hxd2_ray.indexing.cluster_storage import (
+from hxd2_ray.index_store.cluster_storage import (
     ReadCheck,
     ReportedFile,
     check_reported_files,

@@ -1,4 +1,4 @@
-"""The write seam (hxd2_ray.indexing.disk_space): which failures are a full or read-only disk, what the line says."""
+"""The write seam (hxd2_ray.index_store.disk_space): which failures are a full or read-only disk, what the line says."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from hxd2_ray.errors import HxdError
-from hxd2_ray.indexing.disk_space import (
+from hxd2_ray.index_store.disk_space import (
     OutputFullError,
     OutputReadOnlyError,
     WriteSeam,
@@ -23,7 +23,7 @@ from hxd2_ray.indexing.disk_space import (
     failure_kind,
     isolated_write,
 )
-from hxd2_ray.indexing.faults import DISK_FAULT_ENV, disk_fault
+from hxd2_ray.stages.faults import DISK_FAULT_ENV, disk_fault
 
 # The messages Kùzu and Faiss gave on a full 3 MB tmpfs (measured).
 KUZU_FULL = RuntimeError(

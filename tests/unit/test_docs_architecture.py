@@ -15,7 +15,7 @@ DOCS = ROOT / "docs"
 ARCHITECTURE = DOCS / "architecture.md"
 PAGES = sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]
 
-# `hxd2_ray/retrieval/index.py::open_index`, `hxd2_ray/indexing/build/flow.py::IndexBuild.run`
+# `hxd2_ray/retrieval/index.py::open_index`, `hxd2_ray/indexer/flow.py::IndexBuild.run`
 CODE_REFERENCE = re.compile(r"`([\w/.-]+\.py)::([\w.]+)`")
 # A path into the repository's own folders, in backticks; placeholders (<id>, *, …) are not paths.
 REPO_PATH = re.compile(r"`((?:hxd2_ray|jobs|serve|bench|configs|cluster|scripts|tests|docs)/[^`\s<>*…{]*)`")
@@ -89,3 +89,39 @@ def test_the_layers_on_the_page_are_the_import_contracts():
     page = ARCHITECTURE.read_text(encoding="utf-8")
     assert _layer_table(page, "| package | what it is |") == top
     assert _layer_table(page, "| layer | what it holds |") == library
+
+
+def test_the_inner_layers_on_the_page_are_the_import_contracts():
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    page = ARCHITECTURE.read_text(encoding="utf-8")
+    for package in ("index_store", "indexer"):
+        inner = next(c["layers"] for c in contracts["contracts"] if c.get("containers") == [f"hxd2_ray.{package}"])
+        assert _layer_table(page, f"| `{package}` layer | what it holds |") == inner, package
+
+
+def test_the_library_contracts_exempt_nothing_and_no_source_folder_is_named_build():
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    library = [c for c in contracts["contracts"] if any(p.startswith("hxd2_ray") for p in c.get("containers", []))]
+    assert library and not [c["name"] for c in library if c.get("exhaustive_ignores") or not c.get("exhaustive")]
+    acyclic = next(c for c in contracts["contracts"] if c["type"] == "acyclic_siblings")
+    assert not acyclic.get("ignore_imports"), "an import that runs back up, exempted from the cycle check"
+    # GitHub's Python .gitignore and coverage tools skip folders named build: none holds source.
+    named_build = [p for top in ("hxd2_ray", "jobs", "serve") for p in (ROOT / top).rglob("build") if p.is_dir()]
+    assert named_build == []
+
+
+def test_each_package_says_where_things_are():
+    """Each package's docstring has a "Where things are" paragraph that names every module and package in it."""
+    packages = [
+        p.parent for top in ("hxd2_ray", "jobs", "serve") for p in (ROOT / top).rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    ]  # fmt: skip
+    unsaid = {}
+    for package in packages:
+        doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text(encoding="utf-8"))) or ""
+        members = [m.stem for m in package.glob("*.py") if m.stem != "__init__"]
+        members += [d.name for d in package.iterdir() if (d / "__init__.py").exists()]
+        missing = [m for m in members if not re.search(rf"\b{re.escape(m)}\b", doc)]
+        if "Where things are" not in doc or missing:
+            unsaid[package.relative_to(ROOT).as_posix()] = missing
+    assert unsaid == {}

@@ -12,12 +12,12 @@ from typing import Sequence
 import pytest
 
 from hxd2_ray.config import OpenAILLMConfig
-from hxd2_ray.indexing.cost import UsageLedger, llm_payload
 from hxd2_ray.llm.base import LLMRequest, LLMResponse
 from hxd2_ray.llm.cache import request_key
 from hxd2_ray.llm.metering import MeteredLLM
 from hxd2_ray.llm.openai_backend import OpenAIAsyncEngine
 from hxd2_ray.progress import CountingLLM
+from hxd2_ray.stages.cost import UsageLedger, llm_payload
 from jobs.index_format import _run_line
 from jobs.progress import ProgressBoard, describe
 

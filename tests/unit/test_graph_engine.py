@@ -16,7 +16,7 @@ from hxd2_ray.config import GraphConfig, HxdConfig
 from hxd2_ray.errors import IndexMismatchError
 from hxd2_ray.graph import engine as engine_module
 from hxd2_ray.graph.engine import GRAPH_BACKENDS, GraphEngineError, graph_engine
-from hxd2_ray.indexing.manifest import build_manifest, check_compatible
+from hxd2_ray.index_store.manifest import build_manifest, check_compatible
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,7 @@ from hxd2_ray.graph_export import export_graph
 from hxd2_ray.graph_export.cypher import CypherLiterals
 from hxd2_ray.graph_export.neo4j_csv import FILE_NAMES, edge_header, node_header
 from hxd2_ray.graph_export.rows import PROPERTIES, store_pages
-from hxd2_ray.indexing import tables
+from hxd2_ray.index_store import tables
 from tests.unit.retrieval_fixtures import HOSTILE, tiny_tables
 
 NASTY = 'He said "hi" & <b>left</b>; it\'s\r\nfine\ttoo 🙂 \\u0041 `x` }) RETURN 1 //'

@@ -24,7 +24,7 @@ from hxd2_ray.graphflow.features import (
 )
 from hxd2_ray.graphflow.linking import TOPIC_PLACEHOLDER, StartLinker
 from hxd2_ray.graphflow.walk_graph import MENTIONED_IN, MENTIONS
-from hxd2_ray.indexing.kb_index import build_kb_index
+from hxd2_ray.indexer.kb_index import build_kb_index
 from hxd2_ray.retrieval import open_index
 from tests.unit.retrieval_fixtures import build_tiny_index
 

@@ -15,8 +15,8 @@ import pytest
 
 from hxd2_ray.config import ExtractionConfig
 from hxd2_ray.extraction.merge import merge_extractions
-from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.incremental import ExtractionIndex, apply, changed_entity_keys, remerge
+from hxd2_ray.graph_assembly.incremental import ExtractionIndex, apply, changed_entity_keys, remerge
+from hxd2_ray.index_store import tables
 from hxd2_ray.stages.columns import extractions_to_table
 from hxd2_ray.stages.merge_stage import entities_to_table, relations_to_table
 from hxd2_ray.types import EntityMention, Extraction, RelationMention

@@ -16,9 +16,9 @@ import pytest
 
 from hxd2_ray.config import load_config
 from hxd2_ray.errors import IndexDamagedError
-from hxd2_ray.indexing.backup import ArchiveRefusedError, export_index, import_index
-from hxd2_ray.indexing.build.flow import IndexBuild
-from hxd2_ray.indexing.leases import LeaseKeeper
+from hxd2_ray.index_store.backup import ArchiveRefusedError, export_index, import_index
+from hxd2_ray.index_store.leases import LeaseKeeper
+from hxd2_ray.indexer.flow import IndexBuild
 from hxd2_ray.stages.local_runner import InProcessRunner
 from hxd2_ray.stages.runner import RunOptions
 from jobs import cli, query

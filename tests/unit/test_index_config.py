@@ -9,7 +9,7 @@ import pytest
 
 from hxd2_ray.config import SHIPPED_CONFIG, load_config, load_shipped_config, stand_ins
 from hxd2_ray.errors import ConfigError, IndexNotFoundError
-from hxd2_ray.indexing.manifest import build_manifest, read_manifest, write_manifest
+from hxd2_ray.index_store.manifest import build_manifest, read_manifest, write_manifest
 from hxd2_ray.retrieval.query_config import load_query_config
 
 OPENAI = {"llm": {"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": "K"}}

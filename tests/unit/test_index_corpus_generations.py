@@ -11,9 +11,9 @@ import pytest
 from hxd2_ray.chunking.splitter import split_document
 from hxd2_ray.config import ChunkingConfig, IngestConfig
 from hxd2_ray.errors import HxdError
-from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.corpus import corpus_from_parsed, delete, derive_documents, upsert
-from hxd2_ray.indexing.generations import (
+from hxd2_ray.index_store import tables
+from hxd2_ray.index_store.corpus import corpus_from_parsed, delete, derive_documents, upsert
+from hxd2_ray.index_store.generations import (
     CorpusState,
     history,
     next_generation_id,
@@ -22,7 +22,7 @@ from hxd2_ray.indexing.generations import (
     read_state,
     write_state,
 )
-from hxd2_ray.indexing.manifest import IndexManifest
+from hxd2_ray.index_store.manifest import IndexManifest
 from hxd2_ray.ingest.sources import read_documents
 from hxd2_ray.stages.columns import parsed_rows
 

@@ -7,8 +7,8 @@ import pyarrow.fs as pafs
 import pytest
 
 from hxd2_ray.config import CostConfig, ModelPrice, load_config
-from hxd2_ray.indexing.cost import PriceBook, StageUsage, UsageLedger, embedding_payload, estimate_run, llm_payload
 from hxd2_ray.llm.metering import TagUsage
+from hxd2_ray.stages.cost import PriceBook, StageUsage, UsageLedger, embedding_payload, estimate_run, llm_payload
 from hxd2_ray.stages.extract_stage import ExtractAndPersist
 from hxd2_ray.stages.stage_run import StageRun
 

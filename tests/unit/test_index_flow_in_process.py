@@ -1,4 +1,4 @@
-"""The index build flow (hxd2_ray.indexing.build) in this process: no Ray, the same stages, staging and publish.
+"""The index build flow (hxd2_ray.indexer) in this process: no Ray, the same stages, staging and publish.
 The equality with a build on Ray is tests/integration/test_index_flow_runners.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from hxd2_ray.config import load_config
 from hxd2_ray.graph.read_structures import READS_DIR, has_graph_reads
 from hxd2_ray.graph.resident import ResidentGraph
-from hxd2_ray.indexing.build.flow import IndexBuild
+from hxd2_ray.indexer.flow import IndexBuild
 from hxd2_ray.retrieval import open_index
 from hxd2_ray.stages.local_runner import InProcessRunner
 from hxd2_ray.stages.runner import RunOptions

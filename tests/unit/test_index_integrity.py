@@ -21,7 +21,7 @@ TRIPLES = "Alice|knows|Bob\nBob|works_at|Acme\nAcme|located_in|Paris\nCarol|know
 @pytest.fixture(scope="module")
 def kb_index(tmp_path_factory) -> Path:
     """A small complete index (the KB path: no Ray, hashing embedder) — copied per test before damaging it."""
-    from hxd2_ray.indexing.kb_index import build_kb_index
+    from hxd2_ray.indexer.kb_index import build_kb_index
 
     folder = tmp_path_factory.mktemp("kb")
     (folder / "kb.txt").write_text(TRIPLES, encoding="utf-8")
@@ -51,7 +51,7 @@ def _error_line(err: str) -> str:
 def test_the_manifest_records_size_and_sha256_of_every_file_the_query_side_reads(index):
     import hashlib
 
-    from hxd2_ray.indexing.manifest import read_manifest
+    from hxd2_ray.index_store.manifest import read_manifest
 
     files = read_manifest(index).files
     on_disk = sorted(

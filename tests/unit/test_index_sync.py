@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from hxd2_ray.config import load_config
-from hxd2_ray.indexing.build.flow import IndexBuild
+from hxd2_ray.indexer.flow import IndexBuild
 from hxd2_ray.stages.local_runner import InProcessRunner
 from hxd2_ray.stages.runner import RunOptions
 from jobs.index_format import format_summary
@@ -73,7 +73,7 @@ def test_an_update_that_would_extract_differently_says_what_changed_and_asks_for
     silently: the update stops before any work, lists what changed, and --rebuild builds a new generation."""
     import pytest
 
-    from hxd2_ray.indexing.build.release_change import RebuildNeededError
+    from hxd2_ray.indexer.release_change import RebuildNeededError
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()

@@ -12,9 +12,9 @@ import pytest
 from hxd2_ray.config import HashingEmbeddingConfig, HxdConfig, ScriptedLLMConfig, VectorsConfig
 from hxd2_ray.embedding.hashing import HashingEmbedder
 from hxd2_ray.errors import HxdError, IndexNotFoundError
-from hxd2_ray.indexing.kb_index import KB_PROMPT_VERSION, build_kb_index, file_sha256, kb_fingerprint
-from hxd2_ray.indexing.manifest import read_manifest
-from hxd2_ray.indexing.tables import VECTOR_FAMILIES
+from hxd2_ray.index_store.manifest import read_manifest
+from hxd2_ray.index_store.tables import VECTOR_FAMILIES
+from hxd2_ray.indexer.kb_index import KB_PROMPT_VERSION, build_kb_index, file_sha256, kb_fingerprint
 from hxd2_ray.logic import EntityLinker, GraphQueries, LogicFormExecutor
 from hxd2_ray.logic.metaqa import read_triples, triples_to_tables
 from hxd2_ray.logic.plan import Plan
@@ -276,7 +276,7 @@ def test_index_kb_on_a_full_disk_is_one_line_and_leaves_no_build_folder(kb_file,
     import os
     import subprocess
 
-    from hxd2_ray.indexing.disk_space import OutputFullError
+    from hxd2_ray.index_store.disk_space import OutputFullError
 
     mount_point = tmp_path / "tmpfs"
     mount_point.mkdir()

@@ -11,9 +11,9 @@ import pyarrow.fs as pafs
 import pytest
 
 from hxd2_ray.errors import IndexNotFoundError
-from hxd2_ray.indexing.generations import history, prune
-from hxd2_ray.indexing.leases import held_generations
-from hxd2_ray.indexing.manifest import read_manifest, write_manifest
+from hxd2_ray.index_store.generations import history, prune
+from hxd2_ray.index_store.leases import held_generations
+from hxd2_ray.index_store.manifest import read_manifest, write_manifest
 from hxd2_ray.retrieval.live_index import LiveIndex
 from tests.unit.retrieval_fixtures import HOSTILE, build_tiny_index
 

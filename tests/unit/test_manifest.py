@@ -11,7 +11,7 @@ import hxd2_ray
 from hxd2_ray.config import HashingEmbeddingConfig, HxdConfig
 from hxd2_ray.errors import IndexMismatchError, IndexNotFoundError
 from hxd2_ray.graph.base import GRAPH_SCHEMA_VERSION
-from hxd2_ray.indexing.manifest import (
+from hxd2_ray.index_store.manifest import (
     MANIFEST_FORMAT_VERSION,
     IndexManifest,
     build_manifest,

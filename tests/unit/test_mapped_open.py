@@ -285,7 +285,7 @@ def _answers(root: Path, cfg) -> dict:
 def test_reindex_reads_rewrites_an_older_index_s_families_and_lexical_index_to_be_mapped(tmp_path: Path, capsys):
     import shutil
 
-    from hxd2_ray.indexing.tables import VECTOR_FAMILIES
+    from hxd2_ray.index_store.tables import VECTOR_FAMILIES
     from jobs.index_reads import main
     from tests.unit.retrieval_fixtures import CHUNKS, build_tiny_index
 

@@ -343,8 +343,8 @@ def _fill_leaving(folder: Path, free: int) -> Path:
 def test_reindex_reads_on_a_full_disk_is_one_line_and_the_rerun_writes_them(tmpfs_10m, capsys, monkeypatch):
     """Issue 40, item 8: reindex-reads checks its room as a build does, and a write that fails for space is one
     error line; the lock is gone, the old structures stay, and the same command succeeds once there is room."""
-    from hxd2_ray.indexing import reindex_reads as module
-    from hxd2_ray.indexing.build_lock import LOCK_NAME
+    from hxd2_ray.index_store.build_lock import LOCK_NAME
+    from hxd2_ray.indexer import reindex_reads as module
     from jobs.index_reads import main
     from tests.unit.retrieval_fixtures import build_tiny_index
 

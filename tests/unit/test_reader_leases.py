@@ -7,8 +7,8 @@ import time
 
 import pyarrow.fs as pafs
 
-from hxd2_ray.indexing.generations import history, prune
-from hxd2_ray.indexing.leases import LEASES_DIR, LeaseKeeper, held_generations, take_lease
+from hxd2_ray.index_store.generations import history, prune
+from hxd2_ray.index_store.leases import LEASES_DIR, LeaseKeeper, held_generations, take_lease
 from tests.unit.test_index_corpus_generations import _manifest
 
 FS = pafs.LocalFileSystem()

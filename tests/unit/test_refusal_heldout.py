@@ -19,8 +19,8 @@ import pytest
 
 from hxd2_ray.config import MultiStageConfig
 from hxd2_ray.embedding.hashing import HashingEmbedder
-from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.manifest import read_manifest, write_manifest
+from hxd2_ray.index_store import tables
+from hxd2_ray.index_store.manifest import read_manifest, write_manifest
 from hxd2_ray.retrieval import open_index
 from hxd2_ray.retrieval.lexical import LexicalIndex, lexical_tokens, write_lexical
 from hxd2_ray.retrieval.refusal import RefusalGate

@@ -9,7 +9,7 @@ import pytest
 
 from hxd2_ray.config import HashingEmbeddingConfig
 from hxd2_ray.errors import IndexMismatchError, IndexNotFoundError
-from hxd2_ray.indexing.manifest import MANIFEST_NAME
+from hxd2_ray.index_store.manifest import MANIFEST_NAME
 from hxd2_ray.retrieval import open_index
 from hxd2_ray.retrieval.index import cache_dir_for
 from tests.unit.retrieval_fixtures import DIM, build_tiny_index, index_config

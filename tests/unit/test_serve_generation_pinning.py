@@ -22,8 +22,8 @@ import pyarrow as pa
 import pytest
 
 from hxd2_ray.graph.read_structures import READS_DIR
-from hxd2_ray.indexing.generations import history
-from hxd2_ray.indexing.manifest import read_manifest, write_manifest
+from hxd2_ray.index_store.generations import history
+from hxd2_ray.index_store.manifest import read_manifest, write_manifest
 from hxd2_ray.llm.base import LLMRequest, LLMResponse
 from hxd2_ray.llm.scripted import ScriptedLLM
 from tests.unit.retrieval_fixtures import index_config, tiny_tables, write_index

@@ -11,8 +11,8 @@ from hxd2_ray.config import HxdConfig, SynonymConfig
 from hxd2_ray.graph.kuzu_store import KuzuGraphStore, load_graph
 from hxd2_ray.graph.kuzu_tables import prepare_tables
 from hxd2_ray.graph.resident import ResidentGraph
-from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.synonyms import synonym_edges
+from hxd2_ray.graph_assembly.synonyms import synonym_edges
+from hxd2_ray.index_store import tables
 from hxd2_ray.vectors.faiss_index import FaissFamilyIndex, write_family
 from tests.unit.retrieval_fixtures import index_config, tiny_tables
 
@@ -137,7 +137,7 @@ def test_fingerprint_has_the_synonym_settings_but_the_staging_one_does_not():
 
 
 def test_names_must_share_some_text(tmp_path):
-    from hxd2_ray.indexing.synonyms import share_text
+    from hxd2_ray.graph_assembly.synonyms import share_text
 
     assert share_text("harvard", "harvard university") and share_text("beaux arts", "beaux-arts")
     assert not share_text("康恵", "电软") and share_text("青禾17号", "青禾")

@@ -12,7 +12,7 @@ from hxd2_ray.graph.kuzu_store import KuzuGraphStore, load_graph
 from hxd2_ray.graph.kuzu_tables import prepare_tables
 from hxd2_ray.graph.resident import open_resident
 from hxd2_ray.graph.schema import TITLE_MENTIONS
-from hxd2_ray.indexing.title_mentions import title_mention_edges
+from hxd2_ray.graph_assembly.title_mentions import title_mention_edges
 from hxd2_ray.retrieval.ppr import EdgeWeights, PropagationGraph
 from tests.unit.test_kuzu_store import _chunks, _docs, _ents, _rels
 

@@ -1,5 +1,12 @@
 """Benchmark loaders into one :class:`EvalItem` shape, the benchmark registry, and per-item scoring.
 
+Where things are: :mod:`items` holds what every loader returns (:class:`EvalItem`, :class:`LoadReport`), its error
+(:class:`DatasetError`) and the file helpers the loaders share; one loader module per format: :mod:`seedbench`
+(SeedBench QA-1..4, its segments corpus, the answer options inside a question), :mod:`hotpotqa` (HotpotQA as HippoRAG
+ships it, with its corpora), :mod:`metaqa` (the 1/2/3-hop question files and the knowledge base), :mod:`generic`
+(JSONL corpus and questions); :mod:`registry` is the benchmark registry (each benchmark's loader, task and metrics)
+with per-item scoring.
+
 Every loader returns a :class:`LoadReport`: the items, plus ``skipped`` rows as ``(where, reason)`` pairs
 (``where`` is ``file#index`` for JSON arrays, ``file:line`` for line formats). A malformed row is skipped and
 counted, never fatal; a file that is missing or not readable as a whole raises :class:`DatasetError`.

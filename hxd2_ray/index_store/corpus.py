@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hxd2_ray.errors import HxdError
-from hxd2_ray.indexing import tables
+from hxd2_ray.index_store import tables
 
 
 @dataclass(frozen=True)

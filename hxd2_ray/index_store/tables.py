@@ -87,7 +87,7 @@ TEXT_VECTORS = pa.schema([("text_key", pa.string()), ("vector", pa.list_(pa.floa
 
 VECTOR_FAMILIES = ("entity_name", "entity_mix", "relation_keywords", "relation_mix", "chunk")
 
-# Entity pairs whose name vectors are near (hxd2_ray.indexing.synonyms); loaded as SYNONYM edges of the graph.
+# Entity pairs whose name vectors are near (hxd2_ray.graph_assembly.synonyms); loaded as SYNONYM edges of the graph.
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -15,18 +15,18 @@ import pyarrow.fs as pafs
 
 from hxd2_ray.errors import HxdError
 from hxd2_ray.extraction.prompts import load_prompts
-from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.manifest import read_manifest
-from hxd2_ray.indexing.output import open_output
+from hxd2_ray.index_store import tables
+from hxd2_ray.index_store.manifest import read_manifest
+from hxd2_ray.index_store.output import open_output
 from hxd2_ray.ingest.sources import resolve_filesystem, select_inputs
 from hxd2_ray.stages import staging as st
 from hxd2_ray.stages.runner import BuildHooks, InputListing, RunContext, RunnerFactory, RunOptions
 
 if TYPE_CHECKING:
     from hxd2_ray.config import HxdConfig
-    from hxd2_ray.indexing.disk_space import WriteSeam
-    from hxd2_ray.indexing.manifest import IndexManifest
-    from hxd2_ray.indexing.output import BuildOutput
+    from hxd2_ray.index_store.disk_space import WriteSeam
+    from hxd2_ray.index_store.manifest import IndexManifest
+    from hxd2_ray.index_store.output import BuildOutput
     from hxd2_ray.ingest.sources import InputSelection
     from hxd2_ray.stages.runner import StageRunner
 

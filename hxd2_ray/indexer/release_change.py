@@ -14,7 +14,7 @@ from typing import Any
 
 from hxd2_ray.config import HxdConfig, config_from_data, embedding_model_id, fingerprint_factors, llm_model_id
 from hxd2_ray.errors import ConfigError, HxdError
-from hxd2_ray.indexing.manifest import IndexManifest
+from hxd2_ray.index_store.manifest import IndexManifest
 from hxd2_ray.retrieval.query_config import recorded_config
 
 

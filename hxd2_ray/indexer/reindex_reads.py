@@ -22,17 +22,17 @@ import pyarrow.fs as pafs
 from hxd2_ray.config import HxdConfig
 from hxd2_ray.errors import HxdError, IndexNotFoundError
 from hxd2_ray.graph.read_structures import READS_DIR
-from hxd2_ray.indexing.build_lock import acquire_build_lock
-from hxd2_ray.indexing.disk_space import GRAPH_BASE_BYTES, MB, WriteSeam
-from hxd2_ray.indexing.layout import IndexLayout
-from hxd2_ray.indexing.manifest import (
+from hxd2_ray.index_store.build_lock import acquire_build_lock
+from hxd2_ray.index_store.disk_space import GRAPH_BASE_BYTES, MB, WriteSeam
+from hxd2_ray.index_store.layout import IndexLayout
+from hxd2_ray.index_store.manifest import (
     MANIFEST_NAME,
     QUERY_FILE_ROOTS,
     read_manifest,
     record_files,
     write_manifest,
 )
-from hxd2_ray.indexing.query_reads import upgrade_mapped, write_query_reads
+from hxd2_ray.indexer.query_reads import upgrade_mapped, write_query_reads
 from hxd2_ray.ingest.sources import resolve_filesystem
 
 __all__ = ["reindex_reads"]

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from hxd2_ray.config import SynonymConfig
-from hxd2_ray.indexing.tables import SYNONYMS
+from hxd2_ray.index_store.tables import SYNONYMS
 
 __all__ = ["SYNONYMS", "synonym_edges"]
 

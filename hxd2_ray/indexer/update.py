@@ -1,9 +1,9 @@
 """Incremental maintenance of an index: add or update documents, delete documents; each change a new generation.
 
-A change starts from the current generation's corpus tables (:mod:`hxd2_ray.indexing.generations`), applies the
-document change (:mod:`hxd2_ray.indexing.corpus`), extracts only chunks with no successful extraction (new ones,
+A change starts from the current generation's corpus tables (:mod:`hxd2_ray.index_store.generations`), applies the
+document change (:mod:`hxd2_ray.index_store.corpus`), extracts only chunks with no successful extraction (new ones,
 and earlier failures, which an update heals), re-merges only the entities and relations whose provenance the
-change touches (:mod:`hxd2_ray.indexing.incremental`; their summaries through the LLM cache), embeds only texts
+change touches (:mod:`hxd2_ray.graph_assembly.incremental`; their summaries through the LLM cache), embeds only texts
 never embedded, then writes a new generation and switches the manifest to it. The result equals a build of the
 final corpus from scratch; readers of the old generation keep working until they reopen.
 """
@@ -17,12 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hxd2_ray.errors import EmptyCorpusError
-from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.build import publish, steps
-from hxd2_ray.indexing.corpus import CorpusChange, NothingToDeleteError, delete, missing_from, sync, upsert
-from hxd2_ray.indexing.faults import crash_point
-from hxd2_ray.indexing.generations import CorpusState, read_state
-from hxd2_ray.indexing.incremental import (
+from hxd2_ray.graph_assembly.incremental import (
     MERGED_ENTITIES,
     MERGED_RELATIONS,
     ExtractionIndex,
@@ -30,11 +25,16 @@ from hxd2_ray.indexing.incremental import (
     changed_entity_keys,
     remerge,
 )
+from hxd2_ray.index_store import tables
+from hxd2_ray.index_store.corpus import CorpusChange, NothingToDeleteError, delete, missing_from, sync, upsert
+from hxd2_ray.index_store.generations import CorpusState, read_state
+from hxd2_ray.indexer import publish, steps
 from hxd2_ray.llm.tokens import build_token_counter
+from hxd2_ray.stages.faults import crash_point
 
 if TYPE_CHECKING:
-    from hxd2_ray.indexing.build.context import BuildContext
-    from hxd2_ray.indexing.manifest import IndexManifest
+    from hxd2_ray.index_store.manifest import IndexManifest
+    from hxd2_ray.indexer.context import BuildContext
     from hxd2_ray.stages.runner import InputListing
 
 # What a delete named, kept in its generation's history entry (enough to know a repeat; ids past it are counted)

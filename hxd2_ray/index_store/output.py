@@ -3,7 +3,7 @@
 :func:`open_output` answers a bad output with one clear :class:`OutputError` instead of whatever the filesystem
 raises: a path that is a file or lies under one, a folder that cannot be created or written, an S3 bucket that
 does not exist or a key that is an object. :func:`build_output` adds what an index build needs on top: the build
-lock (:mod:`hxd2_ray.indexing.build_lock`), ``--overwrite`` (which never deletes an input inside the output),
+lock (:mod:`hxd2_ray.index_store.build_lock`), ``--overwrite`` (which never deletes an input inside the output),
 and the removal of what a killed build left behind (``.building-*`` folders, ``.tmp-*`` staging files) — safe
 because the lock says no other build is using them.
 """
@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 
 from hxd2_ray.config import S3Config
 from hxd2_ray.errors import HxdError
-from hxd2_ray.indexing.build_lock import LOCK_NAME, BuildLock, acquire_build_lock
+from hxd2_ray.index_store.build_lock import LOCK_NAME, BuildLock, acquire_build_lock
 from hxd2_ray.ingest.filesystems import resolve_filesystem
 from hxd2_ray.ingest.listing import GLOB_CHARS
 

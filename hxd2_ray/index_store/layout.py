@@ -1,6 +1,6 @@
 """Where a built index keeps its files: the one place that turns an index folder into the paths a reader opens.
 
-Every writer publishes through a manifest (:mod:`hxd2_ray.indexing.manifest`) that names the current generation:
+Every writer publishes through a manifest (:mod:`hxd2_ray.index_store.manifest`) that names the current generation:
 ``generations/<id>/`` for indexes the index job built or changed, ``""`` (the root itself) for the flat layout of
 ``hxd2 index-kb`` and of format-1 manifests. A reader that joins ``graph.kuzu`` to the root by hand breaks on the
 first of these; readers locate the index here instead, so both layouts open alike.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hxd2_ray.errors import IndexNotFoundError
-from hxd2_ray.indexing.manifest import MANIFEST_NAME, IndexManifest, generation_dir, read_manifest
+from hxd2_ray.index_store.manifest import MANIFEST_NAME, IndexManifest, generation_dir, read_manifest
 
 GRAPH_NAME = "graph.kuzu"
 VECTORS_NAME = "vectors"

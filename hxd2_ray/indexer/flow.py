@@ -17,17 +17,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hxd2_ray.errors import BudgetReached, EmptyCorpusError, HxdError, IndexNotFoundError
-from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.build import publish, steps
-from hxd2_ray.indexing.build.context import BuildContext
-from hxd2_ray.indexing.build.dry_run import dry_run
-from hxd2_ray.indexing.build.release_change import RebuildNeededError, rebuild_message, staging_differences
-from hxd2_ray.indexing.build.update import IndexUpdate
-from hxd2_ray.indexing.generations import CorpusState, next_generation_id
+from hxd2_ray.index_store import tables
+from hxd2_ray.index_store.generations import CorpusState, next_generation_id
+from hxd2_ray.indexer import publish, steps
+from hxd2_ray.indexer.context import BuildContext
+from hxd2_ray.indexer.dry_run import dry_run
+from hxd2_ray.indexer.release_change import RebuildNeededError, rebuild_message, staging_differences
+from hxd2_ray.indexer.update import IndexUpdate
 from hxd2_ray.stages import staging as st
 
 if TYPE_CHECKING:
-    from hxd2_ray.indexing.manifest import IndexManifest
+    from hxd2_ray.index_store.manifest import IndexManifest
     from hxd2_ray.stages.runner import InputListing
 
 

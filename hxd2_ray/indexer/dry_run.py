@@ -16,15 +16,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hxd2_ray.config import embedding_model_id, llm_model_id
-from hxd2_ray.indexing.build import steps
-from hxd2_ray.indexing.corpus import upsert
-from hxd2_ray.indexing.cost import PriceBook, estimate_run
-from hxd2_ray.indexing.embedding_texts import TOKENS_PER_WORD_ESTIMATE
-from hxd2_ray.indexing.generations import read_state
+from hxd2_ray.graph_assembly.embedding_texts import TOKENS_PER_WORD_ESTIMATE
+from hxd2_ray.index_store.corpus import upsert
+from hxd2_ray.index_store.generations import read_state
+from hxd2_ray.indexer import steps
+from hxd2_ray.stages.cost import PriceBook, estimate_run
 
 if TYPE_CHECKING:
-    from hxd2_ray.indexing.build.context import BuildContext
-    from hxd2_ray.indexing.manifest import IndexManifest
+    from hxd2_ray.index_store.manifest import IndexManifest
+    from hxd2_ray.indexer.context import BuildContext
     from hxd2_ray.stages.runner import InputListing
 
 

@@ -2,7 +2,7 @@
 
 A long-lived reader (a Serve replica, an evaluation actor, ``hxd2 query --questions``) holds a lease on each
 generation it has open: one small file ``<root>/_leases/<generation>.<reader>.lease``, rewritten every
-``heartbeat_s`` by a thread of the reader. The index job's pruning (:func:`hxd2_ray.indexing.generations.prune`)
+``heartbeat_s`` by a thread of the reader. The index job's pruning (:func:`hxd2_ray.index_store.generations.prune`)
 keeps every generation with a fresh lease, one written within ``ttl_s``; a lease older than that belongs to a
 reader that died without releasing it, and is removed. The files live beside the index, so readers on other nodes
 that share its folder (or its S3 prefix) are seen too.

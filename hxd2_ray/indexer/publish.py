@@ -22,25 +22,25 @@ import pyarrow.fs as pafs
 
 from hxd2_ray.config import embedding_model_id, llm_model_id, synonym_factors
 from hxd2_ray.graph.read_structures import READS_DIR
-from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.build.context import STAGES
-from hxd2_ray.indexing.disk_space import WriteSeam, estimate_graph_bytes, isolated_write, write_seam_for
-from hxd2_ray.indexing.faults import crash_point, disk_fault
-from hxd2_ray.indexing.generations import history, prune, publish, write_state
-from hxd2_ray.indexing.manifest import IndexManifest, generation_dir, read_manifest, record_files, write_manifest
-from hxd2_ray.indexing.output import BUILDING_PREFIX
-from hxd2_ray.indexing.query_reads import write_query_reads
-from hxd2_ray.indexing.synonyms import synonym_edges
-from hxd2_ray.indexing.title_mentions import title_mention_edges
+from hxd2_ray.graph_assembly.synonyms import synonym_edges
+from hxd2_ray.graph_assembly.title_mentions import title_mention_edges
+from hxd2_ray.index_store import tables
+from hxd2_ray.index_store.disk_space import WriteSeam, estimate_graph_bytes, isolated_write, write_seam_for
+from hxd2_ray.index_store.generations import history, prune, publish, write_state
+from hxd2_ray.index_store.manifest import IndexManifest, generation_dir, read_manifest, record_files, write_manifest
+from hxd2_ray.index_store.output import BUILDING_PREFIX
+from hxd2_ray.indexer.context import STAGES
+from hxd2_ray.indexer.query_reads import write_query_reads
 from hxd2_ray.retrieval.lexical import write_lexical
 from hxd2_ray.retrieval.refusal_calibration import calibrate_build
 from hxd2_ray.stages import staging as st
+from hxd2_ray.stages.faults import crash_point, disk_fault
 from hxd2_ray.wiring import build_embedder
 
 if TYPE_CHECKING:
     from hxd2_ray.errors import BudgetReached
-    from hxd2_ray.indexing.build.context import BuildContext
-    from hxd2_ray.indexing.generations import CorpusState
+    from hxd2_ray.index_store.generations import CorpusState
+    from hxd2_ray.indexer.context import BuildContext
 
 
 def write(b: BuildContext, state: CorpusState, vectors: pa.Table) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def write(b: BuildContext, state: CorpusState, vectors: pa.Table) -> dict[str, A
     from hxd2_ray.vectors.faiss_index import write_family
 
     local = isinstance(b.fs, pafs.LocalFileSystem)
-    # At the output's root, where a killed build's folder is swept by the next run (hxd2_ray.indexing.output).
+    # At the output's root, where a killed build's folder is swept by the next run (hxd2_ray.index_store.output).
     build_dir = (
         os.path.join(b.root, f"{BUILDING_PREFIX}{b.generation}-{uuid.uuid4().hex[:8]}")
         if local
@@ -135,7 +135,7 @@ def _graph_reads(b: BuildContext, build_dir: str) -> None:
 
 
 def _synonyms(b: BuildContext, build_dir: str, name_vectors: tuple[list[str], Any] | None) -> pa.Table:
-    """SYNONYM edges of every entity against the entity_name family just written (hxd2_ray.indexing.synonyms)."""
+    """SYNONYM edges of every entity against the entity_name family just written (hxd2_ray.graph_assembly.synonyms)."""
     from hxd2_ray.vectors.faiss_index import FaissFamilyIndex
 
     started = time.perf_counter()
@@ -152,7 +152,7 @@ def _synonyms(b: BuildContext, build_dir: str, name_vectors: tuple[list[str], An
 
 
 def _title_mentions(b: BuildContext, documents: pa.Table, chunks: pa.Table) -> pa.Table:
-    """NAMES_TITLE edges of every chunk against every document title (hxd2_ray.indexing.title_mentions)."""
+    """NAMES_TITLE edges of every chunk against every document title (hxd2_ray.graph_assembly.title_mentions)."""
     started = time.perf_counter()
     table = title_mention_edges(documents, chunks, b.cfg.title_mentions, progress=b.log)
     b.counters["title_mentions"] = table.num_rows

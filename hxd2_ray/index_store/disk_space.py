@@ -35,15 +35,15 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pyarrow as pa
 
-from hxd2_ray.indexing.output import OutputError
+from hxd2_ray.index_store.output import OutputError
 
 if TYPE_CHECKING:
-    from hxd2_ray.indexing.generations import CorpusState
+    from hxd2_ray.index_store.generations import CorpusState
 
 MB = 1024 * 1024
 T = TypeVar("T")
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-# The output was writable when the run opened it (hxd2_ray.indexing.output probes it), so a refusal to write now
+# The output was writable when the run opened it (hxd2_ray.index_store.output probes it), so a refusal to write now
 # means it turned read-only (a remount, a lost mount, changed permissions).
 READ_ONLY_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 NO_SPACE_TEXT = ("no space left on device", "disk quota exceeded")

@@ -8,7 +8,7 @@ schema versions the query side must match, and the size and sha256 of every file
 Format 2 adds generations: the query files of an index built or changed by the index job live in
 ``<root>/generations/<id>/`` and the manifest names the current one (``generation``), its parent and the history,
 so a change publishes a whole new generation and switches to it with one manifest write
-(:mod:`hxd2_ray.indexing.generations`). ``generation == ""`` is the flat layout (files at the root) of format 1
+(:mod:`hxd2_ray.index_store.generations`). ``generation == ""`` is the flat layout (files at the root) of format 1
 and of ``hxd2 index-kb``.
 """
 

@@ -14,20 +14,20 @@ import pyarrow.compute as pc
 
 from hxd2_ray.errors import BudgetReached, HxdError
 from hxd2_ray.extraction.merge import missing_endpoint_entities
-from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.corpus import corpus_from_parsed, derive_documents, sources_from_documents
-from hxd2_ray.indexing.embedding_texts import TEXT_VECTORS_FOLDER, TEXTS_TO_EMBED, embedding_inputs, text_key
-from hxd2_ray.indexing.faults import crash_point
-from hxd2_ray.indexing.incremental import MERGED_ENTITIES, MERGED_RELATIONS, entities_table
+from hxd2_ray.graph_assembly.embedding_texts import TEXT_VECTORS_FOLDER, TEXTS_TO_EMBED, embedding_inputs, text_key
+from hxd2_ray.graph_assembly.incremental import MERGED_ENTITIES, MERGED_RELATIONS, entities_table
+from hxd2_ray.index_store import tables
+from hxd2_ray.index_store.corpus import corpus_from_parsed, derive_documents, sources_from_documents
 from hxd2_ray.stages import staging as st
 from hxd2_ray.stages.columns import PARSED, parsed_rows
+from hxd2_ray.stages.faults import crash_point
 from hxd2_ray.types import RelationMention, vector_id
 
 if TYPE_CHECKING:
-    from hxd2_ray.indexing.build.context import BuildContext
-    from hxd2_ray.indexing.embedding_texts import TEXT_VECTORS_FOLDER, TEXTS_TO_EMBED, embedding_inputs, text_key
+    from hxd2_ray.graph_assembly.embedding_texts import TEXT_VECTORS_FOLDER, TEXTS_TO_EMBED, embedding_inputs, text_key
+    from hxd2_ray.indexer.context import BuildContext
     from hxd2_ray.stages.runner import InputListing
-from hxd2_ray.indexing.corpus import ParsedCorpus
+from hxd2_ray.index_store.corpus import ParsedCorpus
 
 
 def read_input(b: BuildContext, listing: InputListing) -> ParsedCorpus:
@@ -37,7 +37,7 @@ def read_input(b: BuildContext, listing: InputListing) -> ParsedCorpus:
         parts.append(b.runner.parse(listing))
     parsed = pa.concat_tables([tables.conform(p, PARSED) for p in parts])
     # The same text in two files is one document (its id is the content hash): sources keep both, the
-    # documents table the first in path order (hxd2_ray.indexing.corpus).
+    # documents table the first in path order (hxd2_ray.index_store.corpus).
     return corpus_from_parsed(parsed, b.cfg.ray.extraction_shards, paths=listing.files)
 
 

@@ -32,10 +32,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from hxd2_ray.errors import IndexNotFoundError
-from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.corpus import derive_documents, sources_from_documents
-from hxd2_ray.indexing.leases import held_generations
-from hxd2_ray.indexing.manifest import GENERATIONS_DIR, IndexManifest, generation_dir, utc_now_iso
+from hxd2_ray.index_store import tables
+from hxd2_ray.index_store.corpus import derive_documents, sources_from_documents
+from hxd2_ray.index_store.leases import held_generations
+from hxd2_ray.index_store.manifest import GENERATIONS_DIR, IndexManifest, generation_dir, utc_now_iso
 
 TABLES_DIR = "tables"
 QUERY_FILES = ("graph.kuzu", "reads", "vectors", "lexical")  # what a reader opens, relative to a generation's folder
@@ -207,7 +207,7 @@ def prune(
     """Remove the generations older than the ``keep`` newest of the manifest's history (the current one is always
     kept), the flat-layout files once they fall out of that window, and folders of changes that never became
     current; never a generation a live reader holds a lease on (``held``; default: the leases under ``root``,
-    :mod:`hxd2_ray.indexing.leases`). Returns what was removed (relative paths)."""
+    :mod:`hxd2_ray.index_store.leases`). Returns what was removed (relative paths)."""
     order = [g["id"] for g in manifest.generations]
     if manifest.generation not in order:
         order.append(manifest.generation)

@@ -2,8 +2,8 @@
 
 The triples become ENTITIES / RELATIONS staging tables (:func:`hxd2_ray.logic.metaqa.triples_to_tables`),
 which are bulk-loaded into Kùzu with the project's loader and embedded into the same vector families the
-index job writes (:func:`hxd2_ray.indexing.embedding_texts.embedding_inputs`; the ``chunk`` family is written empty,
-since a KB has no documents). The result is laid out exactly like ``jobs/index.py``'s output, so
+index job writes (:func:`hxd2_ray.graph_assembly.embedding_texts.embedding_inputs`; the ``chunk`` family is written
+empty, since a KB has no documents). The result is laid out exactly like ``jobs/index.py``'s output, so
 :func:`hxd2_ray.retrieval.index.open_index`, the dual-level ``QueryPipeline`` and the logic-form executor
 query it unchanged::
 
@@ -36,12 +36,12 @@ import pyarrow.compute as pc
 from hxd2_ray.config import HxdConfig, embedding_model_id, llm_model_id, synonym_factors, vector_factors
 from hxd2_ray.errors import HxdError
 from hxd2_ray.graph.read_structures import READS_DIR
-from hxd2_ray.indexing import tables
-from hxd2_ray.indexing.disk_space import WriteSeam, estimate_graph_bytes, isolated_write
-from hxd2_ray.indexing.embedding_texts import embedding_inputs
-from hxd2_ray.indexing.manifest import IndexManifest, read_manifest, record_files, write_manifest
-from hxd2_ray.indexing.query_reads import write_query_reads
-from hxd2_ray.indexing.synonyms import synonym_edges
+from hxd2_ray.graph_assembly.embedding_texts import embedding_inputs
+from hxd2_ray.graph_assembly.synonyms import synonym_edges
+from hxd2_ray.index_store import tables
+from hxd2_ray.index_store.disk_space import WriteSeam, estimate_graph_bytes, isolated_write
+from hxd2_ray.index_store.manifest import IndexManifest, read_manifest, record_files, write_manifest
+from hxd2_ray.indexer.query_reads import write_query_reads
 from hxd2_ray.logic.metaqa import empty_chunks, empty_documents, read_triples, triples_to_tables
 from hxd2_ray.progress import NO_BOARD, NO_COUNTER, BoardCounter, StageBoard, StageCounter
 from hxd2_ray.retrieval.refusal_calibration import calibrate_build

@@ -36,7 +36,7 @@ from hxd2_ray.extraction.merge import (
     missing_endpoint_entities,
     relation_pair_key,
 )
-from hxd2_ray.indexing import tables
+from hxd2_ray.index_store import tables
 from hxd2_ray.types import EntityMention, MergedEntity, MergedRelation, RelationMention
 
 Pair = tuple[str, str]

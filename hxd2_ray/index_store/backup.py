@@ -5,7 +5,7 @@ that generation's folder (graph, read structures, vectors, lexical index, the co
 from), or the root's query files for the flat layout. No ``_staging``, ``_llm_cache``, ``_logs``, leases, lock or
 older generation. The archive's last member, ``hxd2-export.json``, lists every other member's size and sha256.
 
-The export reads under a reader lease on the generation (:mod:`hxd2_ray.indexing.leases`, renewed while it runs),
+The export reads under a reader lease on the generation (:mod:`hxd2_ray.index_store.leases`, renewed while it runs),
 so an update that publishes meanwhile never prunes the files being read; the manifest it archives is the one it
 read, so archive and generation always match. A generation pruned between reading the manifest and taking the lease
 is noticed (a file missing or changed) and the export starts again from the new manifest.
@@ -34,8 +34,8 @@ import pyarrow.fs as pafs
 
 import hxd2_ray
 from hxd2_ray.errors import HxdError, IndexDamagedError, IndexMismatchError, IndexNotFoundError
-from hxd2_ray.indexing.leases import LeaseKeeper
-from hxd2_ray.indexing.manifest import (
+from hxd2_ray.index_store.leases import LeaseKeeper
+from hxd2_ray.index_store.manifest import (
     GENERATIONS_DIR,
     MANIFEST_FORMAT_VERSION,
     MANIFEST_NAME,

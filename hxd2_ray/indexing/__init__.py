@@ -1,1 +1,0 @@
-"""Index layout: staging table schemas, the manifest, and the summary of a run."""
