@@ -7,7 +7,6 @@ vLLM is imported inside the functions: importing this module stays cheap.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 from pathlib import Path
@@ -16,8 +15,6 @@ from typing import Any, Iterator
 from hxd2_ray.config import VllmLLMConfig
 from hxd2_ray.llm.base import LLMRequest
 from hxd2_ray.models import resolve_llm_path
-
-log = logging.getLogger(__name__)
 
 
 def resolve_model_path(model: str) -> str:
@@ -60,42 +57,64 @@ def caller_ld_preload() -> Iterator[None]:
 
 @contextlib.contextmanager
 def engine_start_scan_safe() -> Iterator[None]:
-    """Hide, while an engine starts in this process, the module attributes that break vLLM's kernel scan.
+    """While an engine starts in this process, vLLM's start-up kernel scan skips module attributes it cannot read.
 
-    When its CPU worker starts, vLLM (0.32, ``vllm/triton_utils/dispatcher.py``) walks every attribute of every
-    loaded module and reads ``vars(value).get("kernel")``. An object whose ``__dict__`` is not a mapping breaks that
-    walk and the engine never starts: llvmlite's ``ffi.lib`` answers any attribute, ``__dict__`` included, with a
-    C-function wrapper, and llvmlite is loaded by numba, which ``bm25s`` (the lexical channel) imports. So the
-    engine could start only in a process that had not opened a lexical index. Those few attributes are taken out
-    of their modules' namespaces for the start and put back after it, so the engine starts whatever was imported
-    before; nothing calls into them meanwhile (the start is the one thing this process does).
+    When its CPU worker starts, vLLM (0.32, ``vllm/triton_utils/dispatcher.py::_rebind_kernels``) walks every
+    attribute of every loaded module, rebinding its Triton kernels to their CPU overrides: an attribute that *is*
+    a kernel is replaced, and an object holding one in ``vars(value)["kernel"]`` gets the override. An attribute
+    whose ``__dict__`` is not a mapping, or whose lookup raises, stops that walk and the engine never starts:
+    llvmlite's ``ffi.lib`` (loaded by numba, which ``bm25s``, the lexical channel, imports) answers ``__dict__``
+    with a C-function wrapper; a werkzeug proxy such as flask's ``request`` raises outside a request. Hiding such
+    attributes from their modules during the start broke code that reads them meanwhile (vLLM's logging set-up
+    flushes every handler, and flask's reads its ``request``). So the scan itself is replaced, for the start only,
+    by :func:`_rebind_kernels_past_unreadable`: the same rebinding, past what it cannot read.
     """
-    hidden: list[tuple[dict[str, Any], str, Any]] = []
+    try:
+        from vllm.triton_utils import dispatcher
+    except ImportError:  # a vLLM without the scan
+        yield
+        return
+    scan = getattr(dispatcher, "_rebind_kernels", None)
+    if scan is None:
+        yield
+        return
+    setattr(dispatcher, "_rebind_kernels", _rebind_kernels_past_unreadable)  # vLLM has no hook for it
+    try:
+        yield
+    finally:
+        setattr(dispatcher, "_rebind_kernels", scan)
+
+
+# What reading an attribute's instance dict may raise: llvmlite's ffi.lib (AttributeError on .get), a werkzeug
+# proxy outside its context (RuntimeError), a lazy module's placeholder (ImportError, a LookupError), vars() on an
+# object with a non-dict __dict__ (TypeError).
+_UNREADABLE = (AttributeError, RuntimeError, TypeError, LookupError, ImportError, NameError)
+
+
+def _rebind_kernels_past_unreadable(overrides: list[tuple[Any, Any]]) -> None:
+    """vLLM's kernel rebinding: every module attribute that is an original kernel becomes its override, and every
+    object holding an original kernel as its instance attribute ``kernel`` holds the override (its cached
+    ``_kernel_arg_names`` dropped); attributes that cannot be read are not kernels' holders and are passed over."""
+    by_identity = {id(original): override for original, override in overrides}  # identity only: no __eq__ runs
     for module in list(sys.modules.values()):
         namespace = getattr(module, "__dict__", None)
         if not isinstance(namespace, dict):
             continue
         for attr, value in list(namespace.items()):
-            if _breaks_vars(value):
-                hidden.append((namespace, attr, value))
-    for namespace, attr, _ in hidden:
-        del namespace[attr]
-    if hidden:
-        log.debug("hid %d module attributes from vLLM's kernel scan: %s", len(hidden), [a for _, a, _ in hidden])
-    try:
-        yield
-    finally:
-        for namespace, attr, value in hidden:
-            namespace[attr] = value
-
-
-def _breaks_vars(value: Any) -> bool:
-    """Whether ``vars(value).get`` fails for ``value`` although it claims a ``__dict__`` (what vLLM's scan does)."""
-    try:
-        return hasattr(value, "__dict__") and not hasattr(vars(value), "get")
-    except Exception as exc:  # noqa: BLE001 - an attribute whose own lookup raises breaks the scan just the same
-        log.warning("hiding %r from vLLM's start-up scan: its __dict__ lookup raises %s", type(value), exc)
-        return True
+            override = by_identity.get(id(value))
+            if override is not None:
+                setattr(module, attr, override)
+                continue
+            try:
+                held = vars(value).get("kernel") if hasattr(value, "__dict__") else None
+            except _UNREADABLE:
+                continue
+            override = by_identity.get(id(held)) if held is not None else None
+            if override is None:
+                continue
+            value.kernel = override
+            if not isinstance(value, type):
+                value.__dict__.pop("_kernel_arg_names", None)
 
 
 def engine_kwargs(cfg: VllmLLMConfig, model_path: str, served_name: str) -> dict[str, Any]:

@@ -27,6 +27,10 @@ pytestmark = [
 SCRIPT = textwrap.dedent(
     """
     import sys, tempfile
+    # flask's `request` is a werkzeug proxy, which raises when vLLM's scan reads it outside a request, and
+    # flask's logging handler reads it when vLLM's logging set-up flushes every handler (seen in CI after a test
+    # had loaded schemathesis, which loads flask).
+    import flask
     import hxd2_ray.retrieval.flow, hxd2_ray.retrieval.pipeline, hxd2_ray.wiring  # the whole query flow
     from hxd2_ray.retrieval.lexical import LexicalIndex, write_lexical
 
@@ -44,9 +48,10 @@ SCRIPT = textwrap.dedent(
     [reply] = llm.complete([LLMRequest(messages=({"role": "user", "content": "Say hello."},), max_tokens=4)])
     assert reply.completion_tokens > 0 and not reply.error, reply
     llm.close()
-    # numba still works after the start: the hidden attributes are back.
+    # numba and flask are whole after the start.
     import llvmlite.binding.ffi as ffi
     assert ffi.lib is not None
+    assert "request" in vars(sys.modules["flask.logging"])
     print("GENERATED", reply.completion_tokens)
     """
 )
