@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from hxd2_ray.config.base import GRAPH_ONLY, NOT_IN_INDEX, FrozenSection, fingerprint_factors
 
@@ -79,8 +79,13 @@ class VectorsConfig(FrozenSection):
     )
 
 
+# graph.build_buffer_pool_mb: the least a Kùzu database opens with, and a sanity bound (1 TiB) above any machine here.
+BUILD_BUFFER_POOL_MB_RANGE = (64, 1 << 20)
+
+
 class GraphConfig(FrozenSection):
-    """The embedded graph engine the index's graph is written with and read by (part of the index fingerprint)."""
+    """The embedded graph engine the index's graph is written with and read by (the engine is part of the index
+    fingerprint), and the memory its bulk load may take (not part of it)."""
 
     backend: Literal["kuzu", "ladybug"] = Field(
         "kuzu",
@@ -88,6 +93,24 @@ class GraphConfig(FrozenSection):
         "ladybug: LadybugDB, Kùzu's maintained fork (same Cypher; extensions not built in, none needed). The files "
         "are not interchangeable: an index is queried with the engine that wrote it (switching is a rebuild).",
     )
+    build_buffer_pool_mb: int | None = Field(
+        None,
+        description="The graph engine's buffer pool (its page cache), in MB, for the bulk load of each new "
+        "generation's graph (`hxd2 index` builds and updates, `hxd2 index-kb`). None: twice the Arrow size of the "
+        "tables loaded, at least 1024 MB and at most half the machine's memory (Kùzu's own default is 80% of it, "
+        "whatever the graph). A load whose pages do not fit stops with 'the buffer pool is full' (staged work is "
+        "kept: raise this and rerun). Valid: 64 to 1048576. The scan that writes the read structures afterwards "
+        "has its own 2048 MB. Not part of the index fingerprint.",
+        json_schema_extra=NOT_IN_INDEX,
+    )
+
+    @field_validator("build_buffer_pool_mb")
+    @classmethod
+    def _pool_in_range(cls, value: int | None) -> int | None:
+        low, high = BUILD_BUFFER_POOL_MB_RANGE
+        if value is not None and not low <= value <= high:
+            raise ValueError(f"the graph's build buffer pool must be {low} to {high} MB, or null (sized to the graph)")
+        return value
 
 
 class GenerationsConfig(FrozenSection):

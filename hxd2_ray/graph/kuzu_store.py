@@ -101,6 +101,7 @@ __all__ = [
     "GRAPH_SCHEMA_VERSION",
     "KuzuGraphStore",
     "KuzuGraphWriter",
+    "bulk_load_pool_bytes",
     "check_params",
     "load_graph",
     "prepare_tables",
@@ -119,6 +120,30 @@ def _engine(engine: GraphEngine | str | None) -> GraphEngine:
     if isinstance(engine, GraphEngine):
         return engine
     return graph_engine(engine or DEFAULT_GRAPH_BACKEND)
+
+
+# The bulk load's buffer pool when none is configured (graph.build_buffer_pool_mb: None): Kùzu 0.11.3's COPY of a
+# synthetic graph (bench/graph_scale.py's shape) stopped with "the buffer pool is full" below 1.0-1.7x the Arrow
+# bytes of its tables (300k entities: 134 MB of tables, 128 MB failed, 256 MB loaded; 1M: 447 MB, 512 MB failed,
+# 768 MB loaded), so twice them, at least 1 GiB, at most half the machine's memory.
+BULK_LOAD_POOL_PER_ARROW_BYTE = 2
+BULK_LOAD_POOL_FLOOR = 1 << 30
+
+
+def bulk_load_pool_bytes(table_bytes: int, configured_mb: int | None = None) -> int:
+    """The buffer pool of a bulk load of tables of ``table_bytes`` (Arrow): ``configured_mb`` MB when given, else
+    ``BULK_LOAD_POOL_PER_ARROW_BYTE`` times the tables, at least ``BULK_LOAD_POOL_FLOOR`` and at most half the
+    machine's physical memory (Kùzu's own default, 80% of it whatever the graph, sits beside the tables being
+    loaded and the processes of the job)."""
+    if configured_mb is not None:
+        return int(configured_mb) << 20
+    want = max(BULK_LOAD_POOL_FLOOR, BULK_LOAD_POOL_PER_ARROW_BYTE * int(table_bytes))
+    try:
+        machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):  # no sysconf (Windows) or no such name: no ceiling known
+        machine = 0
+    pool = min(want, machine // 2) if machine > 0 else want
+    return -(-pool >> 20) << 20  # whole MB
 
 
 class KuzuGraphWriter:
@@ -216,9 +241,11 @@ def load_graph(
     synonyms: pa.Table | None = None,
     title_mentions: pa.Table | None = None,
     engine: GraphEngine | str | None = None,
+    buffer_pool_bytes: int = 0,
 ) -> dict[str, int]:
-    """Open a writer on a fresh ``path`` (with ``engine``, None: Kùzu), load, close. Returns the loaded counts."""
-    with KuzuGraphWriter(path, max_threads=max_threads, engine=engine) as writer:
+    """Open a writer on a fresh ``path`` (with ``engine``, None: Kùzu; a buffer pool of ``buffer_pool_bytes``, 0: the
+    engine's default), load, close. Returns the loaded counts."""
+    with KuzuGraphWriter(path, max_threads=max_threads, buffer_pool_bytes=buffer_pool_bytes, engine=engine) as writer:
         return writer.bulk_load(documents, chunks, entities, relations, synonyms, title_mentions)
 
 

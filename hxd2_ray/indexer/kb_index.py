@@ -206,7 +206,7 @@ def build_kb_index(
     batches); a progress line every ``log_every`` calls. ``embedder``: an already-built embedder (default
     ``wiring.build_embedder(cfg.embedding)``). ``board``: the stages (read, embed, graph, vectors) as they run.
     """
-    from hxd2_ray.graph.kuzu_store import load_graph
+    from hxd2_ray.graph.kuzu_store import bulk_load_pool_bytes, load_graph
     from hxd2_ray.vectors.faiss_index import FaissFamilyIndex, write_family
 
     say = progress or (lambda _msg: None)
@@ -313,7 +313,10 @@ def build_kb_index(
         graph = (empty_documents(), empty_chunks(), entities, relations, synonyms)
         seam.check_room(str(build_dir), estimate_graph_bytes(graph), "the graph")
         graph_path = str(build_dir / "graph.kuzu")
-        load = functools.partial(load_graph, graph_path, *graph[:4], synonyms=synonyms, engine=cfg.graph.backend)
+        pool = bulk_load_pool_bytes(sum(t.nbytes for t in graph), cfg.graph.build_buffer_pool_mb)
+        load = functools.partial(
+            load_graph, graph_path, *graph[:4], synonyms=synonyms, engine=cfg.graph.backend, buffer_pool_bytes=pool
+        )
         counts = isolated_write(load, "the graph", graph_path, seam)
         board.end("graph", f"{counts['entities']:,} entities, {counts['relations']:,} edges")
         # What every query process maps instead of building its own copy (hxd2_ray.graph.read_structures).

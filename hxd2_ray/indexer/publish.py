@@ -62,6 +62,7 @@ def write(b: BuildContext, state: CorpusState, vectors: pa.Table) -> dict[str, A
     b.write_seam = write_seam_for(b.root if local else build_dir, state, vectors)
     try:
         with b.write_seam.writing("the new generation", build_dir):
+            started = time.perf_counter()
             families: dict[str, Any] = {}
             name_vectors = None
             for family in tables.VECTOR_FAMILIES:
@@ -78,6 +79,7 @@ def write(b: BuildContext, state: CorpusState, vectors: pa.Table) -> dict[str, A
                 families[family] = _as_dict(info)
                 if family == "entity_name":
                     name_vectors = (keys, arr)
+            b.clock.seconds["vectors"] = round(time.perf_counter() - started, 3)
             synonyms = _synonyms(b, build_dir, name_vectors)
             title_mentions = _title_mentions(b, state.documents, state.chunks)
             graph = (
@@ -92,13 +94,15 @@ def write(b: BuildContext, state: CorpusState, vectors: pa.Table) -> dict[str, A
             # in a child process, which an abort ends alone (disk_space.isolated_write).
             b.write_seam.check_room(build_dir, estimate_graph_bytes(graph), "the graph")
             graph_path = os.path.join(build_dir, "graph.kuzu")
-            load = functools.partial(_load_graph, graph_path, graph, b.cfg.graph.backend)
-            isolated_write(load, "the graph", graph_path, b.write_seam)
+            _load_graph_isolated(b, graph_path, graph)
             disk_fault("graph", os.path.join(build_dir, "graph.kuzu"))
             _graph_reads(b, build_dir)
             crash_point("driver:write")
             # The lexical channel of this generation, from its whole chunk table (an update rebuilds it too).
+            started = time.perf_counter()
             write_lexical(build_dir, state.chunks.column("id").to_pylist(), state.chunks.column("text").to_pylist())
+            b.clock.seconds["lexical"] = round(time.perf_counter() - started, 3)
+            started = time.perf_counter()
             b.refusal = calibrate_build(
                 build_dir,
                 state.chunks.column("text"),
@@ -106,6 +110,7 @@ def write(b: BuildContext, state: CorpusState, vectors: pa.Table) -> dict[str, A
                 progress=b.log,
                 graph_backend=b.cfg.graph.backend,
             )
+            b.clock.seconds["refusal_calibration"] = round(time.perf_counter() - started, 3)
             b.files = record_files(build_dir)  # sizes and sha256 for the manifest, before the files move
             write_state(build_dir, state)
             publish(b.fs, b.root, build_dir, b.generation)
@@ -114,15 +119,47 @@ def write(b: BuildContext, state: CorpusState, vectors: pa.Table) -> dict[str, A
     return families
 
 
-def _load_graph(path: str, graph: tuple[pa.Table, ...], engine: str) -> None:
-    """The generation's graph, in the child process of :func:`isolated_write`."""
+def _load_graph_isolated(b: BuildContext, graph_path: str, graph: tuple[pa.Table, ...]) -> None:
+    """Load the generation's graph in a child process (:func:`isolated_write`) with the buffer pool of
+    ``graph.build_buffer_pool_mb`` (None: sized to the tables)."""
+    from hxd2_ray.graph.kuzu_store import bulk_load_pool_bytes
+
+    started = time.perf_counter()
+    configured = b.cfg.graph.build_buffer_pool_mb
+    pool = bulk_load_pool_bytes(sum(t.nbytes for t in graph), configured)
+    load = functools.partial(_load_graph, graph_path, graph, b.cfg.graph.backend, pool)
+    isolated_write(load, "the graph", graph_path, b.write_seam)
+    b.clock.seconds["graph_load"] = round(time.perf_counter() - started, 3)
+    how = "graph.build_buffer_pool_mb" if configured is not None else "sized to the graph"
+    b.log(f"graph loaded in {b.clock.seconds['graph_load']:.1f}s (buffer pool {pool >> 20:,} MB, {how})")
+
+
+def _load_graph(path: str, graph: tuple[pa.Table, ...], engine: str, buffer_pool_bytes: int = 0) -> None:
+    """The generation's graph, in the child process of :func:`isolated_write`, with a buffer pool of
+    ``buffer_pool_bytes`` (0: the engine's default)."""
     from hxd2_ray.graph.kuzu_store import load_graph
 
     disk_fault("graph-load", path)
     documents, chunks, entities, relations, synonyms, title_mentions = graph
-    load_graph(
-        path, documents, chunks, entities, relations, synonyms=synonyms, title_mentions=title_mentions, engine=engine
-    )
+    try:
+        load_graph(
+            path,
+            documents,
+            chunks,
+            entities,
+            relations,
+            synonyms=synonyms,
+            title_mentions=title_mentions,
+            engine=engine,
+            buffer_pool_bytes=buffer_pool_bytes,
+        )
+    except RuntimeError as exc:
+        if "buffer pool is full" not in str(exc):
+            raise
+        raise RuntimeError(
+            f"{exc} (a buffer pool of {buffer_pool_bytes >> 20:,} MB): set graph.build_buffer_pool_mb higher and run "
+            "the same command again (the staged work is kept; only the write stage runs again)"
+        ) from None
 
 
 def _graph_reads(b: BuildContext, build_dir: str) -> None:

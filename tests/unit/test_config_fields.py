@@ -102,7 +102,7 @@ def _candidates(annotation: Any, current: Any) -> Iterator[Any]:
             yield not current
         elif arm is int:
             base = current if isinstance(current, int) else 1
-            yield from (base + 1, base - 1, 1, 7)
+            yield from (base + 1, base - 1, 1, 7, 1024)  # 1024: a size in MB (graph.build_buffer_pool_mb)
         elif arm is float:
             base = float(current) if isinstance(current, (int, float)) else 0.5
             yield from (base + 0.05, base - 0.05, base * 0.5, 0.5, 1.0)
