@@ -17,11 +17,13 @@ Exit codes: 0 answered, 2 bad input (empty question, missing/half-written/mismat
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
+import functools
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from hxd2_ray.config import stand_ins
 from hxd2_ray.errors import BackendError, HxdError
@@ -74,9 +76,24 @@ def build_parser() -> argparse.ArgumentParser:
         help='answer every {"question": …} line of this file with one loaded model (demo/batch)',
     )
     parser.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="with --questions: questions answered at once, their LLM calls batched by the engine; answers are "
+        "printed in the file's order (default 4; 1 answers one after another)",
+    )
+    parser.add_argument(
         "-v", "--verbose", action="store_true", help="show the engines' logs here instead of writing them to a log file"
     )
     return parser
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def close_all(resources: list[Any]) -> None:
@@ -146,22 +163,37 @@ def _main(argv: list[str] | None, stack: contextlib.ExitStack) -> int:
         print(f"hxd2 query: engine logs go to {logs.path} (-v shows them here)", file=terminal, flush=True)
     for name in stand_ins(cfg):  # a user must not read a stand-in's answer as a model's
         print(f"hxd2 query: answering with {name}", file=terminal, flush=True)
+    # Several questions, not streamed: answered `--concurrency` at a time over a thread-safe LLM whose engine
+    # batches their calls (vLLM's async engine), printed in the file's order.
+    workers = min(args.concurrency, len(questions)) if not args.stream else 1
+    if workers > 1:
+        ms = cfg.multistage  # every question may be in its logic-form step at once: none waits for a worker
+        cfg = cfg.model_copy(
+            update={"multistage": ms.model_copy(update={"logic_workers": max(ms.logic_workers, workers)})}
+        )
     resources: list[Any] = [index]
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hxd2-query")
     try:
         with contextlib.redirect_stdout(sys.stderr):
             embedder = build_embedder(cfg.embedding)
             resources.append(embedder)
             # Retrieval by vectors and the learned graph walk make no LLM call: no engine is started for them.
-            llm = None if args.mode in ("chunk_vector", "graphflow") else build_llm(cfg.llm)
+            no_llm = args.mode in ("chunk_vector", "graphflow")
+            llm = None if no_llm else build_llm(cfg.llm, concurrent=workers > 1)
             resources.append(llm)
             pipeline = build_pipeline(args.mode, index, llm, embedder, cfg)
             resources.append(pipeline)
             answers = []
-            for q in questions:
+            on_delta = (lambda d: _print_delta(d, answer_out)) if args.stream and not args.json else None
+            asks: list[Callable[[], Answer]] = [
+                functools.partial(pipeline.answer, q, on_delta=on_delta, topic=args.topic) for q in questions
+            ]
+            if workers > 1:  # all started now; each awaited in turn
+                asks = [pool.submit(ask).result for ask in asks]
+            for q, ask in zip(questions, asks):
                 if len(questions) > 1 and not args.json:
                     print(f"\nQ: {q}", file=answer_out, flush=True)
-                on_delta = (lambda d: _print_delta(d, answer_out)) if args.stream and not args.json else None
-                answer = pipeline.answer(q, on_delta=on_delta, topic=args.topic)
+                answer = ask()
                 if on_delta is not None:
                     print(file=answer_out, flush=True)
                 answers.append(answer)
@@ -174,6 +206,7 @@ def _main(argv: list[str] | None, stack: contextlib.ExitStack) -> int:
         _error(str(exc), terminal)
         return 2
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # no question left running on an engine about to close
         close_all(resources)
 
     if len(questions) == 1:
