@@ -167,6 +167,10 @@ def test_a_question_through_hxd2_serve(index: tuple[Path, dict[str, object]], se
                 "--no-auth",
                 "--num-cpus",
                 "2",
+                # The dual-level flow: two LLM calls (keywords, answer) where auto makes five; the backend is the
+                # point here, the modes are tested on the scripted LLM.
+                "--mode",
+                "dual",
                 "-v",
             ],
             cwd=ROOT,
