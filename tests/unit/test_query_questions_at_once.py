@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 
@@ -26,23 +27,30 @@ def test_questions_at_once_print_the_answers_of_one_at_a_time_in_the_files_order
     questions.write_text("".join(json.dumps({"question": q}) + "\n" for q in QUESTIONS), encoding="utf-8")
     from hxd2_ray.retrieval.flow import QueryFlow
 
-    answering_threads: set[str] = set()
+    lock = threading.Lock()
+    in_flight = [0, 0]  # now, most at once
     answer = QueryFlow.answer
 
     def recorded(self, *args, **kwargs):
-        answering_threads.add(threading.current_thread().name)
-        return answer(self, *args, **kwargs)
+        with lock:
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight[1], in_flight[0])
+        try:
+            time.sleep(0.2)  # long enough for every worker to hold a question at once
+            return answer(self, *args, **kwargs)
+        finally:
+            with lock:
+                in_flight[0] -= 1
 
     monkeypatch.setattr(QueryFlow, "answer", recorded)
     printed = {}
     for concurrency in ("1", "4"):
-        answering_threads.clear()
+        in_flight[1] = 0
         argv = ["--index", str(root), "--questions", str(questions), "--json", "--mode", "dual"]
         assert query.main([*argv, "--concurrency", concurrency]) == 0
         lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
         printed[concurrency] = [(a["answer"], a["references"]) for a in lines]
-        print(concurrency, sorted(answering_threads))
-        assert len(answering_threads) == (1 if concurrency == "1" else 4), answering_threads
+        assert in_flight[1] == int(concurrency), (concurrency, in_flight)
     assert len(printed["1"]) == len(QUESTIONS) and printed["4"] == printed["1"]
 
 
