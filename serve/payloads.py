@@ -84,5 +84,6 @@ class ApiError(Exception):
         self.status = status
         self.message = message
         self.type = type_ or ERROR_TYPES.get(status, "server_error")
-        self.code = code
+        # A deadline's 504 carries the same code wherever it is answered (the Ingress here, the proxy's front door).
+        self.code = code or ("deadline_exceeded" if status == 504 else None)
         self.headers = headers or {}

@@ -17,6 +17,10 @@ from serve.replica_failures import count_replica_failure
 
 log = logging.getLogger("hxd2.serve")
 
+# How long past a deadline the Ingress waits for the Retriever's own 504 (which carries its reason) before it
+# answers 504 itself. Well under the front door's grace (serve/front_door.py), so the Ingress's answer comes first.
+RETRIEVER_GRACE_S = 0.25
+
 
 class RetrieverBackend:
     """The Ingress's view of the Retriever deployment: deadlines, one retry on a dead replica, status mapping."""
@@ -88,7 +92,7 @@ class RetrieverBackend:
             response = getattr(self.handle, method).remote(*args)
             try:
                 # A little beyond the deadline: the retriever answers 504 itself, with its reason, when it can.
-                result = await asyncio.wait_for(response, max(0.0, deadline - time.time()) + 1.0)
+                result = await asyncio.wait_for(response, max(0.0, deadline - time.time()) + RETRIEVER_GRACE_S)
             except asyncio.TimeoutError:
                 cancel_quietly(response)
                 raise ApiError(504, "the request deadline passed") from None
@@ -157,7 +161,7 @@ class RetrieverBackend:
         done = False
         try:
             while True:
-                timeout = max(0.0, deadline - time.time()) + 1.0
+                timeout = max(0.0, deadline - time.time()) + RETRIEVER_GRACE_S
                 try:
                     event = await asyncio.wait_for(gen.__anext__(), timeout)
                 except StopAsyncIteration:

@@ -1,6 +1,6 @@
 """The front door in Serve's proxy (issue 35): a lost Ingress answers a JSON 503 with ``Retry-After`` instead of
-the HTTP server's plain-text 500; a response not started by its deadline + 1 s is a JSON 504; the arrival stamp is
-the proxy's own. Driven as plain ASGI, the way the proxy's HTTP server calls it."""
+the HTTP server's plain-text 500; a response not started by its deadline + ``GRACE_S`` is a JSON 504; the arrival
+stamp is the proxy's own. Driven as plain ASGI, the way the proxy's HTTP server calls it."""
 
 from __future__ import annotations
 
