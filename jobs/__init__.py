@@ -15,7 +15,8 @@ wires alike: the Ray runner, the LLM cache and budget flags, the exit status of 
 ``hxd2`` entry point, subcommands loaded lazily, and the helpers commands share). Below them: :mod:`telemetry` (a
 job's counters: stages report to one actor), :mod:`cluster_check` (does every node see the driver's inputs and
 output), :mod:`index_format` (what ``hxd2 index`` prints); and at the bottom :mod:`progress` (the progress board),
-:mod:`job_metrics` (the jobs' Prometheus metrics) and :mod:`result_stdout` (stdout kept for a command's result).
+:mod:`job_metrics` (the jobs' Prometheus metrics) and :mod:`result_stdout` (stdout kept for a command's result),
+and under the board :mod:`interrupts` (a Ctrl-C that a library swallowed ends the command at the next stage).
 Nothing in :mod:`serve` or :mod:`hxd2_ray` imports jobs, and :mod:`cli` loads a command only when it runs, so
 ``hxd2 --help`` imports no Ray, vLLM or torch.
 """

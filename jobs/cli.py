@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 from hxd2_ray.errors import HxdError
+from jobs import interrupts
 
 if TYPE_CHECKING:
     import argparse
@@ -100,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"hxd2: unknown command {name!r}; valid: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
+    interrupts.install()
     try:
         module = importlib.import_module(COMMANDS[name][0])
         return int(module.main(rest) or 0)

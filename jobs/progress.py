@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO
 
+from jobs import interrupts
+
 Clock = Callable[[], float]
 
 # Counter names the stages report (see hxd2_ray.progress.StageCounter); anything else is kept and shown as is.
@@ -144,6 +146,7 @@ class ProgressBoard:
     # ------------------------------------------------------------------ the job's side
 
     def begin(self, name: str, *, total: int | None = None, unit: str | None = None, score: bool = False) -> None:
+        interrupts.raise_if_lost()  # a Ctrl-C swallowed during the last stage ends the command before this one
         with self.lock:
             now = self.clock()
             stage = StageState(name=name, started=now, unit=unit or "items", total=total, score=score, last_change=now)
