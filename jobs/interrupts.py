@@ -13,10 +13,13 @@ clean-up: raising again inside a ``finally`` would cut that clean-up short.
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
 from types import FrameType
+
+log = logging.getLogger("hxd2.jobs")
 
 _received_at: float | None = None
 
@@ -49,4 +52,5 @@ def raise_if_lost() -> None:
     """Raise ``KeyboardInterrupt`` in the main thread when an interrupt arrived and the command is still going
     (the one the handler raised was swallowed on the way)."""
     if _received_at is not None and threading.current_thread() is threading.main_thread():
+        log.warning("a Ctrl-C %.1f s ago was swallowed on the way; stopping at this stage", time.monotonic() - _received_at)
         raise KeyboardInterrupt
