@@ -52,5 +52,7 @@ def raise_if_lost() -> None:
     """Raise ``KeyboardInterrupt`` in the main thread when an interrupt arrived and the command is still going
     (the one the handler raised was swallowed on the way)."""
     if _received_at is not None and threading.current_thread() is threading.main_thread():
-        log.warning("a Ctrl-C %.1f s ago was swallowed on the way; stopping at this stage", time.monotonic() - _received_at)
+        log.warning(
+            "a Ctrl-C %.1f s ago was swallowed on the way; stopping at this stage", time.monotonic() - _received_at
+        )
         raise KeyboardInterrupt
