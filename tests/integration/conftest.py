@@ -138,6 +138,13 @@ def ray_local() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def ray_metrics_url(ray_local) -> str:
     """``http://127.0.0.1:PORT/metrics`` of the session Ray's metrics agent (Prometheus text format)."""
-    if not _RAY_METRICS_PORT:
-        pytest.fail("Ray was started outside the ray_local fixture, without a known metrics port")
-    return f"http://127.0.0.1:{_RAY_METRICS_PORT[-1]}/metrics"
+    if _RAY_METRICS_PORT:
+        return f"http://127.0.0.1:{_RAY_METRICS_PORT[-1]}/metrics"
+    # Another test of this worker started Ray first (the order of files differs with pytest-xdist): its node says
+    # where its metrics agent exports.
+    import ray
+
+    ports = [n["MetricsExportPort"] for n in ray.nodes() if n.get("Alive") and n.get("MetricsExportPort")]
+    if not ports:
+        pytest.fail("the session's Ray has no node with a metrics export port")
+    return f"http://127.0.0.1:{ports[0]}/metrics"

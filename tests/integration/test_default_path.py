@@ -3,7 +3,7 @@ given no ``--config``, an index built by ``hxd2 index`` itself.
 
 - ``hxd2 query`` in ``auto`` mode (the multi-stage pipeline: its LLM engine starts in a process that has loaded
   the lexical channel, the crash of issue 40);
-- ``hxd2 eval run`` on three questions in ``auto`` mode;
+- ``hxd2 eval run`` on three questions in ``auto`` mode, answered at once;
 - ``hxd2 serve``: one answer streamed over the OpenAI SDK, with the time from "ready" to its first token printed.
 
 The index: the one ``scripts/demo`` just built when ``HXD2_DEFAULT_PATH_INDEX`` names it (``.ci/run`` runs the demo
@@ -87,6 +87,8 @@ def test_eval_run_scores_three_questions_in_auto_mode(index, tmp_path):
     proc = _hxd2(
         "eval", "run", "--benchmark", "generic", "--index", str(index), "--questions", str(questions),
         "--mode", "auto", "--output", str(out), "--json",
+        # One shard, its questions at once over the async engine (as a user on 2 cores would: 167 s one by one).
+        "--shards", "1", "--concurrency", "3",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads(proc.stdout)
