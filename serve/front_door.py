@@ -43,7 +43,7 @@ ARRIVED_HEADER = "x-hxd2-arrived"
 # A response not started this long after its deadline is answered 504 here (the Ingress answers 504 at the
 # deadline itself; this is for a request that never reached a live one). Half a second, not one: the client's
 # clock starts before the proxy accepts the connection and stamps the request, and in a burst on 2 cores that
-# alone took a few tenths (CI: a 504 at deadline + 1.08 s on the client's clock with a 1 s grace here).
+# alone took most of a tenth (CI: a 504 at deadline + 1.08 s on the client's clock with a 1 s grace here).
 GRACE_S = 0.5
 RETRY_AFTER_S = 1
 # The queue bound: requests let through however low the rate seen (a cold proxy must learn its rate), the window
