@@ -152,3 +152,24 @@ def test_the_backend_refuses_before_calling_the_retriever_with_a_503_and_retry_a
     assert int(refused.value.headers["Retry-After"]) >= 3 and handle.calls == 0 and backend.refused == 1
     admission.in_flight = 0
     assert asyncio.run(ask(2.0)) == {"text": "ok"} and handle.calls == 1
+
+
+def test_a_retriever_silent_past_the_deadline_is_a_504_deadline_exceeded_before_the_proxy_would_answer():
+    """The Ingress's own 504 comes RETRIEVER_GRACE_S after the deadline, well before the front door's (GRACE_S):
+    CI's burst once had a 504 at deadline + 1.08 s on the client's clock when both waited 1 s."""
+    from serve.front_door import GRACE_S
+    from serve.retriever_client import RETRIEVER_GRACE_S
+
+    backend = RetrieverBackend(_Handle(seconds=5.0), retry_after_s=1, admission=Admission())
+    deadline_s = 0.3
+
+    async def ask() -> dict[str, Any]:
+        return await backend.answer("tiny", "q", False, time.time() + deadline_s)
+
+    started = time.monotonic()
+    with pytest.raises(ApiError) as late:
+        asyncio.run(ask())
+    took = time.monotonic() - started
+    assert late.value.status == 504 and late.value.code == "deadline_exceeded"
+    assert RETRIEVER_GRACE_S < GRACE_S
+    assert deadline_s + RETRIEVER_GRACE_S - 0.05 <= took < deadline_s + GRACE_S, took
