@@ -6,11 +6,18 @@
   direction (zeros when it has none), so direction is part of the feature whatever the embedder;
 * question: embedded when asked (training embeds the whole question set once).
 
-The walk graph and these vectors are cached under ``<cache_dir>/<key>/`` (``graph.npz``, ``graph.json``,
-``features.npz``), the key being the index's fingerprint, build time and counts plus the embedder and the
-feature version, so a rebuilt index or another embedder never reads a stale entry; a step never embeds anything.
-Written into a temp folder and renamed, so a cache entry is complete or absent. ``graph_hash`` (the walk graph's
-keys, CSR arrays and signatures) is what a trained policy records to refuse another graph.
+The walk graph and these vectors are cached under ``<cache_dir>/<key>/``, the key being the index's fingerprint,
+build time and counts plus the embedder and the feature version, so a rebuilt index or another embedder never
+reads a stale entry; a step never embeds anything. Every array is its own ``.npy`` file: the walk graph's
+``graph-ptr.npy``, ``graph-target.npy``, ``graph-sig.npy``, ``graph-node_type.npy``, its keys, names and chunk
+sources as :class:`~hxd2_ray.graphflow.walk_graph.StringColumn` parts (``graph-keys-data.npy``,
+``graph-keys-offsets.npy``, ``graph-keys-order.npy``, ``graph-names-*.npy``, ``graph-chunk_sources-*.npy``), and
+the vectors' ``features-node.npy``, ``features-type.npy``, ``features-sig.npy``. A reader memory-maps them
+read-only (``np.load(..., mmap_mode="r")``): opening an entry reads no array whole and builds nothing per node, the
+pages come from the page cache as they are touched and are shared by every process on the machine, and writing
+into one raises. ``graph.json`` holds the small rest (type names, relation signatures, the embedder,
+``graph_hash``). Written into a temp folder and renamed, so a cache entry is complete or absent. ``graph_hash`` (the
+walk graph's keys, CSR arrays and signatures) is what a trained policy records to refuse another graph.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ __all__ = [
     "question_features",
 ]
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2  # 2: one memory-mapped .npy per array (1: graph.npz, features.npz)
 DIRECTIONS = ("out", "in", "none")
 Progress = Callable[[str], None]
 
@@ -193,7 +200,7 @@ def load_or_build_features(
     """The features of ``index`` from the cache, built (and cached) on a miss."""
     folder = default_cache_dir(cache_dir) / cache_key(index.manifest, embedder, chunk_text_chars)
     say = progress or (lambda _m: None)
-    if (folder / "features.npz").exists():
+    if (folder / COMPLETE_MARK).exists():
         started = time.perf_counter()
         feats = _read(folder)
         say(f"features read from {folder} in {time.perf_counter() - started:.1f}s")
@@ -212,19 +219,32 @@ def load_or_build_features(
     return feats
 
 
+# a StringColumn's arrays: its strings' UTF-8 bytes, where each one starts
+STRING_PARTS: dict[str, type[np.generic]] = {"data": np.uint8, "offsets": np.int64}
+# array name in the entry (graph-<name>.npy, features-<name>.npy) -> the dtype it is written with and read back as
+GRAPH_ARRAYS: dict[str, type[np.generic]] = {
+    "ptr": np.int64,
+    "target": np.int32,
+    "sig": np.int32,
+    "node_type": np.int32,
+    **{f"{name}-{part}": dt for name in ("keys", "names", "chunk_sources") for part, dt in STRING_PARTS.items()},
+    "keys-order": np.int64,
+}
+FEATURE_ARRAYS: dict[str, type[np.generic]] = {"node": np.float32, "type": np.float32, "sig": np.float32}
+COMPLETE_MARK = "graph.json"  # any file would do: the entry appears whole, by one rename
+
+
 def _write(folder: Path, feats: GraphFeatures) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.parent / f".{folder.name}.{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
         arrays, meta = feats.graph.to_arrays()
-        np.savez(
-            tmp / "graph.npz",
-            ptr=arrays["ptr"],
-            target=arrays["target"],
-            sig=arrays["sig"],
-            node_type=arrays["node_type"],
-        )
+        for name, dtype in GRAPH_ARRAYS.items():
+            np.save(tmp / f"graph-{name}.npy", np.ascontiguousarray(arrays[name], dtype=dtype))
+        vectors = {"node": feats.node_vectors, "type": feats.type_vectors, "sig": feats.sig_vectors}
+        for name, dtype in FEATURE_ARRAYS.items():
+            np.save(tmp / f"features-{name}.npy", np.ascontiguousarray(vectors[name], dtype=dtype))
         meta.update(
             embedder_id=feats.embedder_id,
             dim=feats.dim,
@@ -233,27 +253,33 @@ def _write(folder: Path, feats: GraphFeatures) -> None:
             version=FEATURE_VERSION,
         )
         (tmp / "graph.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
-        np.savez(tmp / "features.npz", node=feats.node_vectors, type=feats.type_vectors, sig=feats.sig_vectors)
         try:
             os.replace(tmp, folder)
         except OSError:
-            if not (folder / "features.npz").exists():  # not another process finishing first
+            if not (folder / COMPLETE_MARK).exists():  # not another process finishing first
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _mapped(path: Path, dtype: type[np.generic]) -> np.ndarray:
+    """The array in ``path``, memory-mapped read-only (a plain ndarray view of the map, not an ``np.memmap``)."""
+    arr = np.asarray(np.load(path, mmap_mode="r"))
+    if arr.dtype != dtype:
+        raise ValueError(f"{path} holds {arr.dtype}, expected {np.dtype(dtype)}")
+    return arr
+
+
 def _read(folder: Path) -> GraphFeatures:
     meta = json.loads((folder / "graph.json").read_text(encoding="utf-8"))
-    with np.load(folder / "graph.npz") as g:
-        walk = WalkGraph.from_arrays({k: g[k] for k in g.files}, meta)
-    with np.load(folder / "features.npz") as f:
-        node, types, sig = f["node"], f["type"], f["sig"]
+    graph_arrays = {name: _mapped(folder / f"graph-{name}.npy", dt) for name, dt in GRAPH_ARRAYS.items()}
+    walk = WalkGraph.from_arrays(graph_arrays, meta)  # same dtypes: from_arrays keeps the maps, copies nothing
+    vectors = {name: _mapped(folder / f"features-{name}.npy", dt) for name, dt in FEATURE_ARRAYS.items()}
     return GraphFeatures(
         graph=walk,
-        node_vectors=node,
-        type_vectors=types,
-        sig_vectors=sig,
+        node_vectors=vectors["node"],
+        type_vectors=vectors["type"],
+        sig_vectors=vectors["sig"],
         embedder_id=meta["embedder_id"],
         dim=int(meta["dim"]),
         graph_hash=meta["graph_hash"],

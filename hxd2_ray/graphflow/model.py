@@ -20,6 +20,7 @@ walks.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,10 +57,10 @@ class FeatureTables:
         is_chunk = np.zeros(g.n_nodes, dtype=np.float32)
         is_chunk[g.n_entities :] = 1.0
         return cls(
-            node_vectors=torch.as_tensor(np.asarray(feats.node_vectors, dtype=np.float32), device=device),
+            node_vectors=_table(feats.node_vectors, device),
             node_type=torch.as_tensor(g.node_type.astype(np.int64), device=device),
-            type_vectors=torch.as_tensor(np.asarray(feats.type_vectors, dtype=np.float32), device=device),
-            sig_vectors=torch.as_tensor(np.asarray(feats.sig_vectors, dtype=np.float32), device=device),
+            type_vectors=_table(feats.type_vectors, device),
+            sig_vectors=_table(feats.sig_vectors, device),
             log_degree=torch.as_tensor(np.log1p(deg) / 8.0, device=device),
             is_chunk=torch.as_tensor(is_chunk, device=device),
             ptr=g.ptr,
@@ -76,6 +77,15 @@ class FeatureTables:
     @property
     def device(self) -> torch.device:
         return self.node_vectors.device
+
+
+def _table(vectors: np.ndarray, device: str | torch.device) -> torch.Tensor:
+    """A float32 tensor of cached vectors. The feature cache hands them out memory-mapped read-only; on the CPU the
+    tensor shares that map (nothing here writes into a table), so torch's warning about a non-writable array is
+    silenced here rather than paid for with a private copy of every vector in every process."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning)
+        return torch.as_tensor(np.asarray(vectors, dtype=np.float32), device=device)
 
 
 class GraphFlowModel(nn.Module):  # type: ignore[misc]  # torch is not followed by mypy: Module is Any

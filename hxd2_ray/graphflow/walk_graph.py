@@ -11,19 +11,22 @@ what lets the policy tell "films directed by X" from "the director of X". Chunks
 
 Built once per index from :meth:`hxd2_ray.graph.resident.ResidentGraph.arrays` (the facts parsed with the
 logic form's own :func:`~hxd2_ray.logic.executor.edge_facts`) and cached with the features
-(:mod:`hxd2_ray.graphflow.features`); plain numpy.
+(:mod:`hxd2_ray.graphflow.features`); plain numpy. A graph read from that cache holds its keys, names and chunk
+sources as :class:`StringColumn` (UTF-8 bytes and offsets, memory-mapped) instead of Python lists.
 """
 
 from __future__ import annotations
 
+import bisect
+import operator
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence, overload
 
 import numpy as np
 
 from hxd2_ray.logic.facts import edge_facts
 
-__all__ = ["MENTIONED_IN", "MENTIONS", "Signature", "WalkGraph"]
+__all__ = ["MENTIONED_IN", "MENTIONS", "Signature", "StringColumn", "WalkGraph"]
 
 Signature = tuple[tuple[str, str], ...]  # sorted (label, direction) pairs; direction: out | in | none
 MENTIONED_IN: Signature = (("mentioned in passage", "none"),)
@@ -36,10 +39,65 @@ def relation_label(predicate: str) -> str:
     return " ".join(predicate.replace("_", " ").split()) or "related"
 
 
+class StringColumn(Sequence[str]):
+    """A read-only sequence of strings kept as two arrays, ``data`` (their UTF-8 bytes, uint8) and ``offsets``
+    (int64, ``len + 1``): string ``i`` is decoded when asked, so a column memory-mapped from the feature cache costs
+    no memory per item. ``order`` (positions sorted by their bytes, stable) makes :meth:`find` a binary search."""
+
+    __slots__ = ("data", "offsets", "order")
+
+    def __init__(self, data: np.ndarray, offsets: np.ndarray, order: np.ndarray | None = None) -> None:
+        if len(offsets) < 1 or (order is not None and len(order) != len(offsets) - 1):
+            raise ValueError("a string column needs len + 1 offsets (and len positions in its order)")
+        self.data, self.offsets, self.order = data, offsets, order
+
+    @classmethod
+    def of(cls, strings: Sequence[str], *, ordered: bool = False) -> "StringColumn":
+        encoded = [s.encode("utf-8") for s in strings]
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in encoded], out=offsets[1:])
+        data = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        order = np.array(sorted(range(len(encoded)), key=encoded.__getitem__), dtype=np.int64) if ordered else None
+        return cls(data, offsets, order)
+
+    def _bytes(self, i: int) -> bytes:
+        return self.data[int(self.offsets[i]) : int(self.offsets[i + 1])].tobytes()
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        j = operator.index(i)
+        n = len(self)
+        if not -n <= j < n:
+            raise IndexError(f"string {j} of a column of {n}")
+        return self._bytes(j % n).decode("utf-8")
+
+    def __iter__(self) -> Iterator[str]:
+        for i in range(len(self)):
+            yield self._bytes(i).decode("utf-8")
+
+    def find(self, s: str) -> int | None:
+        """The position of ``s`` (the last one, as a dict built in order would keep), or None."""
+        if self.order is None:
+            raise ValueError("this string column has no order to search")
+        target = s.encode("utf-8")
+        at = bisect.bisect_right(self.order, target, key=lambda pos: self._bytes(int(pos))) - 1
+        return int(self.order[at]) if at >= 0 and self._bytes(int(self.order[at])) == target else None
+
+
 @dataclass(frozen=True)
 class WalkGraph:
-    keys: list[str]  # node -> entity key or chunk id
-    names: list[str]  # node -> what a person reads (entity name; chunk: its document's title or id)
+    keys: Sequence[str]  # node -> entity key or chunk id (a list; a StringColumn when read from the cache)
+    names: Sequence[str]  # node -> what a person reads (entity name; chunk: its document's title or id)
     n_entities: int
     node_type: np.ndarray  # node -> type id (int32)
     type_names: list[str]
@@ -47,11 +105,11 @@ class WalkGraph:
     target: np.ndarray  # entry -> node reached (int32)
     sig: np.ndarray  # entry -> relation signature id (int32)
     signatures: list[Signature]
-    chunk_sources: list[str] = field(default_factory=list)  # chunk (node - n_entities) -> its document's source id
+    chunk_sources: Sequence[str] = field(default_factory=list)  # chunk (node - n_entities) -> its document's source id
     _index_of: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not self._index_of:
+        if not self._index_of and not isinstance(self.keys, StringColumn):  # a column is searched, not indexed
             self._index_of.update((k, i) for i, k in enumerate(self.keys))
 
     # ------------------------------------------------------------------------------------------ reads
@@ -65,6 +123,8 @@ class WalkGraph:
         return int(self.ptr[-1])
 
     def node_of(self, key: str) -> int | None:
+        if isinstance(self.keys, StringColumn):
+            return self.keys.find(key)
         return self._index_of.get(key)
 
     def is_chunk(self, node: int) -> bool:
@@ -246,23 +306,38 @@ class WalkGraph:
     # ------------------------------------------------------------------------------------------ storage
 
     def to_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """(numpy arrays, JSON-able lists) for the feature cache."""
+        """(numpy arrays, JSON-able lists) for the feature cache; the keys, names and chunk sources are arrays
+        (:class:`StringColumn`'s ``data``/``offsets``, the keys with their ``order``) so a reader can map them."""
         arrays = {"ptr": self.ptr, "target": self.target, "sig": self.sig, "node_type": self.node_type}
+        for name, strings in (("keys", self.keys), ("names", self.names), ("chunk_sources", self.chunk_sources)):
+            ordered = name == "keys"  # node_of searches the keys
+            column = strings if isinstance(strings, StringColumn) else StringColumn.of(strings)
+            if ordered and column.order is None:
+                column = StringColumn.of(list(column), ordered=True)
+            arrays[f"{name}-data"], arrays[f"{name}-offsets"] = column.data, column.offsets
+            if ordered and column.order is not None:
+                arrays[f"{name}-order"] = column.order
         meta = {
-            "keys": self.keys,
-            "names": self.names,
             "n_entities": self.n_entities,
             "type_names": self.type_names,
             "signatures": [[list(p) for p in s] for s in self.signatures],
-            "chunk_sources": self.chunk_sources,
         }
         return arrays, meta
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> "WalkGraph":
+        """The graph of :meth:`to_arrays`' output; arrays of the right dtypes (memory maps) are kept, not copied."""
+
+        def column(name: str) -> StringColumn:
+            return StringColumn(
+                np.asarray(arrays[f"{name}-data"], dtype=np.uint8),
+                np.asarray(arrays[f"{name}-offsets"], dtype=np.int64),
+                np.asarray(arrays[f"{name}-order"], dtype=np.int64) if f"{name}-order" in arrays else None,
+            )
+
         return cls(
-            keys=list(meta["keys"]),
-            names=list(meta["names"]),
+            keys=column("keys"),
+            names=column("names"),
             n_entities=int(meta["n_entities"]),
             node_type=np.asarray(arrays["node_type"], dtype=np.int32),
             type_names=list(meta["type_names"]),
@@ -270,5 +345,5 @@ class WalkGraph:
             target=np.asarray(arrays["target"], dtype=np.int32),
             sig=np.asarray(arrays["sig"], dtype=np.int32),
             signatures=[tuple((str(a), str(b)) for a, b in s) for s in meta["signatures"]],
-            chunk_sources=list(meta["chunk_sources"]),
+            chunk_sources=column("chunk_sources"),
         )
