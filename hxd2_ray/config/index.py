@@ -15,15 +15,24 @@ class VectorsConfig(FrozenSection):
     num_shards: int = Field(2, ge=1, description="Shards per vector family.")
     index_type: Literal["auto", "flat", "hnsw", "ivf", "ivfpq"] = Field(
         "auto",
-        description="auto: flat up to flat_max_vectors per shard, then IVF. ivfpq: IVF over product-quantized codes "
-        "(ivfpq_m bytes a vector at 8 bits: about 1/32 of flat at dim 384; approximate scores) for tens of millions "
-        "of vectors; a family too small to train its codebooks is written flat.",
+        description="auto: flat up to flat_max_vectors per shard, IVF up to ivf_max_vectors, then IVF-PQ. ivfpq: "
+        "IVF over product-quantized codes (ivfpq_m bytes a vector at 8 bits: 1/8 of flat's floats by default), the "
+        "best candidates re-scored exactly (ivfpq_refine), for tens of millions of vectors; a family too small to "
+        "train its codebooks is written flat.",
     )
     flat_max_vectors: int = Field(
         200_000,
         gt=0,
         description="index_type=auto: a family whose largest shard holds more vectors than this is written as IVF, "
         "else as an exact flat index.",
+        json_schema_extra=GRAPH_ONLY,
+    )
+    ivf_max_vectors: int = Field(
+        1_000_000,
+        gt=0,
+        description="index_type=auto: a family whose largest shard holds more vectors than this is written as "
+        "IVF-PQ, else (past flat_max_vectors) as IVF-Flat. An IVF-Flat probe scans 4*dim bytes a vector; past a "
+        "million a shard, that scan and its page-cache working set dominate a query.",
         json_schema_extra=GRAPH_ONLY,
     )
     hnsw_m: int = Field(
@@ -66,7 +75,18 @@ class VectorsConfig(FrozenSection):
         None,
         ge=1,
         description="index_type=ivfpq: sub-quantizers per vector (bytes a vector at 8 bits); must divide the "
-        "dimension. None: dim/8 rounded to a divisor of dim (48 at dim 384).",
+        "dimension. None: dim/2 rounded down to a divisor of dim (192 at dim 384, 32 at dim 64), chosen by the "
+        "recall table of docs/benchmarks/vector-scale.md.",
+        json_schema_extra=GRAPH_ONLY,
+    )
+    ivfpq_refine: int = Field(
+        4,
+        ge=0,
+        le=64,
+        description="index_type=ivfpq: the best k * ivfpq_refine candidates of the codes are re-scored exactly "
+        "against the shard's full vectors (stored beside the codes, memory-mapped: only the candidates' rows are "
+        "read), so scores are exact and recall is the lists' rather than the codes'. 0: no full vectors (a quarter "
+        "of the disk at the defaults), approximate scores.",
         json_schema_extra=GRAPH_ONLY,
     )
     ivfpq_nbits: int = Field(

@@ -13,7 +13,9 @@ in parallel (Ray tasks) and, later, served separately. Writing is three composab
 disk), or with ``map_fn`` fanning :func:`build_shard` out and committing the returned blobs.
 
 Index kinds: ``flat`` (exact), ``hnsw``, ``ivf`` (IVF-Flat) and ``ivfpq`` (IVF over product-quantized codes, for
-tens of millions of vectors: ``m`` bytes a vector instead of ``4 * dim``, scores approximate). Shards are opened
+tens of millions of vectors: a probe scans ``m`` bytes a vector instead of ``4 * dim``; with ``refine`` the best
+``k * refine`` candidates are re-scored against the shard's full vectors, kept beside the codes in the same file
+(Faiss ``IndexRefineFlat``), so only the candidates' rows of them are ever read). Shards are opened
 memory-mapped (:data:`MMAP_FLAGS`): the codes, lists and graphs stay in the OS page cache, read on demand and
 shared by every process on the node that opens the same files; a Faiss build that cannot map a shard reads it
 whole and says so in the log.
@@ -144,17 +146,21 @@ def _build_index(vectors: np.ndarray, ids: np.ndarray, spec: ShardSpec) -> faiss
         if spec.trained is None:
             raise ValueError(f"an {spec.kind} ShardSpec needs the trained empty index (spec.trained)")
         index = _from_bytes(spec.trained)  # IVF stores 64-bit ids itself: no IDMap wrapper needed
+        refine = int(spec.params.get("refine", 0))
+        if spec.kind == "ivfpq" and refine > 0:
+            codes = index
+            index = faiss.IndexRefineFlat(codes)  # the full vectors beside the codes, serialised with them
+            index.k_factor = refine
+            index.own_fields = True  # the refine index frees the codes' index; Python no longer owns it
+            codes.this.disown()  # type: ignore[attr-defined]  # SWIG ownership handle
     else:
         raise ValueError(f"unknown index kind {spec.kind!r}; expected flat, hnsw, ivf or ivfpq")
     if len(labels):
-        if spec.kind in _POSITIONAL:
+        if _positional(spec.kind, spec.params):
             index.add(vecs)
         else:
             index.add_with_ids(vecs, labels)
     return index
-
-
-_POSITIONAL = ("flat", "hnsw")  # shards whose labels are positions, their ids in shard_ids_file
 
 
 # build_shard's arguments for one shard, and a map of build_shard over them (e.g. fanned out as Ray tasks).
@@ -203,8 +209,16 @@ class FamilyPlan:
 
 def _resolve_kind(cfg: VectorsConfig, largest_shard: int) -> IndexKind:
     if cfg.index_type == "auto":
-        return "flat" if largest_shard <= cfg.flat_max_vectors else "ivf"
+        if largest_shard <= cfg.flat_max_vectors:
+            return "flat"
+        return "ivf" if largest_shard <= cfg.ivf_max_vectors else "ivfpq"
     return cfg.index_type
+
+
+def _positional(kind: str, params: dict[str, Any]) -> bool:
+    """Whether a shard's labels are positions (its vector ids in shard_ids_file) rather than the ids themselves:
+    flat and HNSW shards, and IVF-PQ shards with re-scoring (Faiss' IndexRefine labels rows of its full vectors)."""
+    return kind in ("flat", "hnsw") or (kind == "ivfpq" and int(params.get("refine", 0)) > 0)
 
 
 def plan_family(
@@ -259,7 +273,13 @@ def plan_family(
             sample = normalized(vecs[sample_rows], copy=False)
             trained = train_ivfpq(sample, dim, nlist, m, nbits, cfg.ivf_nprobe, seed)
             params.update(
-                nlist=nlist, nprobe=cfg.ivf_nprobe, m=m, nbits=nbits, train_size=int(len(sample_rows)), seed=seed
+                nlist=nlist,
+                nprobe=cfg.ivf_nprobe,
+                m=m,
+                nbits=nbits,
+                refine=cfg.ivfpq_refine,
+                train_size=int(len(sample_rows)),
+                seed=seed,
             )
     info = FamilyInfo(
         family=family,
@@ -305,7 +325,7 @@ def _commit(root: str | Path, plan: FamilyPlan, write_shards: Callable[[Path], N
     try:
         if info.count:  # an empty family has no shard files; search answers nothing
             write_shards(tmp)
-            if plan.spec.kind in _POSITIONAL:
+            if _positional(plan.spec.kind, plan.spec.params):
                 for s in range(info.num_shards):
                     np.save(tmp / shard_ids_file(s), np.ascontiguousarray(plan.shard_ids(s), dtype=np.int64))
         by_id = np.argsort(plan.ids, kind="stable")  # sorted ids: a search maps ids to keys by binary search
@@ -377,6 +397,12 @@ def _apply_search_params(index: faiss.Index, info: FamilyInfo) -> None:
     """Search knobs come from family.json, not whatever the serialised index happened to hold."""
     if info.index_type in ("ivf", "ivfpq"):
         faiss.extract_index_ivf(index).nprobe = int(info.params["nprobe"])
+        if _positional(info.index_type, info.params):
+            if not isinstance(index, faiss.IndexRefine):
+                raise IndexMismatchError(
+                    f"family {info.family!r} is ivfpq with refine but a shard holds {type(index).__name__}"
+                )
+            index.k_factor = float(info.params["refine"])
     elif info.index_type == "hnsw":
         inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else index
         if not isinstance(inner, faiss.IndexHNSW):
@@ -482,7 +508,7 @@ class FaissFamilyIndex:
             )
         ids, keys = open_id_map(folder, info.format_version)
         shards: list[faiss.Index] = []
-        positional = info.format_version >= 2 and info.index_type in _POSITIONAL
+        positional = info.format_version >= 2 and _positional(info.index_type, info.params)
         shard_ids: list[np.ndarray | None] = []
         if info.count:
             for s in range(info.num_shards):

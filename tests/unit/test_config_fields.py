@@ -206,7 +206,13 @@ def test_the_markers_that_matter() -> None:
     base = HxdConfig()
     fp = base.index_fingerprint("p")
     # the Faiss parameters shape the written shards: the index changes, the staged rows are reused
-    for override in ("vectors.ivf_nlist=64", "vectors.hnsw_m=16", "vectors.ivf_nprobe=8"):
+    for override in (
+        "vectors.ivf_nlist=64",
+        "vectors.hnsw_m=16",
+        "vectors.ivf_nprobe=8",
+        "vectors.ivf_max_vectors=5",
+        "vectors.ivfpq_refine=0",
+    ):
         other = config_from_data({}, [override])
         assert other.index_fingerprint("p") != fp, override
         assert other.staging_fingerprint("p") == base.staging_fingerprint("p"), override

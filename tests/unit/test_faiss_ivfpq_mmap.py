@@ -1,5 +1,6 @@
-"""Vectors at scale: IVF-PQ families against flat (recall on clustered data), shards opened memory-mapped (the
-same hits as a read into memory, the file mapped, a read on failure), and the index_type's errors."""
+"""Vectors at scale: IVF-PQ families against flat (recall on clustered data, with and without re-scoring against
+the full vectors), ``auto``'s kinds by shard size, shards opened memory-mapped (the same hits as a read into memory,
+the file mapped, a read on failure), and the index_type's errors."""
 
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ def _family(tmp_path, cfg: VectorsConfig, n=12_000, name="chunk"):
 
 def test_ivfpq_returns_the_flat_top_hits_on_clustered_data(tmp_path):
     flat_info, q = _family(tmp_path / "flat", VectorsConfig(index_type="flat"))
-    pq_info, _ = _family(tmp_path / "pq", VectorsConfig(index_type="ivfpq", ivfpq_m=16, ivf_nprobe=16))
+    pq_info, _ = _family(tmp_path / "pq", VectorsConfig(index_type="ivfpq", ivfpq_m=16, ivf_nprobe=16, ivfpq_refine=0))
     assert pq_info.index_type == "ivfpq" and pq_info.params["m"] == 16 and pq_info.params["nbits"] == 8
+    assert pq_info.params["refine"] == 0 and not list(family_dir(tmp_path / "pq", "chunk").glob("*.ids.npy"))
     assert flat_info.index_type == "flat"
     with (
         FaissFamilyIndex.open(tmp_path / "flat", "chunk") as flat,
@@ -54,15 +56,43 @@ def test_ivfpq_returns_the_flat_top_hits_on_clustered_data(tmp_path):
     assert size["pq"] * 5 < size["flat"]
 
 
+def test_ivfpq_with_refine_ranks_as_flat_with_exact_scores(tmp_path):
+    """The default: candidates from the codes, re-scored against the full vectors kept beside them."""
+    flat_info, q = _family(tmp_path / "flat", VectorsConfig(index_type="flat"))
+    codes_info, _ = _family(tmp_path / "codes", VectorsConfig(index_type="ivfpq", ivfpq_m=8, ivfpq_refine=0))
+    info, _ = _family(tmp_path / "refined", VectorsConfig(index_type="ivfpq", ivfpq_m=8))
+    assert info.params["refine"] == 4 and info.params["m"] == 8
+    folder = family_dir(tmp_path / "refined", "chunk")
+    assert sorted(p.name for p in folder.glob("*.ids.npy")) == ["shard-0000.ids.npy", "shard-0001.ids.npy"]
+    with (
+        FaissFamilyIndex.open(tmp_path / "flat", "chunk") as flat,
+        FaissFamilyIndex.open(tmp_path / "codes", "chunk") as codes,
+        FaissFamilyIndex.open(tmp_path / "refined", "chunk") as refined,
+    ):
+        want, got, approx = flat.search(q, 10), refined.search(q, 10), codes.search(q, 10)
+        assert all(type(s).__name__ == "IndexRefineFlat" for s in refined._shards)
+    recall, codes_recall = _recall(got, want, 10), _recall(approx, want, 10)
+    assert recall >= 0.95 and recall > codes_recall + 0.1  # measured 0.99 against the codes' 0.51 (m=8)
+    shared = [(score, dict(w)[key]) for g, w in zip(got, want) for key, score in g if key in dict(w)]
+    assert shared and max(abs(a - b) for a, b in shared) < 1e-4  # re-scored: flat's own inner products
+
+
+def test_auto_writes_flat_then_ivf_then_ivfpq_by_the_largest_shard(tmp_path):
+    cfg = VectorsConfig(num_shards=2, flat_max_vectors=2_000, ivf_max_vectors=5_000, train_sample_size=12_000)
+    kinds = {n: _family(tmp_path / str(n), cfg, n=n)[0].index_type for n in (3_000, 9_000, 12_000)}
+    assert kinds == {3_000: "flat", 9_000: "ivf", 12_000: "ivfpq"}
+
+
 @pytest.mark.parametrize(
     "cfg",
     [
         VectorsConfig(index_type="flat"),
         VectorsConfig(index_type="hnsw"),
         VectorsConfig(index_type="ivf"),
+        VectorsConfig(index_type="ivfpq", ivfpq_nbits=6, ivfpq_refine=0),
         VectorsConfig(index_type="ivfpq", ivfpq_nbits=6),
     ],
-    ids=lambda c: c.index_type,
+    ids=lambda c: f"{c.index_type}-refine{c.ivfpq_refine}" if c.index_type == "ivfpq" else c.index_type,
 )
 def test_a_mapped_shard_answers_exactly_as_one_read_into_memory(tmp_path, cfg):
     info, q = _family(tmp_path, cfg, n=3000)
@@ -103,7 +133,8 @@ def test_ivfpq_on_a_family_too_small_to_train_is_written_flat(tmp_path):
 
 
 def test_ivfpq_m_must_divide_the_dimension():
-    assert auto_pq_m(384, None) == 48 and auto_pq_m(64, None) == 8 and auto_pq_m(1024, None) == 128
+    assert auto_pq_m(384, None) == 192 and auto_pq_m(64, None) == 32 and auto_pq_m(1024, None) == 512
+    assert auto_pq_m(66, None) == 33 and auto_pq_m(7, None) == 1
     with pytest.raises(ValueError, match="ivfpq_m=10 does not divide the dimension 64; divisors: 1, 2, 4, 8"):
         auto_pq_m(64, 10)
 
