@@ -41,6 +41,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute
+import pyarrow.feather
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))  # run from a checkout without installing
@@ -77,55 +79,138 @@ def chunk_texts(n_chunks: int, keys: pa.Array, rng: np.random.Generator) -> list
     ]
 
 
-def _unit(rng: np.random.Generator, n: int) -> np.ndarray:
-    x = rng.standard_normal((n, DIM), dtype=np.float32)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    return x
+def embedding_like(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Unit vectors of dim 64 shaped like text embeddings: 200 clusters in a 32-dimensional latent space, projected,
+    plus noise (isotropic random vectors leave a product quantizer nothing to learn, which no embedder does)."""
+    latent, clusters = 32, 200
+    shape = np.random.default_rng(7)  # one latent space for every family and size; rng draws the points
+    proj = shape.standard_normal((latent, DIM)).astype(np.float32)
+    centers = shape.standard_normal((clusters, latent)).astype(np.float32) * 2
+    out = np.empty((n, DIM), np.float32)
+    for lo in range(0, n, 500_000):  # bounded temporaries
+        m = min(500_000, n - lo)
+        z = centers[rng.integers(0, clusters, m)] + rng.standard_normal((m, latent), dtype=np.float32)
+        block = z @ proj + 0.5 * rng.standard_normal((m, DIM), dtype=np.float32)
+        out[lo : lo + m] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    return out
 
 
-def build(root: Path, n: int, seed: int) -> dict:
+def exact_top(vectors: np.ndarray, queries: np.ndarray, k: int = 10) -> np.ndarray:
+    """Rows of the ``k`` largest inner products of each query, by brute force (blocks of 1M rows)."""
+    best_s = np.full((len(queries), 0), -np.inf, np.float32)
+    best_i = np.zeros((len(queries), 0), np.int64)
+    for lo in range(0, len(vectors), 1_000_000):
+        scores = queries @ vectors[lo : lo + 1_000_000].T
+        top = np.argpartition(-scores, min(k, scores.shape[1] - 1), axis=1)[:, :k]
+        best_s = np.concatenate([best_s, np.take_along_axis(scores, top, 1)], axis=1)
+        best_i = np.concatenate([best_i, top + lo], axis=1)
+        keep = np.argsort(-best_s, axis=1)[:, :k]
+        best_s, best_i = np.take_along_axis(best_s, keep, 1), np.take_along_axis(best_i, keep, 1)
+    return best_i
+
+
+def family_recall(root: Path, family: str, keys: list[str], vectors: np.ndarray, rng: np.random.Generator) -> float:
+    """recall@10 of the written family (its stored settings) against exact search, 100 held-out queries."""
+    from hxd2_ray.vectors.faiss_index import FaissFamilyIndex
+
+    queries = embedding_like(rng, 100)
+    want = exact_top(vectors, queries)
+    with FaissFamilyIndex.open(root, family) as index:
+        got = index.search(queries, 10)
+    return sum(len({k for k, _ in g} & {keys[i] for i in w}) for g, w in zip(got, want)) / (10 * len(queries))
+
+
+def build_graph(root: Path, data: Path, n: int, seed: int) -> None:
+    """The graph, its read structures and the bench's keys and texts (``data``), in a process of its own: its
+    tables and Kùzu's buffer pool are gone when it exits, so the build's peak is the Kùzu load's alone."""
     from hxd2_ray.graph.kuzu_store import KuzuGraphWriter
     from hxd2_ray.graph.read_structures import READS_DIR
-    from hxd2_ray.index_store.manifest import build_manifest, write_manifest
     from hxd2_ray.indexer.query_reads import write_query_reads
-    from hxd2_ray.retrieval.lexical import write_lexical
-    from hxd2_ray.vectors.faiss_index import write_family
 
-    cfg = config()
     rng = np.random.default_rng(seed)
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     docs, chunks, ents, rels, syn, titles = make_graph(n, rng)
-    texts = chunk_texts(chunks.num_rows, ents["key"].combine_chunks(), rng)
-    chunks = chunks.set_column(chunks.schema.get_field_index("text"), "text", pa.array(texts, pa.string()))
+    texts = pa.array(chunk_texts(chunks.num_rows, ents["key"].combine_chunks(), rng), pa.string())
+    chunks = chunks.set_column(chunks.schema.get_field_index("text"), "text", texts)
+    data.mkdir(parents=True, exist_ok=True)
+    pa.feather.write_feather(pa.table({"id": chunks["id"], "text": texts}), data / "chunks.arrow")
+    pa.feather.write_feather(pa.table({"key": ents["key"]}), data / "entities.arrow")
+    relation_keys = pa.compute.binary_join_element_wise(rels["source_key"], rels["target_key"], "\x1f")
+    pa.feather.write_feather(pa.table({"key": relation_keys}), data / "relations.arrow")
+    counts = {"documents": docs.num_rows, "chunks": chunks.num_rows, "entities": n, "relations": rels.num_rows}
+    del texts, relation_keys
     seconds["data"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     with KuzuGraphWriter(root / "graph.kuzu", buffer_pool_bytes=writer_pool_bytes(n)) as writer:
         writer.bulk_load(docs, chunks.drop_columns(["shard"]), ents, rels, syn, titles)
     seconds["kuzu_load"] = time.perf_counter() - t0
+    del docs, chunks, ents, rels, syn, titles
     t0 = time.perf_counter()
     write_query_reads(root / "graph.kuzu", root / READS_DIR)
     seconds["read_structures"] = time.perf_counter() - t0
+    (data / "graph.json").write_text(json.dumps({"seconds": seconds, "counts": counts, "peak_mb": _peak_mb()}))
+
+
+def build_lexical(root: Path, data: Path) -> None:
+    """The lexical index, in a process of its own (its token lists are the largest Python objects of the build)."""
+    from hxd2_ray.retrieval.lexical import write_lexical
+
     t0 = time.perf_counter()
-    chunk_ids = chunks["id"].to_pylist()
-    write_lexical(root, chunk_ids, texts)
-    seconds["lexical"] = time.perf_counter() - t0
-    del texts
-    entity_keys = ents["key"].to_pylist()
-    relation_keys = [f"{a}\x1f{b}" for a, b in zip(rels["source_key"].to_pylist(), rels["target_key"].to_pylist())]
-    counts = {"documents": docs.num_rows, "chunks": chunks.num_rows, "entities": n, "relations": rels.num_rows}
-    del docs, chunks, ents, rels, syn, titles
-    infos = {}
-    t0 = time.perf_counter()
-    for family, keys in (
-        ("entity_name", entity_keys),
-        ("entity_mix", entity_keys),
-        ("relation_keywords", relation_keys),
-        ("relation_mix", relation_keys),
-        ("chunk", chunk_ids),
+    table = pa.feather.read_table(data / "chunks.arrow")
+    write_lexical(root, table["id"].to_pylist(), table["text"].to_pylist())
+    (data / "lexical.json").write_text(json.dumps({"seconds": time.perf_counter() - t0, "peak_mb": _peak_mb()}))
+
+
+def _peak_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _step(step: str, root: Path, data: Path, *args: str) -> dict:
+    subprocess.run([sys.executable, __file__, f"--{step}", str(root), str(data), *args], check=True)
+    return json.loads((data / f"{step.removeprefix('build-')}.json").read_text())
+
+
+def build(root: Path, n: int, seed: int) -> dict:
+    from hxd2_ray.graph.read_structures import READS_DIR
+    from hxd2_ray.index_store.manifest import build_manifest, write_manifest
+    from hxd2_ray.vectors.faiss_index import write_family
+
+    cfg = config()
+    data = root.parent / f"{root.name}-data"
+    graph = _step("build-graph", root, data, str(n), str(seed))
+    lexical = _step("build-lexical", root, data)
+    seconds = {**graph["seconds"], "lexical": lexical["seconds"]}
+    peaks = {"graph": graph["peak_mb"], "lexical": lexical["peak_mb"]}
+    counts = graph["counts"]
+    rng = np.random.default_rng(seed + 1)
+    infos, recall, family_s = {}, {}, {}
+    for family, table in (
+        ("entity_name", "entities"),
+        ("entity_mix", "entities"),
+        ("relation_keywords", "relations"),
+        ("relation_mix", "relations"),
+        ("chunk", "chunks"),
     ):
-        infos[family] = write_family(root, family, keys, _unit(rng, len(keys)), cfg.vectors, seed=seed).to_dict()
-    seconds["vectors"] = time.perf_counter() - t0
+        column = "id" if table == "chunks" else "key"
+        keys = pa.feather.read_table(data / f"{table}.arrow", columns=[column])[column].to_pylist()
+        vectors = embedding_like(rng, len(keys))
+        t0 = time.perf_counter()
+        infos[family] = write_family(root, family, keys, vectors, cfg.vectors, seed=seed).to_dict()
+        family_s[family] = time.perf_counter() - t0
+        recall[family] = family_recall(root, family, keys, vectors, rng)
+        del keys, vectors
+        print(
+            f"[{n:,}] {family}: {infos[family]['index_type']} {infos[family]['params']} in {family_s[family]:.1f}s, "
+            f"recall@10 {recall[family]:.3f}",
+            flush=True,
+        )
+    seconds["vectors"] = sum(family_s.values())
+    peaks["vectors (the bench process)"] = _peak_mb()
+    entity_keys = pa.feather.read_table(data / "entities.arrow")["key"].to_pylist()
+    shutil.rmtree(data, ignore_errors=True)
     write_manifest(root, build_manifest(cfg, "bench", counts, infos))
     disk = {"graph.kuzu": _tree_bytes(root / "graph.kuzu"), "reads": _tree_bytes(root / READS_DIR)}
     disk.update({f"vectors: {f}": _tree_bytes(root / "vectors" / f) for f in infos})
@@ -133,8 +218,12 @@ def build(root: Path, n: int, seed: int) -> dict:
     return {
         "counts": counts,
         "build_s": seconds,
+        "family_s": family_s,
+        "peak_mb": peaks,
         "disk_mb": {k: v / 2**20 for k, v in disk.items()},
         "index_types": {f: i["index_type"] for f, i in infos.items()},
+        "vector_params": {f: i["params"] for f, i in infos.items()},
+        "recall_at_10": recall,
         "entity_keys": entity_keys,
     }
 
@@ -219,6 +308,7 @@ def query_process(root: Path, questions_file: Path, out_file: Path, go_file: Pat
         times[len(times[0]) >= len(asked)].append((time.perf_counter() - t) * 1000)
         chunks.append(len(answer.references))
     warm = phases[len(asked) :]
+    auto = auto_mode(index, cfg, asked, replies) if os.environ.get("QUERY_SCALE_AUTO", "1") == "1" else {}
     names = sorted({name for p in warm for name in p})
     report = {
         "pid": os.getpid(),
@@ -232,6 +322,7 @@ def query_process(root: Path, questions_file: Path, out_file: Path, go_file: Pat
         "references_median": float(np.median(chunks)),
         "phases_ms": {name: float(np.median([p.get(name, 0.0) for p in warm])) for name in names},
         "before": before,
+        **auto,
     }
     tmp = out_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(report))
@@ -239,6 +330,59 @@ def query_process(root: Path, questions_file: Path, out_file: Path, go_file: Pat
     _wait_for(go_file)
     flow.close()
     index.close()
+
+
+def auto_mode(index, cfg, asked: list[dict], replies: dict[str, str]) -> dict:
+    """Mode ``auto`` over the same questions, twice, with the built-in scripted LLM (intent, the refusal gate's
+    retrieval, a one-step plan that retrieves the question's first entity, the pre-check verifier) except for the
+    keywords (the question's) and the plan (its entity key): the time from the question to the generation call
+    (the first ``logic_answer`` or ``answer`` request), the whole answer (the scripted generation takes ~0), and
+    which path answered."""
+    from hxd2_ray.llm.scripted import ScriptedLLM
+    from hxd2_ray.wiring import build_embedder, build_pipeline
+
+    builtin = ScriptedLLM(record=False)
+    generation_at: list[float] = []
+
+    def reply(request):
+        question = request.messages[-1]["content"]
+        if request.tag == "keywords":
+            return next((kw for text, kw in replies.items() if text in question), None) or builtin_reply(request)
+        if request.tag in ("logic_plan", "logic_repair"):
+            key = next((q["keywords"]["low_level_keywords"][0] for q in asked if q["question"] in question), None)
+            if key is not None:
+                found = {"op": "retrieval", "alias": "found", "args": {"s": key, "p": None, "o": None}}
+                output = {"op": "output", "args": {"aliases": ["$found"]}}
+                return json.dumps(
+                    {"steps": [{"step": "Find.", "action": found}, {"step": "Answer.", "action": output}]}
+                )
+        if request.tag in ("logic_answer", "answer") and len(generation_at) == len(started):
+            generation_at.append(time.perf_counter())
+        return builtin_reply(request)
+
+    def builtin_reply(request):
+        return builtin.complete([request])[0].text
+
+    flow = build_pipeline("auto", index, ScriptedLLM(reply, record=False), build_embedder(cfg.embedding), cfg)
+    started: list[float] = []
+    whole: list[float] = []
+    paths: dict[str, int] = {}
+    for q in [*asked, *asked]:
+        started.append(time.perf_counter())
+        answer = flow.answer(q["question"], mode="auto")
+        whole.append(time.perf_counter())
+        if len(generation_at) < len(started):  # refused, or answered without generating
+            generation_at.append(whole[-1])
+        if len(started) > len(asked):
+            paths[answer.path] = paths.get(answer.path, 0) + 1
+    flow.close()
+    second = slice(len(asked), None)
+    return {
+        "auto_to_generation_ms": [(g - s) * 1000 for g, s in zip(generation_at[second], started[second])],
+        "auto_cold_to_generation_ms": [(g - s) * 1000 for g, s in zip(generation_at[: len(asked)], started)],
+        "auto_whole_ms": [(w - s) * 1000 for w, s in zip(whole[second], started[second])],
+        "auto_paths": paths,
+    }
 
 
 def run_processes(root: Path, questions_file: Path, count: int, work: Path) -> dict:
@@ -280,8 +424,29 @@ def run_processes(root: Path, questions_file: Path, count: int, work: Path) -> d
         "cold_p99_ms": float(np.percentile(cold, 99)),
         "references_median": float(np.median([r["references_median"] for r in reports])),
         "phases_ms": reports[0]["phases_ms"],
+        **auto_figures(reports),
         "pss_mb": sum(m["pss"] for m in memory),
         "index_pss_mb": sum(m["pss"] - r["before"]["pss"] for m, r in zip(memory, reports)),
+    }
+
+
+def auto_figures(reports: list[dict]) -> dict:
+    if "auto_to_generation_ms" not in reports[0]:
+        return {}
+    gen = np.concatenate([r["auto_to_generation_ms"] for r in reports])
+    cold = np.concatenate([r["auto_cold_to_generation_ms"] for r in reports])
+    whole = np.concatenate([r["auto_whole_ms"] for r in reports])
+    paths: dict[str, int] = {}
+    for r in reports:
+        for path, count in r["auto_paths"].items():
+            paths[path] = paths.get(path, 0) + count
+    return {
+        "auto_p50_ms": float(np.percentile(gen, 50)),
+        "auto_p99_ms": float(np.percentile(gen, 99)),
+        "auto_cold_p50_ms": float(np.percentile(cold, 50)),
+        "auto_cold_p99_ms": float(np.percentile(cold, 99)),
+        "auto_whole_p50_ms": float(np.percentile(whole, 50)),
+        "auto_paths": paths,
     }
 
 
@@ -329,12 +494,22 @@ def run_size(n: int, args: argparse.Namespace, work: Path, base: dict) -> dict:
             f"read {r['open_read_mb']:.1f} MB, resident +{r['open_rss_mb']:.1f} MB; pipeline {r['pipeline_s']:.2f}s), "
             f"dual_retrieval p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms (first pass {r['cold_p50_ms']:.1f} / "
             f"{r['cold_p99_ms']:.1f} ms), PSS {r['pss_mb']:.0f} MB (above the modules' {r['index_pss_mb']:.0f} MB, "
-            f"above the same processes over the baseline index {r['index_pss_over_baseline_mb']:.0f} MB)",
+            f"above the same processes over the baseline index {r['index_pss_over_baseline_mb']:.0f} MB)"
+            + (
+                f"; auto to the generation call p50 {r['auto_p50_ms']:.1f} ms p99 {r['auto_p99_ms']:.1f} ms (first "
+                f"pass {r['auto_cold_p50_ms']:.1f} / {r['auto_cold_p99_ms']:.1f} ms), paths {r['auto_paths']}"
+                if "auto_p50_ms" in r
+                else ""
+            ),
             flush=True,
         )
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return {"entities": n, **built, "runs": runs}
+
+
+def _knobs(params: dict) -> dict:
+    return {k: v for k, v in params.items() if k in ("nlist", "nprobe", "m", "refine")}
 
 
 def print_table(results: list[dict], processes: int) -> None:
@@ -358,6 +533,26 @@ def print_table(results: list[dict], processes: int) -> None:
             f"| {one['index_pss_mb']:.0f} / {many['index_pss_mb']:.0f} MB "
             f"| {disk:,.0f} MB | {disk / (r['entities'] / 1e6):,.0f} MB |"
         )
+    print()
+    print(f"| entities | auto to the generation call p50 / p99, 1 proc | first pass | {processes} procs | paths |")
+    print("|---:|---:|---:|---:|---|")
+    for r in results:
+        one, many = r["runs"][1], r["runs"][processes]
+        if "auto_p50_ms" in one:
+            print(
+                f"| {r['entities']:,} | {one['auto_p50_ms']:.1f} / {one['auto_p99_ms']:.1f} ms "
+                f"| {one['auto_cold_p50_ms']:.1f} / {one['auto_cold_p99_ms']:.1f} ms "
+                f"| {many['auto_p50_ms']:.1f} / {many['auto_p99_ms']:.1f} ms | {one['auto_paths']} |"
+            )
+    for r in results:
+        print(
+            f"vectors at {r['entities']:,}: "
+            + ", ".join(
+                f"{f} {r['index_types'][f]} {_knobs(p)} recall@10 {r['recall_at_10'][f]:.3f}"
+                for f, p in r["vector_params"].items()
+            )
+        )
+        print(f"build peaks at {r['entities']:,} (MB): " + ", ".join(f"{k} {v:,.0f}" for k, v in r["peak_mb"].items()))
     for r in results:
         phases = r["runs"][1]["phases_ms"]
         print(
@@ -371,6 +566,12 @@ def print_table(results: list[dict], processes: int) -> None:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--query-process":
         query_process(*(Path(p) for p in sys.argv[2:6]), launched=float(sys.argv[6]))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--build-graph":
+        build_graph(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--build-lexical":
+        build_lexical(Path(sys.argv[2]), Path(sys.argv[3]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100000,1000000", help="entity counts, comma-separated")

@@ -1,15 +1,17 @@
 """Vectors at scale: flat against IVF-PQ families of N synthetic vectors, shards memory-mapped or read whole.
 
     .venv/bin/python bench/vector_scale.py [--n 200000] [--dim 384] [--queries 200] [--nprobe 8,16,64]
+        [--ivfpq-m 48,96,192] [--refine 0,4]
 
 Prints, in one run, for each kind (flat, ivfpq with the default ``vectors.*`` settings): build time (plan, train,
 add, write through ``write_family``), disk size, open time and the process's memory after opening and searching
 (anonymous RSS: what the process owns; file RSS: page-cache pages it maps, shared with every process mapping the
 same files) with the shards memory-mapped and read whole, single-query search p50 (``FaissFamilyIndex.search``,
-k=10), and recall@10 of IVF-PQ against flat at several ``nprobe``. Each open is measured in a fresh process
-(so one open's freed memory does not hide the next one's). The vectors are embedding-like: clustered in a
-32-dimensional latent space projected to ``dim``, plus noise (isotropic noise in every dimension leaves a product
-quantizer nothing to learn and is not what text embeddings look like). Data generation is not timed.
+k=10), and recall@10 of IVF-PQ against flat at several ``nprobe``, for each ``ivfpq_m`` with and without re-scoring
+the best ``k * refine`` candidates against the full vectors (``vectors.ivfpq_refine``). Each open is measured in a
+fresh process (so one open's freed memory does not hide the next one's). The vectors are embedding-like: clustered
+in a 32-dimensional latent space projected to ``dim``, plus noise (isotropic noise in every dimension leaves a
+product quantizer nothing to learn and is not what text embeddings look like). Data generation is not timed.
 """
 
 from __future__ import annotations
@@ -122,7 +124,8 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--nprobe", default="8,16,64", help="IVF-PQ lists searched, swept (the family records 16)")
-    ap.add_argument("--ivfpq-m", default="48,96", help="IVF-PQ bytes a vector (vectors.ivfpq_m), one family each")
+    ap.add_argument("--ivfpq-m", default="48,96,192", help="IVF-PQ bytes a vector (vectors.ivfpq_m), swept")
+    ap.add_argument("--refine", default="0,4", help="vectors.ivfpq_refine values, swept (0: the codes' scores)")
     ap.add_argument("--work", default=None, help="folder for the families (default: a temp folder)")
     ap.add_argument("--child", nargs=4, metavar=("ROOT", "QUERIES", "MMAP", "IVF"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -141,7 +144,9 @@ def main() -> None:
     results = {}
     variants = {"flat": VectorsConfig(index_type="flat")}
     for m in args.ivfpq_m.split(","):
-        variants[f"ivfpq m={m}"] = VectorsConfig(index_type="ivfpq", ivfpq_m=int(m))
+        for refine in args.refine.split(","):
+            cfg = VectorsConfig(index_type="ivfpq", ivfpq_m=int(m), ivfpq_refine=int(refine))
+            variants[f"ivfpq m={m} refine={refine}"] = cfg
     for label, cfg in variants.items():
         kind = label.replace(" ", "-").replace("=", "")
         started = time.perf_counter()
@@ -155,7 +160,9 @@ def main() -> None:
         }
         assert opened["mmap"]["hits"] == opened["read"]["hits"], "a mapped family answered differently"
         results[label] = opened["mmap"]["hits"]
-        params = {k: v for k, v in info.params.items() if k in ("nlist", "nprobe", "m", "nbits", "train_size")}
+        params = {
+            k: v for k, v in info.params.items() if k in ("nlist", "nprobe", "m", "nbits", "refine", "train_size")
+        }
         print(f"\n{label} ({info.index_type}, {info.num_shards} shards{', ' + str(params) if params else ''})")
         print(f"  build {build_s:.1f} s ({args.n / build_s:,.0f} vectors/s); disk {disk / 2**20:,.1f} MiB")
         for mode in ("mmap", "read"):

@@ -1,8 +1,8 @@
-"""The whole-query bench's small case (bench/query_scale.py): an index with every vector family, the lexical index
-and the graph's read structures, opened by one and by two fresh query processes as ``hxd2 query`` opens it, each
-answering every question in mode ``dual_retrieval``. The figures are the bench's to print
-(docs/benchmarks/query-scale.md); this checks that the case runs, that what it reports is whole, and that opening
-the whole index reads no array whole."""
+"""The whole-query bench's small case (bench/query_scale.py): an index with every vector family, the lexical index and
+the graph's read structures, opened by one and by two fresh query processes as ``hxd2 query`` opens it, each
+answering every question in mode ``dual_retrieval``, then in mode ``auto`` up to the generation call. The figures
+are the bench's to print (docs/benchmarks/query-scale.md); this checks that the case runs, that what it reports is
+whole, and that opening the whole index reads no array whole."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ def test_the_small_case_runs_and_opening_reads_no_array_whole(tmp_path):
             str(out),
             "--work",
             str(tmp_path / "work"),
+            "--keep",
         ],
         capture_output=True,
         text=True,
@@ -50,3 +51,13 @@ def test_the_small_case_runs_and_opening_reads_no_array_whole(tmp_path):
         assert run["open_read_mb"] < 2 and run["open_rss_mb"] < 8, run
         assert run["ready_s"] > run["open_s"] > 0
     assert "| 20,000 |" in proc.stdout  # the table the docs quote
+    # every family's recall against exact search (flat at this size: exact) and its settings, as the manifest has them
+    assert result["recall_at_10"] == {family: 1.0 for family in result["index_types"]}
+    assert set(result["vector_params"]) == set(result["index_types"])
+    manifest = json.loads((tmp_path / "work" / "index-20000" / "manifest.json").read_text())
+    assert {f: v["params"] for f, v in manifest["vector_families"].items()} == result["vector_params"]
+    # mode auto up to the generation call, every question answered on some path
+    for count, run in result["runs"].items():
+        assert 0 < run["auto_p50_ms"] <= run["auto_p99_ms"], run
+        assert sum(run["auto_paths"].values()) == 40 * int(count) and run["auto_paths"].get("logic_form"), run
+    assert "auto to the generation call" in proc.stdout
