@@ -19,6 +19,7 @@ Every section is a pydantic model with ``extra="forbid"``; unknown keys and bad 
 from __future__ import annotations
 
 from hxd2_ray.config.base import (
+    ADDED_AT_DEFAULT,
     GRAPH_ONLY,
     MODEL_ID,
     NOT_IN_INDEX,
@@ -59,6 +60,7 @@ from hxd2_ray.errors import ConfigError  # raised by the loaders; importable fro
 
 __all__ = [
     "DEFAULT_ENTITY_TYPES",
+    "ADDED_AT_DEFAULT",
     "GRAPH_ONLY",
     "MODEL_ID",
     "NOT_IN_INDEX",

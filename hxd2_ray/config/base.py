@@ -14,6 +14,11 @@ otherwise in ``json_schema_extra`` (a marker is inherited by everything under th
   fingerprint.
 
 A section whose ``enabled`` field is false counts as ``{"enabled": false}`` (its other fields shape nothing).
+
+A field added after indexes were released carries :data:`ADDED_AT_DEFAULT` (with its level's marker): it counts
+only when set away from its default, so adding it leaves every existing index's fingerprint as it was. Without
+that, an upgrade alone would make every index "built with other settings", and the next update would build only
+its ``--input`` into the new generation.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ FingerprintScope = Literal["staging", "graph", "model_id", "none"]
 GRAPH_ONLY: dict[str, Any] = {"fingerprint": "graph"}
 MODEL_ID: dict[str, Any] = {"fingerprint": "model_id"}
 NOT_IN_INDEX: dict[str, Any] = {"fingerprint": "none"}
+ADDED_AT_DEFAULT: dict[str, Any] = {"omit_at_default": True}
 
 # A marker narrows what it is under, never widens it: a field of a section not in the index is not in it either.
 _RANK: dict[str, int] = {"staging": 3, "graph": 2, "model_id": 1, "none": 0}
@@ -73,5 +79,8 @@ def fingerprint_factors(
             nested_map = {k: fingerprint_factors(v, level, field_scope) for k, v in value.items()}
             factors[name] = {k: v for k, v in nested_map.items() if v}
         elif field_scope == level:
+            extra = info.json_schema_extra
+            if isinstance(extra, dict) and extra.get("omit_at_default") and value == info.default:
+                continue
             factors[name] = dumped[name]
     return factors

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from hxd2_ray.config.base import GRAPH_ONLY, NOT_IN_INDEX, FrozenSection, fingerprint_factors
+from hxd2_ray.config.base import ADDED_AT_DEFAULT, GRAPH_ONLY, NOT_IN_INDEX, FrozenSection, fingerprint_factors
 
 
 class VectorsConfig(FrozenSection):
@@ -33,7 +33,7 @@ class VectorsConfig(FrozenSection):
         description="index_type=auto: a family whose largest shard holds more vectors than this is written as "
         "IVF-PQ, else (past flat_max_vectors) as IVF-Flat. An IVF-Flat probe scans 4*dim bytes a vector; past a "
         "million a shard, that scan and its page-cache working set dominate a query.",
-        json_schema_extra=GRAPH_ONLY,
+        json_schema_extra=GRAPH_ONLY | ADDED_AT_DEFAULT,
     )
     hnsw_m: int = Field(
         32,
@@ -87,7 +87,7 @@ class VectorsConfig(FrozenSection):
         "against the shard's full vectors (stored beside the codes, memory-mapped: only the candidates' rows are "
         "read), so scores are exact and recall is the lists' rather than the codes'. 0: no full vectors (a quarter "
         "of the disk at the defaults), approximate scores.",
-        json_schema_extra=GRAPH_ONLY,
+        json_schema_extra=GRAPH_ONLY | ADDED_AT_DEFAULT,
     )
     ivfpq_nbits: int = Field(
         8,

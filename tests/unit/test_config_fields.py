@@ -220,3 +220,18 @@ def test_the_markers_that_matter() -> None:
     here = HxdConfig(embedding=FlagEmbeddingConfig(model="/a/models/bge-m3"))
     there = HxdConfig(embedding=FlagEmbeddingConfig(model="/b/models/bge-m3"))
     assert here.index_fingerprint("p") == there.index_fingerprint("p")
+
+
+def test_a_field_added_after_release_counts_only_when_set() -> None:
+    """ADDED_AT_DEFAULT: vectors.ivf_max_vectors and vectors.ivfpq_refine came after indexes were released; at their
+    defaults they are not in the fingerprint, so an upgrade alone leaves every index's fingerprint as it was."""
+    from hxd2_ray.config import fingerprint_factors
+
+    default = fingerprint_factors(HxdConfig().vectors, "graph")
+    assert "ivf_max_vectors" not in default and "ivfpq_refine" not in default and "ivf_nprobe" in default
+    changed = fingerprint_factors(config_from_data({}, ["vectors.ivfpq_refine=0"]).vectors, "graph")
+    assert changed["ivfpq_refine"] == 0
+    # The shipped defaults' index fingerprint, as the release before these fields had it (computed there). A change
+    # here makes every existing index "built with other settings" on upgrade: say so in the upgrade notes
+    # (docs/how-to/backup-restore-upgrade.md), then pin the new value.
+    assert HxdConfig().index_fingerprint("p") == "7e181dffcbaa39b7"
