@@ -107,7 +107,12 @@ def build_plan_executor(index: "OpenIndex", llm: "LLMClient", embedder: "Embedde
 
     queries = GraphQueries(index.graph, LOGIC_TEMPLATES)
     name_index = index.families.get("entity_name")
-    linker = EntityLinker(queries, embedder=embedder if name_index is not None else None, name_index=name_index)
+    linker = EntityLinker(
+        queries,
+        embedder=embedder if name_index is not None else None,
+        name_index=name_index,
+        entity_count=int(index.manifest.counts.get("entities", 0)) or None,
+    )
     return LogicFormExecutor(queries, linker, llm, matcher=PredicateMatcher(embedder))
 
 

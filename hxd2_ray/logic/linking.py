@@ -38,7 +38,9 @@ class EntityLinker:
 
     * exact: ``entity_key(name)`` (the merge stage's normaliser) is a node key;
     * fuzzy: best ``fuzz.ratio`` over the normalised names of all entities, >= ``fuzzy_cutoff`` (the name
-      list is read once, paged, through the ``lf_entity_names`` template; skipped above ``max_fuzzy_names``);
+      list is read once, paged, through the ``lf_entity_names`` template; skipped above ``max_fuzzy_names``,
+      known before any page is read when ``entity_count`` is given: at 10M entities a process would otherwise page
+      half a million names through the graph engine, on its first name that is not a key, only to drop them);
     * vector: the name's embedding against the entity_name family (``name_index``, keys = entity keys),
       best hit with cosine >= ``vector_threshold``.
     """
@@ -54,6 +56,7 @@ class EntityLinker:
         vector_threshold: float = 0.8,
         max_fuzzy_names: int = 500_000,
         page_size: int = 50_000,
+        entity_count: int | None = None,
     ):
         self.graph = graph
         self.embedder = embedder
@@ -64,10 +67,13 @@ class EntityLinker:
         self.vector_threshold = vector_threshold
         self.max_fuzzy_names = max_fuzzy_names
         self.page_size = page_size
+        self.entity_count = entity_count  # the index's entities (its manifest's count), when the caller knows it
         self._names: tuple[list[str], list[str]] | None = None  # (keys, normalised names)
         self._cache: dict[str, LinkResult] = {}
 
     def _name_table(self) -> tuple[list[str], list[str]]:
+        if self._names is None and self.entity_count is not None and self.entity_count > self.max_fuzzy_names:
+            self._names = ([], [])  # too many names to scan per query; the vector stage covers it
         if self._names is None:
             keys: list[str] = []
             names: list[str] = []

@@ -616,6 +616,23 @@ def test_entity_linker_exact_fuzzy_vector(rice_graph):
     assert vlinker.link("completely unrelated words").method == "none"
 
 
+def test_the_linker_reads_no_name_page_when_the_index_has_too_many_names(rice_graph):
+    pages: list[dict] = []
+
+    class CountingQueries(GraphQueries):
+        def run_template(self, name, params):
+            if name == "lf_entity_names":
+                pages.append(dict(params))
+            return super().run_template(name, params)
+
+    queries = CountingQueries(rice_graph)
+    big = EntityLinker(queries, entity_count=10_000_000, max_fuzzy_names=500_000)
+    assert big.link("zhefu  802").method == "exact"  # keys still link
+    assert big.link("Zhefu802").method == "none" and pages == []  # no fuzzy scan, and no page read to learn that
+    small = EntityLinker(queries, entity_count=40, max_fuzzy_names=500_000)
+    assert small.link("Zhefu802").method == "fuzzy" and len(pages) == 1
+
+
 def test_linked_names_are_noted_in_the_step(rice_graph):
     ev = run(rice_graph, [R("Zhefu802", "height_cm", None, "h")])
     assert ev.answers == ["85"]
