@@ -95,15 +95,23 @@ class LexicalIndex:
 
     @classmethod
     def build(cls, chunk_ids: Sequence[str], texts: Iterable[str]) -> "LexicalIndex":
+        """The BM25 index of ``texts`` (one per chunk id, in order; an empty chunk keeps its row). The score matrix
+        is bm25s' own, computed over arrays (:mod:`.bm25_matrix`): bm25s' ``index`` holds the corpus's tokens as
+        Python lists, 18.5 GB at 2.5M chunks."""
         import bm25s  # noqa: PLC0415 - scipy-backed: loaded by the readers and writers of the lexical channel only
 
-        tokens = [lexical_tokens(t or "") or [""] for t in texts]  # an empty chunk keeps its row
+        from hxd2_ray.retrieval.bm25_matrix import bm25_scores, tokenize_corpus  # noqa: PLC0415 - build only
+
         bm25 = bm25s.BM25()
-        if tokens:
-            # Token ids in sorted token order: bm25s numbers a vocabulary built from a set, in the order of the
-            # process's string hashes, so two builds of one corpus wrote different files.
-            vocab = {token: i for i, token in enumerate(sorted({t for doc in tokens for t in doc}))}
-            bm25.index(([[vocab[t] for t in doc] for doc in tokens], vocab), show_progress=False)
+        corpus = tokenize_corpus(texts, lexical_tokens)
+        if corpus.documents:
+            bm25.scores = bm25_scores(corpus, bm25.k1, bm25.b, bm25.dtype)
+            bm25.nonoccurrence_array = None  # what index() sets for its default (lucene) scoring
+            vocab = corpus.vocab
+            if "" not in vocab:  # bm25s' create_empty_token: a query of no known token scores against ""
+                vocab[""] = len(vocab)
+            bm25.vocab_dict = vocab
+            bm25.unique_token_ids_set = set(vocab.values())
         return cls(pa.array([str(c) for c in chunk_ids], pa.large_string()), bm25)
 
     def save(self, folder: str | Path) -> Path:
