@@ -59,8 +59,32 @@ def _strings(prefix: str, ids: np.ndarray, width: int) -> pa.Array:
     return pa.array([f"{prefix}{i:0{width}d}" for i in ids.tolist()], pa.string())
 
 
-def make_graph(n: int, rng: np.random.Generator) -> tuple[pa.Table, ...]:
-    """(documents, chunks, entities, relations, synonyms, title_mentions) in the staging schemas."""
+CONSONANTS, VOWELS = "bcdfghjklmnprstvwz", "aeiou"
+NAME_WORDS = 5_000  # distinct words of the word-like names: two of them make a name, 25M names at most
+
+
+def word_names(n: int) -> pa.Array:
+    """``n`` distinct names of two pseudo-words ("kaberu tosi"), as entity names read: words of 2 or 3 syllables
+    (90 of them) drawn once with a fixed seed, the first word cycling fastest, so a word starts 1/5,000 of the
+    names. Unlike ``e000123456`` keys (one length, ten digits: every name shares most of its bigrams with every
+    other), their bigrams are as varied as real names'."""
+    if n > NAME_WORDS**2:
+        raise ValueError(f"word_names gives at most {NAME_WORDS**2:,} names")
+    syllables = [c + v for c in CONSONANTS for v in VOWELS]
+    pick = np.random.default_rng(12345)
+    words: list[str] = []
+    seen: set[str] = set()
+    while len(words) < NAME_WORDS:
+        word = "".join(syllables[i] for i in pick.integers(0, len(syllables), pick.integers(2, 4)))
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+    return pa.array([f"{words[i % NAME_WORDS]} {words[i // NAME_WORDS]}" for i in range(n)], pa.string())
+
+
+def make_graph(n: int, rng: np.random.Generator, names: str = "keys") -> tuple[pa.Table, ...]:
+    """(documents, chunks, entities, relations, synonyms, title_mentions) in the staging schemas; entity keys (and
+    names) ``e000000123`` (``names="keys"``) or two pseudo-words (``names="words"``, :func:`word_names`)."""
     n_docs, n_chunks, n_rels = max(1, n // 40), max(1, n // 4), int(n * 1.5)
     doc_ids = _strings("doc", np.arange(n_docs), 8)
     docs = pa.table(
@@ -87,7 +111,7 @@ def make_graph(n: int, rng: np.random.Generator) -> tuple[pa.Table, ...]:
         },
         schema=tables.CHUNKS,
     )
-    keys = _strings("e", np.arange(n), 9)
+    keys = _strings("e", np.arange(n), 9) if names == "keys" else word_names(n)
     # ~2.5 mentions per chunk: each chunk names 2 or 3 entities, popular ones more often.
     per_chunk = rng.integers(2, 4, n_chunks)
     men_chunk = np.repeat(np.arange(n_chunks, dtype=np.int64), per_chunk)

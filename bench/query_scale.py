@@ -130,7 +130,7 @@ def build_graph(root: Path, data: Path, n: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
-    docs, chunks, ents, rels, syn, titles = make_graph(n, rng)
+    docs, chunks, ents, rels, syn, titles = make_graph(n, rng, names=os.environ.get("QUERY_SCALE_NAMES", "words"))
     texts = pa.array(chunk_texts(chunks.num_rows, ents["key"].combine_chunks(), rng), pa.string())
     chunks = chunks.set_column(chunks.schema.get_field_index("text"), "text", texts)
     data.mkdir(parents=True, exist_ok=True)
@@ -586,8 +586,15 @@ def main() -> None:
         "--set", action="append", default=[], help="a config override for the build and the query processes"
     )
     parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument(
+        "--names",
+        choices=("words", "keys"),
+        default="words",
+        help="entity names: two pseudo-words (default) or e000123456 keys (a worst case for the fuzzy matcher)",
+    )
     args = parser.parse_args()
     os.environ["QUERY_SCALE_SET"] = json.dumps(args.set)  # read by config(), here and in the query processes
+    os.environ["QUERY_SCALE_NAMES"] = args.names  # read by the graph's build process
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="hxd2-query-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
