@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/lexical_build.py [--chunks 250000,1000000]
 
-Per size, the chunk texts of ``bench/query_scale.py`` (60 words drawn from a Zipf law over 200,000 pseudo-words,
-plus two entity keys; 4 chunks per 16 entities) are written to a file, then each build runs in a fresh process that
-reads them and builds:
+Per size, the chunk texts of ``bench/query_scale.py`` (``bench/query_scale_index.py``: 60 words drawn from a Zipf
+law over 200,000 pseudo-words, plus two entity keys; 4 chunks per 16 entities) are written to a file, then each
+build runs in a fresh process that reads them and builds:
 
 * ``bm25s index()``: what ``LexicalIndex.build`` did before: every chunk's tokens as a Python list, the vocabulary
   numbered in sorted order, ``bm25s.BM25.index`` over the id lists;
@@ -40,7 +40,7 @@ def _peak_mb() -> float:
 
 
 def write_texts(path: Path, chunks: int, seed: int = 0) -> None:
-    from query_scale import chunk_texts
+    from query_scale_index import chunk_texts
 
     keys = pa.array([f"e{i:09d}" for i in range(chunks * 4)])
     texts = chunk_texts(chunks, keys, np.random.default_rng(seed))
