@@ -122,13 +122,15 @@ def _stress_names(n: int, rng: random.Random) -> list[str]:
     return sorted(names)
 
 
+@pytest.mark.parametrize("gram_filter", ["cheaper", "bigrams", "trigrams"])
 @pytest.mark.parametrize("max_skipped", [0, 1, 3, 50])
 @pytest.mark.parametrize("cutoff", [50, 66.7, 85, 90.5, 100])
-def test_randomized_names_equal_a_full_scan(cutoff, max_skipped, monkeypatch):
+def test_randomized_names_equal_a_full_scan(cutoff, max_skipped, gram_filter, monkeypatch):
     rng = random.Random(int(cutoff * 10) + max_skipped)
     names = _stress_names(400, rng)
     index = FuzzyNameIndex(names)
     monkeypatch.setattr(index, "_MAX_SKIPPED", max_skipped)
+    monkeypatch.setattr(index, "_FILTER", gram_filter)
     queries = [_mutate(rng.choice(names), rng) for _ in range(60)]
     queries += [rng.choice(names) for _ in range(20)]
     queries += ["abababababababab", "aaaaaaaaaaaaaaaaaaaa", "神经元神经元", "𝒜𝒷𝒜", "q", "zz", "ÅB ab"]
@@ -136,8 +138,10 @@ def test_randomized_names_equal_a_full_scan(cutoff, max_skipped, monkeypatch):
         assert index.search(q, cutoff, limit=len(names)) == _brute_force(names, q, cutoff), q
 
 
-def test_long_skewed_names_equal_a_full_scan():
+@pytest.mark.parametrize("gram_filter", ["cheaper", "bigrams", "trigrams"])
+def test_long_skewed_names_equal_a_full_scan(gram_filter, monkeypatch):
     """Bench-like names from a few syllables: long posting lists, every length a range of many names."""
+    monkeypatch.setattr(FuzzyNameIndex, "_FILTER", gram_filter)
     rng = random.Random(11)
     syllables = "ka ro mi su te na lo vi dra bel tor".split()
     names = sorted(
@@ -188,3 +192,40 @@ def test_a_written_index_maps_back_and_searches_alike(tmp_path, names):
     for q in queries:
         for cutoff in (70, 85):
             assert mapped.search(q, cutoff, 10) == built.search(q, cutoff, 10), q
+
+
+def test_trigrams_narrow_what_bigrams_leave_and_cheaper_picks_them():
+    """On long names from few syllables the trigram filter counts fewer postings for some lengths (the cheaper
+    filter then takes it), and both filters' candidates hold every match."""
+    rng = random.Random(13)
+    syllables = "ka ro mi su te na lo vi dra bel tor".split()
+    names = sorted({" ".join("".join(rng.choice(syllables) for _ in range(4)) for _ in range(3)) for _ in range(3000)})
+    index = FuzzyNameIndex(names)
+    chosen = []
+    for q in [_mutate(rng.choice(names), rng) for _ in range(40)]:
+        fq = fold_name(q)
+        by_filter = {}
+        for gram_filter in ("bigrams", "trigrams", "cheaper"):
+            index._FILTER = gram_filter
+            by_filter[gram_filter] = set(index._candidates(fq, 0.85).tolist())
+        matches = {i for i, name in enumerate(index._folded.to_pylist()) if fuzz.ratio(fq, name) >= 85}
+        assert matches <= by_filter["bigrams"] and matches <= by_filter["trigrams"]
+        chosen.append(by_filter["cheaper"] == by_filter["trigrams"] != by_filter["bigrams"])
+    assert any(chosen)
+
+
+def test_an_index_written_before_trigrams_opens_and_searches_with_bigrams(tmp_path):
+    import json
+
+    names = _random_names(2000, 17)
+    built = FuzzyNameIndex(names)
+    built.write(tmp_path)
+    for old in tmp_path.glob("names_*"):
+        if old.stem.removeprefix("names_") in ("alphabet", "tri_vocab", "tri_starts", "tri_postings"):
+            old.unlink()
+    (tmp_path / "names.json").write_text(json.dumps({"size": built.size}) + "\n", encoding="utf-8")
+    older = FuzzyNameIndex.open(tmp_path)
+    assert older is not None and older._tri_width == 0 and built._tri_width > 0
+    rng = random.Random(2)
+    for q in [_mutate(rng.choice(names), rng) for _ in range(40)]:
+        assert older.search(q, 80, 10) == built.search(q, 80, 10) == _brute_force(names, q, 80)[:10], q
