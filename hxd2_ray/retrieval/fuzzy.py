@@ -130,8 +130,9 @@ class FuzzyNameIndex:
 
     # Per length, the query terms with the most postings are checked per candidate instead of counted.
     _MAX_SKIPPED = 2
-    # Which filter counts a length: the one reading fewer postings ("cheaper"), or one forced (tests check both).
-    _FILTER: str = "cheaper"
+    # Which filter counts a length: the one reading fewer postings ("cheaper"), or one forced ("bigrams",
+    # "trigrams": the tests and bench/fuzzy_names.py compare them).
+    gram_filter: str = "cheaper"
 
     def __init__(self, keys: Sequence[str]):
         by_folded: dict[str, list[str] | str] = {}
@@ -267,6 +268,15 @@ class FuzzyNameIndex:
 
     # ------------------------------------------------------------------------------ candidates
 
+    def postings(self) -> dict[str, int]:
+        """Postings written per filter (trigrams: 0 for an index written before them)."""
+        return {"bigrams": len(self._postings), "trigrams": len(self._tri_postings) if self._tri_width else 0}
+
+    def candidate_count(self, query: str, score_cutoff: float) -> int:
+        """How many names the filter leaves for rapidfuzz to score (the matches among them)."""
+        q = fold_name(query)
+        return len(self._candidates(q, score_cutoff / 100.0)) if q and len(self._folded) else 0
+
     def _candidates(self, q: str, c: float) -> np.ndarray:
         """Numbers of the names that may score ``c`` against ``q`` (a superset of the matches), ascending."""
         n1 = len(q)
@@ -300,8 +310,8 @@ class FuzzyNameIndex:
             for j in range(len(lengths)):
                 # Per length, the filter that counts fewer postings (trigrams are rarer, their bound lower).
                 plan = plan2
-                if plan3 is not None and bound3[j] > 0 and self._FILTER != "bigrams":
-                    if self._FILTER == "trigrams" or plan3.cost(j) < plan2.cost(j):
+                if plan3 is not None and bound3[j] > 0 and self.gram_filter != "bigrams":
+                    if self.gram_filter == "trigrams" or plan3.cost(j) < plan2.cost(j):
                         plan = plan3
                 first, end = int(self._length_start[lengths[j]]), int(self._length_start[lengths[j] + 1])
                 found = plan.count(j, first, end - first)

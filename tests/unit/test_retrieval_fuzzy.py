@@ -130,7 +130,7 @@ def test_randomized_names_equal_a_full_scan(cutoff, max_skipped, gram_filter, mo
     names = _stress_names(400, rng)
     index = FuzzyNameIndex(names)
     monkeypatch.setattr(index, "_MAX_SKIPPED", max_skipped)
-    monkeypatch.setattr(index, "_FILTER", gram_filter)
+    monkeypatch.setattr(index, "gram_filter", gram_filter)
     queries = [_mutate(rng.choice(names), rng) for _ in range(60)]
     queries += [rng.choice(names) for _ in range(20)]
     queries += ["abababababababab", "aaaaaaaaaaaaaaaaaaaa", "神经元神经元", "𝒜𝒷𝒜", "q", "zz", "ÅB ab"]
@@ -141,7 +141,7 @@ def test_randomized_names_equal_a_full_scan(cutoff, max_skipped, gram_filter, mo
 @pytest.mark.parametrize("gram_filter", ["cheaper", "bigrams", "trigrams"])
 def test_long_skewed_names_equal_a_full_scan(gram_filter, monkeypatch):
     """Bench-like names from a few syllables: long posting lists, every length a range of many names."""
-    monkeypatch.setattr(FuzzyNameIndex, "_FILTER", gram_filter)
+    monkeypatch.setattr(FuzzyNameIndex, "gram_filter", gram_filter)
     rng = random.Random(11)
     syllables = "ka ro mi su te na lo vi dra bel tor".split()
     names = sorted(
@@ -206,7 +206,7 @@ def test_trigrams_narrow_what_bigrams_leave_and_cheaper_picks_them():
         fq = fold_name(q)
         by_filter = {}
         for gram_filter in ("bigrams", "trigrams", "cheaper"):
-            index._FILTER = gram_filter
+            index.gram_filter = gram_filter
             by_filter[gram_filter] = set(index._candidates(fq, 0.85).tolist())
         matches = {i for i, name in enumerate(index._folded.to_pylist()) if fuzz.ratio(fq, name) >= 85}
         assert matches <= by_filter["bigrams"] and matches <= by_filter["trigrams"]
