@@ -228,7 +228,7 @@ class FuzzyNameIndex:
         present[_SEPARATOR] = False
         self._alphabet = np.flatnonzero(present).astype(np.int64)
         width = max(1, int(len(self._alphabet) - 1).bit_length())
-        dense = (np.cumsum(present) - 1).astype(np.int32)[cps]  # below 2**21: code points are
+        dense = (np.cumsum(present) - 1).astype(np.int32)[cps]  # fewer letters than code points (2**21)
         del cps, present
         gram, occ, self._starts, self._postings = _gram_terms(dense, separator, self._lengths, 2, width)
         mask = (1 << width) - 1
