@@ -277,16 +277,21 @@ def embed(b: BuildContext, entities: pa.Table, relations: pa.Table, chunks: pa.T
 
 
 def latest_per_chunk(extractions: pa.Table, chunks: pa.Table) -> pa.Table:
-    """One extraction per current chunk: a successful one if any exists, else the recorded failure."""
-    wanted = set(chunks.column("id").to_pylist())
-    best: dict[str, int] = {}
-    for i, (cid, err) in enumerate(
-        zip(extractions.column("chunk_id").to_pylist(), extractions.column("error").to_pylist(), strict=True)
-    ):
-        if cid not in wanted:
-            continue
-        prev = best.get(cid)
-        if prev is None or (not err and extractions.column("error")[prev].as_py()):
-            best[cid] = i
-    order = sorted(best.values(), key=lambda i: extractions.column("chunk_id")[i].as_py())
-    return extractions.take(order) if order else tables.EXTRACTIONS.empty_table()
+    """One extraction per current chunk, by chunk id: its first successful one if any exists, else its first
+    recorded failure (rows in staged order).
+
+    Arrow sorts, not a Python pass: at 500k chunks the staged rows come in thousands of pieces, and reading one
+    row's id at a time took minutes in the driver."""
+    rows = pa.table(
+        {
+            "chunk_id": extractions.column("chunk_id"),
+            "failed": pc.not_equal(extractions.column("error"), ""),
+            "row": pa.array(range(extractions.num_rows), pa.int64()),
+        }
+    ).filter(pc.is_in(extractions.column("chunk_id"), value_set=chunks.column("id")))
+    if rows.num_rows == 0:
+        return tables.EXTRACTIONS.empty_table()
+    rows = rows.sort_by([("chunk_id", "ascending"), ("failed", "ascending"), ("row", "ascending")])
+    ids = rows.column("chunk_id").combine_chunks()
+    first_of_chunk = pa.concat_arrays([pa.array([True]), pc.not_equal(ids.slice(1), ids.slice(0, len(ids) - 1))])
+    return extractions.take(rows.column("row").filter(first_of_chunk))
