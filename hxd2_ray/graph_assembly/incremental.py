@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,12 +46,19 @@ MERGED_RELATIONS = tables.RELATIONS.append(pa.field("needs_summary", pa.bool_())
 
 
 class ExtractionIndex:
-    """Successful extractions by chunk id, read lazily from an ``EXTRACTIONS`` table (one row per chunk)."""
+    """Successful extractions by chunk id, read lazily from an ``EXTRACTIONS`` table (one row per chunk).
 
-    def __init__(self, extractions: pa.Table) -> None:
-        ok = extractions.filter(pc.equal(extractions.column("error"), ""))
-        self._table = ok
-        self._row = {cid: i for i, cid in enumerate(ok.column("chunk_id").to_pylist())}
+    Rows come back a batch at a time and only with the columns asked for: a change that touches a popular entity
+    reads most of the corpus' extractions, and those as Python dicts all at once (entities and relations alike)
+    were the peak of an update's driver (13.7 GB at 500k chunks, ``bench/index_cost_curve.py``)."""
+
+    def __init__(self, extractions: pa.Table, batch_rows: int = 4096) -> None:
+        # Row numbers of the successful extractions, not a filtered copy of the table: nearly every row is one.
+        ok = pc.equal(extractions.column("error"), "").to_numpy(zero_copy_only=False)
+        ids = extractions.column("chunk_id").to_pylist()
+        self._table = extractions
+        self._row = {ids[i]: i for i in ok.nonzero()[0].tolist()}
+        self._batch_rows = batch_rows
 
     def __contains__(self, chunk_id: object) -> bool:
         return chunk_id in self._row
@@ -59,9 +66,15 @@ class ExtractionIndex:
     def chunk_ids(self) -> set[str]:
         return set(self._row)
 
-    def rows(self, chunk_ids: Iterable[str]) -> list[dict[str, Any]]:
+    def rows(
+        self, chunk_ids: Iterable[str], columns: Iterable[str] = ("chunk_id", "entities", "relations")
+    ) -> Iterator[dict[str, Any]]:
+        """The successful extractions of ``chunk_ids`` (unknown or failed ones skipped) in table order, each a
+        dict of ``columns``, converted ``batch_rows`` at a time."""
         idx = sorted({self._row[c] for c in chunk_ids if c in self._row})
-        return self._table.take(pa.array(idx, pa.int64())).to_pylist() if idx else []
+        projected = self._table.select(list(columns))
+        for start in range(0, len(idx), self._batch_rows):
+            yield from projected.take(pa.array(idx[start : start + self._batch_rows], pa.int64())).to_pylist()
 
 
 def entity_mentions(row: dict[str, Any], cfg: ExtractionConfig) -> Iterable[tuple[str, EntityMention]]:
@@ -130,7 +143,7 @@ def remerge(
     )
     rel_prov = relations.column("source_chunk_ids")
 
-    added_rows = extractions.rows(added)
+    added_rows = list(extractions.rows(added))
     affected_keys = {ent_keys[i] for i in _touching(entities, removed)}
     affected_pairs = {rel_pairs[i] for i in _touching(relations, removed)}
     for row in added_rows:
@@ -152,7 +165,7 @@ def remerge(
     # Relations: every mention of an affected pair lies in its old provenance (minus removed) or in added chunks.
     rel_chunks = (old_chunks((rel_row[p] for p in affected_pairs if p in rel_row), rel_prov) - removed) | added
     by_pair: dict[Pair, list[RelationMention]] = defaultdict(list)
-    for row in extractions.rows(rel_chunks):
+    for row in extractions.rows(rel_chunks, ("chunk_id", "relations")):
         for pair, m in relation_mentions(row, cfg):
             if pair in affected_pairs:
                 by_pair[pair].append(m)
@@ -162,7 +175,7 @@ def remerge(
     # Entities with entity mentions: the same argument over their old provenance.
     ent_chunks = (old_chunks((ent_row[k] for k in affected_keys if k in ent_row), ent_prov) - removed) | added
     by_key: dict[str, list[EntityMention]] = defaultdict(list)
-    for row in extractions.rows(ent_chunks):
+    for row in extractions.rows(ent_chunks, ("chunk_id", "entities")):
         for key, em in entity_mentions(row, cfg):
             if key in affected_keys:
                 by_key[key].append(em)
@@ -181,7 +194,7 @@ def remerge(
             if r.source_key in orphans or r.target_key in orphans:
                 incident.update(r.source_chunk_ids)
         named: list[RelationMention] = []
-        for row in extractions.rows(incident):
+        for row in extractions.rows(incident, ("chunk_id", "relations")):
             for (a, b), m in relation_mentions(row, cfg):
                 if a in orphans or b in orphans:
                     named.append(m)

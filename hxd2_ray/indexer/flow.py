@@ -113,6 +113,7 @@ class IndexBuild(BuildContext):
             extractions = steps.extract(self, chunks)
         with self.clock.stage("merge"):
             entities, relations = steps.merge(self, extractions)
+        extractions = steps.without_mentions(extractions)
         with self.clock.stage("embed"):
             vectors = steps.embed(self, entities, relations, chunks)
         self.check_lock()

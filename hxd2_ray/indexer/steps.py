@@ -14,20 +14,19 @@ import pyarrow.compute as pc
 
 from hxd2_ray.errors import BudgetReached, HxdError
 from hxd2_ray.extraction.merge import missing_endpoint_entities
-from hxd2_ray.graph_assembly.embedding_texts import TEXT_VECTORS_FOLDER, TEXTS_TO_EMBED, embedding_inputs, text_key
+from hxd2_ray.graph_assembly.embedding_texts import TEXT_VECTORS_FOLDER, embedding_inputs, text_keys, texts_to_embed
 from hxd2_ray.graph_assembly.incremental import MERGED_ENTITIES, MERGED_RELATIONS, entities_table
 from hxd2_ray.index_store import tables
 from hxd2_ray.index_store.corpus import corpus_from_parsed, derive_documents, sources_from_documents
 from hxd2_ray.stages import staging as st
-from hxd2_ray.stages.columns import PARSED, parsed_rows
+from hxd2_ray.stages.columns import PARSED, naming_unknown, parsed_rows
 from hxd2_ray.stages.faults import crash_point
 from hxd2_ray.types import RelationMention, vector_id
 
 if TYPE_CHECKING:
-    from hxd2_ray.graph_assembly.embedding_texts import TEXT_VECTORS_FOLDER, TEXTS_TO_EMBED, embedding_inputs, text_key
+    from hxd2_ray.index_store.corpus import ParsedCorpus
     from hxd2_ray.indexer.context import BuildContext
     from hxd2_ray.stages.runner import InputListing
-from hxd2_ray.index_store.corpus import ParsedCorpus
 
 
 def read_input(b: BuildContext, listing: InputListing) -> ParsedCorpus:
@@ -39,6 +38,9 @@ def read_input(b: BuildContext, listing: InputListing) -> ParsedCorpus:
     # The same text in two files is one document (its id is the content hash): sources keep both, the
     # documents table the first in path order (hxd2_ray.index_store.corpus).
     return corpus_from_parsed(parsed, b.cfg.ray.extraction_shards, paths=listing.files)
+
+
+_MENTION_COLUMNS = ("entities", "relations", "content_keywords")
 
 
 def ingest(b: BuildContext, listing: InputListing) -> tuple[pa.Table, pa.Table, pa.Table]:
@@ -163,7 +165,8 @@ def merge(b: BuildContext, extractions: pa.Table) -> tuple[pa.Table, pa.Table]:
     )
     missing = []
     if endpoints - known:
-        mention_rows = relation_mention_rows.to_pylist()
+        # Only the mentions naming an endpoint that is not an entity matter; the rest stay Arrow, not dicts.
+        mention_rows = naming_unknown(relation_mention_rows, known).to_pylist()
         missing = missing_endpoint_entities(
             known,
             (
@@ -200,6 +203,13 @@ def merge(b: BuildContext, extractions: pa.Table) -> tuple[pa.Table, pa.Table]:
     return ents, rels
 
 
+def without_mentions(extractions: pa.Table) -> pa.Table:
+    """The extractions without what was extracted (entities, relations, keywords): once merged, the flow keeps
+    only the per-chunk tallies and errors its summary counts, not the largest table of the job for the embed and
+    write stages."""
+    return extractions.drop_columns([c for c in _MENTION_COLUMNS if c in extractions.column_names])
+
+
 def summarize(b: BuildContext, long_rows: pa.Table, schema: pa.Schema, name: str) -> pa.Table:
     """LLM summaries of merged rows over the description budget (entities or relations), on the runner.
 
@@ -228,21 +238,15 @@ def embed(b: BuildContext, entities: pa.Table, relations: pa.Table, chunks: pa.T
     embed, so only texts never embedded before are: a changed description gets a new vector, and keys that
     are gone simply have none to return."""
     inputs = embedding_inputs(entities, relations, chunks)
-    texts = inputs.column("text").to_pylist()
-    keys = [text_key(t) for t in texts]
+    keys = text_keys(inputs.column("text"))
     folder = b.stage_path(TEXT_VECTORS_FOLDER)
     existing = st.read_staged(b.fs, folder, tables.TEXT_VECTORS, columns=["text_key"])
     if existing.unreadable:
         st.remove_files(b.fs, existing.unreadable)
-    stored = set(existing.table.column("text_key").to_pylist())
-    missing: dict[str, str] = {}
-    for k, t in zip(keys, texts, strict=True):
-        if k not in stored:
-            missing.setdefault(k, t)
-    pending = pa.table({"text_key": list(missing), "text": list(missing.values())}, schema=TEXTS_TO_EMBED)
+    pending = texts_to_embed(keys, inputs.column("text"), existing.table.column("text_key").combine_chunks())
     if pending.num_rows:
         b.clock.status["embed"] = (
-            f"ran on {pending.num_rows} of {len(set(keys))} distinct texts ({inputs.num_rows} vectors)"
+            f"ran on {pending.num_rows} of {len(pc.unique(keys))} distinct texts ({inputs.num_rows} vectors)"
         )
         stats = b.runner.embed(pending)
         b.runner.check_reported(stats, "embed")
@@ -261,19 +265,28 @@ def embed(b: BuildContext, entities: pa.Table, relations: pa.Table, chunks: pa.T
     else:
         b.clock.status["embed"] = "skipped: every text embedded earlier"
     stored_vectors = st.read_staged(b.fs, folder, tables.TEXT_VECTORS).table
-    row_of: dict[str, int] = {}
-    for i, k in enumerate(stored_vectors.column("text_key").to_pylist()):
-        row_of.setdefault(k, i)
-    picked = stored_vectors.column("vector").take(pa.array([row_of[k] for k in keys], pa.int64()))
+    # The first stored row of each text (a crashed run may have staged one twice), found in Arrow.
+    rows = pc.index_in(keys, value_set=stored_vectors.column("text_key").combine_chunks())
+    if rows.null_count:
+        raise HxdError(f"{rows.null_count} texts have no staged vector after the embed stage; rerun the build")
     return pa.table(
         {
             "family": inputs.column("family"),
             "key": inputs.column("key"),
-            "vector_id": pa.array([vector_id(k) for k in inputs.column("key").to_pylist()], pa.int64()),
-            "vector": picked,
+            "vector_id": vector_ids(inputs.column("key")),
+            "vector": stored_vectors.column("vector").take(rows),
         },
         schema=tables.EMBEDDINGS,
     )
+
+
+def vector_ids(keys: pa.ChunkedArray, batch_rows: int = 65_536) -> pa.Array:
+    """:func:`~hxd2_ray.types.vector_id` of every key, converted ``batch_rows`` keys at a time."""
+    parts = [
+        pa.array([vector_id(k) for k in keys.slice(start, batch_rows).to_pylist()], pa.int64())
+        for start in range(0, len(keys), batch_rows)
+    ]
+    return pa.concat_arrays(parts) if parts else pa.array([], pa.int64())
 
 
 def latest_per_chunk(extractions: pa.Table, chunks: pa.Table) -> pa.Table:

@@ -162,6 +162,7 @@ class IndexUpdate:
 
         with b.clock.stage("merge"):
             entities, relations, stats = self.remerge(removed, added, extractions)
+            extractions = steps.without_mentions(extractions)
             crash_point("driver:merge")  # crash tests: the graph merged again in memory, not yet embedded
             b.clock.status["merge"] = (
                 f"re-merged {stats['entities_recomputed']} entities and "

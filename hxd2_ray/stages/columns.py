@@ -5,9 +5,13 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from hxd2_ray.index_store import tables
 from hxd2_ray.types import Chunk, Document, Extraction, QuarantinedFile
+
+# Between the two entity keys of a relation mention's "pair" column (the merge stage's group key).
+PAIR_SEP = "\x1f"
 
 CHUNK_STRUCT = pa.struct([(f.name, f.type) for f in tables.CHUNKS if f.name != "shard"])
 
@@ -115,3 +119,19 @@ def extractions_to_table(extractions: Sequence[Extraction]) -> pa.Table:
         for e in extractions
     ]
     return pa.Table.from_pylist(rows, schema=tables.EXTRACTIONS)
+
+
+def naming_unknown(relation_mentions: pa.Table, known_keys: set[str]) -> pa.Table:
+    """The rows of a relation mention table (``merge_stage.RELATION_MENTIONS``) with an endpoint key outside
+    ``known_keys``: the only mentions an endpoint-only entity is made from
+    (:func:`~hxd2_ray.extraction.merge.missing_endpoint_entities`), chosen in Arrow so that the rest are never
+    turned into Python objects."""
+    if not relation_mentions.num_rows:
+        return relation_mentions
+    ends = pc.split_pattern(relation_mentions.column("pair"), PAIR_SEP, max_splits=1)
+    known = pa.array(sorted(known_keys), pa.string())
+    both_known = pc.and_(
+        pc.is_in(pc.list_element(ends, 0), value_set=known),
+        pc.is_in(pc.list_element(ends, 1), value_set=known),
+    )
+    return relation_mentions.filter(pc.invert(both_known))

@@ -26,6 +26,7 @@ from hxd2_ray.index_store import tables
 from hxd2_ray.llm.base import LLMClient
 from hxd2_ray.llm.tokens import build_token_counter
 from hxd2_ray.progress import NO_COUNTER, CountingLLM, StageCounter
+from hxd2_ray.stages.columns import PAIR_SEP
 from hxd2_ray.stages.stage_run import IndexingLLM, StageRun
 from hxd2_ray.types import EntityMention, MergedEntity, MergedRelation, RelationMention
 from hxd2_ray.wiring import build_llm
@@ -54,8 +55,6 @@ RELATION_MENTIONS = pa.schema(
 )
 MERGED_ENTITIES = tables.ENTITIES.append(pa.field("needs_summary", pa.bool_()))
 MERGED_RELATIONS = tables.RELATIONS.append(pa.field("needs_summary", pa.bool_()))
-
-_PAIR_SEP = "\x1f"
 
 
 def _successful(extractions: pa.Table) -> list[dict[str, Any]]:
@@ -100,7 +99,7 @@ class ExplodeRelationMentions:
             for rel in ext["relations"]:
                 a, b = relation_pair_key(rel["source"], rel["target"], self._cfg)
                 if a and b and a != b:
-                    pair = f"{a}{_PAIR_SEP}{b}"
+                    pair = f"{a}{PAIR_SEP}{b}"
                     rows.append(
                         {
                             **rel,

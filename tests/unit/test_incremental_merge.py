@@ -97,7 +97,8 @@ def test_remerge_of_a_random_change_equals_a_full_merge_of_the_new_corpus(seed: 
     old_e, old_r = as_tables(old)
     want_e, want_r = as_tables(new)
 
-    index = ExtractionIndex(extractions_to_table(old + added_chunks))
+    # Rows stream a batch at a time (one row, a few, all at once): the merge must not depend on the batch size.
+    index = ExtractionIndex(extractions_to_table(old + added_chunks), batch_rows=(1, 3, 4096)[seed % 3])
     added = {e.chunk_id for e in added_chunks if not e.error}
     got = remerge(old_e, old_r, removed, added, index, CFG, count_tokens)
     new_e, new_r = apply(old_e, old_r, got, got.entities, got.relations)
@@ -145,3 +146,21 @@ def test_a_delete_that_leaves_a_key_only_a_relation_endpoint_keeps_it_as_such_an
     assert set(rows) == {"alan turing", "enigma"}  # navy is named by nothing now
     assert rows["enigma"]["type"] == "unknown" and rows["enigma"]["description"] == ""
     assert rows["enigma"]["source_chunk_ids"] == ["c2"]
+
+
+def test_the_extraction_index_streams_successful_rows_in_table_order_with_the_columns_asked() -> None:
+    rng = random.Random(5)
+    chunks = [make_chunk(rng, f"c{i:03d}") for i in range(23)]
+    chunks[4] = Extraction("c004", error="timeout")
+    table = extractions_to_table(chunks)
+    wanted = {"c001", "c004", "c010", "c011", "c022", "unknown"}
+    want = [
+        {"chunk_id": r["chunk_id"], "relations": r["relations"]}
+        for r in table.to_pylist()
+        if r["chunk_id"] in wanted and not r["error"]
+    ]
+    for batch_rows in (1, 2, 3, 100):
+        index = ExtractionIndex(table, batch_rows=batch_rows)
+        assert list(index.rows(wanted, ("chunk_id", "relations"))) == want
+        assert "c004" not in index and "c005" in index
+        assert index.chunk_ids() == {e.chunk_id for e in chunks if not e.error}
