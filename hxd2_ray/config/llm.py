@@ -51,7 +51,9 @@ class VllmLLMConfig(FrozenSection):
         description="Context of the engine in tokens (prompt + completion); a call's max_tokens is lowered to fit.",
     )
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
-        "bfloat16", description="Weight and activation dtype of the engine (auto: the model's own)."
+        "bfloat16",
+        description="Weight and activation dtype of the engine (auto: the model's own). bfloat16 on GPUs and on CPUs "
+        "with AVX-512 BF16 or AMX; float32 on other CPUs, where bf16 is emulated 4-5x slower (the shipped CPU config).",
     )
     tensor_parallel_size: int = Field(
         1, ge=1, description="GPUs one engine shards the model over.", json_schema_extra=NOT_IN_INDEX

@@ -7,6 +7,7 @@ vLLM is imported inside the functions: importing this module stays cheap.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import Any, Iterator
 from hxd2_ray.config import VllmLLMConfig
 from hxd2_ray.llm.base import LLMRequest
 from hxd2_ray.models import resolve_llm_path
+
+_log = logging.getLogger(__name__)
 
 
 def resolve_model_path(model: str) -> str:
@@ -36,6 +39,24 @@ def prepare_process(cfg: VllmLLMConfig) -> None:
     if not torch.cuda.is_available():
         # The CPU backend sizes its KV cache from this variable (GiB), not from gpu_memory_utilization.
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kv_cache_gb)
+        if cfg.dtype == "bfloat16" and not cpu_computes_bf16():
+            _log.warning(
+                "llm.dtype is bfloat16 but this CPU has no AVX-512 BF16 or AMX instructions: vLLM emulates bf16 "
+                "and runs about 4-5x slower than with llm.dtype: float32"
+            )
+
+
+def cpu_computes_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this CPU has bf16 arithmetic (AVX-512 BF16 or AMX). Without it vLLM's CPU kernels convert every bf16
+    operand: on a 2-core AVX2 EPYC, SmolLM2-135M prefilled 1,929 tokens in 24.5 s in bf16 against 5.1 s in fp32,
+    and decoded 16 sequences at 52 against 182 tokens/s. A machine whose flags cannot be read counts as having it
+    (no warning on a guess)."""
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return True
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), None)
+    return flags is None or bool({"avx512_bf16", "amx_bf16"} & set(flags))
 
 
 @contextlib.contextmanager
@@ -166,7 +187,7 @@ def sampling_params(req: LLMRequest, max_tokens: int, **extra: Any) -> Any:
 
 
 def api_server_command(
-    python: str, model_folder: str, served_name: str, port: int, max_num_seqs: int = 64
+    python: str, model_folder: str, served_name: str, port: int, max_num_seqs: int = 64, dtype: str = "float32"
 ) -> list[str]:
     """vLLM's OpenAI API server on 127.0.0.1 with the in-process engine's settings (context, dtype, eager mode,
     the compact-JSON grammar), so the two backends are compared on one engine configuration (the OpenAI-backend
@@ -187,7 +208,7 @@ def api_server_command(
         "--max-model-len",
         "4096",
         "--dtype",
-        "bfloat16",
+        dtype,  # the shipped CPU config's (hxd2_ray/config/local.yaml)
         "--enforce-eager",
         "--max-num-seqs",
         str(max_num_seqs),
