@@ -136,6 +136,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="timed runs per mode; the best is reported")
     ap.add_argument("--model", default="builtin:smollm2-135m-instruct")
     ap.add_argument("--max-model-len", type=int, default=2048)
+    ap.add_argument("--dtype", default="float32", help="the engine's dtype (the shipped CPU config's: float32)")
     ap.add_argument("--mp", action="store_true", help="engine core in a separate process (vLLM default)")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args()
@@ -148,7 +149,9 @@ def main() -> None:
     from hxd2_ray.llm.vllm_engine import VllmEngineLLM
 
     prompts = make_prompts(args.batch)
-    cfg = VllmLLMConfig(model=args.model, max_model_len=args.max_model_len, max_num_seqs=max(64, args.batch))
+    cfg = VllmLLMConfig(
+        model=args.model, max_model_len=args.max_model_len, max_num_seqs=max(64, args.batch), dtype=args.dtype
+    )
     t0 = time.perf_counter()
     eng = VllmEngineLLM(cfg)
     init_s = time.perf_counter() - t0

@@ -44,7 +44,7 @@ SCRIPT = textwrap.dedent(
     from hxd2_ray.llm.base import LLMRequest
     from hxd2_ray.wiring import build_llm
 
-    llm = build_llm(VllmLLMConfig(max_model_len=1024, cpu_kv_cache_gb=1), concurrent=CONCURRENT)
+    llm = build_llm(VllmLLMConfig(max_model_len=1024, cpu_kv_cache_gb=1, dtype="float32"), concurrent=CONCURRENT)
     [reply] = llm.complete([LLMRequest(messages=({"role": "user", "content": "Say hello."},), max_tokens=4)])
     assert reply.completion_tokens > 0 and not reply.error, reply
     llm.close()

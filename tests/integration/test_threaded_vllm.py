@@ -27,6 +27,7 @@ def llm():
         enforce_eager=True,
         cpu_kv_cache_gb=1,
         max_num_seqs=16,
+        dtype="float32",  # the shipped CPU config's: bf16 is emulated on CPUs without bf16 units
     )
     with ThreadedVllmLLM(cfg) as client:
         yield client

