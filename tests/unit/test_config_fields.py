@@ -233,5 +233,6 @@ def test_a_field_added_after_release_counts_only_when_set() -> None:
     assert changed["ivfpq_refine"] == 0
     # The shipped defaults' index fingerprint, as the release before these fields had it (computed there). A change
     # here makes every existing index "built with other settings" on upgrade: say so in the upgrade notes
-    # (docs/how-to/backup-restore-upgrade.md), then pin the new value.
+    # (docs/how-to/backup-restore-upgrade.md), then pin the new value. The converters' versions count too: they are
+    # pinned exactly in pyproject.toml (a fresh install got lxml 6.2.1 while they were a range, and this failed).
     assert HxdConfig().index_fingerprint("p") == "7e181dffcbaa39b7"
