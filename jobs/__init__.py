@@ -9,7 +9,8 @@ triple file, no NER, no Ray), :mod:`graph_cli` (``hxd2 graph``: export, show, st
 (``hxd2 keys``: tenants' API keys). A command's parts that another command runs too: :mod:`index_update`
 (``hxd2 index delete``), :mod:`index_verify` (``hxd2 index verify``), :mod:`index_reads` (``hxd2 index reindex-reads``),
 :mod:`index_backup` (``hxd2 index export`` and ``import``), :mod:`query` (``hxd2 query``), :mod:`serve_placement`
-(replicas the cluster cannot place, said while ``hxd2 serve`` runs). The run around a command: :mod:`console`
+(replicas the cluster cannot place, said while ``hxd2 serve`` runs), :mod:`process_reaper` (what ``hxd2 serve``
+started and left behind, stopped before it exits). The run around a command: :mod:`console`
 (quiet by default: logs to a file, progress on the terminal), :mod:`index_wiring` (what every ``hxd2 index`` command
 wires alike: the Ray runner, the LLM cache and budget flags, the exit status of a stopped run), :mod:`cli` (the
 ``hxd2`` entry point, subcommands loaded lazily, and the helpers commands share). Below them: :mod:`telemetry` (a

@@ -31,6 +31,7 @@ from typing import Any, Callable
 import yaml
 
 from jobs.cli import add_config_overrides
+from jobs.process_reaper import become_subreaper, reap_descendants
 from jobs.serve_placement import POLL_S, PlacementWatch
 
 log = logging.getLogger("hxd2.serve")
@@ -385,6 +386,7 @@ def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argpars
     from serve.front_door import PROXY_CALLBACK, PROXY_CALLBACK_ENV
 
     os.environ.setdefault(PROXY_CALLBACK_ENV, PROXY_CALLBACK)
+    become_subreaper()  # before Ray starts: what its workers start and leave behind becomes ours to stop at exit
     try:
         if ns.address:
             start_ray_with_retries(
@@ -470,13 +472,16 @@ def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argpars
                     f"warning: Ray did not finish shutting down within {SHUTDOWN_TIMEOUT_S:.0f} s (its own "
                     "processes got the stop signal too?); exiting without it"
                 )
+                reap_descendants(say=say)
                 os._exit(exit_code)
 
             if stop["signalled"] and any_went_down(ray_processes, within_s=RAY_STOP_WAIT_S):
                 say("Ray's own processes got the stop signal too; exiting without Serve's teardown")
+                reap_descendants(say=say)
                 logging.shutdown()
                 os._exit(code)
             shut_down_within(_tear_down, SHUTDOWN_TIMEOUT_S, _give_up)
+            reap_descendants(say=say)
     return code
 
 

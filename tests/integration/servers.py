@@ -24,6 +24,28 @@ def stop_process_group(proc: subprocess.Popen, grace_s: float = 120) -> None:
         proc.wait(timeout=30)
 
 
+def kill_session_leftovers(session_id: int) -> list[str]:
+    """SIGKILL every process still in session ``session_id`` (a server started with ``start_new_session``, after it
+    exited: what it left behind); returns them as "name (pid)", so a test can assert there were none."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] != "Z" and int(fields[3]) == session_id:  # state, ppid, pgrp, session
+            found.append(f"{name} ({entry.name})")
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return found
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
