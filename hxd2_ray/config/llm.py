@@ -53,7 +53,7 @@ class VllmLLMConfig(FrozenSection):
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
         "bfloat16",
         description="Weight and activation dtype of the engine (auto: the model's own). bfloat16 on GPUs and on CPUs "
-        "with AVX-512 BF16 or AMX; float32 on other CPUs, where bf16 is emulated 4-5x slower (the shipped CPU config).",
+        "with AVX-512 BF16 or AMX; float32 on other CPUs, where bf16 is emulated 3.5-5x slower (shipped CPU config).",
     )
     tensor_parallel_size: int = Field(
         1, ge=1, description="GPUs one engine shards the model over.", json_schema_extra=NOT_IN_INDEX

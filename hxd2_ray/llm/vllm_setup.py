@@ -42,7 +42,7 @@ def prepare_process(cfg: VllmLLMConfig) -> None:
         if cfg.dtype == "bfloat16" and not cpu_computes_bf16():
             _log.warning(
                 "llm.dtype is bfloat16 but this CPU has no AVX-512 BF16 or AMX instructions: vLLM emulates bf16 "
-                "and runs about 4-5x slower than with llm.dtype: float32"
+                "and runs 3.5-5x slower than with llm.dtype: float32"
             )
 
 
