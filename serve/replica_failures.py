@@ -12,7 +12,13 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["count_replica_failure", "is_replica_loss"]
+__all__ = ["HEALTH_CHECK_PERIOD_S", "count_replica_failure", "is_replica_loss"]
+
+# How often Serve's controller checks each replica (every deployment's ``health_check_period_s``). A replica that
+# dies is only replaced once a check finds it gone: at Serve's default of 10 s, a killed Retriever left the queries
+# waiting for it 12 s before its replacement answered (past a 10 s deadline); at 2 s the wait is the check plus the
+# replacement's start. A check is one small actor call per replica.
+HEALTH_CHECK_PERIOD_S = 2.0
 
 _COUNTER: list[Any] = []
 _LOCK = threading.Lock()

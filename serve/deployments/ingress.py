@@ -12,6 +12,7 @@ from serve.handles import (
     over,
 )
 from serve.metrics import Metrics
+from serve.replica_failures import HEALTH_CHECK_PERIOD_S
 from serve.retriever_client import RetrieverBackend
 
 log = logging.getLogger("hxd2.serve")
@@ -23,6 +24,7 @@ log = logging.getLogger("hxd2.serve")
     max_queued_requests=128,
     backpressure_config={"retry_after_s": 1},
     ray_actor_options={"num_cpus": 0.25},
+    health_check_period_s=HEALTH_CHECK_PERIOD_S,
 )
 @serve.ingress()
 class Ingress:

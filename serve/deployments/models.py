@@ -13,6 +13,7 @@ from ray import serve
 
 from hxd2_ray.llm.base import LLMRequest, LLMResponse
 from serve.metrics import Metrics
+from serve.replica_failures import HEALTH_CHECK_PERIOD_S
 
 log = logging.getLogger("hxd2.serve")
 
@@ -21,7 +22,7 @@ log = logging.getLogger("hxd2.serve")
     name="LLM",
     max_ongoing_requests=64,
     ray_actor_options={"num_cpus": 0.25},
-    health_check_period_s=10,
+    health_check_period_s=HEALTH_CHECK_PERIOD_S,
     health_check_timeout_s=60,
 )
 class LLMServer:
@@ -96,7 +97,12 @@ class LLMServer:
 # ===================================================================================== embedder
 
 
-@serve.deployment(name="Embedder", max_ongoing_requests=64, ray_actor_options={"num_cpus": 0.25})
+@serve.deployment(
+    name="Embedder",
+    max_ongoing_requests=64,
+    ray_actor_options={"num_cpus": 0.25},
+    health_check_period_s=HEALTH_CHECK_PERIOD_S,
+)
 class EmbedderServer:
     """Query embeddings, batched across every caller with ``@serve.batch`` (one model call per batch)."""
 

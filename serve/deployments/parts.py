@@ -23,6 +23,7 @@ from serve.handles import (
 )
 from serve.live_indexes import close_live, live_of, open_live
 from serve.metrics import Metrics, replica_max_ongoing
+from serve.replica_failures import HEALTH_CHECK_PERIOD_S
 
 log = logging.getLogger("hxd2.serve")
 
@@ -55,7 +56,12 @@ class _Part:
         return {"part": self.part, "calls": dict(self.calls)}
 
 
-@serve.deployment(name="Planner", max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.1})
+@serve.deployment(
+    name="Planner",
+    max_ongoing_requests=16,
+    ray_actor_options={"num_cpus": 0.1},
+    health_check_period_s=HEALTH_CHECK_PERIOD_S,
+)
 class PlannerServer(_Part):
     """``plan(question, language, relations)`` → ``PlanResult``: the logic-form planner over the LLM deployment."""
 
@@ -74,7 +80,12 @@ class PlannerServer(_Part):
         return await self._run(deadline, self.planner.plan, question, language=language, relations=tuple(relations))
 
 
-@serve.deployment(name="PlanExecutor", max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.1})
+@serve.deployment(
+    name="PlanExecutor",
+    max_ongoing_requests=16,
+    ray_actor_options={"num_cpus": 0.1},
+    health_check_period_s=HEALTH_CHECK_PERIOD_S,
+)
 class PlanExecutorServer(_Part):
     """``execute(index, plan, question)`` → ``LogicFormEvidence``: the executor over its own read-only copies of
     the indexes (Kùzu allows many read-only openers)."""
@@ -121,7 +132,12 @@ class PlanExecutorServer(_Part):
         close_live(getattr(self, "lives", {}))
 
 
-@serve.deployment(name="Verifier", max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.1})
+@serve.deployment(
+    name="Verifier",
+    max_ongoing_requests=16,
+    ray_actor_options={"num_cpus": 0.1},
+    health_check_period_s=HEALTH_CHECK_PERIOD_S,
+)
 class VerifierServer(_Part):
     """``verify(question, evidence, answer, language, mode)`` → ``Verdict``: pre- or post-check over the LLM."""
 
@@ -148,7 +164,12 @@ class VerifierServer(_Part):
         return await self._run(deadline, self.verifiers[mode].verify, question, evidence, answer, language=language)
 
 
-@serve.deployment(name="GraphWalker", max_ongoing_requests=16, ray_actor_options={"num_cpus": 0.1})
+@serve.deployment(
+    name="GraphWalker",
+    max_ongoing_requests=16,
+    ray_actor_options={"num_cpus": 0.1},
+    health_check_period_s=HEALTH_CHECK_PERIOD_S,
+)
 class GraphWalkerServer(_Part):
     """``retrieve(index, question)`` → :class:`~hxd2_ray.graphflow.results.GraphFlowResult`: the GraphFlow retriever of
     ``graphflow.policy`` (``hxd2_ray.wiring.build_graph_retriever``) over its own read-only copy of the index the

@@ -37,6 +37,7 @@ from serve.index_views import IndexViews, NotInIndex
 from serve.live_indexes import close_live, corpus_root, live_of, open_live, public_references
 from serve.metrics import TIMING_PHASES, Metrics
 from serve.payloads import AnswerPayload, ErrorPayload, answer_payload, error_of, error_payload
+from serve.replica_failures import HEALTH_CHECK_PERIOD_S
 from serve.warm_up import warm_up
 
 log = logging.getLogger("hxd2.serve")
@@ -47,7 +48,7 @@ log = logging.getLogger("hxd2.serve")
     max_ongoing_requests=16,
     max_queued_requests=64,
     ray_actor_options={"num_cpus": 0.5},
-    health_check_period_s=10,
+    health_check_period_s=HEALTH_CHECK_PERIOD_S,
 )
 class Retriever:
     """Orchestrates every query: the query flow over the read-only indexes, in worker threads; its parts are calls
