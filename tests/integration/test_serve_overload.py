@@ -200,8 +200,9 @@ def test_a_replica_of_each_deployment_killed_in_turn_under_load(base: str, ray_m
     """A query on a replica that dies is retried on another replica when it is a read (the Retriever's, by the
     Ingress), falls back without the step when it is a part's (a lost planner or verifier call), and otherwise ends
     as a clean 503 with Retry-After (a lost LLM call: a generation is not retried inside). With one replica of each
-    here, a query arriving while the replica is being replaced waits for it, within its deadline. Never a 500, a
-    hang or an answer after the deadline + 2 s; each deployment has its replica back within 30 s."""
+    here, a query arriving while the replica is being replaced waits for it, within its deadline, or is refused at
+    once when the queue behind the outage grows past what its deadline allows. Never a 500, a hang or an answer
+    after the deadline + 2 s; at least 60% answered; each deployment has its replica back within 30 s."""
     before = _replica_failures(ray_metrics_url)
     seconds = len(KILLED) * (12 + KILL_GAP_S)  # what the kills take, each replacement ~8 s here
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -227,11 +228,17 @@ def test_a_replica_of_each_deployment_killed_in_turn_under_load(base: str, ray_m
         + "; replica failures counted: "
         + ", ".join(f"{d} {n:g}" for d, n in lost.items())
         + f"; errors: {dict(codes)}"
+        + "; answered per 5 s of sending: "
+        + " ".join(
+            str(statuses[i : i + int(5 * KILL_RATE)].count(200)) for i in range(0, len(statuses), int(5 * KILL_RATE))
+        )
     )
     assert set(statuses) <= {200, 503, 504}, counts
     assert slowest <= KILL_DEADLINE_S + 2, "an answer came later than its deadline + 2 s"
     assert all(r for s, _, r, *_ in results if s == 503), "a 503 without Retry-After"
-    assert statuses.count(200) >= len(results) // 2, counts
+    # Each lost replica is found by Serve's health check within HEALTH_CHECK_PERIOD_S, then replaced: measured 126 to
+    # 149 of 180 answered here (71 to 85 with Serve's 10 s default, when the outages outlasted the deadline).
+    assert statuses.count(200) >= 0.6 * len(results), counts
     assert all(s <= 30 for s in replaced.values()), replaced
     # The endpoint's metrics show the losses the queries met. The Retriever's always meets some (every query reads
     # through it); a part's or the LLM's replica may die between calls, and then no call finds it gone (in CI once:

@@ -95,12 +95,27 @@ def test_after_an_outage_old_evidence_stops_refusing():
     clock = Clock()
     admission = Admission(clock=clock, fresh_s=10)
     record(admission, clock, in_flight=0, seconds=0.2)
-    record(admission, clock, in_flight=3, seconds=10.0)  # the outage: every answer at its deadline
-    admission.in_flight = 3
+    record(admission, clock, in_flight=30, seconds=10.0)  # the outage: every answer at its deadline
+    admission.in_flight = 30
     assert admission.check(deadline=10.0, now=0.0) is not None
     clock.now += 10.5  # nothing admitted at this load since
     assert admission.check(deadline=10.0, now=0.0) is None
     assert admission.baseline_s() == pytest.approx(0.2)  # the light load's time is kept however old
+
+
+def test_a_light_load_is_not_refused_for_answers_slower_than_its_queue_explains():
+    """Three in flight can make a query wait at most for those three run one after another: answers of 8.9 s at
+    that load (sent while a replica was being replaced) say nothing of the load. Refused only where the load's
+    bound, (in flight + 1) answers at the lowest load's time, itself misses the deadline's half."""
+    clock = Clock()
+    admission = Admission(clock=clock)
+    record(admission, clock, in_flight=0, seconds=0.6)
+    record(admission, clock, in_flight=3, seconds=8.9)
+    admission.in_flight = 3
+    assert admission.check(deadline=10.0, now=0.0) is None  # at most 4 x 0.6 s = 2.4 s of 10
+    refusal = admission.check(deadline=4.0, now=0.0)  # 2.4 s of 4: past the half
+    assert refusal is not None and refusal.predicted_s == pytest.approx(2.4)
+    assert "more than half of the 4.0 s" in refusal.message
 
 
 def test_only_answers_are_remembered_and_in_flight_counts_the_block():
@@ -139,9 +154,9 @@ def test_the_backend_refuses_before_calling_the_retriever_with_a_503_and_retry_a
     clock = Clock()
     admission = Admission(clock=clock)
     record(admission, clock, in_flight=0, seconds=0.1)
-    record(admission, clock, in_flight=3, seconds=5.0)
+    record(admission, clock, in_flight=60, seconds=5.0)
     backend = RetrieverBackend(handle, retry_after_s=1, admission=admission)
-    admission.in_flight = 3
+    admission.in_flight = 60
 
     async def ask(deadline_s: float) -> dict[str, Any]:
         return await backend.answer("tiny", "q", False, time.time() + deadline_s)
