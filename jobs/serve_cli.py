@@ -32,7 +32,7 @@ import yaml
 
 from jobs.cli import add_config_overrides
 from jobs.process_reaper import become_subreaper, reap_descendants
-from jobs.serve_placement import POLL_S, PlacementWatch
+from jobs.serve_placement import POLL_S, PlacementWatch, wait_until_stopped
 
 log = logging.getLogger("hxd2.serve")
 DEFAULT_SERVE_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "serve.yaml"
@@ -436,19 +436,18 @@ def _serve(app: Any, app_args: dict[str, Any], http: dict[str, Any], ns: argpars
         if ns.detach:
             return 0
         watch = PlacementWatch(ns.name, app_args.get("deployment_options") or {}, say)
-        next_look = time.monotonic() + POLL_S
-        watch_error = ""
-        while not stop["now"]:
-            time.sleep(0.5)
-            if time.monotonic() >= next_look:
-                next_look = time.monotonic() + POLL_S
-                try:
-                    watch.poll()
-                    watch_error = ""
-                except Exception as exc:  # noqa: BLE001 - a status call that failed once is tried again next time
-                    if f"{type(exc).__name__}: {exc}" != watch_error:  # once per new error, not every poll
-                        watch_error = f"{type(exc).__name__}: {exc}"
-                        log.warning("placement watch: %s (tried again every %s s)", watch_error, POLL_S)
+        watch_error = {"last": ""}
+
+        def poll_placement() -> None:
+            try:
+                watch.poll()
+                watch_error["last"] = ""
+            except Exception as exc:  # noqa: BLE001 - a status call that failed once is tried again next time
+                if f"{type(exc).__name__}: {exc}" != watch_error["last"]:  # once per new error, not every poll
+                    watch_error["last"] = f"{type(exc).__name__}: {exc}"
+                    log.warning("placement watch: %s (tried again every %s s)", watch_error["last"], POLL_S)
+
+        wait_until_stopped(lambda: stop["now"], poll_placement)
     except KeyboardInterrupt:
         pass
     except Exception as exc:  # noqa: BLE001 - report, then leave a clean exit code

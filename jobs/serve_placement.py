@@ -8,12 +8,16 @@ replica of its deployment (or that Serve already reports as not scheduled) count
 once in the serve log and on the terminal (and its end once), and the count is the gauge
 ``hxd2_serve_replicas_unplaced{deployment}`` on Ray's metrics endpoint (the /metrics Prometheus scrapes), 0 when
 every replica is placed.
+
+The polls run on a thread of their own (:func:`wait_until_stopped`): a poll is a call into Ray that blocks while
+the GCS is gone, and a stop signal sent to the whole process group stops the GCS with ``hxd2 serve``.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -146,3 +150,24 @@ class PlacementWatch:
                 log.warning("the unplaced-replica gauge is not exported (%s: %s)", type(exc).__name__, exc)
                 self._gauge_failed = True
         return self._gauge
+
+
+def wait_until_stopped(stopped: Callable[[], bool], poll: Callable[[], None], every_s: float = POLL_S) -> None:
+    """Wait in the calling (main) thread until ``stopped()``, with ``poll`` run every ``every_s`` on a daemon thread.
+
+    Python runs a signal handler only between the main thread's bytecodes. With the poll in the main thread, a stop
+    signal to the whole process group arrived while a poll waited on the GCS the same signal had stopped: the
+    handler never ran, and Ray's core worker ended the process 60 s later, without its teardown, leaving every Ray
+    and vLLM process it had started running (seen in CI)."""
+    halt = threading.Event()
+
+    def polls() -> None:
+        while not halt.wait(every_s):
+            poll()
+
+    threading.Thread(target=polls, name="hxd2-placement-watch", daemon=True).start()
+    try:
+        while not stopped():
+            time.sleep(0.2)
+    finally:
+        halt.set()

@@ -80,3 +80,27 @@ def test_an_upscale_that_cannot_be_placed_is_named_and_the_shipped_config_fits_t
     deployments = {d["name"]: d for d in shipped["applications"][0]["deployments"]}
     assert unplaceable_upscales(deployments, 2.0) == []  # every max_replicas fits a 2-CPU node
     assert deployments["Ingress"].get("num_replicas", 1) >= 2  # a lost front door leaves another
+
+
+def test_a_stop_is_seen_while_a_placement_poll_is_blocked():
+    """A poll waiting on a GCS that the stop signal also stopped must not keep `hxd2 serve` from its teardown: the
+    wait returns once stopped, the poll still blocked (in CI, serve sat in such a poll until Ray's core worker ended
+    it a minute later and left every Ray and vLLM process behind)."""
+    from jobs.serve_placement import wait_until_stopped
+
+    stopped, polled, release = threading.Event(), threading.Event(), threading.Event()
+
+    def poll() -> None:
+        polled.set()
+        release.wait(30)  # as serve.status() on a stopped GCS
+
+    waiting = threading.Thread(target=wait_until_stopped, args=(stopped.is_set, poll, 0.01), daemon=True)
+    waiting.start()
+    try:
+        assert polled.wait(5), "the placement was never polled"
+        stopped.set()
+        waiting.join(2)
+        assert not waiting.is_alive(), "the wait did not end while a poll was blocked"
+        assert not release.is_set()
+    finally:
+        release.set()
